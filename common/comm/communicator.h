@@ -1,0 +1,122 @@
+// Communicator: the one door every byte between ranks goes through. Backends (local threads
+// now; MPI and NCCL later) implement the same calls, and every call is recorded per rank
+// (operation, bytes sent, bytes received) so chapters can assert communication volume.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tensor/tensor.h"
+
+namespace mixpar {
+
+enum class ReduceOp : std::uint8_t { kSum, kMax };
+std::string_view reduce_op_name(ReduceOp op);
+
+// Raised on every rank of a world when the ranks disagree on a collective or a message, when
+// they deadlock, when the watchdog fires, or when another rank failed (then the message names
+// that rank and its error). Reports name ranks by their rank in the whole world.
+class CommError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Per-rank traffic accounting. Collectives are charged with the per-rank volume of the
+// bandwidth-optimal (ring) algorithm, whatever a backend does internally, so formulas such as
+// "all-reduce sends 2(N-1)/N of the buffer" hold for every backend (B = buffer bytes):
+//   all_reduce      what the ring of all_reduce_traffic() moves: 2(N-1)/N * B sent and
+//                   received when N divides the element count, 2(N-1) * B summed over ranks
+//   reduce_scatter  sent = received = (N-1)/N * input bytes
+//   all_gather      sent = received = (N-1)/N * output bytes
+//   broadcast       root sends B, every other rank receives B (nothing moves when N = 1)
+//   send / recv     the message bytes on the side that moves them; sendrecv records both
+//   barrier, split  a call, no bytes
+// The op names recorded are exactly the method names above ("all_reduce", "sendrecv", ...).
+// A backend built from send/recv (chapter 4's ring) is simply charged for its sends and recvs.
+struct TrafficTotals {
+  std::int64_t calls = 0;
+  std::size_t bytes_sent = 0;
+  std::size_t bytes_received = 0;
+};
+
+class TrafficRecorder {
+ public:
+  void record(const std::string& op, std::size_t bytes_sent, std::size_t bytes_received);
+  TrafficTotals totals(const std::string& op) const;  // zeros if the op never ran
+  TrafficTotals total() const;                          // over all ops
+  std::map<std::string, TrafficTotals> by_op() const;
+  void reset();
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::string, TrafficTotals> by_op_;
+};
+
+// How a ring splits a buffer of `numel` elements into `parts` chunks: as evenly as possible,
+// the first numel % parts chunks one element longer. Chapter 4's hand-built ring uses the
+// same split, so its recorded traffic equals all_reduce's to the byte.
+struct ChunkRange {
+  std::int64_t begin = 0;
+  std::int64_t count = 0;
+};
+ChunkRange ring_chunk(std::int64_t numel, int parts, int index);
+
+// What one all_reduce of `numel` elements charges to `rank` of `size`: the ring's bytes.
+// Rank r sends to r+1; reduce-scatter step s (s = 0..N-2) sends chunk r-s and receives chunk
+// r-s-1, leaving rank r owning chunk r+1; all-gather step s sends chunk r+1-s and receives
+// chunk r-s (all mod N). So rank r sends every chunk twice except chunks r+1 and r+2 (once
+// each) and receives every chunk twice except chunks r and r+1: exactly 2(N-1)/N of the
+// buffer when N divides numel, less than two elements away from it otherwise, and always
+// exactly 2(N-1) buffers summed over the ranks.
+TrafficTotals all_reduce_traffic(std::int64_t numel, DType dtype, int size, int rank);
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual std::string backend() const = 0;  // "local", "mpi", "nccl"
+
+  // Point to point. send() may return before the receiver has the data (buffered, like an
+  // eager MPI send); recv() blocks until a message from src with this tag arrives. Messages
+  // between a pair with the same tag arrive in order. Element counts and dtypes must match
+  // (shapes may differ); a mismatch is a CommError naming both ranks.
+  virtual void send(const Tensor& t, int dst, int tag = 0) = 0;
+  virtual void recv(Tensor& t, int src, int tag = 0) = 0;
+  // One step of a ring: send to dst and receive from src at once (safe for every backend).
+  virtual void sendrecv(const Tensor& send_t, int dst, Tensor& recv_t, int src, int tag = 0) = 0;
+
+  // Collectives: every rank of the group calls them in the same order with the same sizes
+  // and dtypes; a mismatch is a CommError naming the ranks and their calls.
+  virtual void barrier() = 0;
+  virtual void broadcast(Tensor& t, int root) = 0;
+  // In place. Reduction order is fixed: rank 0, 1, ..., N-1. Sums of 16- and 8-bit types are
+  // accumulated in FP32 and rounded once (an overflow becomes inf, or NaN for e4m3: never
+  // silently clamped); f32 sums in FP32, f64 in double. kMax propagates NaN. Results are
+  // identical on every rank and run to run.
+  virtual void all_reduce(Tensor& t, ReduceOp op = ReduceOp::kSum) = 0;
+  // in: size()*k elements, out: k elements = reduction over ranks of block rank() of `in`.
+  virtual void reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op = ReduceOp::kSum) = 0;
+  // in: k elements, out: size()*k elements, block r coming from rank r.
+  virtual void all_gather(const Tensor& in, Tensor& out) = 0;
+
+  // Collective over this communicator: ranks with the same color form a new group, ordered
+  // by (key, parent rank). Used for the data / tensor / pipeline groups of chapter 8.
+  // A negative color joins no group and gets nullptr.
+  virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
+
+  TrafficRecorder& traffic() { return traffic_; }
+  const TrafficRecorder& traffic() const { return traffic_; }
+
+ protected:
+  TrafficRecorder traffic_;
+};
+
+}  // namespace mixpar

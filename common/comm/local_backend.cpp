@@ -1,0 +1,279 @@
+// LocalCommunicator and the runner. Each collective is a rendezvous in the fabric followed by
+// this rank's share of the data movement (its ring chunk of an all-reduce, its own output
+// otherwise), done without the lock so ranks work in parallel; the fabric keeps every rank
+// in the call until all shares are done. Device tensors go through host copies.
+
+#include "comm/local_backend.h"
+
+#include <stdexcept>
+#include <thread>
+
+#include "comm/local_fabric.h"
+#include "comm/local_kernels.h"
+
+namespace mixpar {
+namespace {
+
+std::byte* bytes_of(const Tensor& t) { return static_cast<std::byte*>(t.data()); }
+
+void require_defined(const Tensor& t, const char* what) {
+  if (!t.defined()) throw std::invalid_argument(std::string(what) + ": undefined tensor");
+}
+
+void require_same_dtype(const Tensor& in, const Tensor& out, const char* what) {
+  if (in.dtype() != out.dtype()) {
+    throw std::invalid_argument(std::string(what) + ": input is " +
+                                std::string(dtype_name(in.dtype())) + ", output " +
+                                std::string(dtype_name(out.dtype())));
+  }
+}
+
+// Pointers to element `offset` of every rank's input (or output) buffer, in rank order.
+std::vector<std::byte*> rank_pointers(const local::Slot& s, bool outputs, std::int64_t offset,
+                                      DType dtype) {
+  std::vector<std::byte*> p;
+  p.reserve(s.arrivals.size());
+  const std::size_t off = static_cast<std::size_t>(offset) * dtype_size(dtype);
+  for (const auto& a : s.arrivals) p.push_back(bytes_of(outputs ? *a->out : *a->in) + off);
+  return p;
+}
+
+}  // namespace
+
+LocalCommunicator::LocalCommunicator(local::Fabric& fabric, int group, std::vector<int> members,
+                                     int rank)
+    : fabric_(&fabric), group_(group), members_(std::move(members)), rank_(rank) {}
+
+MemoryLedger& LocalCommunicator::ledger() { return fabric_->ledger(world_rank()); }
+
+int LocalCommunicator::world_peer(int group_rank, const char* what) const {
+  if (group_rank < 0 || group_rank >= size()) {
+    throw std::invalid_argument(std::string(what) + ": rank " + std::to_string(group_rank) +
+                                " is not in a group of " + std::to_string(size()) + " ranks");
+  }
+  return members_[static_cast<std::size_t>(group_rank)];
+}
+
+Tensor LocalCommunicator::host_copy(const Tensor& t) const {
+  Tensor h = Tensor::empty(t.shape(), t.dtype(), MemCategory::kCommBuffers, Device::kCPU,
+                           &fabric_->network_ledger());
+  if (t.numel() > 0) h.copy_from(t);
+  return h;
+}
+
+// ---- Point to point
+
+void LocalCommunicator::send(const Tensor& t, int dst, int tag) {
+  require_defined(t, "send");
+  const int to = world_peer(dst, "send");
+  const std::uint64_t id = fabric_->post(group_, world_rank(), to, tag, host_copy(t));
+  if (fabric_->synchronous_sends()) fabric_->await_taken(group_, world_rank(), to, tag, id);
+  traffic_.record("send", t.nbytes(), 0);
+}
+
+void LocalCommunicator::receive_into(Tensor& t, int src, int tag) {
+  require_defined(t, "recv");
+  const Tensor payload =
+      fabric_->take(group_, world_peer(src, "recv"), world_rank(), tag, t.numel(), t.dtype());
+  if (t.numel() > 0) t.copy_from(payload);
+}
+
+void LocalCommunicator::recv(Tensor& t, int src, int tag) {
+  receive_into(t, src, tag);
+  traffic_.record("recv", 0, t.nbytes());
+}
+
+void LocalCommunicator::sendrecv(const Tensor& send_t, int dst, Tensor& recv_t, int src, int tag) {
+  require_defined(send_t, "sendrecv");
+  // Posting before receiving, and waiting for a synchronous send only after, is what makes
+  // a ring of sendrecvs safe: every rank's message is out before anyone waits.
+  const int to = world_peer(dst, "sendrecv");
+  const std::uint64_t id = fabric_->post(group_, world_rank(), to, tag, host_copy(send_t));
+  receive_into(recv_t, src, tag);
+  if (fabric_->synchronous_sends()) fabric_->await_taken(group_, world_rank(), to, tag, id);
+  traffic_.record("sendrecv", send_t.nbytes(), recv_t.nbytes());
+}
+
+// ---- Collectives
+
+template <class Work>
+void LocalCommunicator::collective(const local::CallDesc& d, const Tensor* in, Tensor* out,
+                                   Work&& work) {
+  const local::Ticket ticket = fabric_->arrive(group_, rank_, {d, in, out});
+  try {
+    work(*ticket.slot);
+  } catch (...) {
+    fabric_->finish(ticket);  // the others must never wait for a share that will not come
+    throw;
+  }
+  fabric_->finish(ticket);
+}
+
+void LocalCommunicator::barrier() {
+  collective({.op = local::CollOp::kBarrier}, nullptr, nullptr, [](const local::Slot&) {});
+  traffic_.record("barrier", 0, 0);
+}
+
+void LocalCommunicator::broadcast(Tensor& t, int root) {
+  require_defined(t, "broadcast");
+  const int root_world = world_peer(root, "broadcast");
+  if (!t.is_cpu()) {
+    Tensor h = host_copy(t);
+    broadcast(h, root);
+    if (rank_ != root) t.copy_from(h);
+    return;
+  }
+  const local::CallDesc d{
+      .op = local::CollOp::kBroadcast, .dtype = t.dtype(), .count = t.numel(), .root = root_world};
+  collective(d, &t, &t, [&](const local::Slot& s) {
+    // Each receiver pulls from the root, so the copies run in parallel.
+    if (rank_ != root) {
+      local::copy_bytes(bytes_of(t), bytes_of(*s.arrivals[static_cast<std::size_t>(root)]->in),
+                        t.nbytes());
+    }
+  });
+  const bool moves = size() > 1;
+  traffic_.record("broadcast", rank_ == root && moves ? t.nbytes() : 0,
+                  rank_ == root ? 0 : t.nbytes());
+}
+
+void LocalCommunicator::all_reduce(Tensor& t, ReduceOp op) {
+  require_defined(t, "all_reduce");
+  if (!t.is_cpu()) {
+    Tensor h = host_copy(t);
+    all_reduce(h, op);
+    t.copy_from(h);
+    return;
+  }
+  const local::CallDesc d{
+      .op = local::CollOp::kAllReduce, .dtype = t.dtype(), .count = t.numel(), .reduce = op};
+  collective(d, &t, &t, [&](const local::Slot& s) {
+    // This rank reduces its ring chunk for everyone: chunks are disjoint, so in place is safe.
+    const ChunkRange c = ring_chunk(t.numel(), size(), rank_);
+    const auto srcs = rank_pointers(s, false, c.begin, t.dtype());
+    const auto dsts = rank_pointers(s, true, c.begin, t.dtype());
+    local::reduce_elements({srcs.data(), srcs.size()}, dsts, c.count, t.dtype(), op);
+  });
+  const TrafficTotals v = all_reduce_traffic(t.numel(), t.dtype(), size(), rank_);
+  traffic_.record("all_reduce", v.bytes_sent, v.bytes_received);
+}
+
+void LocalCommunicator::reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op) {
+  require_defined(in, "reduce_scatter");
+  require_defined(out, "reduce_scatter");
+  require_same_dtype(in, out, "reduce_scatter");
+  if (in.numel() != out.numel() * size()) {
+    throw std::invalid_argument("reduce_scatter: input of " + std::to_string(in.numel()) +
+                                " elements for " + std::to_string(size()) + " ranks x " +
+                                std::to_string(out.numel()));
+  }
+  if (!in.is_cpu() || !out.is_cpu()) {
+    const Tensor h_in = host_copy(in);
+    Tensor h_out = host_copy(out);
+    reduce_scatter(h_in, h_out, op);
+    out.copy_from(h_out);
+    return;
+  }
+  const std::int64_t k = out.numel();
+  const local::CallDesc d{
+      .op = local::CollOp::kReduceScatter, .dtype = out.dtype(), .count = k, .reduce = op};
+  collective(d, &in, &out, [&](const local::Slot& s) {
+    const auto srcs = rank_pointers(s, false, rank_ * k, in.dtype());
+    std::byte* const dst = bytes_of(out);
+    local::reduce_elements({srcs.data(), srcs.size()}, {&dst, 1}, k, out.dtype(), op);
+  });
+  const std::size_t moved = in.nbytes() - out.nbytes();  // (N-1)/N of the input
+  traffic_.record("reduce_scatter", moved, moved);
+}
+
+void LocalCommunicator::all_gather(const Tensor& in, Tensor& out) {
+  require_defined(in, "all_gather");
+  require_defined(out, "all_gather");
+  require_same_dtype(in, out, "all_gather");
+  if (out.numel() != in.numel() * size()) {
+    throw std::invalid_argument("all_gather: output of " + std::to_string(out.numel()) +
+                                " elements for " + std::to_string(size()) + " ranks x " +
+                                std::to_string(in.numel()));
+  }
+  if (!in.is_cpu() || !out.is_cpu()) {
+    const Tensor h_in = host_copy(in);
+    Tensor h_out = host_copy(out);
+    all_gather(h_in, h_out);
+    out.copy_from(h_out);
+    return;
+  }
+  const local::CallDesc d{
+      .op = local::CollOp::kAllGather, .dtype = in.dtype(), .count = in.numel()};
+  collective(d, &in, &out, [&](const local::Slot& s) {
+    const auto srcs = rank_pointers(s, false, 0, in.dtype());
+    for (std::size_t r = 0; r < srcs.size(); ++r) {
+      local::copy_bytes(bytes_of(out) + r * in.nbytes(), srcs[r], in.nbytes());
+    }
+  });
+  const std::size_t moved = out.nbytes() - in.nbytes();  // (N-1)/N of the output
+  traffic_.record("all_gather", moved, moved);
+}
+
+std::unique_ptr<Communicator> LocalCommunicator::split(int color, int key) {
+  const local::CallDesc d{.op = local::CollOp::kSplit, .color = color, .key = key};
+  local::SplitResult mine;
+  collective(d, nullptr, nullptr, [&](const local::Slot& s) {
+    mine = s.split[static_cast<std::size_t>(rank_)];
+  });
+  traffic_.record("split", 0, 0);
+  if (mine.group < 0) return nullptr;
+  return std::make_unique<LocalCommunicator>(*fabric_, mine.group, fabric_->members(mine.group),
+                                             mine.rank);
+}
+
+// ---- The world and its runner
+
+LocalWorld::LocalWorld(int world_size, LocalOptions opts)
+    : fabric_(std::make_unique<local::Fabric>(world_size, opts.watchdog_seconds,
+                                              opts.synchronous_sends)) {
+  const std::vector<int> everyone = fabric_->members(0);
+  for (int r = 0; r < world_size; ++r) {
+    comms_.push_back(std::make_unique<LocalCommunicator>(*fabric_, 0, everyone, r));
+  }
+}
+
+LocalWorld::~LocalWorld() { fabric_->park_busy_ledgers(); }
+
+MemoryLedger& LocalWorld::ledger(int rank) { return fabric_->ledger(rank); }
+MemoryLedger& LocalWorld::network_ledger() { return fabric_->network_ledger(); }
+LocalCommunicator& LocalWorld::comm(int rank) { return *comms_.at(static_cast<std::size_t>(rank)); }
+
+void LocalWorld::run(const std::function<void(Communicator&)>& fn) {
+  fabric_->begin_run();
+  const auto rank_main = [this, &fn](int r) {
+    LedgerScope scope(fabric_->ledger(r));
+    try {
+      fn(*comms_[static_cast<std::size_t>(r)]);
+    } catch (...) {
+      fabric_->rank_failed(r, std::current_exception());
+      return;
+    }
+    fabric_->rank_finished(r);
+  };
+  std::vector<std::thread> threads;
+  threads.reserve(comms_.size());
+  for (int r = 0; r < size(); ++r) {
+    try {
+      threads.emplace_back(rank_main, r);
+    } catch (...) {
+      // Ranks that never started count as failed, so the started ones are released.
+      for (int q = r; q < size(); ++q) fabric_->rank_failed(q, std::current_exception());
+      break;
+    }
+  }
+  for (std::thread& t : threads) t.join();
+  if (const std::exception_ptr error = fabric_->end_run()) std::rethrow_exception(error);
+}
+
+void run_local(int world_size, const std::function<void(Communicator&)>& fn,
+               const LocalOptions& opts) {
+  LocalWorld world(world_size, opts);
+  world.run(fn);
+}
+
+}  // namespace mixpar

@@ -1,0 +1,102 @@
+// The local backend: N ranks are N threads of one process and data moves through shared
+// memory. Results are deterministic (fixed reduction order), each rank charges its own
+// memory ledger, and a world whose ranks disagree, deadlock or stall fails with a report of
+// where every rank is, on every rank, instead of hanging.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+
+namespace mixpar {
+
+struct LocalOptions {
+  // A rank blocked in one call for longer than this aborts the world with a report of where
+  // every rank is; <= 0 turns the watchdog off. Deadlocks (every unfinished rank waiting for
+  // something no one will send) are reported at once either way.
+  double watchdog_seconds = 60.0;
+  // By default send() queues the message and returns (unbounded buffering, like an eager MPI
+  // send). Synchronous sends return only once the receiver has taken the message, as NCCL's
+  // do: two ranks that both send to each other first then deadlock (and are reported), which
+  // shows a pipeline schedule that only works thanks to buffering. sendrecv() is safe in both.
+  bool synchronous_sends = false;
+};
+
+namespace local {
+class Fabric;
+struct CallDesc;
+struct Slot;
+}  // namespace local
+
+// One rank's view of one group. It belongs to that rank: only the rank's thread calls it.
+class LocalCommunicator final : public Communicator {
+ public:
+  // Rank `rank` of the group `group` of `fabric`, whose members are these world ranks.
+  LocalCommunicator(local::Fabric& fabric, int group, std::vector<int> members, int rank);
+
+  int rank() const override { return rank_; }
+  int size() const override { return static_cast<int>(members_.size()); }
+  std::string backend() const override { return "local"; }
+
+  void send(const Tensor& t, int dst, int tag = 0) override;
+  void recv(Tensor& t, int src, int tag = 0) override;
+  void sendrecv(const Tensor& send_t, int dst, Tensor& recv_t, int src, int tag = 0) override;
+
+  void barrier() override;
+  void broadcast(Tensor& t, int root) override;
+  void all_reduce(Tensor& t, ReduceOp op = ReduceOp::kSum) override;
+  void reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op = ReduceOp::kSum) override;
+  void all_gather(const Tensor& in, Tensor& out) override;
+  std::unique_ptr<Communicator> split(int color, int key) override;
+
+  int world_rank() const { return members_[static_cast<std::size_t>(rank_)]; }
+  MemoryLedger& ledger();  // this rank's ledger (also current_ledger() on the rank's thread)
+
+ private:
+  int world_peer(int group_rank, const char* what) const;
+  Tensor host_copy(const Tensor& t) const;  // CPU copy charged to the network ledger
+  void receive_into(Tensor& t, int src, int tag);
+  template <class Work> void collective(const local::CallDesc& d, const Tensor* in, Tensor* out,
+                                        Work&& work);
+
+  local::Fabric* fabric_;
+  int group_;
+  std::vector<int> members_;  // world ranks, by rank in this group
+  int rank_;
+};
+
+// A world of N ranks that outlives its runs, so ledgers and traffic can be read afterwards.
+// Tensors a rank allocates are charged to ledger(rank); messages in flight and host copies of
+// device tensors to network_ledger() (the interconnect's memory, no rank's). A tensor that
+// outlives the world keeps its ledger alive (it is parked, never freed).
+class LocalWorld {
+ public:
+  explicit LocalWorld(int world_size, LocalOptions opts = {});
+  ~LocalWorld();
+  LocalWorld(const LocalWorld&) = delete;
+  LocalWorld& operator=(const LocalWorld&) = delete;
+
+  // Runs fn on one thread per rank, with the rank's ledger installed, and joins them all.
+  // Then rethrows the first failure: the original exception of the first rank that threw,
+  // or a CommError (mismatch, deadlock, watchdog, messages sent but never received). Another
+  // run may follow a clean one (collective call numbers continue); a failed world refuses.
+  void run(const std::function<void(Communicator&)>& fn);
+
+  int size() const { return static_cast<int>(comms_.size()); }
+  MemoryLedger& ledger(int rank);
+  MemoryLedger& network_ledger();
+  LocalCommunicator& comm(int rank);  // the world communicator (and traffic) of a rank
+
+ private:
+  std::unique_ptr<local::Fabric> fabric_;
+  std::vector<std::unique_ptr<LocalCommunicator>> comms_;
+};
+
+// One LocalWorld, one run: the usual way to run a few ranks.
+void run_local(int world_size, const std::function<void(Communicator&)>& fn,
+               const LocalOptions& opts = {});
+
+}  // namespace mixpar

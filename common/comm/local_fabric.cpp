@@ -1,0 +1,421 @@
+// The local world's shared state and its failure checks. Public members take the one mutex;
+// private helpers expect it held. Waits sleep on the rank's own condition variable with a
+// wait_until deadline (the watchdog), and every rank about to sleep first asks whether any
+// rank could still wake it (the deadlock check), so a broken world fails instead of hanging.
+
+#include "comm/local_fabric.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <numeric>
+#include <stdexcept>
+#include <utility>
+
+namespace mixpar::local {
+namespace {
+
+std::string count_str(std::int64_t count, DType dtype) {
+  return std::to_string(count) + " x " + std::string(dtype_name(dtype));
+}
+
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string s = ranks.size() == 1 ? "rank " : "ranks ";
+  for (std::size_t i = 0; i < ranks.size(); ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
+  return s;
+}
+
+std::string exception_text(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& x) {
+    return x.what();
+  } catch (...) {
+    return "an exception not derived from std::exception";
+  }
+}
+
+}  // namespace
+
+bool CallDesc::agrees_with(const CallDesc& o) const {
+  if (op != o.op) return false;
+  switch (op) {
+    case CollOp::kBarrier:
+    case CollOp::kSplit: return true;
+    case CollOp::kBroadcast: return dtype == o.dtype && count == o.count && root == o.root;
+    case CollOp::kAllGather: return dtype == o.dtype && count == o.count;
+    case CollOp::kAllReduce:
+    case CollOp::kReduceScatter: return dtype == o.dtype && count == o.count && reduce == o.reduce;
+  }
+  return false;
+}
+
+std::string CallDesc::str() const {
+  const std::string n = count_str(count, dtype);
+  const std::string red(reduce_op_name(reduce));
+  switch (op) {
+    case CollOp::kBarrier: return "barrier()";
+    case CollOp::kBroadcast: return "broadcast(" + n + ", root " + std::to_string(root) + ")";
+    case CollOp::kAllReduce: return "all_reduce(" + n + ", " + red + ")";
+    case CollOp::kReduceScatter: return "reduce_scatter(" + n + " per rank, " + red + ")";
+    case CollOp::kAllGather: return "all_gather(" + n + " per rank)";
+    case CollOp::kSplit:
+      return "split(color " + std::to_string(color) + ", key " + std::to_string(key) + ")";
+  }
+  return "?";
+}
+
+struct Fabric::PhaseGuard {
+  RankStatus& status;
+  Phase on_exit = Phase::kComputing;
+  ~PhaseGuard() { status.phase = on_exit; }
+};
+
+Fabric::Fabric(int world_size, double watchdog_seconds, bool synchronous_sends)
+    : cv_(static_cast<std::size_t>(std::max(world_size, 0))),
+      status_(static_cast<std::size_t>(std::max(world_size, 0))),
+      network_(std::make_unique<MemoryLedger>(-1)),
+      watchdog_seconds_(watchdog_seconds),
+      synchronous_sends_(synchronous_sends) {
+  if (world_size < 1) {
+    throw std::invalid_argument("local world of " + std::to_string(world_size) + " ranks");
+  }
+  for (int r = 0; r < world_size; ++r) ledgers_.push_back(std::make_unique<MemoryLedger>(r));
+  Group world;
+  world.members.resize(static_cast<std::size_t>(world_size));
+  std::iota(world.members.begin(), world.members.end(), 0);
+  world.calls.assign(world.members.size(), 0);
+  groups_.push_back(std::move(world));
+  // Capped at ~30 years so the conversion to clock ticks cannot overflow.
+  const double seconds = std::min(watchdog_seconds, 1e9);
+  watchdog_ = seconds > 0 ? std::chrono::duration_cast<Clock::duration>(
+                                std::chrono::duration<double>(seconds))
+                          : Clock::duration::zero();
+}
+
+std::vector<int> Fabric::members(int group) {
+  std::lock_guard lock(mu_);
+  return groups_.at(static_cast<std::size_t>(group)).members;
+}
+
+// ---- Waiting
+
+template <class Ready>
+void Fabric::block(std::unique_lock<std::mutex>& lock, int me, Ready ready) {
+  if (ready()) return;
+  check_deadlock();  // this rank is about to sleep: was it the last one able to move?
+  const Clock::time_point deadline = Clock::now() + watchdog_;
+  std::condition_variable& cv = cv_[static_cast<std::size_t>(me)];
+  while (!ready()) {
+    throw_if_aborted();
+    if (watchdog_ == Clock::duration::zero()) {
+      cv.wait(lock);
+    } else if (cv.wait_until(lock, deadline) == std::cv_status::timeout && !ready() && !aborted_) {
+      char limit[32];
+      std::snprintf(limit, sizeof limit, "%g", watchdog_seconds_);
+      abort("watchdog: rank " + std::to_string(me) + " waited " + limit +
+            " s in the communicator; " + report());
+    }
+  }
+}
+
+// ---- Point to point
+
+std::uint64_t Fabric::post(int group, int src, int dst, int tag, Tensor payload) {
+  std::lock_guard lock(mu_);
+  throw_if_aborted();
+  const std::uint64_t id = next_message_++;
+  mail_[{group, src, dst, tag}].push_back({std::move(payload), id});
+  cv_[static_cast<std::size_t>(dst)].notify_all();
+  return id;
+}
+
+bool Fabric::taken(const MailKey& key, std::uint64_t id) const {
+  const auto it = mail_.find(key);
+  return it == mail_.end() || it->second.front().id > id;
+}
+
+void Fabric::await_taken(int group, int src, int dst, int tag, std::uint64_t id) {
+  std::unique_lock lock(mu_);
+  const MailKey key{group, src, dst, tag};
+  if (taken(key, id)) return;
+  throw_if_aborted();
+  RankStatus& s = status_[static_cast<std::size_t>(src)];
+  s.phase = Phase::kSend;
+  s.group = group;
+  s.peer = dst;
+  s.tag = tag;
+  s.message = id;
+  const std::deque<Message>& queue = mail_.at(key);
+  const auto mine =
+      std::find_if(queue.begin(), queue.end(), [&](const Message& m) { return m.id == id; });
+  s.count = mine->payload.numel();
+  s.dtype = mine->payload.dtype();
+  PhaseGuard guard{s};
+  block(lock, src, [&] { return taken(key, id); });
+}
+
+Tensor Fabric::take(int group, int src, int dst, int tag, std::int64_t count, DType dtype) {
+  std::unique_lock lock(mu_);
+  throw_if_aborted();
+  RankStatus& s = status_[static_cast<std::size_t>(dst)];
+  s.phase = Phase::kRecv;
+  s.group = group;
+  s.peer = src;
+  s.tag = tag;
+  s.count = count;
+  s.dtype = dtype;
+  PhaseGuard guard{s};
+  const MailKey key{group, src, dst, tag};
+  block(lock, dst, [&] { return mail_.count(key) != 0; });
+  const auto it = mail_.find(key);
+  Tensor payload = std::move(it->second.front().payload);
+  it->second.pop_front();
+  if (it->second.empty()) mail_.erase(it);
+  cv_[static_cast<std::size_t>(src)].notify_all();  // a synchronous sender waits for this
+  if (payload.numel() != count || payload.dtype() != dtype) fail(recv_mismatch(s, dst, payload));
+  return payload;
+}
+
+std::string Fabric::recv_mismatch(const RankStatus& s, int dst, const Tensor& payload) const {
+  const std::string tag = " (tag " + std::to_string(s.tag) + ")";
+  const std::string in = s.group == 0 ? "" : " in " + group_name(s.group);
+  return "send/recv mismatch" + in + ": rank " + std::to_string(s.peer) + " sent " +
+         count_str(payload.numel(), payload.dtype()) + " to rank " + std::to_string(dst) + tag +
+         ", but rank " + std::to_string(dst) + " receives " + count_str(s.count, s.dtype) +
+         " from rank " + std::to_string(s.peer) + tag;
+}
+
+// ---- Collectives
+
+Ticket Fabric::arrive(int group, int group_rank, const Arrival& a) {
+  std::unique_lock lock(mu_);
+  throw_if_aborted();
+  Group& g = groups_.at(static_cast<std::size_t>(group));
+  const auto n = static_cast<int>(g.members.size());
+  const int me = g.members[static_cast<std::size_t>(group_rank)];
+  const std::int64_t seq = ++g.calls[static_cast<std::size_t>(group_rank)];
+  std::shared_ptr<Slot>& entry = g.slots[seq];
+  if (!entry) {
+    entry = std::make_shared<Slot>();
+    entry->arrivals.resize(static_cast<std::size_t>(n));
+  }
+  const std::shared_ptr<Slot> slot = entry;
+  check_agreement(group, seq, *slot, group_rank, a.desc);
+  slot->arrivals[static_cast<std::size_t>(group_rank)] = a;
+  if (++slot->arrived == n) {
+    if (a.desc.op == CollOp::kSplit) make_split(group, *slot);
+    for (int m : g.members) cv_[static_cast<std::size_t>(m)].notify_all();
+  }
+  RankStatus& s = status_[static_cast<std::size_t>(me)];
+  s.phase = Phase::kCollective;
+  s.group = group;
+  s.seq = seq;
+  s.desc = a.desc;
+  PhaseGuard guard{s};
+  // Once everyone has arrived the others may already be touching our buffers: from then on
+  // this rank must stay until finish(), whatever happens elsewhere, so `ready` wins over abort.
+  block(lock, me, [&] { return slot->arrived == n; });
+  guard.on_exit = Phase::kCompleting;
+  return Ticket{group, group_rank, seq, slot};
+}
+
+void Fabric::finish(const Ticket& t) {
+  std::unique_lock lock(mu_);
+  Group& g = groups_.at(static_cast<std::size_t>(t.group));
+  const auto n = static_cast<int>(g.members.size());
+  const int me = g.members[static_cast<std::size_t>(t.group_rank)];
+  Slot& slot = *t.slot;
+  if (++slot.done == n) {
+    for (int m : g.members) cv_[static_cast<std::size_t>(m)].notify_all();
+  }
+  // No deadline here: the others are copying, never blocked, and leaving early would free
+  // buffers they are still writing into.
+  cv_[static_cast<std::size_t>(me)].wait(lock, [&] { return slot.done == n; });
+  if (++slot.departed == n) g.slots.erase(t.seq);
+  status_[static_cast<std::size_t>(me)].phase = Phase::kComputing;
+}
+
+void Fabric::check_agreement(int group, std::int64_t seq, const Slot& slot, int group_rank,
+                             const CallDesc& d) {
+  const bool agree = std::all_of(slot.arrivals.begin(), slot.arrivals.end(), [&](const auto& a) {
+    return !a || a->desc.agrees_with(d);
+  });
+  if (agree) return;
+  const std::vector<int>& members = groups_[static_cast<std::size_t>(group)].members;
+  std::string msg = "collective mismatch at call #" + std::to_string(seq) + " of " +
+                    group_name(group) + ":";
+  std::vector<int> absent;
+  for (std::size_t k = 0; k < members.size(); ++k) {
+    const bool mine = static_cast<int>(k) == group_rank;
+    const CallDesc* c = mine ? &d : slot.arrivals[k] ? &slot.arrivals[k]->desc : nullptr;
+    if (!c) {
+      absent.push_back(members[k]);
+      continue;
+    }
+    msg += (msg.back() == ':' ? " rank " : ", rank ") + std::to_string(members[k]) + " " + c->str();
+  }
+  if (!absent.empty()) msg += "; " + rank_list(absent) + " not there yet";
+  fail(msg);
+}
+
+void Fabric::make_split(int group, Slot& slot) {
+  const std::vector<int> parent = groups_[static_cast<std::size_t>(group)].members;
+  std::map<int, std::vector<std::pair<int, int>>> by_color;  // color -> (key, parent rank)
+  for (std::size_t k = 0; k < parent.size(); ++k) {
+    const CallDesc& d = slot.arrivals[k]->desc;
+    if (d.color >= 0) by_color[d.color].emplace_back(d.key, static_cast<int>(k));
+  }
+  slot.split.assign(parent.size(), SplitResult{});
+  for (auto& [color, ranks] : by_color) {
+    std::sort(ranks.begin(), ranks.end());
+    const auto id = static_cast<int>(groups_.size());
+    Group child;
+    for (std::size_t i = 0; i < ranks.size(); ++i) {
+      const auto k = static_cast<std::size_t>(ranks[i].second);
+      child.members.push_back(parent[k]);
+      slot.split[k] = {id, static_cast<int>(i)};
+    }
+    child.calls.assign(ranks.size(), 0);
+    groups_.push_back(std::move(child));
+  }
+}
+
+// ---- Aborting, and the reports
+
+void Fabric::throw_if_aborted() const {
+  if (aborted_) throw CommError(reason_);
+}
+
+void Fabric::fail(std::string reason) {
+  abort(std::move(reason));
+  throw CommError(reason_);  // the first reason, if the world had already failed
+}
+
+void Fabric::abort(std::string reason) {
+  if (aborted_) return;
+  aborted_ = true;
+  reason_ = std::move(reason);
+  for (std::condition_variable& cv : cv_) cv.notify_all();
+}
+
+void Fabric::check_deadlock() {
+  if (aborted_) return;
+  bool any_live = false;
+  for (int r = 0; r < world_size(); ++r) {
+    const Phase p = status_[static_cast<std::size_t>(r)].phase;
+    if (p == Phase::kFinished || p == Phase::kFailed) continue;
+    if (!stuck(r)) return;
+    any_live = true;
+  }
+  if (any_live) {
+    abort("deadlock: every unfinished rank waits in the communicator and nothing in flight "
+          "can release any of them; " + report());
+  }
+}
+
+bool Fabric::stuck(int rank) const {
+  const RankStatus& s = status_[static_cast<std::size_t>(rank)];
+  if (s.phase == Phase::kRecv) return mail_.count({s.group, s.peer, rank, s.tag}) == 0;
+  if (s.phase == Phase::kSend) return !taken({s.group, rank, s.peer, s.tag}, s.message);
+  if (s.phase != Phase::kCollective) return false;
+  const Group& g = groups_[static_cast<std::size_t>(s.group)];
+  const auto it = g.slots.find(s.seq);
+  return it != g.slots.end() && it->second->arrived < static_cast<int>(g.members.size());
+}
+
+std::string Fabric::where(int rank) const {
+  const RankStatus& s = status_[static_cast<std::size_t>(rank)];
+  const std::string who = "rank " + std::to_string(rank);
+  const std::string call = " (call #" + std::to_string(s.seq) + " of " + group_name(s.group) + ")";
+  switch (s.phase) {
+    case Phase::kComputing: return who + " is computing (not in the communicator)";
+    case Phase::kFinished: return who + " has finished";
+    case Phase::kFailed: return who + " has failed";
+    case Phase::kCompleting: return who + " is completing " + s.desc.str() + call;
+    case Phase::kSend:
+    case Phase::kRecv:
+      return who + " waits in " + (s.phase == Phase::kSend ? "send(to " : "recv(from ") +
+             std::to_string(s.peer) + ", tag " + std::to_string(s.tag) + ", " +
+             count_str(s.count, s.dtype) + ")" + (s.group == 0 ? "" : " in " + group_name(s.group));
+    case Phase::kCollective: break;
+  }
+  const Group& g = groups_[static_cast<std::size_t>(s.group)];
+  std::vector<int> absent;
+  const auto it = g.slots.find(s.seq);
+  for (std::size_t k = 0; k < g.members.size(); ++k) {
+    if (it != g.slots.end() && !it->second->arrivals[k]) absent.push_back(g.members[k]);
+  }
+  return who + " waits in " + s.desc.str() + call +
+         (absent.empty() ? "" : " for " + rank_list(absent));
+}
+
+std::string Fabric::report() const {
+  std::string out;
+  for (int r = 0; r < world_size(); ++r) out += (r ? "; " : "") + where(r);
+  return out;
+}
+
+std::string Fabric::group_name(int group) const {
+  if (group == 0) return "world";
+  const std::vector<int>& m = groups_[static_cast<std::size_t>(group)].members;
+  std::string s = "group {";
+  for (std::size_t i = 0; i < m.size(); ++i) s += (i ? ", " : "") + std::to_string(m[i]);
+  return s + "}";
+}
+
+std::string Fabric::undelivered() const {
+  std::string msg = "messages sent but never received:";
+  for (const auto& [key, queue] : mail_) {
+    const auto& [group, src, dst, tag] = key;
+    msg += (msg.back() == ':' ? " rank " : "; rank ") + std::to_string(src) + " sent " +
+           std::to_string(queue.size()) + " message(s) to rank " + std::to_string(dst) +
+           " (tag " + std::to_string(tag) + ")" + (group == 0 ? "" : " in " + group_name(group));
+  }
+  return msg;
+}
+
+// ---- Run lifecycle
+
+void Fabric::begin_run() {
+  std::lock_guard lock(mu_);
+  if (dead_) throw std::logic_error("local world: a previous run failed (" + reason_ + ")");
+  for (RankStatus& s : status_) s = RankStatus{};
+}
+
+void Fabric::rank_finished(int rank) {
+  std::lock_guard lock(mu_);
+  status_[static_cast<std::size_t>(rank)].phase = Phase::kFinished;
+  check_deadlock();  // ranks still waiting for this one can never be released
+}
+
+void Fabric::rank_failed(int rank, std::exception_ptr error) {
+  std::lock_guard lock(mu_);
+  status_[static_cast<std::size_t>(rank)].phase = Phase::kFailed;
+  if (!first_error_) first_error_ = error;
+  abort("rank " + std::to_string(rank) + " failed: " + exception_text(error));
+}
+
+std::exception_ptr Fabric::end_run() {
+  std::lock_guard lock(mu_);
+  if (!aborted_ && !mail_.empty()) abort(undelivered());
+  if (!aborted_) return nullptr;
+  dead_ = true;
+  return first_error_ ? first_error_ : std::make_exception_ptr(CommError(reason_));
+}
+
+void Fabric::park_busy_ledgers() {
+  // Never destroyed, so tensors that outlive their world (even past static destruction)
+  // always find their ledger; reachable, so leak checkers stay quiet.
+  static auto* const parked = new std::vector<std::unique_ptr<MemoryLedger>>();
+  static auto* const parked_mu = new std::mutex();
+  std::lock_guard lock(*parked_mu);
+  const auto park = [&](std::unique_ptr<MemoryLedger>& l) {
+    if (l && (l->live_total(Device::kCPU) || l->live_total(Device::kCUDA))) {
+      parked->push_back(std::move(l));
+    }
+  };
+  for (std::unique_ptr<MemoryLedger>& l : ledgers_) park(l);
+  park(network_);
+}
+
+}  // namespace mixpar::local

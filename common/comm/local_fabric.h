@@ -1,0 +1,164 @@
+// The shared state of a local world (internal to the local backend): mailboxes for messages,
+// one rendezvous slot per collective call, what each rank is doing, and the checks that turn
+// an inconsistent or stuck world into a CommError on every rank: mismatch, deadlock,
+// watchdog, failure of a rank. One mutex guards it all; each rank sleeps on its own condvar.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "comm/communicator.h"
+
+namespace mixpar::local {
+
+enum class CollOp : std::uint8_t {
+  kBarrier, kBroadcast, kAllReduce, kReduceScatter, kAllGather, kSplit
+};
+
+// What one rank asked a collective for. The ranks of a group must agree on all of it except
+// the split arguments, which are per rank by design.
+struct CallDesc {
+  CollOp op = CollOp::kBarrier;
+  DType dtype = DType::kF32;
+  std::int64_t count = 0;  // elements of the buffer (all_reduce, broadcast) or of one block
+  int root = -1;           // broadcast: the root's world rank
+  ReduceOp reduce = ReduceOp::kSum;
+  int color = 0;  // split
+  int key = 0;    // split
+  bool agrees_with(const CallDesc& o) const;
+  std::string str() const;  // "all_reduce(1024 x f32, sum)"
+};
+
+// One rank's buffers in a collective. Between arrival and departure the other ranks of the
+// group read and write them; their owner is blocked in the communicator all that time.
+struct Arrival {
+  CallDesc desc;
+  const Tensor* in = nullptr;
+  Tensor* out = nullptr;
+};
+
+struct SplitResult {
+  int group = -1;  // -1: negative color, no group
+  int rank = -1;
+};
+
+// The rendezvous of one collective call (one call number) of one group.
+struct Slot {
+  std::vector<std::optional<Arrival>> arrivals;  // by group rank
+  int arrived = 0;
+  int done = 0;      // ranks whose share of the data movement is finished
+  int departed = 0;
+  std::vector<SplitResult> split;  // by group rank, filled when the last rank arrives
+};
+
+// A collective whose whole group has arrived, as one rank holds it until it departs.
+struct Ticket {
+  int group = 0;
+  int group_rank = 0;
+  std::int64_t seq = 0;
+  std::shared_ptr<Slot> slot;
+};
+
+class Fabric {
+ public:
+  Fabric(int world_size, double watchdog_seconds, bool synchronous_sends);
+  int world_size() const { return static_cast<int>(status_.size()); }
+  MemoryLedger& ledger(int rank) { return *ledgers_.at(static_cast<std::size_t>(rank)); }
+  MemoryLedger& network_ledger() { return *network_; }
+  std::vector<int> members(int group);  // world ranks, by group rank
+
+  // Point to point between world ranks. post() queues a message and returns its id at once;
+  // take() blocks until a message is there; await_taken() blocks until the receiver took it
+  // (synchronous sends).
+  bool synchronous_sends() const { return synchronous_sends_; }
+  std::uint64_t post(int group, int src, int dst, int tag, Tensor payload);
+  Tensor take(int group, int src, int dst, int tag, std::int64_t count, DType dtype);
+  void await_taken(int group, int src, int dst, int tag, std::uint64_t id);
+
+  // arrive() registers this rank's call and blocks until the whole group has arrived;
+  // finish() marks this rank's share of the data movement done and waits for the others'.
+  Ticket arrive(int group, int group_rank, const Arrival& a);
+  void finish(const Ticket& t);
+
+  // Run lifecycle, called by the runner around the rank threads.
+  void begin_run();
+  void rank_finished(int rank);
+  void rank_failed(int rank, std::exception_ptr error);
+  std::exception_ptr end_run();  // the first failure, nullptr for a clean run
+
+  // Gives up the ledgers that tensors still point to, so they outlive this fabric.
+  void park_busy_ledgers();
+
+ private:
+  enum class Phase : std::uint8_t {
+    kComputing, kSend, kRecv, kCollective, kCompleting, kFinished, kFailed
+  };
+  struct RankStatus {
+    Phase phase = Phase::kComputing;
+    int group = 0;
+    int peer = -1;  // send: destination, recv: source (world ranks)
+    int tag = 0;
+    std::int64_t count = 0;     // send, recv
+    DType dtype = DType::kF32;  // send, recv
+    std::uint64_t message = 0;  // send: the id of the message not yet taken
+    std::int64_t seq = 0;       // collective call number
+    CallDesc desc;              // collective
+  };
+  struct Group {
+    std::vector<int> members;         // world ranks, by group rank
+    std::vector<std::int64_t> calls;  // collectives started, by group rank
+    std::map<std::int64_t, std::shared_ptr<Slot>> slots;  // by call number (from 1)
+  };
+  using MailKey = std::tuple<int, int, int, int>;  // group, src, dst, tag
+  struct Message {
+    Tensor payload;
+    std::uint64_t id;  // increasing: a queue is taken from the front, so taken = id < front's
+  };
+  using Clock = std::chrono::steady_clock;
+  struct PhaseGuard;  // restores a rank's phase when a blocking call returns or throws
+
+  template <class Ready>
+  void block(std::unique_lock<std::mutex>& lock, int me, Ready ready);
+  void throw_if_aborted() const;
+  [[noreturn]] void fail(std::string reason);
+  void abort(std::string reason);
+  void check_deadlock();
+  bool stuck(int rank) const;
+  bool taken(const MailKey& key, std::uint64_t id) const;
+  std::string where(int rank) const;   // "rank 0 waits in recv(from 1, tag 0, 4 x f32)"
+  std::string report() const;          // where() of every rank
+  std::string group_name(int group) const;
+  std::string recv_mismatch(const RankStatus& s, int dst, const Tensor& payload) const;
+  void check_agreement(int group, std::int64_t seq, const Slot& slot, int group_rank,
+                       const CallDesc& d);
+  void make_split(int group, Slot& slot);
+  std::string undelivered() const;
+
+  std::mutex mu_;
+  std::vector<std::condition_variable> cv_;  // by world rank
+  std::vector<RankStatus> status_;           // by world rank
+  std::vector<std::unique_ptr<MemoryLedger>> ledgers_;
+  std::unique_ptr<MemoryLedger> network_;  // in-flight messages and device staging copies
+  std::deque<Group> groups_;  // by id, 0 is the world; a deque keeps references stable
+  std::map<MailKey, std::deque<Message>> mail_;
+  std::uint64_t next_message_ = 0;
+  Clock::duration watchdog_;  // zero: no watchdog
+  double watchdog_seconds_;
+  bool synchronous_sends_;
+  bool aborted_ = false;
+  bool dead_ = false;  // a failed run leaves the world unusable
+  std::string reason_;
+  std::exception_ptr first_error_;
+};
+
+}  // namespace mixpar::local

@@ -1,0 +1,71 @@
+// Elementwise kernels over tensors of any float dtype, in chunks of kChunk elements: each
+// chunk is read as the compute type C (float, or double in reference mode) and results are
+// rounded once into the output's dtype. Same-dtype tensors are used in place (no copy); the
+// others go through a stack buffer, so elementwise ops allocate nothing.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstdint>
+
+#include "numerics/formats.h"
+#include "tensor/tensor.h"
+
+namespace mixpar::ops {
+
+inline constexpr std::int64_t kChunk = 1024;
+
+// Calls body(begin, n) for consecutive chunks covering [0, total).
+template <class F> void for_chunks(std::int64_t total, F&& body) {
+  for (std::int64_t begin = 0; begin < total; begin += kChunk) {
+    body(begin, std::min(kChunk, total - begin));
+  }
+}
+
+// Runs f(C{}) with C = double when `f64` (reference mode), else C = float.
+template <class F> decltype(auto) with_compute_type(bool f64, F&& f) {
+  if (f64) return f(double{});
+  return f(float{});
+}
+
+// Flat elements [begin, begin + n) of t as C values (n <= kChunk).
+template <class C> class ChunkReader {
+ public:
+  const C* read(const Tensor& t, std::int64_t begin, std::int64_t n) {
+    const char* src = static_cast<const char*>(t.data()) +
+                      static_cast<std::size_t>(begin) * dtype_size(t.dtype());
+    if (t.dtype() == dtype_of<C>) return reinterpret_cast<const C*>(src);
+    convert(src, t.dtype(), buf_.data(), dtype_of<C>, static_cast<std::size_t>(n));
+    return buf_.data();
+  }
+
+ private:
+  std::array<C, kChunk> buf_;
+};
+
+// A writable window of C values on flat elements [begin, begin + n) of t. commit() rounds the
+// window into t's dtype (nothing to do when t already holds C). `load` fills the window with
+// t's current values first (read-modify-write, e.g. an optimizer updating a parameter).
+template <class C> class ChunkWriter {
+ public:
+  C* open(const Tensor& t, std::int64_t begin, std::int64_t n, bool load = false) {
+    dst_ = static_cast<char*>(t.data()) + static_cast<std::size_t>(begin) * dtype_size(t.dtype());
+    dtype_ = t.dtype();
+    n_ = static_cast<std::size_t>(n);
+    if (dtype_ == dtype_of<C>) return reinterpret_cast<C*>(dst_);
+    if (load) convert(dst_, dtype_, buf_.data(), dtype_of<C>, n_);
+    return buf_.data();
+  }
+  void commit() {
+    if (dtype_ != dtype_of<C>) convert(buf_.data(), dtype_of<C>, dst_, dtype_, n_);
+  }
+
+ private:
+  std::array<C, kChunk> buf_;
+  char* dst_ = nullptr;
+  DType dtype_ = DType::kF32;
+  std::size_t n_ = 0;
+};
+
+}  // namespace mixpar::ops

@@ -1,0 +1,85 @@
+// Linear layer forward/backward built on matmul and the matrix views; the bias epilogue and
+// the bias gradient use Eigen row broadcasts and column sums on the same views.
+#include "ops/linear.h"
+
+#include "ops/checks.h"
+#include "ops/chunked.h"
+#include "ops/matrix_view.h"
+
+namespace mixpar::ops {
+namespace {
+
+void check_bias(const Tensor& b, std::int64_t n, const char* op) {
+  check_operand(b, op, "b");
+  check_shape(b, {n}, op, "b");
+}
+
+// y = x w + b in C arithmetic, rounded once into y.
+template <class C> void linear_fused(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) {
+  const MatrixIn<C> in_x(x), in_w(w), in_b(b);
+  MatrixOut<C> result(y, false);
+  auto o = result.map();
+  o.noalias() = in_x.map() * in_w.map();
+  o.rowwise() += in_b.map().row(0);
+  result.store();
+}
+
+}  // namespace
+
+void linear_forward(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y,
+                    Accumulation acc) {
+  if (b == nullptr || acc == Accumulation::kFP16) {
+    matmul(x, w, y, false, false, acc);  // checks x, w, y
+    if (b != nullptr) bias_add(y, *b);
+    return;
+  }
+  check_operand(x, "linear_forward", "x");
+  check_operand(w, "linear_forward", "w");
+  check_operand(y, "linear_forward", "y");
+  check_2d(x, "linear_forward", "x");
+  check_2d(w, "linear_forward", "w");
+  check_shape(w, {x.dim(1), w.dim(1)}, "linear_forward", "w");
+  check_shape(y, {x.dim(0), w.dim(1)}, "linear_forward", "y");
+  check_bias(*b, w.dim(1), "linear_forward");
+  check_no_overlap(y, x, "linear_forward", "y", "x");
+  check_no_overlap(y, w, "linear_forward", "y", "w");
+  if (any_f64({&x, &w, b, &y})) linear_fused<double>(x, w, *b, y);
+  else linear_fused<float>(x, w, *b, y);
+}
+
+void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, Tensor& dw,
+                     Tensor* db, bool accumulate) {
+  if (dx != nullptr) matmul(dy, w, *dx, false, true);                         // dy w^T
+  matmul(x, dy, dw, true, false, Accumulation::kFP32, 1.0f, accumulate ? 1.0f : 0.0f);  // x^T dy
+  if (db != nullptr) bias_grad(dy, *db, accumulate);
+}
+
+void bias_add(Tensor& y, const Tensor& b) {
+  check_operand(y, "bias_add", "y");
+  check_2d(y, "bias_add", "y");
+  check_bias(b, y.dim(1), "bias_add");
+  with_compute_type(any_f64({&y, &b}), [&](auto tag) {
+    using C = decltype(tag);
+    const MatrixIn<C> in_b(b);
+    MatrixOut<C> result(y, true);
+    result.map().rowwise() += in_b.map().row(0);
+    result.store();
+  });
+}
+
+void bias_grad(const Tensor& dy, Tensor& db, bool accumulate) {
+  check_operand(dy, "bias_grad", "dy");
+  check_operand(db, "bias_grad", "db");
+  check_2d(dy, "bias_grad", "dy");
+  check_shape(db, {dy.dim(1)}, "bias_grad", "db");
+  with_compute_type(any_f64({&dy, &db}), [&](auto tag) {
+    using C = decltype(tag);
+    const MatrixIn<C> in_dy(dy);
+    MatrixOut<C> result(db, accumulate);
+    if (accumulate) result.map().row(0) += in_dy.map().colwise().sum();
+    else result.map().row(0) = in_dy.map().colwise().sum();
+    result.store();
+  });
+}
+
+}  // namespace mixpar::ops

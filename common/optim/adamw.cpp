@@ -1,0 +1,79 @@
+// AdamW: one chunked pass per parameter, in the operation order of PyTorch's single-tensor
+// AdamW (torch/optim/adam.py, _single_tensor_adam with decoupled weight decay). The scalar
+// factors are formed in double from t, as PyTorch does in Python, then used in FP32.
+#include "optim/adamw.h"
+
+#include <cmath>
+#include <utility>
+
+#include "ops/chunked.h"
+#include "optim/param_list.h"
+
+namespace mixpar {
+namespace {
+
+// The per-step constants of the update.
+struct AdamScalars {
+  float decay;           // 1 - lr wd
+  float one_minus_b1;    // lerp weight of m towards g
+  float beta2, one_minus_b2;
+  float step_size;       // lr / (1 - b1^t)
+  float bc2_sqrt;        // sqrt(1 - b2^t)
+  float eps;
+};
+
+AdamScalars scalars_for(const AdamWConfig& c, std::int64_t t) {
+  const double td = static_cast<double>(t);
+  const double bc1 = 1.0 - std::pow(c.beta1, td);
+  const double bc2 = 1.0 - std::pow(c.beta2, td);
+  return {static_cast<float>(1.0 - c.lr * c.weight_decay),
+          static_cast<float>(1.0 - c.beta1),
+          static_cast<float>(c.beta2),
+          static_cast<float>(1.0 - c.beta2),
+          static_cast<float>(c.lr / bc1),
+          static_cast<float>(std::sqrt(bc2)),
+          static_cast<float>(c.eps)};
+}
+
+// theta [n], g [n] (any float dtype); m [n], v [n] FP32, updated in place.
+void adamw_update(const Tensor& theta, const Tensor& g, const Tensor& m, const Tensor& v,
+                  const AdamScalars& s) {
+  ops::ChunkReader<float> rg;
+  ops::ChunkWriter<float> wp;
+  float* pm = m.data_as<float>();
+  float* pv = v.data_as<float>();
+  ops::for_chunks(theta.numel(), [&](std::int64_t begin, std::int64_t n) {
+    const float* pg = rg.read(g, begin, n);
+    float* pp = wp.open(theta, begin, n, /*load=*/true);
+    float* mm = pm + begin;
+    float* vv = pv + begin;
+    for (std::int64_t i = 0; i < n; ++i) {
+      pp[i] *= s.decay;                                  // theta <- theta (1 - lr wd), first
+      mm[i] += s.one_minus_b1 * (pg[i] - mm[i]);         // m <- b1 m + (1 - b1) g, as lerp_
+      vv[i] = s.beta2 * vv[i] + s.one_minus_b2 * pg[i] * pg[i];
+      const float denom = std::sqrt(vv[i]) / s.bc2_sqrt + s.eps;
+      pp[i] += -s.step_size * (mm[i] / denom);           // addcdiv_(m, denom, -step_size)
+    }
+    wp.commit();
+  });
+}
+
+}  // namespace
+
+AdamW::AdamW(std::vector<Tensor> params, AdamWConfig config)
+    : params_(std::move(params)), config_(config) {
+  check_params(params_, "AdamW");
+  m_ = zeros_like_fp32(params_, MemCategory::kOptimizerState);
+  v_ = zeros_like_fp32(params_, MemCategory::kOptimizerState);
+}
+
+void AdamW::step(std::span<const Tensor> grads) {
+  check_grads(params_, grads, "AdamW::step");
+  ++step_;
+  const AdamScalars s = scalars_for(config_, step_);
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    adamw_update(params_[i], grads[i], m_[i], v_[i], s);
+  }
+}
+
+}  // namespace mixpar

@@ -1,0 +1,36 @@
+// clip_grad_norm_: the norm from ops::sum_of_squares, the scaling from ops::scale.
+#include "optim/clip.h"
+
+#include <cmath>
+
+#include "ops/elementwise.h"
+#include "ops/reductions.h"
+
+namespace mixpar {
+
+double global_grad_norm(std::span<const Tensor> grads) {
+  double sum_sq = 0.0;
+  for (const Tensor& g : grads) sum_sq += ops::sum_of_squares(g);
+  return std::sqrt(sum_sq);
+}
+
+double clip_coefficient(double total_norm, double max_norm) {
+  // The 1e-6 keeps a zero norm from dividing by zero (torch/nn/utils/clip_grad.py).
+  const double coef = max_norm / (total_norm + 1e-6);
+  return coef > 1.0 ? 1.0 : coef;
+}
+
+double clip_grad_norm(std::span<const Tensor> grads, double max_norm) {
+  const double total = global_grad_norm(grads);
+  const double coef = clip_coefficient(total, max_norm);
+  // PyTorch always multiplies; by exactly 1 that changes no value, so only the rest run.
+  if (coef != 1.0) {
+    for (const Tensor& g : grads) {
+      Tensor handle = g;  // a handle on the same storage: the grads are scaled in place
+      ops::scale(handle, coef);
+    }
+  }
+  return total;
+}
+
+}  // namespace mixpar

@@ -1,0 +1,25 @@
+// Global-norm gradient clipping with the semantics of PyTorch's clip_grad_norm_ (norm_type 2,
+// error_if_nonfinite=False): total = sqrt(sum over all grads of g^2), coef = max_norm /
+// (total + 1e-6) clamped to <= 1, every gradient multiplied by coef. Apply it to UNSCALED
+// gradients: on scaled ones the threshold is silently multiplied by the loss scale.
+#pragma once
+
+#include <span>
+
+#include "tensor/tensor.h"
+
+namespace mixpar {
+
+// sqrt(sum_i sum_of_squares(grads[i])), summed in FP64. Under sharding, callers add the
+// per-shard sums of squares (each element counted once) and take the root themselves.
+double global_grad_norm(std::span<const Tensor> grads);
+
+// max_norm / (total_norm + 1e-6), clamped to <= 1. NaN stays NaN (as torch.clamp).
+double clip_coefficient(double total_norm, double max_norm);
+
+// Multiplies every gradient by clip_coefficient(global_grad_norm(grads), max_norm) and returns
+// the norm measured before clipping. A coefficient of exactly 1 leaves the grads untouched;
+// a non-finite norm is not an error: the grads become NaN (inf norm: 0 * inf), as in PyTorch.
+double clip_grad_norm(std::span<const Tensor> grads, double max_norm);
+
+}  // namespace mixpar

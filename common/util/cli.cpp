@@ -1,0 +1,211 @@
+#include "util/cli.h"
+
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "util/errors.h"
+
+namespace mixpar {
+
+ArgParser::ArgParser(std::string prog, std::string description)
+    : prog_(std::move(prog)), description_(std::move(description)) {}
+
+ArgParser& ArgParser::flag(const std::string& name, const std::string& help) {
+  specs_[name] = Spec{true, "", help};
+  order_.push_back(name);
+  return *this;
+}
+
+ArgParser& ArgParser::option(const std::string& name, const std::string& default_value,
+                             const std::string& help) {
+  specs_[name] = Spec{false, default_value, help};
+  order_.push_back(name);
+  return *this;
+}
+
+ArgParser& ArgParser::positional(const std::string& name, const std::string& help, bool required,
+                                 bool variadic) {
+  positional_specs_.push_back({name, help, required, variadic});
+  return *this;
+}
+
+const ArgParser::Spec& ArgParser::spec(const std::string& name) const {
+  auto it = specs_.find(name);
+  if (it == specs_.end()) throw std::logic_error("ArgParser: undeclared option --" + name);
+  return it->second;
+}
+
+namespace {
+// "-2.5", "-1e-8", "-inf", "-nan" are values, not options: a tool about numbers must take
+// them as positionals without the user having to write `--` first.
+bool is_number(const std::string& text) {
+  if (text.empty() || std::isspace(static_cast<unsigned char>(text[0]))) return false;
+  char* end = nullptr;
+  std::strtod(text.c_str(), &end);
+  return end == text.c_str() + text.size();
+}
+}  // namespace
+
+void ArgParser::parse(int argc, char** argv) {
+  // Parsing starts from scratch, so a parser can be reused without stale values.
+  values_.clear();
+  positional_values_.clear();
+  bool options_done = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (options_done || arg.size() < 2 || arg.rfind("--", 0) != 0) {
+      if (!options_done && arg.size() > 1 && arg[0] == '-' && !is_number(arg)) {
+        throw InputError("unknown option '" + arg + "' (see --help)");
+      }
+      positional_values_.push_back(arg);
+      continue;
+    }
+    if (arg == "--") {
+      options_done = true;
+      continue;
+    }
+    if (arg == "--help") {
+      std::fputs(usage().c_str(), stdout);
+      std::exit(0);
+    }
+    std::string name = arg.substr(2), value;
+    const auto eq = name.find('=');
+    const bool inline_value = eq != std::string::npos;
+    if (inline_value) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+    }
+    auto it = specs_.find(name);
+    if (it == specs_.end()) throw InputError("unknown option '--" + name + "' (see --help)");
+    if (it->second.is_flag) {
+      if (inline_value) throw InputError("--" + name + " takes no value");
+      // (insert_or_assign of a std::string: assigning the literal trips GCC 12's false
+      // -Wrestrict positive, bug 105329, in Release builds.)
+      values_.insert_or_assign(name, std::string("1"));
+      continue;
+    }
+    if (!inline_value) {
+      if (i + 1 >= argc) throw InputError("--" + name + " needs a value");
+      value = argv[++i];
+    }
+    values_[name] = value;
+  }
+  std::size_t need = 0;
+  bool variadic = false;
+  for (const auto& p : positional_specs_) {
+    need += p.required ? 1 : 0;
+    variadic = variadic || p.variadic;
+  }
+  if (positional_values_.size() < need) {
+    throw InputError("missing argument <" + positional_specs_[positional_values_.size()].name + ">");
+  }
+  if (!variadic && positional_values_.size() > positional_specs_.size()) {
+    throw InputError("unexpected argument '" + positional_values_[positional_specs_.size()] + "'");
+  }
+}
+
+std::string ArgParser::usage() const {
+  std::string out = "usage: " + prog_ + " [options]";
+  for (const auto& p : positional_specs_) {
+    out += p.required ? " <" + p.name + ">" : " [" + p.name + "]";
+    if (p.variadic) out += "...";
+  }
+  out += "\n\n" + description_ + "\n";
+  if (!positional_specs_.empty()) out += "\narguments:\n";
+  for (const auto& p : positional_specs_) out += "  " + p.name + "\n      " + p.help + "\n";
+  out += "\noptions:\n";
+  for (const auto& name : order_) {
+    const Spec& s = specs_.at(name);
+    out += "  --" + name + (s.is_flag ? "" : " VALUE");
+    if (!s.is_flag && !s.default_value.empty()) out += " (default " + s.default_value + ")";
+    out += "\n      " + s.help + "\n";
+  }
+  out += "  --help\n      print this help and exit\n";
+  return out;
+}
+
+bool ArgParser::given(const std::string& name) const {
+  spec(name);
+  return values_.count(name) > 0;
+}
+
+bool ArgParser::get_flag(const std::string& name) const {
+  if (!spec(name).is_flag) throw std::logic_error("ArgParser: --" + name + " is not a flag");
+  return values_.count(name) > 0;
+}
+
+std::string ArgParser::get(const std::string& name) const {
+  const Spec& s = spec(name);
+  auto it = values_.find(name);
+  if (it != values_.end()) return it->second;
+  if (s.default_value.empty()) throw InputError("--" + name + " is required");
+  return s.default_value;
+}
+
+std::int64_t ArgParser::get_int(const std::string& name) const {
+  return parse_int("--" + name, get(name));
+}
+
+double ArgParser::get_double(const std::string& name) const {
+  return parse_double("--" + name, get(name));
+}
+
+std::string ArgParser::get_choice(const std::string& name,
+                                  const std::vector<std::string>& choices) const {
+  const std::string v = get(name);
+  std::string all;
+  for (const auto& c : choices) {
+    if (c == v) return v;
+    all += (all.empty() ? "" : "|") + c;
+  }
+  throw InputError("--" + name + ": '" + v + "' is not one of " + all);
+}
+
+double parse_double(const std::string& what, const std::string& text) {
+  if (!is_number(text)) throw InputError(what + ": '" + text + "' is not a number");
+  errno = 0;
+  const double v = std::strtod(text.c_str(), nullptr);
+  // Underflow (ERANGE with a tiny or zero result) is a correctly rounded value and is kept:
+  // "1e-320" is a subnormal double. Only overflow of a finite literal is an error; "inf"
+  // itself is a valid input.
+  if (errno == ERANGE && std::isinf(v)) {
+    throw InputError(what + ": '" + text + "' is out of the range of a double");
+  }
+  return v;
+}
+
+std::int64_t parse_int(const std::string& what, const std::string& text) {
+  const double v = parse_double(what, text);
+  if (!std::isfinite(v) || v != std::floor(v) || std::fabs(v) > 9.0e18) {
+    throw InputError(what + ": '" + text + "' is not a whole number");
+  }
+  return static_cast<std::int64_t>(v);
+}
+
+double parse_bytes(const std::string& what, const std::string& text) {
+  static const std::pair<const char*, double> kUnits[] = {
+      {"TiB", 1099511627776.0}, {"GiB", 1073741824.0}, {"MiB", 1048576.0}, {"KiB", 1024.0},
+      {"TB", 1e12}, {"GB", 1e9}, {"MB", 1e6}, {"KB", 1e3}, {"B", 1.0}};
+  // Errors name the whole text ("80XB"), not the part left after a unit was removed.
+  const InputError bad(what + ": '" + text + "' is not a size (e.g. 80GB, 512MiB, 1e9)");
+  std::string number = text;
+  double scale = 1.0;
+  for (const auto& [suffix, unit] : kUnits) {
+    const std::size_t n = std::strlen(suffix);
+    if (text.size() > n && text.compare(text.size() - n, n, suffix) == 0) {
+      number = text.substr(0, text.size() - n);
+      scale = unit;
+      break;
+    }
+  }
+  if (!is_number(number)) throw bad;
+  const double v = std::strtod(number.c_str(), nullptr) * scale;
+  if (!std::isfinite(v) || v < 0) throw bad;
+  return v;
+}
+
+}  // namespace mixpar

@@ -1,0 +1,28 @@
+#include "util/errors.h"
+
+#include <cstdio>
+#include <string>
+
+namespace mixpar {
+
+namespace {
+std::string prog_name(char** argv) {
+  std::string p = argv && argv[0] ? argv[0] : "mixpar";
+  const auto slash = p.find_last_of('/');
+  return slash == std::string::npos ? p : p.substr(slash + 1);
+}
+}  // namespace
+
+int run_main(int argc, char** argv, const std::function<int(int, char**)>& body) {
+  try {
+    return body(argc, argv);
+  } catch (const InputError& e) {
+    std::fprintf(stderr, "%s: error: %s\n", prog_name(argv).c_str(), e.what());
+    return kExitInputError;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: internal error: %s\n", prog_name(argv).c_str(), e.what());
+    return 1;
+  }
+}
+
+}  // namespace mixpar

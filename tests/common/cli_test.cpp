@@ -1,0 +1,223 @@
+// ArgParser, the parse_* helpers and run_main: the behaviour every mixpar tool shares.
+// Negative numbers are values, `--` ends options, every bad input is an InputError that
+// run_main turns into one line on stderr and exit code 2.
+#include "util/cli.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "util/errors.h"
+
+namespace mixpar {
+namespace {
+
+// argv for ArgParser::parse, owning its strings; argv[0] is the program name.
+class Argv {
+ public:
+  Argv(std::initializer_list<std::string> args) : strings_(args) {
+    strings_.insert(strings_.begin(), "/usr/local/bin/tool");
+    for (std::string& s : strings_) pointers_.push_back(s.data());
+  }
+  Argv(const Argv&) = delete;  // pointers_ point into strings_
+  int argc() { return static_cast<int>(pointers_.size()); }
+  char** argv() { return pointers_.data(); }
+
+ private:
+  std::vector<std::string> strings_;
+  std::vector<char*> pointers_;
+};
+
+ArgParser make_parser() {
+  ArgParser p("tool", "A tool for tests.");
+  p.flag("json", "print JSON")
+      .option("lr", "0.001", "learning rate")
+      .option("out", "", "output file (required when used)")
+      .option("mode", "fast", "fast|exact")
+      .positional("value", "numbers", false, true);
+  return p;
+}
+
+void parse(ArgParser& p, std::initializer_list<std::string> args) {
+  Argv a(args);
+  p.parse(a.argc(), a.argv());
+}
+
+TEST(Cli, NegativeNumbersArePositionalsWithoutDoubleDash) {
+  ArgParser p = make_parser();
+  parse(p, {"-2.5", "-inf", "-1e-8", "-.5", "-nan"});
+  EXPECT_EQ(p.positionals(), (std::vector<std::string>{"-2.5", "-inf", "-1e-8", "-.5", "-nan"}));
+}
+
+TEST(Cli, DoubleDashEndsOptions) {
+  ArgParser p = make_parser();
+  parse(p, {"--json", "--", "-2.5", "--lr", "-x"});
+  EXPECT_TRUE(p.get_flag("json"));
+  EXPECT_EQ(p.positionals(), (std::vector<std::string>{"-2.5", "--lr", "-x"}));
+  EXPECT_FALSE(p.given("lr"));
+}
+
+TEST(Cli, UnknownOptionsAreInputErrors) {
+  ArgParser p = make_parser();
+  EXPECT_THROW(parse(p, {"--bogus"}), InputError);
+  EXPECT_THROW(parse(p, {"-x"}), InputError);
+  EXPECT_THROW(parse(p, {"-abc"}), InputError);  // not a number, so an option
+}
+
+TEST(Cli, OptionValuesBySpaceOrEquals) {
+  ArgParser p = make_parser();
+  parse(p, {"--lr", "0.5"});
+  EXPECT_EQ(p.get_double("lr"), 0.5);
+  parse(p, {"--lr=0.25"});
+  EXPECT_EQ(p.get_double("lr"), 0.25);
+  parse(p, {"--lr", "-1"});  // a negative value after an option is its value
+  EXPECT_EQ(p.get_double("lr"), -1.0);
+}
+
+TEST(Cli, ParsingAgainForgetsThePreviousArguments) {
+  ArgParser p = make_parser();
+  parse(p, {"--json", "1", "2"});
+  parse(p, {"3"});
+  EXPECT_FALSE(p.get_flag("json"));
+  EXPECT_EQ(p.positionals(), std::vector<std::string>{"3"});
+}
+
+TEST(Cli, MalformedOptionsAreInputErrors) {
+  ArgParser p = make_parser();
+  EXPECT_THROW(parse(p, {"--json=1"}), InputError);  // a flag takes no value
+  EXPECT_THROW(parse(p, {"--lr"}), InputError);      // value missing at the end
+}
+
+TEST(Cli, DefaultsAndRequiredOptions) {
+  ArgParser p = make_parser();
+  parse(p, {});
+  EXPECT_EQ(p.get_double("lr"), 0.001);
+  EXPECT_FALSE(p.given("lr"));
+  EXPECT_THROW(p.get("out"), InputError);           // no default and not given
+  EXPECT_THROW(p.given("nope"), std::logic_error);  // a programming error, not the user's
+}
+
+TEST(Cli, PositionalCounts) {
+  ArgParser p("tool", "");
+  p.positional("input", "file", true);
+  EXPECT_THROW(parse(p, {}), InputError);
+  EXPECT_THROW(parse(p, {"a", "b"}), InputError);
+  parse(p, {"a"});
+  EXPECT_EQ(p.positionals(), std::vector<std::string>{"a"});
+}
+
+TEST(Cli, ChoicesNameTheAlternatives) {
+  ArgParser p = make_parser();
+  parse(p, {"--mode", "slow"});
+  try {
+    p.get_choice("mode", {"fast", "exact"});
+    FAIL() << "no InputError";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()), "--mode: 'slow' is not one of fast|exact");
+  }
+  parse(p, {"--mode", "exact"});
+  EXPECT_EQ(p.get_choice("mode", {"fast", "exact"}), "exact");
+}
+
+TEST(Cli, HelpPrintsUsageAndExitsZero) {
+  ArgParser p = make_parser();
+  EXPECT_NE(p.usage().find("--lr VALUE (default 0.001)"), std::string::npos);
+  EXPECT_NE(p.usage().find("[value]..."), std::string::npos);
+  EXPECT_EXIT(parse(p, {"--help"}), testing::ExitedWithCode(0), "");
+}
+
+TEST(ParseDouble, TakesTheWholeTextOrNothing) {
+  EXPECT_EQ(parse_double("x", "1.5"), 1.5);
+  EXPECT_EQ(parse_double("x", "-2.5"), -2.5);
+  EXPECT_TRUE(std::isinf(parse_double("x", "inf")));
+  EXPECT_TRUE(std::isnan(parse_double("x", "nan")));
+  EXPECT_TRUE(std::signbit(parse_double("x", "-0")));
+  for (const char* bad : {"", "1.5x", "abc", " 1", "1 ", "--1"}) {
+    EXPECT_THROW(parse_double("x", bad), InputError) << "'" << bad << "'";
+  }
+}
+
+TEST(ParseDouble, KeepsSubnormalsAndRejectsOverflow) {
+  EXPECT_GT(parse_double("x", "1e-320"), 0.0);  // underflow to a subnormal double is fine
+  try {
+    parse_double("value", "1e400");
+    FAIL() << "no InputError";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()), "value: '1e400' is out of the range of a double");
+  }
+}
+
+TEST(ParseInt, AcceptsIntegralScientificOnly) {
+  EXPECT_EQ(parse_int("n", "128"), 128);
+  EXPECT_EQ(parse_int("n", "7e9"), 7000000000);
+  EXPECT_EQ(parse_int("n", "-3"), -3);
+  EXPECT_THROW(parse_int("n", "1.5"), InputError);
+  EXPECT_THROW(parse_int("n", "inf"), InputError);
+  EXPECT_THROW(parse_int("n", "1e19"), InputError);
+}
+
+TEST(ParseBytes, UnitsAreDecimalOrBinary) {
+  EXPECT_EQ(parse_bytes("m", "80GB"), 80e9);
+  EXPECT_EQ(parse_bytes("m", "80GiB"), 80.0 * 1073741824.0);
+  EXPECT_EQ(parse_bytes("m", "512MiB"), 512.0 * 1048576.0);
+  EXPECT_EQ(parse_bytes("m", "1.5TB"), 1.5e12);
+  EXPECT_EQ(parse_bytes("m", "141e9"), 141e9);
+  EXPECT_EQ(parse_bytes("m", "4KB"), 4000.0);
+  EXPECT_EQ(parse_bytes("m", "7B"), 7.0);
+}
+
+TEST(ParseBytes, BadSizesNameTheWholeText) {
+  for (const char* bad : {"-1GB", "GB", "inf", "nan", "infGB", "80 GB", ""}) {
+    EXPECT_THROW(parse_bytes("m", bad), InputError) << "'" << bad << "'";
+  }
+  try {
+    parse_bytes("--memory", "80XB");
+    FAIL() << "no InputError";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("'80XB'"), std::string::npos) << e.what();
+  }
+}
+
+TEST(RunMain, InputErrorIsOneLineAndExitCode2) {
+  Argv a({});
+  testing::internal::CaptureStderr();
+  const int code = run_main(a.argc(), a.argv(), [](int, char**) -> int {
+    throw InputError("--lr: 'x' is not a number");
+  });
+  EXPECT_EQ(code, kExitInputError);
+  EXPECT_EQ(code, 2);
+  EXPECT_EQ(testing::internal::GetCapturedStderr(), "tool: error: --lr: 'x' is not a number\n");
+}
+
+TEST(RunMain, OtherExceptionsAreInternalErrorsWithExitCode1) {
+  Argv a({});
+  testing::internal::CaptureStderr();
+  const int code =
+      run_main(a.argc(), a.argv(), [](int, char**) -> int { throw std::runtime_error("bug"); });
+  EXPECT_EQ(code, 1);
+  EXPECT_EQ(testing::internal::GetCapturedStderr(), "tool: internal error: bug\n");
+}
+
+TEST(RunMain, ReturnsWhatTheBodyReturns) {
+  Argv a({"x"});
+  EXPECT_EQ(run_main(a.argc(), a.argv(), [](int argc, char**) { return argc; }), 2);
+}
+
+TEST(RunMain, ParserErrorsReachTheUserAsExitCode2) {
+  Argv a({"--bogus"});
+  testing::internal::CaptureStderr();
+  const int code = run_main(a.argc(), a.argv(), [](int argc, char** argv) {
+    ArgParser p = make_parser();
+    p.parse(argc, argv);
+    return 0;
+  });
+  EXPECT_EQ(code, 2);
+  EXPECT_EQ(testing::internal::GetCapturedStderr(),
+            "tool: error: unknown option '--bogus' (see --help)\n");
+}
+
+}  // namespace
+}  // namespace mixpar

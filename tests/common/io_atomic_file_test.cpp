@@ -1,0 +1,81 @@
+// Atomic writes: the new content replaces the old, a writer that fails midway leaves the old
+// file intact and no temporary behind, and I/O failures are InputErrors naming the path.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "io/atomic_file.h"
+#include "io_test_util.h"
+
+namespace mixpar {
+namespace {
+
+using io_test::input_error_of;
+using io_test::TempDir;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+TEST(AtomicWrite, ReplacesTheContent) {
+  TempDir dir;
+  write_file_atomic(dir.file("f"), "old content");
+  write_file_atomic(dir.file("f"), "new");
+  EXPECT_EQ(read_file(dir.file("f")), "new");
+  EXPECT_EQ(file_size(dir.file("f")), 3u);
+  EXPECT_THAT(dir.entries(), ElementsAre("f"));
+}
+
+TEST(AtomicWrite, AFailedWriteLeavesTheOldFileIntactAndNoTempFiles) {
+  TempDir dir;
+  write_file_atomic(dir.file("ckpt"), "old checkpoint");
+  const std::string half(3 << 20, 'x');  // past the sink's buffer: bytes reached the temp file
+  EXPECT_THROW(write_file_atomic(dir.file("ckpt"),
+                                 [&](FileSink& sink) {
+                                   sink.write(half);
+                                   throw std::runtime_error("disk died");
+                                 }),
+               std::runtime_error);
+  EXPECT_EQ(read_file(dir.file("ckpt")), "old checkpoint");
+  EXPECT_THAT(dir.entries(), ElementsAre("ckpt"));
+}
+
+TEST(AtomicWrite, AFailedFirstWriteLeavesNothing) {
+  TempDir dir;
+  EXPECT_THROW(
+      write_file_atomic(dir.file("new"), [](FileSink&) { throw std::runtime_error("no"); }),
+      std::runtime_error);
+  EXPECT_TRUE(dir.entries().empty());
+}
+
+TEST(AtomicWrite, StreamsLargeAndSmallPiecesInOrder) {
+  TempDir dir;
+  std::string want;
+  write_file_atomic(dir.file("big"), [&](FileSink& sink) {
+    for (int k = 0; k < 40; ++k) {
+      const std::string piece(static_cast<std::size_t>(k % 3 == 0 ? 700000 : 13),
+                              static_cast<char>('a' + k % 26));
+      sink.write(piece);
+      want += piece;
+    }
+    EXPECT_EQ(sink.bytes_written(), want.size());
+  });
+  EXPECT_EQ(read_file(dir.file("big")), want);
+}
+
+TEST(AtomicWrite, AMissingDirectoryIsAnInputErrorNamingThePath) {
+  TempDir dir;
+  EXPECT_THAT(input_error_of([&] { write_file_atomic(dir.file("no/such/dir/f"), "x"); }),
+              HasSubstr(dir.file("no/such/dir/f") + ": cannot create"));
+}
+
+TEST(AtomicWrite, ReadingAMissingFileOrADirectoryIsAnInputError) {
+  TempDir dir;
+  EXPECT_THAT(input_error_of([&] { read_file(dir.file("absent")); }),
+              HasSubstr("absent: cannot open: No such file or directory"));
+  EXPECT_THAT(input_error_of([&] { read_file(dir.str()); }), HasSubstr("Is a directory"));
+}
+
+}  // namespace
+}  // namespace mixpar
