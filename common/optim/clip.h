@@ -1,7 +1,8 @@
 // Global-norm gradient clipping with the semantics of PyTorch's clip_grad_norm_ (norm_type 2,
 // error_if_nonfinite=False): total = sqrt(sum over all grads of g^2), coef = max_norm /
 // (total + 1e-6) clamped to <= 1, every gradient multiplied by coef. Apply it to UNSCALED
-// gradients: on scaled ones the threshold is silently multiplied by the loss scale.
+// gradients: scaled ones measure S times the true norm, so clipping fires whenever the true
+// norm exceeds max_norm / S and leaves gradients of norm max_norm / S (over-clipping).
 #pragma once
 
 #include <span>

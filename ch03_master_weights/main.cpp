@@ -1,0 +1,174 @@
+// ch03_master_weights: the one correct mixed-precision step against its three classic
+// mistakes (--bug shows one of them step by step), and the memory bill of the chapter's MLP
+// measured by the ledger beside the calculator's prediction. Every claim is checked; a
+// failed claim exits with 1, a bad flag with 2.
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "memory_bill.h"
+#include "order_lesson.h"
+#include "text_table.h"
+#include "util/cli.h"
+#include "util/errors.h"
+
+namespace {
+
+using namespace mixpar;
+using namespace mixpar::ch03;
+using ch01::fmt;
+using ch01::TextTable;
+
+ArgParser make_parser() {
+  ArgParser a("ch03_master_weights",
+              "FP32 master weights: the correct order unscale -> check -> clip -> step -> re-cast\n"
+              "against each mistake, and the memory bill measured by the ledger.");
+  a.option("bug", "all", "all | clip-before-unscale | no-unscale | fp16-weights")
+      .option("steps", "100", "training steps per run");
+  return a;
+}
+
+// Collects claims as table rows and counts failures.
+class Checks {
+ public:
+  void add(const std::vector<Claim>& claims) {
+    for (const Claim& k : claims) {
+      table_.add({k.ok ? "ok" : "FAIL", k.claim, k.expected, k.measured});
+      failures_ += k.ok ? 0 : 1;
+    }
+  }
+  int print() const {
+    std::printf("\n== Checks\n%s\n%s\n", table_.str().c_str(),
+                failures_ == 0 ? "all claims hold" : fmt("%d claim(s) FAILED", failures_).c_str());
+    return failures_;
+  }
+
+ private:
+  TextTable table_{{"check", "claim", "expected", "measured"}};
+  int failures_ = 0;
+};
+
+std::string steps_taken(const RunResult& r) {
+  return fmt("%lld/%lld", (long long)r.steps_taken, (long long)r.steps);
+}
+
+void add_run(TextTable& t, const RunResult& r) {
+  t.add({r.name, fmt("%.4f -> %.4g", r.initial_loss, r.final_loss), fmt("%.4g", r.weight_change),
+         fmt("%.1f%%", 100 * r.frozen_fraction), fmt("%lld", (long long)r.steps_clipped),
+         fmt("%.4g", r.mean_clip_norm), steps_taken(r)});
+}
+
+TextTable run_table() {
+  return TextTable({"run", "loss start -> end", "|w_end - w_0|", "frozen", "clipped",
+                    "mean norm seen", "steps taken"});
+}
+
+std::string norm_text(double n) { return std::isnan(n) ? "-" : fmt("%.4g", n); }
+
+// Every tenth step of both runs: what the bug does, step by step.
+void print_trace(const ScenarioResult& r) {
+  TextTable t({"step", "loss (correct)", "loss (bug)", "norm seen (correct)", "norm seen (bug)",
+               "clip coef (bug)", "bug step taken"});
+  const std::size_t n = r.correct.reports.size();
+  for (std::size_t i = 0; i < n; i += n >= 10 ? n / 10 : 1) {
+    const StepReport& b = r.buggy.reports[i];
+    t.add({std::to_string(i), fmt("%.4g", r.correct.train_losses[i]),
+           fmt("%.4g", r.buggy.train_losses[i]), norm_text(r.correct.reports[i].grad_norm),
+           norm_text(b.grad_norm), fmt("%.3g", b.clip_coef), b.taken ? "yes" : "no (inf/NaN)"});
+  }
+  std::printf("%s", t.str().c_str());
+}
+
+void run_scenarios(const LessonConfig& c, const std::string& only, Checks& checks) {
+  std::printf(
+      "\n== The correct order vs each mistake (FP16 working copy, static loss scale 1024)\n");
+  for (const Scenario& s : lesson_scenarios(c)) {
+    if (only != "all" && only != bug_name(s.buggy.opt.bug)) continue;
+    const ScenarioResult r = run_scenario(c, s);
+    TextTable t = run_table();
+    add_run(t, r.correct);
+    add_run(t, r.buggy);
+    std::printf("\n%s\n  symptom: %s\n%s", s.title.c_str(), s.symptom.c_str(), t.str().c_str());
+    if (only != "all") print_trace(r);
+    checks.add(scenario_claims(r));
+  }
+}
+
+// "4" or "6 = 2 + 4": measured bytes per parameter, with the FP32 unscale buffer shown apart.
+std::string per_param(std::int64_t bytes, std::int64_t p, std::int64_t extra = 0) {
+  if (extra == 0) return fmt("%g", double(bytes) / double(p));
+  return fmt("%g = %g + %g", double(bytes) / double(p), double(bytes - extra) / double(p),
+             double(extra) / double(p));
+}
+
+void print_memory_bill(const LessonConfig& c, Checks& checks) {
+  const std::vector<MemoryBillRow> rows = lesson_memory_bills(c);
+  TextTable t({"run", "params", "grads", "masters", "optimizer", "model states", "predicted",
+               "activations (predicted)"});
+  for (const MemoryBillRow& r : rows) {
+    const MeasuredBytes& m = r.measured;
+    const std::int64_t total = m.parameters + m.gradients + m.master_params + m.optimizer_state;
+    t.add({std::string(mem::name(r.precision)) + " " + std::string(mem::name(r.optimizer)),
+           per_param(m.parameters, r.params), per_param(m.gradients, r.params, r.fp32_grad_buffer),
+           per_param(m.master_params, r.params), per_param(m.optimizer_state, r.params),
+           per_param(total, r.params, r.fp32_grad_buffer),
+           fmt("%g", double(r.predicted.total()) / double(r.params)),
+           fmt("%lld B (%lld)", (long long)m.activations, (long long)r.predicted_activations)});
+  }
+  std::printf(
+      "\n== The memory bill of the MLP (%lld parameters, batch %lld), bytes per parameter\n"
+      "   measured by the ledger after one step; 'predicted' is mem::model_states\n%s",
+      (long long)rows.front().params, (long long)c.batch, t.str().c_str());
+  std::printf(
+      "  16-bit runs hold one more FP32 gradient copy (the '+ 4'): the unscaled gradients\n"
+      "  need FP32's range, as Megatron's main_grad; the ZeRO paper's 2 + 2 + 12 omits it.\n");
+  checks.add(memory_claims(rows));
+}
+
+void print_calculator(Checks& checks) {
+  const mem::ModelStates b7 =
+      mem::model_states(7'000'000'000, mem::Precision::kBf16, mem::Optimizer::kAdamW);
+  const mem::ModelStates g3 =
+      mem::model_states(175'000'000'000, mem::Precision::kFp32, mem::Optimizer::kAdamW);
+  std::printf(
+      "\n== The same calculator at scale (mixpar-mem)\n"
+      "  7B, mixed precision AdamW: %g GB (seed 000: 98 GB, taking 7e9 x 2 B as 7 GB twice)\n"
+      "  GPT-3 175B, FP32 AdamW: params %g + grads %g + m,v %g = %g GB\n",
+      b7.total() / 1e9, g3.parameters / 1e9, g3.gradients / 1e9, g3.optimizer_state / 1e9,
+      g3.total() / 1e9);
+  checks.add({{"7B mixed-precision AdamW = 16 B/param", "112 GB", fmt("%g GB", b7.total() / 1e9),
+               b7.total() == 112'000'000'000},
+              {"175B FP32 AdamW = 700 + 700 + 1400 GB", "2800 GB", fmt("%g GB", g3.total() / 1e9),
+               g3.parameters == 700'000'000'000 && g3.optimizer_state == 1'400'000'000'000}});
+}
+
+int run(int argc, char** argv) {
+  ArgParser args = make_parser();
+  args.parse(argc, argv);
+  const std::string bug =
+      args.get_choice("bug", {"all", "clip-before-unscale", "no-unscale", "fp16-weights"});
+  LessonConfig c;
+  c.steps = args.get_int("steps");
+  if (c.steps < 1 || c.steps > 100000) throw InputError("--steps must be in [1, 100000]");
+  std::string shape;
+  for (std::int64_t s : c.sizes) {
+    if (!shape.empty()) shape += '-';
+    shape += std::to_string(s);
+  }
+  std::printf(
+      "== ch03: the FP32 ledger\nMLP %s (GELU, MSE), batch %lld, %lld steps. One step: "
+      "unscale -> check inf/NaN (skip) -> clip -> step the FP32 masters -> re-cast\n",
+      shape.c_str(), (long long)c.batch, (long long)c.steps);
+  Checks checks;
+  run_scenarios(c, bug, checks);
+  if (bug == "all") {
+    print_memory_bill(c, checks);
+    print_calculator(checks);
+  }
+  return checks.print() == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) { return mixpar::run_main(argc, argv, run); }

@@ -1,0 +1,101 @@
+// MixedPrecisionOptimizer: FP32 master weights behind a 16-bit working copy, and the one
+// correct step: unscale -> check inf/NaN (skip) -> clip (global norm) -> step the masters ->
+// re-cast the working copy. FP32 AdamW or SGD moments from common/optim, the scaler from ch02.
+// Bug switches reproduce the three classic mistakes so the lesson can show their symptoms.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "ch02_loss_scaling/loss_scaler.h"
+#include "optim/adamw.h"
+#include "optim/sgd.h"
+#include "tensor/tensor.h"
+
+namespace mixpar::ch03 {
+
+enum class Bug : std::uint8_t {
+  kNone,
+  // Clip the still-scaled gradients, then unscale: the norm compared with max_norm is
+  // scale x the true norm, so the true-norm threshold becomes max_norm / scale and the
+  // gradients end at norm max_norm / scale (clipped every step, updates shrunk).
+  kClipBeforeUnscale,
+  // Never multiply by 1/scale: the optimizer sees scale x the gradient. SGD's step grows by
+  // the scale (divergence); Adam's m / sqrt(v) cancels it, except that eps shrinks by it.
+  kNoUnscale,
+  // No FP32 masters: the optimizer updates the 16-bit weights in place, and every update
+  // below half an ulp of the weight is rounded away (0.5 + 1e-7 == 0.5 in FP16).
+  kFp16Weights,
+};
+std::string_view bug_name(Bug b);  // "none" | "clip-before-unscale" | "no-unscale" | "fp16-weights"
+Bug parse_bug(std::string_view text);  // inverse of bug_name; InputError listing the choices
+
+enum class OptimizerKind : std::uint8_t { kAdamW, kSgd };
+
+struct MixedPrecisionConfig {
+  OptimizerKind optimizer = OptimizerKind::kAdamW;
+  AdamWConfig adamw;
+  SgdConfig sgd;
+  double max_grad_norm = 0.0;  // > 0: clip_grad_norm_ on the unscaled FP32 gradients
+  ch02::LossScalerConfig scaler = ch02::pytorch_config();  // no_scaling_config() for bf16/fp32
+  Bug bug = Bug::kNone;
+};
+
+// What one step did: the five-signals material of a training log.
+struct StepReport {
+  bool taken = false;  // false: skipped (inf/NaN), nothing changed but the scaler
+  bool found_inf = false;
+  float scale = 1.0f;  // the loss scale this step's gradients carried
+  // The global norm of the gradients the optimizer would read, before clipping (scaled units
+  // under kClipBeforeUnscale and kNoUnscale); NaN when not measured (a skipped step).
+  double grad_norm = std::numeric_limits<double>::quiet_NaN();
+  double clip_coef = 1.0;  // what the gradients were multiplied by (1: not clipped)
+};
+
+class MixedPrecisionOptimizer {
+ public:
+  // params: the model's working copy (f32, f16 or bf16), which forward and backward use;
+  // grads: the gradients backward writes, one per parameter, same shapes. With 16-bit params
+  // the optimizer allocates FP32 masters (MemCategory::kMasterParams, copied from params) and
+  // FP32 gradient buffers (kGradients: the unscaled values need FP32's range; Megatron's
+  // main_grad). With f32 params the parameters are the masters and nothing is copied.
+  // InputError on an inconsistent config (e.g. kFp16Weights with f32 params).
+  MixedPrecisionOptimizer(std::vector<Tensor> params, std::vector<Tensor> grads,
+                          MixedPrecisionConfig config);
+
+  // The factor to multiply the loss by before backward (Mlp::backward's loss_scale).
+  float loss_scale() const { return scaler_.scale(); }
+  // One optimizer step from the gradients backward left in `grads`.
+  StepReport step();
+
+  const MixedPrecisionConfig& config() const { return config_; }
+  bool has_masters() const { return has_masters_; }
+  // The tensors the optimizer updates: FP32 masters, or the params themselves (f32 params,
+  // or kFp16Weights), and the FP32 gradients it reads.
+  const std::vector<Tensor>& stepped_params() const { return stepped_; }
+  const std::vector<Tensor>& fp32_grads() const { return grads32_; }
+  std::int64_t step_count() const;  // the optimizer's t (skipped steps do not count)
+  const AdamW* adamw() const { return adamw_.get(); }  // null unless OptimizerKind::kAdamW
+  const Sgd* sgd() const { return sgd_.get(); }
+  ch02::LossScaler& scaler() { return scaler_; }
+  const ch02::LossScaler& scaler() const { return scaler_; }
+
+ private:
+  // Clips grads32_ in place and records norm and coefficient in r.
+  void clip(StepReport& r);
+  void optimizer_step();
+  MixedPrecisionConfig config_;
+  std::vector<Tensor> params_, grads_;  // the model's working copy and its gradients
+  std::vector<Tensor> stepped_;         // what the optimizer updates
+  std::vector<Tensor> grads32_;         // what the optimizer reads
+  bool has_masters_ = false;
+  bool copies_grads_ = false;  // grads_ are 16-bit: copied into grads32_ each step
+  ch02::LossScaler scaler_;
+  std::unique_ptr<AdamW> adamw_;
+  std::unique_ptr<Sgd> sgd_;
+};
+
+}  // namespace mixpar::ch03

@@ -1,0 +1,269 @@
+// mixpar-mem: prints the memory bill of one training device by category (working params,
+// gradients, FP32 masters, optimizer state, activations), bytes per parameter, and whether it
+// fits; --json prints the same numbers for scripts. All arithmetic is memory_calculator.h.
+// Bad flags or impossible layouts: one-line error, exit code 2.
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "ch03_master_weights/memory_calculator.h"
+#include "util/cli.h"
+#include "util/errors.h"
+#include "util/json.h"
+
+namespace {
+
+using namespace mixpar;
+using namespace mixpar::mem;
+
+constexpr double kGB = 1e9;  // decimal GB, as the ZeRO paper and the seed articles count
+
+const char* const kShapeFlags[] = {"n-layer",    "n-embd", "n-head",
+                                   "vocab-size", "seq",    "micro-batch"};
+
+ArgParser make_parser() {
+  ArgParser a("mixpar-mem",
+              "Per-device memory bill of training: model states (and activations when a GPT-2\n"
+              "shape is given) under mixed precision, ZeRO, tensor and pipeline parallelism.");
+  a.option("params", "", "parameter count, e.g. 7e9 (or give the shape flags instead)")
+      .option("n-layer", "", "transformer layers L")
+      .option("n-embd", "", "hidden size h")
+      .option("n-head", "", "attention heads a")
+      .option("vocab-size", "", "vocabulary size v (GPT-2: 50257)")
+      .option("seq", "", "sequence length s")
+      .option("micro-batch", "", "micro-batch size b (sequences per device per micro-step)")
+      .option("n-positions", "", "position-table length (default: --seq)")
+      .option("precision", "bf16", "fp32 | fp16 | bf16 (16-bit = mixed, with fp32 masters)")
+      .option("optimizer", "adamw", "adamw | sgd (with momentum)")
+      .option("zero-stage", "0", "0 | 1 (optimizer state) | 2 (+ gradients) | 3 (+ parameters)")
+      .option("dp", "1", "data-parallel degree (ZeRO shards over it)")
+      .option("tp", "1", "tensor-parallel degree")
+      .option("pp", "1", "pipeline-parallel degree (1F1B schedule)")
+      .option("recompute", "none", "none | selective | full activation recomputation")
+      .flag("sequence-parallel", "Megatron sequence parallelism (with --tp)")
+      .option("device-memory", "80GB", "memory of one device: 80GB, 141GB, 24GiB, ...")
+      .flag("json", "print the bill as JSON (bytes) instead of a table");
+  return a;
+}
+
+std::optional<GptShape> read_shape(const ArgParser& a) {
+  std::vector<std::string> given, missing;
+  for (const char* f : kShapeFlags) (a.given(f) ? given : missing).push_back(f);
+  if (given.empty()) {
+    if (a.given("n-positions")) throw InputError("--n-positions needs the other shape flags");
+    return std::nullopt;
+  }
+  if (!missing.empty()) {
+    std::string list;
+    for (const auto& m : missing) list += (list.empty() ? "--" : ", --") + m;
+    throw InputError("a GPT shape also needs " + list);
+  }
+  GptShape s;
+  s.n_layer = a.get_int("n-layer");
+  s.n_embd = a.get_int("n-embd");
+  s.n_head = a.get_int("n-head");
+  s.vocab_size = a.get_int("vocab-size");
+  s.seq = a.get_int("seq");
+  s.micro_batch = a.get_int("micro-batch");
+  if (a.given("n-positions")) {
+    s.n_positions = a.get_int("n-positions");
+    if (s.n_positions <= 0) throw InputError("--n-positions must be positive");
+  }
+  return s;
+}
+
+int read_int(const ArgParser& a, const char* name) {
+  const std::int64_t v = a.get_int(name);
+  if (v < -1000000000 || v > 1000000000) {
+    throw InputError(std::string("--") + name + ": " + std::to_string(v) + " is out of range");
+  }
+  return static_cast<int>(v);
+}
+
+TrainingSetup read_setup(const ArgParser& a) {
+  TrainingSetup t;
+  t.shape = read_shape(a);
+  if (a.given("params")) {
+    if (t.shape) throw InputError("give either --params or the shape flags, not both");
+    t.params = a.get_int("params");
+    if (t.params <= 0) throw InputError("--params must be positive, got " + a.get("params"));
+  } else if (!t.shape) {
+    throw InputError(
+        "give --params (e.g. 7e9) or a shape (--n-layer --n-embd --n-head "
+        "--vocab-size --seq --micro-batch)");
+  }
+  // get_choice names the flag in its error; the parse_* then map the word to the enum.
+  t.precision = parse_precision(a.get_choice("precision", {"fp32", "fp16", "bf16"}));
+  t.optimizer = parse_optimizer(a.get_choice("optimizer", {"adamw", "sgd"}));
+  t.layout.zero_stage = read_int(a, "zero-stage");
+  t.layout.dp = a.get_int("dp");
+  t.layout.tp = a.get_int("tp");
+  t.layout.pp = a.get_int("pp");
+  t.layout.recompute = parse_recompute(a.get_choice("recompute", {"none", "selective", "full"}));
+  t.layout.sequence_parallel = a.get_flag("sequence-parallel");
+  t.device_memory_bytes = parse_bytes("--device-memory", a.get("device-memory"));
+  return t;
+}
+
+// 124439808 -> "124,439,808"
+std::string grouped(std::int64_t v) {
+  std::string digits = std::to_string(v < 0 ? -v : v), out;
+  for (std::size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return v < 0 ? "-" + out : out;
+}
+
+// Up to `decimals` decimals, trailing zeros trimmed: 16 -> "16", 0.0625 -> "0.0625".
+std::string trimmed(double v, int decimals) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
+  std::string s = buf;
+  if (s.find('.') == std::string::npos) return s;
+  while (s.back() == '0') s.pop_back();
+  if (s.back() == '.') s.pop_back();
+  return s;
+}
+
+std::string describe_layout(const TrainingSetup& t) {
+  const Layout& l = t.layout;
+  std::string s = std::string(name(t.precision)) +
+                  (t.precision == Precision::kFp32 ? "" : " mixed precision") + ", " +
+                  (t.optimizer == Optimizer::kAdamW ? "AdamW" : "SGD with momentum") + ", ZeRO-" +
+                  std::to_string(l.zero_stage) + ", dp " + std::to_string(l.dp) + " x tp " +
+                  std::to_string(l.tp) + " x pp " + std::to_string(l.pp);
+  if (t.shape) {
+    s += ", recompute " + std::string(name(l.recompute));
+    if (l.sequence_parallel) s += ", sequence parallel";
+  }
+  return s;
+}
+
+void print_header(const TrainingSetup& t, const MemoryBill& b) {
+  std::printf("mixpar-mem: memory bill of one device\n");
+  std::printf("  model        %s parameters", grouped(b.model_params).c_str());
+  if (t.shape) {
+    const GptShape& s = *t.shape;
+    std::printf(
+        " (GPT-2 layout: n_layer %lld, n_embd %lld, n_head %lld, vocab %lld, n_positions %lld)",
+        static_cast<long long>(s.n_layer), static_cast<long long>(s.n_embd),
+        static_cast<long long>(s.n_head), static_cast<long long>(s.vocab_size),
+        static_cast<long long>(s.positions()));
+  }
+  std::printf("\n  layout       %s\n", describe_layout(t).c_str());
+  std::printf("  this device  %s parameters", grouped(b.device_params).c_str());
+  if (t.layout.pp > 1) {
+    std::printf(" (pipeline stage %lld of %lld, the largest bill)", static_cast<long long>(b.stage),
+                static_cast<long long>(t.layout.pp));
+  }
+  std::printf("\n");
+  if (t.shape) {
+    std::printf("  activations  %lld layers x %lld micro-batch(es) in flight x %s B/layer",
+                static_cast<long long>(b.layers_on_stage),
+                static_cast<long long>(b.micro_batches_in_flight),
+                grouped(b.activations_per_layer).c_str());
+    std::printf(" (s %lld, b %lld)\n", static_cast<long long>(t.shape->seq),
+                static_cast<long long>(t.shape->micro_batch));
+  }
+}
+
+void print_row(const std::string& label, double per_param, bool show_per_param,
+               std::int64_t bytes) {
+  const std::string pp = show_per_param ? trimmed(per_param, 5) : "-";
+  std::printf("  %-34s %8s %20s %12s\n", label.c_str(), pp.c_str(), grouped(bytes).c_str(),
+              trimmed(static_cast<double>(bytes) / kGB, 3).c_str());
+}
+
+void print_table(const TrainingSetup& t, const MemoryBill& b,
+                 const std::vector<std::string>& notes) {
+  print_header(t, b);
+  const std::string w(name(t.precision));
+  const double n = static_cast<double>(b.device_params);
+  const auto per = [n](std::int64_t bytes) { return static_cast<double>(bytes) / n; };
+  std::printf("\n  %-34s %8s %20s %12s\n", "category", "B/param", "bytes", "GB");
+  print_row("parameters (" + w + " working copy)", per(b.states.parameters), true,
+            b.states.parameters);
+  print_row("gradients (" + w + ")", per(b.states.gradients), true, b.states.gradients);
+  print_row(
+      t.precision == Precision::kFp32 ? "master params (none in fp32)" : "master params (fp32)",
+      per(b.states.master_params), true, b.states.master_params);
+  print_row(t.optimizer == Optimizer::kAdamW ? "optimizer state (fp32 m, v)"
+                                             : "optimizer state (fp32 momentum)",
+            per(b.states.optimizer_state), true, b.states.optimizer_state);
+  print_row("model states", per(b.states.total()), true, b.states.total());
+  if (b.activations) {
+    print_row("activations", 0, false, *b.activations);
+  } else {
+    std::printf("  %-34s %8s %20s %12s\n", "activations", "-", "-", "(no shape)");
+  }
+  print_row("total", per(b.total_bytes), !b.activations, b.total_bytes);
+  std::printf("  (B/param: per parameter of this device's model slice)\n");
+  if (b.activations) {
+    std::printf(
+        "  (activations: transformer layers only, Korthikanti et al. 2022; the embedding\n"
+        "   output, final LayerNorm and logits are not counted)\n");
+  }
+  std::printf("\n");
+  const double total_gb = static_cast<double>(b.total_bytes) / kGB;
+  const double device_gb = t.device_memory_bytes / kGB;
+  std::printf("device memory %s GB: %s (%s GB %s %s GB)\n", trimmed(device_gb, 3).c_str(),
+              b.fits ? "fits" : "does NOT fit", trimmed(total_gb, 3).c_str(), b.fits ? "<=" : ">",
+              trimmed(device_gb, 3).c_str());
+  for (const auto& note : notes) std::printf("note: %s\n", note.c_str());
+}
+
+void print_json(const TrainingSetup& t, const MemoryBill& b,
+                const std::vector<std::string>& notes) {
+  const Layout& l = t.layout;
+  Json j = Json::object();
+  j.set("model_params", b.model_params);
+  j.set("device_params", b.device_params);
+  j.set("precision", name(t.precision));
+  j.set("optimizer", name(t.optimizer));
+  j.set("zero_stage", l.zero_stage);
+  j.set("dp", l.dp);
+  j.set("tp", l.tp);
+  j.set("pp", l.pp);
+  j.set("stage", b.stage);
+  if (t.shape) {
+    j.set("recompute", name(l.recompute));
+    j.set("sequence_parallel", l.sequence_parallel);
+    j.set("layers_on_stage", b.layers_on_stage);
+    j.set("micro_batches_in_flight", b.micro_batches_in_flight);
+    j.set("activations_per_layer_bytes", b.activations_per_layer);
+  }
+  j.set("parameters_bytes", b.states.parameters);
+  j.set("gradients_bytes", b.states.gradients);
+  j.set("master_params_bytes", b.states.master_params);
+  j.set("optimizer_state_bytes", b.states.optimizer_state);
+  j.set("model_states_bytes", b.states.total());
+  j.set("activations_bytes", b.activations ? Json(*b.activations) : Json());  // null: no shape
+  j.set("total_bytes", b.total_bytes);
+  const double dev = t.device_memory_bytes;  // whole bytes when it fits an int64 ("80GB")
+  j.set("device_memory_bytes", dev < 9e18 ? Json(std::llround(dev)) : Json(dev));
+  j.set("fits", b.fits);
+  Json list = Json::array();
+  for (const auto& n : notes) list.push_back(n);
+  j.set("notes", std::move(list));
+  std::printf("%s\n", j.dump(2).c_str());
+}
+
+int run(int argc, char** argv) {
+  ArgParser args = make_parser();
+  args.parse(argc, argv);
+  const TrainingSetup setup = read_setup(args);
+  const MemoryBill bill = compute_bill(setup);
+  const std::vector<std::string> notes = bill_notes(setup, bill);
+  if (args.get_flag("json")) {
+    print_json(setup, bill, notes);
+  } else {
+    print_table(setup, bill, notes);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) { return mixpar::run_main(argc, argv, run); }
