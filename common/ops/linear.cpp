@@ -5,6 +5,7 @@
 #include "ops/checks.h"
 #include "ops/chunked.h"
 #include "ops/matrix_view.h"
+#include "ops/parallel_gemm.h"
 
 namespace mixpar::ops {
 namespace {
@@ -19,8 +20,15 @@ template <class C> void linear_fused(const Tensor& x, const Tensor& w, const Ten
   const MatrixIn<C> in_x(x), in_w(w), in_b(b);
   MatrixOut<C> result(y, false);
   auto o = result.map();
-  o.noalias() = in_x.map() * in_w.map();
-  o.rowwise() += in_b.map().row(0);
+  const auto x_map = in_x.map();
+  const auto w_map = in_w.map();
+  const auto b_row = in_b.map().row(0);
+  // Threads take blocks of output rows or columns (parallel_gemm.h), bias included.
+  for_gemm_blocks(o.rows(), o.cols(), x_map.cols(), [&](auto r0, auto nr, auto c0, auto nc) {
+    auto ob = o.block(r0, c0, nr, nc);
+    ob.noalias() = x_map.middleRows(r0, nr) * w_map.middleCols(c0, nc);
+    ob.rowwise() += b_row.segment(c0, nc);
+  });
   result.store();
 }
 

@@ -7,6 +7,7 @@
 
 #include "ops/checks.h"
 #include "ops/matrix_view.h"
+#include "ops/parallel_gemm.h"
 
 namespace mixpar::ops {
 
@@ -49,13 +50,19 @@ void gemm_eigen(const Tensor& a, const Tensor& b, Tensor& out, bool ta, bool tb,
   const auto am = in_a.map();
   const auto bm = in_b.map();
   // Eigen folds alpha into its GEMM kernel and reads transposed maps without copying them.
+  // Threads take blocks of output rows (x's rows) or columns (y's columns): parallel_gemm.h.
   auto run = [&](const auto& x, const auto& y) {
-    if (beta == C(0)) {
-      o.noalias() = alpha * (x * y);
-    } else {
-      o *= beta;
-      o.noalias() += alpha * (x * y);
-    }
+    for_gemm_blocks(o.rows(), o.cols(), x.cols(), [&](auto r0, auto nr, auto c0, auto nc) {
+      auto ob = o.block(r0, c0, nr, nc);
+      const auto xb = x.middleRows(r0, nr);
+      const auto yb = y.middleCols(c0, nc);
+      if (beta == C(0)) {
+        ob.noalias() = alpha * (xb * yb);
+      } else {
+        ob *= beta;
+        ob.noalias() += alpha * (xb * yb);
+      }
+    });
   };
   if (!ta && !tb) run(am, bm);
   else if (ta && !tb) run(am.transpose(), bm);

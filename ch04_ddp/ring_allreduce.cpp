@@ -1,0 +1,233 @@
+// The ring on sendrecv. A reduce-scatter step s sends chunk r-s and receives chunk r-s-1,
+// adding its own values to it; an all-gather step s sends chunk r+1-s and receives chunk r-s.
+// Partial results live in two slice-sized scratch buffers (kCommBuffers), never in the
+// caller's buffer, so only the owned chunk of it changes during the reduce-scatter.
+#include "ring_allreduce.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "ring_kernels.h"
+
+namespace mixpar::ch04 {
+namespace {
+
+int mod(int a, int n) { return ((a % n) + n) % n; }
+
+bool is_narrow(DType dt) { return dtype_size(dt) < 4; }
+
+DType wire_dtype(DType buf, const RingOptions& o) {
+  return o.accumulation == RingAccumulation::kFp32Partials && is_narrow(buf) ? DType::kF32 : buf;
+}
+
+// Who is next and previous, which physical chunk a logical chunk index is, and how chunks are
+// cut into slices. shift maps logical chunks to physical ones: 0 for the in-place convention
+// (rank r owns chunk r+1), -1 for Communicator's block semantics (rank r owns block r).
+struct Ring {
+  Communicator* comm;
+  int n, r, next, prev;
+  std::int64_t numel;
+  int shift;
+  std::int64_t slice_elems;  // elements per slice
+  int slices;                // slices of the longest chunk (the first one)
+
+  ChunkRange chunk(int logical) const { return ring_chunk(numel, n, mod(logical + shift, n)); }
+  ChunkRange slice(int logical, int j) const {
+    const ChunkRange c = chunk(logical);
+    const std::int64_t b = std::min(c.count, j * slice_elems);
+    const std::int64_t e = std::min(c.count, (j + 1) * slice_elems);
+    return {c.begin + b, e - b};
+  }
+};
+
+Ring make_ring(Communicator& comm, std::int64_t numel, DType dt, int shift,
+               const RingOptions& o) {
+  Ring g{&comm, comm.size(), comm.rank(), (comm.rank() + 1) % comm.size(),
+         (comm.rank() + comm.size() - 1) % comm.size(), numel, shift, 1, 0};
+  const std::int64_t longest = ring_chunk(numel, g.n, 0).count;
+  const auto per_slice = static_cast<std::int64_t>(o.slice_bytes / dtype_size(dt));
+  g.slice_elems = o.slice_bytes == 0 ? std::max<std::int64_t>(longest, 1)
+                                     : std::max<std::int64_t>(per_slice, 1);
+  g.slices = static_cast<int>((longest + g.slice_elems - 1) / g.slice_elems);
+  return g;
+}
+
+// Slice-sized buffers in the wire dtype: what is received, and the partial result sent next.
+struct Scratch {
+  Tensor send, recv;
+  Scratch(const Ring& g, DType wire) {
+    const std::int64_t n = std::min(g.slice_elems, ring_chunk(g.numel, g.n, 0).count);
+    send = Tensor::empty({n}, wire, MemCategory::kCommBuffers);
+    recv = Tensor::empty({n}, wire, MemCategory::kCommBuffers);
+  }
+};
+
+Tensor view(const Tensor& t, ChunkRange c) { return t.flat_slice(c.begin, c.count); }
+
+RingEvent event(const char* phase, int step, int rank, int to, int from, int sent_chunk,
+                int got_chunk) {
+  RingEvent e;
+  e.phase = phase;
+  e.step = step;
+  e.rank = rank;
+  e.to = to;
+  e.from = from;
+  e.sent_chunk = sent_chunk;
+  e.got_chunk = got_chunk;
+  return e;
+}
+
+void record(const RingOptions& o, RingEvent e, const Tensor* sent, const Tensor* got,
+            const Tensor* result) {
+  if (!o.trace) return;
+  if (sent) e.sent = sent->to_floats();
+  if (got) e.got = got->to_floats();
+  if (result) e.result = result->to_floats();
+  o.trace->push_back(std::move(e));
+}
+
+void require_cpu(const Tensor& t, const char* what) {
+  if (!t.defined()) throw std::invalid_argument(std::string(what) + ": undefined tensor");
+  if (!t.is_cpu()) {
+    throw std::invalid_argument(std::string(what) +
+                                ": the hand-built ring reduces on the CPU; device buffers go "
+                                "through the backend's own collective (NCCL)");
+  }
+}
+
+// Reduce-scatter of slice j: src holds this rank's values; the owned slice's reduction is
+// written to dst at (index - dst_offset).
+void reduce_scatter_slice(const Ring& g, int j, const Tensor& src, Tensor& dst,
+                          std::int64_t dst_offset, ReduceOp op, Scratch& s,
+                          const RingOptions& o) {
+  for (int step = 0; step < g.n - 1; ++step) {
+    const ChunkRange sc = g.slice(g.r - step, j);
+    const ChunkRange rc = g.slice(g.r - step - 1, j);
+    Tensor send = s.send.flat_slice(0, sc.count);
+    if (step == 0) {
+      // Our own values go out first: straight from the buffer unless the wire is wider.
+      if (src.dtype() == send.dtype()) send = view(src, sc);
+      else send.copy_from(view(src, sc));
+    }
+    Tensor got = s.recv.flat_slice(0, rc.count);
+    g.comm->sendrecv(send, g.next, got, g.prev, o.tag);
+    const bool last = step == g.n - 2;
+    Tensor out = last ? dst.flat_slice(rc.begin - dst_offset, rc.count)
+                      : s.send.flat_slice(0, rc.count);
+    hop_combine(got, view(src, rc), out, op);
+    record(o,
+           event("reduce-scatter", step, g.r, g.next, g.prev, mod(g.r - step + g.shift, g.n),
+                 mod(g.r - step - 1 + g.shift, g.n)),
+           &send, &got, &out);
+  }
+}
+
+// All-gather of slice j, in place on buf: the owned slice goes round until everyone has all.
+void all_gather_slice(const Ring& g, int j, Tensor& buf, const RingOptions& o) {
+  for (int step = 0; step < g.n - 1; ++step) {
+    const Tensor send = view(buf, g.slice(g.r + 1 - step, j));
+    Tensor got = view(buf, g.slice(g.r - step, j));
+    g.comm->sendrecv(send, g.next, got, g.prev, o.tag);
+    record(o,
+           event("all-gather", step, g.r, g.next, g.prev, mod(g.r + 1 - step + g.shift, g.n),
+                 mod(g.r - step + g.shift, g.n)),
+           &send, &got, &got);
+  }
+}
+
+void check_blocks(const Tensor& big, const Tensor& small, int n, const char* what) {
+  require_cpu(big, what);
+  require_cpu(small, what);
+  if (big.dtype() != small.dtype() || big.numel() != small.numel() * n) {
+    throw std::invalid_argument(std::string(what) + ": " + std::to_string(big.numel()) + " x " +
+                                std::string(dtype_name(big.dtype())) + " for " +
+                                std::to_string(n) + " ranks x " + std::to_string(small.numel()) +
+                                " x " + std::string(dtype_name(small.dtype())));
+  }
+}
+
+}  // namespace
+
+int ring_owned_chunk(int rank, int size) { return (rank + 1) % size; }
+
+void ring_all_reduce(Communicator& comm, Tensor& buf, ReduceOp op, const RingOptions& opts) {
+  require_cpu(buf, "ring_all_reduce");
+  if (comm.size() == 1 || buf.numel() == 0) return;
+  const Ring g = make_ring(comm, buf.numel(), buf.dtype(), 0, opts);
+  Scratch s(g, wire_dtype(buf.dtype(), opts));
+  // Slice by slice: slice j's all-gather needs only slice j of the owned chunk, so it follows
+  // its reduce-scatter while the slice is still in cache.
+  for (int j = 0; j < g.slices; ++j) {
+    reduce_scatter_slice(g, j, buf, buf, 0, op, s, opts);
+    all_gather_slice(g, j, buf, opts);
+  }
+}
+
+void ring_reduce_scatter_inplace(Communicator& comm, Tensor& buf, ReduceOp op,
+                                 const RingOptions& opts) {
+  require_cpu(buf, "ring_reduce_scatter_inplace");
+  if (comm.size() == 1 || buf.numel() == 0) return;
+  const Ring g = make_ring(comm, buf.numel(), buf.dtype(), 0, opts);
+  Scratch s(g, wire_dtype(buf.dtype(), opts));
+  for (int j = 0; j < g.slices; ++j) reduce_scatter_slice(g, j, buf, buf, 0, op, s, opts);
+}
+
+void ring_all_gather_inplace(Communicator& comm, Tensor& buf, const RingOptions& opts) {
+  require_cpu(buf, "ring_all_gather_inplace");
+  if (comm.size() == 1 || buf.numel() == 0) return;
+  const Ring g = make_ring(comm, buf.numel(), buf.dtype(), 0, opts);
+  for (int j = 0; j < g.slices; ++j) all_gather_slice(g, j, buf, opts);
+}
+
+void ring_reduce_scatter(Communicator& comm, const Tensor& in, Tensor& out, ReduceOp op,
+                         const RingOptions& opts) {
+  check_blocks(in, out, comm.size(), "ring_reduce_scatter");
+  if (comm.size() == 1) {
+    out.copy_from(in);
+    return;
+  }
+  if (out.numel() == 0) return;
+  const Ring g = make_ring(comm, in.numel(), in.dtype(), -1, opts);
+  Scratch s(g, wire_dtype(in.dtype(), opts));
+  const std::int64_t owned_begin = g.chunk(g.r + 1).begin;  // block r
+  for (int j = 0; j < g.slices; ++j) reduce_scatter_slice(g, j, in, out, owned_begin, op, s, opts);
+}
+
+void ring_all_gather(Communicator& comm, const Tensor& in, Tensor& out, const RingOptions& opts) {
+  check_blocks(out, in, comm.size(), "ring_all_gather");
+  Tensor mine = out.flat_slice(comm.rank() * in.numel(), in.numel());
+  mine.copy_from(in);
+  if (comm.size() == 1 || in.numel() == 0) return;
+  const Ring g = make_ring(comm, out.numel(), out.dtype(), -1, opts);
+  for (int j = 0; j < g.slices; ++j) all_gather_slice(g, j, out, opts);
+}
+
+void naive_all_reduce(Communicator& comm, Tensor& buf, ReduceOp op, const RingOptions& opts) {
+  require_cpu(buf, "naive_all_reduce");
+  const int n = comm.size(), r = comm.rank();
+  if (n == 1 || buf.numel() == 0) return;
+  if (r != 0) {
+    comm.send(buf, 0, opts.tag);
+    comm.recv(buf, 0, opts.tag);
+    record(opts, event("broadcast", 0, r, -1, 0, -1, -1), nullptr, &buf, &buf);
+    return;
+  }
+  // Rank 0 adds the others' buffers in rank order, into an FP32 accumulator if asked.
+  const bool wide = wire_dtype(buf.dtype(), opts) != buf.dtype();
+  Tensor acc = buf;
+  if (wide) {
+    acc = Tensor::empty({buf.numel()}, DType::kF32, MemCategory::kCommBuffers);
+    acc.copy_from(buf);
+  }
+  Tensor got = Tensor::empty({buf.numel()}, buf.dtype(), MemCategory::kCommBuffers);
+  for (int src = 1; src < n; ++src) {
+    comm.recv(got, src, opts.tag);
+    hop_combine(acc, got, acc, op);
+    record(opts, event("reduce", src - 1, 0, -1, src, -1, -1), nullptr, &got, &acc);
+  }
+  if (wide) buf.copy_from(acc, Saturation::kNoSat);
+  for (int dst = 1; dst < n; ++dst) comm.send(buf, dst, opts.tag);
+}
+
+}  // namespace mixpar::ch04

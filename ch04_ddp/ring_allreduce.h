@@ -1,0 +1,89 @@
+// The ring all-reduce by hand: a reduce-scatter then an all-gather, written on sendrecv, each
+// rank sending 2(N-1)/N of the buffer; and the naive reduce-to-root + broadcast it replaces.
+// Chunks follow ring_chunk() and the step convention of comm/communicator.h, so the bytes the
+// ring's sendrecvs record equal, to the byte, what a backend charges its own all_reduce.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "tensor/tensor.h"
+
+namespace mixpar::ch04 {
+
+// How partial results of 16- and 8-bit buffers travel round the ring (f32, f64: no difference).
+enum class RingAccumulation : std::uint8_t {
+  // As NCCL does: each hop adds its own values to the incoming partial sum in FP32 and rounds
+  // the result to the buffer's dtype before forwarding it. N-1 roundings instead of the
+  // backend's one, so f16/bf16/fp8 sums can differ from Communicator::all_reduce by a few ulps
+  // of the result, and a partial sum can overflow to inf on its way.
+  kPerHop,
+  // Partial results travel as FP32 (twice the bytes of f16/bf16, four times fp8's) and only the
+  // chunk's owner rounds, once: the backend's "accumulate in FP32, round once", up to the order
+  // of the FP32 additions.
+  kFp32Partials,
+};
+
+// One hop of one rank, for the lesson's trace (small buffers: the values are copied).
+struct RingEvent {
+  std::string phase;  // "reduce-scatter" | "all-gather" | "reduce" | "broadcast"
+  int step = 0;
+  int rank = 0;
+  int to = -1, from = -1;              // peers (-1: none)
+  int sent_chunk = -1, got_chunk = -1;  // chunk indices (-1: none)
+  std::vector<float> sent, got, result;  // values sent, received, and what the rank now holds
+};
+
+struct RingOptions {
+  // A chunk travels in slices of at most this many bytes of the buffer (0: whole chunks). Slice
+  // j of step s depends only on slice j of step s-1, so each slice goes all the way round the
+  // ring before the next starts: on a real network the next hop's link starts after one slice
+  // instead of one chunk, and here the slice is still in cache when it is reduced and sent on.
+  std::size_t slice_bytes = std::size_t{256} << 10;
+  RingAccumulation accumulation = RingAccumulation::kPerHop;
+  int tag = 40;                         // tag of the ring's point-to-point messages
+  std::vector<RingEvent>* trace = nullptr;  // this rank's events are appended when set
+};
+
+// The chunk rank r holds complete after the reduce-scatter, and circulates in the all-gather:
+// (r + 1) mod N, the convention of communicator.h.
+int ring_owned_chunk(int rank, int size);
+
+// In place on buf (same numel and dtype on every rank). Ring all-reduce = reduce-scatter, after
+// which rank r's chunk ring_owned_chunk(r) holds the reduction, then all-gather of those chunks.
+// Each element's sum starts at the rank its chunk starts from and goes round: chunk c adds
+// x_c + x_(c+1) + ... + x_(c-1). FP32 results therefore equal the backend's rank-order sums
+// exactly for N <= 2 (a + b == b + a) and within FP32 rounding of them for N >= 3; every rank
+// ends with the same bits. Traffic: sendrecvs totalling all_reduce_traffic() (kPerHop, or any
+// f32/f64 buffer; FP32 partials of narrower dtypes make the reduce-scatter's bytes larger).
+void ring_all_reduce(Communicator& comm, Tensor& buf, ReduceOp op = ReduceOp::kSum,
+                     const RingOptions& opts = {});
+
+// The two halves on their own, in place, with the ring's chunking (chapter 5 builds on them).
+// After ring_reduce_scatter_inplace, chunk ring_owned_chunk(rank) of buf holds the reduction
+// and the other chunks are untouched; ring_all_gather_inplace sends each rank's owned chunk to
+// every other rank.
+void ring_reduce_scatter_inplace(Communicator& comm, Tensor& buf, ReduceOp op = ReduceOp::kSum,
+                                 const RingOptions& opts = {});
+void ring_all_gather_inplace(Communicator& comm, Tensor& buf, const RingOptions& opts = {});
+
+// The same halves with Communicator's block semantics: reduce_scatter's in has size()*k
+// elements and out (k) receives the reduction of block rank(); all_gather's out (size()*k)
+// receives block r from rank r. Traffic: (N-1)/N of the blocked buffer each, as the backend's.
+void ring_reduce_scatter(Communicator& comm, const Tensor& in, Tensor& out,
+                         ReduceOp op = ReduceOp::kSum, const RingOptions& opts = {});
+void ring_all_gather(Communicator& comm, const Tensor& in, Tensor& out,
+                     const RingOptions& opts = {});
+
+// The naive all-reduce: every rank sends its buffer to rank 0, which adds them in rank order
+// (so f32 sums equal the backend's bit for bit; 16-bit ones too with kFp32Partials, which
+// keeps the root's accumulator in FP32), then sends the result to each rank in turn. Rank 0
+// receives and sends (N-1) buffers, every other rank one each way: the root's link carries
+// N-1 times what the ring puts on any link.
+void naive_all_reduce(Communicator& comm, Tensor& buf, ReduceOp op = ReduceOp::kSum,
+                      const RingOptions& opts = {});
+
+}  // namespace mixpar::ch04

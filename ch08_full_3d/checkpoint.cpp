@@ -1,0 +1,206 @@
+// The directory mechanics of checkpoints; what goes into one is the trainer's business
+// (trainer_state.cpp). rename(2) of a directory is atomic within a file system, which is why
+// the partial directory lives next to its final name, inside root.
+#include "checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <vector>
+
+#include "io/atomic_file.h"
+#include "util/errors.h"
+
+namespace mixpar::ch08 {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr const char* kManifest = "manifest.json";
+constexpr const char* kFormat = "mixpar-checkpoint";
+constexpr std::int64_t kVersion = 1;
+
+// A directory's entries reach the disk only when the directory itself is synced.
+void fsync_dir(const fs::path& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) throw InputError(dir.string() + ": cannot open directory: " + std::strerror(errno));
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0 && err != EINVAL) {
+    throw InputError(dir.string() + ": cannot sync directory: " + std::strerror(err));
+  }
+}
+
+void rename_or_throw(const fs::path& from, const fs::path& to) {
+  std::error_code ec;
+  fs::rename(from, to, ec);
+  if (ec) throw InputError("cannot rename " + from.string() + " to " + to.string() + ": " + ec.message());
+}
+
+Json make_manifest(const fs::path& dir, std::int64_t step) {
+  std::vector<std::string> names;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir)) {
+    if (e.is_regular_file()) names.push_back(e.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  Json files = Json::array();
+  for (const std::string& name : names) {
+    Json f = Json::object();
+    f.set("name", name);
+    f.set("bytes", static_cast<std::int64_t>(file_size((dir / name).string())));
+    f.set("fnv1a64", file_checksum((dir / name).string()));
+    files.push_back(std::move(f));
+  }
+  Json m = Json::object();
+  m.set("format", kFormat);
+  m.set("version", kVersion);
+  m.set("step", step);
+  m.set("files", std::move(files));
+  return m;
+}
+
+// step-K directories under root, oldest first.
+std::vector<std::pair<std::int64_t, fs::path>> list_checkpoints(const fs::path& root) {
+  std::vector<std::pair<std::int64_t, fs::path>> out;
+  for (const fs::directory_entry& e : fs::directory_iterator(root)) {
+    const std::string name = e.path().filename().string();
+    long long step = 0;
+    char tail = 0;
+    if (e.is_directory() && std::sscanf(name.c_str(), "step-%lld%c", &step, &tail) == 1) {
+      out.emplace_back(step, e.path());
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+void prune(const fs::path& root, std::int64_t keep, const fs::path& current) {
+  auto all = list_checkpoints(root);
+  const std::int64_t n = static_cast<std::int64_t>(all.size());
+  for (std::int64_t i = 0; i + keep < n; ++i) {
+    if (all[static_cast<std::size_t>(i)].second != current) fs::remove_all(all[static_cast<std::size_t>(i)].second);
+  }
+}
+
+// Moves `partial` to `final`, replacing a directory of that name (a re-run writing the same
+// step): the old one is set aside first, so there is no moment without a complete copy.
+void commit_directory(const fs::path& partial, const fs::path& final_dir) {
+  if (fs::exists(final_dir)) {
+    std::string old_name = ".";  // appended, not operator+: GCC 12's false -Wrestrict (105329)
+    old_name += final_dir.filename().string();
+    old_name += ".old";
+    const fs::path old = final_dir.parent_path() / old_name;
+    fs::remove_all(old);
+    rename_or_throw(final_dir, old);
+    rename_or_throw(partial, final_dir);
+    fs::remove_all(old);
+  } else {
+    rename_or_throw(partial, final_dir);
+  }
+  fsync_dir(final_dir.parent_path());
+}
+
+void check_file(const fs::path& dir, const Json& f) {
+  const std::string name = f.at("name").as_string();
+  const fs::path path = dir / name;
+  if (name.find('/') != std::string::npos || !fs::is_regular_file(path)) {
+    throw InputError(path.string() + ": missing (listed in the checkpoint's manifest)");
+  }
+  const auto bytes = static_cast<std::int64_t>(file_size(path.string()));
+  if (bytes != f.at("bytes").as_int()) {
+    throw InputError(path.string() + ": " + std::to_string(bytes) + " bytes, the manifest says " +
+                     std::to_string(f.at("bytes").as_int()) + " (truncated or corrupt checkpoint)");
+  }
+  if (file_checksum(path.string()) != f.at("fnv1a64").as_string()) {
+    throw InputError(path.string() + ": checksum differs from the manifest (corrupt checkpoint)");
+  }
+}
+
+}  // namespace
+
+std::string checkpoint_name(std::int64_t step) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "step-%08lld", static_cast<long long>(step));
+  return buf;
+}
+
+std::string file_checksum(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(path + ": cannot open");
+  std::vector<char> buf(std::size_t{1} << 20);
+  std::uint64_t h = 14695981039346656037ull;
+  while (in) {
+    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+    const std::streamsize n = in.gcount();
+    for (std::streamsize i = 0; i < n; ++i) {
+      h = (h ^ static_cast<unsigned char>(buf[static_cast<std::size_t>(i)])) * 1099511628211ull;
+    }
+  }
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return hex;
+}
+
+std::string save_checkpoint(const std::string& root, std::int64_t step,
+                            const std::function<void(const std::string& dir)>& write,
+                            std::int64_t keep) {
+  const fs::path r(root);
+  std::error_code ec;
+  fs::create_directories(r, ec);
+  if (ec) throw InputError(root + ": cannot create directory: " + ec.message());
+  const std::string name = checkpoint_name(step);
+  const fs::path partial = r / ("." + name + ".partial");
+  fs::remove_all(partial);  // a stale one from a crashed save
+  fs::create_directory(partial);
+  try {
+    write(partial.string());
+    write_file_atomic((partial / kManifest).string(), make_manifest(partial, step).dump(2) + "\n");
+    fsync_dir(partial);
+  } catch (...) {
+    fs::remove_all(partial, ec);
+    throw;
+  }
+  commit_directory(partial, r / name);
+  write_file_atomic((r / "latest").string(), name + "\n");
+  prune(r, keep, r / name);
+  return (r / name).string();
+}
+
+std::string latest_checkpoint(const std::string& root) {
+  const fs::path latest = fs::path(root) / "latest";
+  if (!fs::exists(latest)) {
+    throw InputError(root + ": no checkpoint to resume from (no 'latest' file)");
+  }
+  std::string name = read_file(latest.string());
+  while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+  if (name.empty() || name.find('/') != std::string::npos) {
+    throw InputError(latest.string() + ": does not name a checkpoint directory");
+  }
+  const std::string dir = (fs::path(root) / name).string();
+  if (!fs::is_directory(dir)) throw InputError(latest.string() + " names " + dir + ", which is missing");
+  verify_checkpoint(dir);
+  return dir;
+}
+
+Json verify_checkpoint(const std::string& dir) {
+  const fs::path manifest = fs::path(dir) / kManifest;
+  if (!fs::exists(manifest)) {
+    throw InputError(dir + ": incomplete checkpoint (no " + std::string(kManifest) + ")");
+  }
+  const Json m = Json::parse(read_file(manifest.string()), manifest.string());
+  if (!m.is_object() || !m.contains("format") || m.at("format") != Json(kFormat) ||
+      !m.contains("version") || m.at("version") != Json(kVersion)) {
+    throw InputError(manifest.string() + ": not a mixpar checkpoint manifest (format " + kFormat +
+                     " version " + std::to_string(kVersion) + ")");
+  }
+  for (const Json& f : m.at("files").as_array()) check_file(dir, f);
+  return m;
+}
+
+}  // namespace mixpar::ch08

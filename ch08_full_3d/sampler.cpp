@@ -1,0 +1,139 @@
+// Generation and scoring on the CPU model. Logits are read one row at a time from the model's
+// [B, T, V] buffer (any working dtype, widened to FP32).
+#include "sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "io/safetensors.h"
+#include "util/errors.h"
+
+namespace mixpar::ch08 {
+namespace {
+
+constexpr std::int64_t kEvalBatch = 64;  // prompts per forward: bounds the [B, T, V] logits
+
+// Logits of row b, position t of the last forward, as floats.
+std::vector<float> logits_row(const GptModel& m, std::int64_t b, std::int64_t T, std::int64_t t) {
+  const Tensor& l = m.logits();
+  const std::int64_t V = l.dim(-1);
+  return l.view({l.numel() / V, V}).rows(b * T + t, 1).to_floats();
+}
+
+// One chunk of complete_greedy_batch: prompts [first, first + n).
+void complete_chunk(GptModel& model, const std::vector<std::string>& prompts, std::size_t first,
+                    std::size_t n, int max_new, char stop, std::int64_t context,
+                    std::vector<std::string>& out) {
+  std::size_t longest = 0;
+  for (std::size_t i = first; i < first + n; ++i) longest = std::max(longest, prompts[i].size());
+  const std::int64_t T = std::min<std::int64_t>(context, static_cast<std::int64_t>(longest) + max_new);
+  if (static_cast<std::int64_t>(longest) >= T) throw InputError("prompt longer than the model's context");
+  const auto B = static_cast<std::int64_t>(n);
+  std::vector<std::int32_t> tokens(static_cast<std::size_t>(B * T), static_cast<unsigned char>(stop));
+  std::vector<std::int64_t> pos(n);
+  std::vector<bool> done(n, false);
+  for (std::size_t b = 0; b < n; ++b) {
+    const std::string& p = prompts[first + b];
+    for (std::size_t t = 0; t < p.size(); ++t) tokens[b * static_cast<std::size_t>(T) + t] = static_cast<unsigned char>(p[t]);
+    pos[b] = static_cast<std::int64_t>(p.size());
+  }
+  Philox unused(0);
+  for (int step = 0; step < max_new; ++step) {
+    model.forward(tokens, {}, B, T);
+    bool any = false;
+    for (std::size_t b = 0; b < n; ++b) {
+      if (done[b]) continue;
+      const int tok = pick_token(logits_row(model, static_cast<std::int64_t>(b), T, pos[b] - 1), 256, 0.0, unused);
+      if (tok == static_cast<unsigned char>(stop) || pos[b] >= T) {
+        done[b] = true;
+        continue;
+      }
+      out[first + b] += static_cast<char>(tok);
+      tokens[b * static_cast<std::size_t>(T) + static_cast<std::size_t>(pos[b]++)] = tok;
+      any = true;
+    }
+    if (!any) break;
+  }
+}
+
+}  // namespace
+
+int pick_token(std::span<const float> logits, std::int64_t limit, double temperature, Philox& rng) {
+  const auto n = static_cast<std::size_t>(std::min<std::int64_t>(limit, static_cast<std::int64_t>(logits.size())));
+  const auto first = logits.begin();
+  const std::size_t best = static_cast<std::size_t>(std::max_element(first, first + static_cast<std::ptrdiff_t>(n)) - first);
+  if (temperature <= 0.0) return static_cast<int>(best);
+  // softmax(l / temperature) in double, shifted by the maximum so exp never overflows.
+  std::vector<double> p(n);
+  double sum = 0.0;
+  for (std::size_t i = 0; i < n; ++i) {
+    p[i] = std::exp((static_cast<double>(logits[i]) - logits[best]) / temperature);
+    sum += p[i];
+  }
+  double u = static_cast<double>(rng.next_uniform()) * sum;
+  for (std::size_t i = 0; i < n; ++i) {
+    if ((u -= p[i]) < 0.0) return static_cast<int>(i);
+  }
+  return static_cast<int>(best);  // rounding left u a hair above the total
+}
+
+std::vector<std::int32_t> generate(GptModel& model, std::span<const std::int32_t> prompt,
+                                   std::int64_t n, std::int64_t context, std::int64_t limit,
+                                   double temperature, std::uint64_t seed) {
+  std::vector<std::int32_t> all(prompt.begin(), prompt.end());
+  if (all.empty()) all.push_back('\n');
+  Philox rng(seed, /*stream=*/1);  // stream 0 draws the initial weights
+  for (std::int64_t i = 0; i < n; ++i) {
+    const auto T = std::min<std::int64_t>(context, static_cast<std::int64_t>(all.size()));
+    const std::span<const std::int32_t> window(all.data() + all.size() - static_cast<std::size_t>(T), static_cast<std::size_t>(T));
+    model.forward(window, {}, 1, T);
+    all.push_back(pick_token(logits_row(model, 0, T, T - 1), limit, temperature, rng));
+  }
+  return {all.end() - n, all.end()};
+}
+
+std::vector<std::string> complete_greedy_batch(GptModel& model,
+                                               const std::vector<std::string>& prompts,
+                                               int max_new, char stop, std::int64_t context) {
+  std::vector<std::string> out(prompts.size());
+  for (std::size_t first = 0; first < prompts.size(); first += kEvalBatch) {
+    const std::size_t n = std::min<std::size_t>(kEvalBatch, prompts.size() - first);
+    complete_chunk(model, prompts, first, n, max_new, stop, context, out);
+  }
+  return out;
+}
+
+void dump_logits(GptModel& model, std::span<const std::int32_t> tokens, const std::string& path) {
+  const auto T = static_cast<std::int64_t>(tokens.size());
+  if (T < 1 || T > model.config().n_positions) {
+    throw InputError("--dump-logits: " + std::to_string(T) + " tokens, the model takes 1.." +
+                     std::to_string(model.config().n_positions));
+  }
+  model.forward(tokens, {}, 1, T);
+  std::vector<float> ids(tokens.begin(), tokens.end());
+  const NamedTensors out = {
+      {"tokens", Tensor::from_floats(ids, {T})},
+      {"logits", model.logits().view({T, model.config().vocab_size}).to(DType::kF32)}};
+  write_safetensors(path, out);
+}
+
+AdditionScore evaluate_addition(GptModel& model, std::span<const AdditionProblem> problems,
+                                std::int64_t context) {
+  // In the training stream every problem follows the newline that ends the previous one: the
+  // prompt gets that newline too, so the model sees a problem start the way it learned it.
+  std::vector<std::string> prompts;
+  for (const AdditionProblem& p : problems) {
+    std::string prompt = "\n";  // appended: GCC 12 warns falsely on "\n" + string (105329)
+    prompt += p.prompt();
+    prompts.push_back(std::move(prompt));
+  }
+  // Answers of 2-digit operands have at most 3 digits; a few more show what the model does
+  // when it fails to stop.
+  const std::vector<std::string> done = complete_greedy_batch(model, prompts, 6, '\n', context);
+  std::map<std::string, std::string> by_prompt;
+  for (std::size_t i = 0; i < prompts.size(); ++i) by_prompt[prompts[i].substr(1)] = done[i];
+  return score_addition(problems, [&](const std::string& p) { return by_prompt.at(p); });
+}
+
+}  // namespace mixpar::ch08

@@ -1,0 +1,124 @@
+// Formatting of the training signals. Memory comes from the ledger, which every tensor's
+// allocation goes through, so the numbers are what the process holds, not an estimate.
+#include "train_log.h"
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <sstream>
+
+#include "io/atomic_file.h"
+#include "util/errors.h"
+
+namespace mixpar::ch08 {
+
+MemorySnapshot memory_snapshot(const MemoryLedger& ledger) {
+  MemorySnapshot m;
+  for (MemCategory c : kAllMemCategories) m.live[static_cast<std::size_t>(c)] = ledger.live(c);
+  m.peak_total = ledger.peak_total();
+  return m;
+}
+
+Json step_json(const StepStats& s, const MemorySnapshot& mem,
+               std::optional<double> heldout_accuracy) {
+  Json j = Json::object();
+  j.set("step", s.step);
+  j.set("loss", s.loss);
+  j.set("grad_norm", s.grad_norm);
+  j.set("clip_coef", s.clip_coef);
+  j.set("lr", s.lr);
+  j.set("loss_scale", static_cast<double>(s.loss_scale));
+  j.set("skipped", s.skipped);
+  j.set("tokens_per_s", s.seconds > 0 ? static_cast<double>(s.tokens) / s.seconds : 0.0);
+  j.set("step_ms", s.seconds * 1e3);
+  j.set("data_position", s.data_position);
+  j.set("epoch", s.epoch);
+  Json bytes = Json::object();
+  for (MemCategory c : kAllMemCategories) {
+    bytes.set(category_name(c), static_cast<std::int64_t>(mem.live[static_cast<std::size_t>(c)]));
+  }
+  j.set("mem_bytes", std::move(bytes));
+  j.set("mem_peak_bytes", static_cast<std::int64_t>(mem.peak_total));
+  if (heldout_accuracy) j.set("heldout_accuracy", *heldout_accuracy);
+  return j;
+}
+
+std::string format_duration(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "?";
+  const auto s = static_cast<long long>(seconds + 0.5);
+  char buf[32];
+  if (s < 60) std::snprintf(buf, sizeof buf, "%llds", s);
+  else if (s < 3600) std::snprintf(buf, sizeof buf, "%lldm%02llds", s / 60, s % 60);
+  else std::snprintf(buf, sizeof buf, "%lldh%02lldm", s / 3600, (s % 3600) / 60);
+  return buf;
+}
+
+std::string format_rate(double v) {
+  char buf[32];
+  if (v >= 1e6) std::snprintf(buf, sizeof buf, "%.2fM", v / 1e6);
+  else if (v >= 1e4) std::snprintf(buf, sizeof buf, "%.1fk", v / 1e3);
+  else std::snprintf(buf, sizeof buf, "%.0f", v);
+  return buf;
+}
+
+std::string progress_line(const StepStats& s, std::int64_t total_steps, bool show_scale,
+                          double eta_seconds) {
+  const int width = static_cast<int>(std::to_string(total_steps).size());
+  const double tps = s.seconds > 0 ? static_cast<double>(s.tokens) / s.seconds : 0.0;
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "step %*lld/%lld | loss %.4f | norm %.3f | lr %.2e | %s tok/s",
+                width, static_cast<long long>(s.step), static_cast<long long>(total_steps), s.loss,
+                s.grad_norm, s.lr, format_rate(tps).c_str());
+  std::string line = buf;
+  if (show_scale) {
+    std::snprintf(buf, sizeof buf, " | scale %g", static_cast<double>(s.loss_scale));
+    line += buf;
+  }
+  if (s.skipped) line += " | SKIPPED (inf/nan)";
+  return line + " | ETA " + format_duration(eta_seconds);
+}
+
+void EtaClock::add(double seconds) {
+  // The first step pays for allocations and cold caches: the mean restarts after it.
+  avg_ = n_ <= 1 ? seconds : 0.9 * avg_ + 0.1 * seconds;
+  ++n_;
+}
+
+double EtaClock::eta(std::int64_t steps_left) const {
+  return avg_ * static_cast<double>(steps_left);
+}
+
+namespace {
+
+// The lines of an existing log whose "step" is at most `step` (others, and lines that do not
+// parse, belong to the interrupted run after its checkpoint).
+std::string lines_up_to(const std::string& path, std::int64_t step) {
+  if (!std::filesystem::exists(path)) return {};
+  std::istringstream in(read_file(path));
+  std::string line, kept;
+  while (std::getline(in, line)) {
+    try {
+      const Json j = Json::parse(line, path);
+      if (j.is_object() && j.contains("step") && j.at("step").as_int() <= step) kept += line + "\n";
+    } catch (const InputError&) {
+      // a torn last line from a crash: dropped
+    }
+  }
+  return kept;
+}
+
+}  // namespace
+
+JsonlLog::JsonlLog(const std::string& path, std::optional<std::int64_t> resume_step) : path_(path) {
+  write_file_atomic(path, resume_step ? lines_up_to(path, *resume_step) : std::string());
+  out_.open(path, std::ios::app);
+  if (!out_) throw InputError(path + ": cannot open for writing");
+}
+
+void JsonlLog::write(const Json& record) {
+  out_ << record.dump() << '\n';
+  out_.flush();
+  if (!out_) throw InputError(path_ + ": write failed");
+}
+
+}  // namespace mixpar::ch08

@@ -1,0 +1,64 @@
+// The signals to watch from step one (seed 003): loss, gradient norm, learning rate, memory,
+// throughput, plus loss scale and skipped steps. One short progress line per step for people,
+// one JSON object per step (JSONL) for plots and tests.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <fstream>
+#include <optional>
+#include <string>
+
+#include "tensor/ledger.h"
+#include "trainer.h"
+#include "util/json.h"
+
+namespace mixpar::ch08 {
+
+// Live bytes per ledger category after the step, and the peak of their sum so far.
+struct MemorySnapshot {
+  std::array<std::size_t, kNumMemCategories> live{};
+  std::size_t peak_total = 0;
+};
+MemorySnapshot memory_snapshot(const MemoryLedger& ledger);
+
+// Keys: step, loss, grad_norm, clip_coef, lr, loss_scale, skipped, tokens_per_s, step_ms,
+// data_position, epoch,
+// mem_bytes {parameters, gradients, master_params, optimizer_state, activations, comm_buffers,
+// other}, mem_peak_bytes; heldout_accuracy when the step was evaluated.
+Json step_json(const StepStats& s, const MemorySnapshot& mem,
+               std::optional<double> heldout_accuracy = std::nullopt);
+
+// "step   12/1500 | loss 2.1034 | norm 0.532 | lr 2.00e-03 | 48.1k tok/s | ETA 1m52s", plus
+// "| scale 65536" under fp16 and "| SKIPPED (inf/nan)" for a skipped step.
+std::string progress_line(const StepStats& s, std::int64_t total_steps, bool show_scale,
+                          double eta_seconds);
+std::string format_duration(double seconds);  // "42s", "3m05s", "1h02m"
+std::string format_rate(double per_second);   // "950", "48.1k", "1.25M"
+
+// Seconds per step, smoothed, for the ETA (the first steps are slower: buffers, caches).
+class EtaClock {
+ public:
+  void add(double seconds);
+  double eta(std::int64_t steps_left) const;
+
+ private:
+  double avg_ = 0.0;
+  std::int64_t n_ = 0;
+};
+
+// A JSONL file. Fresh runs truncate it; a resumed run keeps the lines of steps up to the
+// checkpoint's (rewritten atomically) and appends, so steps run after that checkpoint by the
+// interrupted run do not appear twice.
+class JsonlLog {
+ public:
+  JsonlLog(const std::string& path, std::optional<std::int64_t> resume_step);
+  void write(const Json& record);  // one line, flushed: a crash loses nothing already logged
+
+ private:
+  std::string path_;
+  std::ofstream out_;
+};
+
+}  // namespace mixpar::ch08

@@ -1,0 +1,200 @@
+// The loop of train_gpt. What is printed before the first step is what seed 003 asks to check
+// before spending compute: model and data, precision, clipping, the memory the model states
+// will take; what is printed every step are the signals to watch while it runs.
+#include "train_loop.h"
+
+#include <optional>
+#include <string>
+
+#include "io/tokenizer.h"
+#include "sampler.h"
+#include "train_log.h"
+#include "trainer.h"
+#include "training_data.h"
+
+namespace mixpar::ch08 {
+namespace {
+
+// printf into a string: the pre-flight lines are short.
+template <class... Args>
+std::string strf(const char* format, Args... args) {
+  char buf[512];
+  std::snprintf(buf, sizeof buf, format, args...);
+  return buf;
+}
+
+std::string model_line(const TrainerConfig& c) {
+  const GptConfig& m = c.model;
+  const std::string origin = c.init_from.empty()
+                                 ? strf("GPT-2 init, seed %llu", static_cast<unsigned long long>(c.seed))
+                                 : "from " + c.init_from;
+  return strf("model: GPT-2, %lld layers, %lld heads, width %lld, %lld positions, vocab %lld: "
+              "%.2fM parameters (%s)",
+              static_cast<long long>(m.n_layer), static_cast<long long>(m.n_head),
+              static_cast<long long>(m.n_embd), static_cast<long long>(m.n_positions),
+              static_cast<long long>(m.vocab_size), static_cast<double>(m.num_parameters()) / 1e6,
+              origin.c_str());
+}
+
+std::string data_line(const Trainer& t) {
+  const TrainerConfig& c = t.config();
+  return strf("data: %s, %s order | %lld sequences x %lld tokens x %lld micro-batches = %lld "
+              "tokens/step",
+              t.data().description.c_str(), std::string(data_order_name(c.data_order)).c_str(),
+              static_cast<long long>(c.batch), static_cast<long long>(c.seq),
+              static_cast<long long>(c.grad_accum), static_cast<long long>(c.tokens_per_step()));
+}
+
+std::string precision_line(const TrainerConfig& c) {
+  const char* how = c.dtype == DType::kF32   ? "FP32 everywhere, no loss scaling"
+                    : c.dtype == DType::kF16 ? "16-bit working copy, FP32 master weights, "
+                                               "dynamic loss scale from 2^16"
+                                             : "16-bit working copy, FP32 master weights, no loss "
+                                               "scaling (bf16 has FP32's exponent range)";
+  return strf("precision: %s (%s)%s", std::string(dtype_name(c.dtype)).c_str(), how,
+              c.recompute ? " | activation recompute" : "");
+}
+
+std::string optimizer_line(const TrainerConfig& c) {
+  const LrSchedule& s = c.schedule;
+  const std::string decay = s.kind == LrScheduleKind::kCosine ? strf(", cosine to %g", s.min_lr)
+                                                              : std::string(", then constant");
+  const std::string clip = c.grad_clip > 0 ? strf("%g", c.grad_clip) : std::string("off");
+  return strf("optimizer: AdamW lr %g (warmup %lld%s), betas %g/%g, eps %g, weight decay %g on "
+              "2-D weights only, clip %s",
+              s.lr, static_cast<long long>(s.warmup_steps), decay.c_str(), c.beta1, c.beta2, c.eps,
+              c.weight_decay, clip.c_str());
+}
+
+std::string memory_line(const TrainerConfig& c) {
+  const MemoryLedger& l = current_ledger();
+  const double flops = static_cast<double>(c.model.flops_per_token(c.seq)) *
+                       static_cast<double>(c.tokens_per_step());
+  return strf("memory: parameters %s, gradients %s, master weights %s, optimizer state %s | "
+              "%.2f GFLOP/step (6N + 6LCT per token)",
+              format_bytes(l.live(MemCategory::kParameters)).c_str(),
+              format_bytes(l.live(MemCategory::kGradients)).c_str(),
+              format_bytes(l.live(MemCategory::kMasterParams)).c_str(),
+              format_bytes(l.live(MemCategory::kOptimizerState)).c_str(), flops / 1e9);
+}
+
+void print_preflight(const Trainer& t, std::FILE* out) {
+  const TrainerConfig& c = t.config();
+  for (const std::string& line :
+       {model_line(c), data_line(t), precision_line(c), optimizer_line(c), memory_line(c)}) {
+    std::fprintf(out, "%s\n", line.c_str());
+  }
+}
+
+std::int64_t context_of(const TrainerConfig& c) { return std::min(c.seq, c.model.n_positions); }
+
+double print_eval(Trainer& t, std::FILE* out) {
+  const AdditionScore s = evaluate_addition(t.model(), t.data().heldout, context_of(t.config()));
+  std::fprintf(out, "eval step %lld: held-out accuracy %.1f%% (%lld/%lld)",
+               static_cast<long long>(t.step()), 100.0 * s.accuracy,
+               static_cast<long long>(s.correct), static_cast<long long>(s.total));
+  if (!s.mistakes.empty()) std::fprintf(out, ", e.g. %s", s.mistakes.front().c_str());
+  std::fprintf(out, "\n");
+  return s.accuracy;
+}
+
+// "\"12+34=\"" with newlines shown as \n, for one-line headers.
+std::string quoted(const std::string& text) {
+  std::string q = "\"";
+  for (char ch : text) {
+    if (ch == '\n') q += "\\n";
+    else q += ch;
+  }
+  return q + "\"";
+}
+
+void print_sample(Trainer& t, std::FILE* out) {
+  const TrainerConfig& c = t.config();
+  std::string prompt = c.prompt;
+  if (prompt.empty() && !t.data().heldout.empty()) prompt = t.data().heldout.front().prompt();
+  std::vector<std::int32_t> ids;
+  for (unsigned char ch : prompt) ids.push_back(ch);
+  const bool bytes = !c.data.ends_with(".bin");  // a shard holds BPE ids we cannot decode
+  const std::vector<std::int32_t> gen = generate(t.model(), ids, c.sample, context_of(c),
+                                                 bytes ? 256 : c.model.vocab_size, c.temperature,
+                                                 c.seed);
+  const std::string how = c.temperature > 0 ? strf("temperature %g, seed %llu", c.temperature,
+                                                   static_cast<unsigned long long>(c.seed))
+                                            : std::string("greedy");
+  std::fprintf(out, "sample (%s, prompt %s):\n", how.c_str(),
+               prompt.empty() ? "a newline" : quoted(prompt).c_str());
+  if (bytes) {
+    std::fprintf(out, "%s%s\n", prompt.c_str(), ByteTokenizer::decode(std::span(gen)).c_str());
+    return;
+  }
+  for (std::int32_t id : gen) std::fprintf(out, "%d ", id);
+  std::fprintf(out, "\n");
+}
+
+// The prompt's bytes, else "\n" + the first held-out problem, else the data's first tokens.
+std::vector<std::int32_t> probe_tokens(const Trainer& t) {
+  const TrainerConfig& c = t.config();
+  std::string text = c.prompt;
+  if (text.empty() && !t.data().heldout.empty()) {
+    text.push_back('\n');  // not "\n" + string: GCC 12's false -Wrestrict (bug 105329)
+    text += t.data().heldout.front().prompt();
+  }
+  std::vector<std::int32_t> ids(text.begin(), text.end());
+  for (std::int32_t& id : ids) id = static_cast<unsigned char>(id);
+  if (ids.empty()) ids.assign(t.data().tokens->begin(), t.data().tokens->begin() + c.seq);
+  const auto context = static_cast<std::size_t>(context_of(c));
+  if (ids.size() > context) ids.resize(context);
+  return ids;
+}
+
+bool due(std::int64_t step, std::int64_t every) { return every > 0 && step % every == 0; }
+
+}  // namespace
+
+int run_training(const TrainerConfig& c, std::FILE* out) {
+  Trainer t(c, load_training_data(c.data, c.model.vocab_size, c.batch * c.seq + 1));
+  if (c.resume) {
+    t.resume();
+    std::fprintf(out, "resumed from %s at step %lld\n", c.checkpoint_dir.c_str(),
+                 static_cast<long long>(t.step()));
+  }
+  print_preflight(t, out);
+  std::optional<JsonlLog> log;
+  if (!c.log_jsonl.empty()) {
+    log.emplace(c.log_jsonl, c.resume ? std::optional<std::int64_t>(t.step()) : std::nullopt);
+  }
+  EtaClock eta;
+  std::int64_t last_saved = c.resume ? t.step() : -1;
+  while (t.step() < c.steps) {
+    const StepStats s = t.train_step();
+    eta.add(s.seconds);
+    std::optional<double> acc;
+    if (due(s.step, c.eval_every) && s.step < c.steps) acc = print_eval(t, out);
+    if (s.step % c.print_every == 0 || s.step == c.steps || s.skipped) {
+      std::fprintf(out, "%s\n", progress_line(s, c.steps, c.dtype == DType::kF16,
+                                               eta.eta(c.steps - s.step)).c_str());
+      std::fflush(out);
+    }
+    if (log) log->write(step_json(s, memory_snapshot(current_ledger()), acc));
+    if (due(s.step, c.checkpoint_every)) {
+      std::fprintf(out, "checkpoint: %s\n", t.save_checkpoint().c_str());
+      last_saved = s.step;
+    }
+  }
+  if (!c.checkpoint_dir.empty() && last_saved != t.step()) {
+    std::fprintf(out, "checkpoint: %s\n", t.save_checkpoint().c_str());
+  }
+  if (c.builtin_data()) print_eval(t, out);
+  if (!c.save.empty()) {
+    t.save_hf(c.save);
+    std::fprintf(out, "saved: %s (Hugging Face GPT-2 directory, float32)\n", c.save.c_str());
+  }
+  if (c.sample > 0) print_sample(t, out);
+  if (!c.dump_logits.empty()) {
+    dump_logits(t.model(), probe_tokens(t), c.dump_logits);
+    std::fprintf(out, "logits: %s\n", c.dump_logits.c_str());
+  }
+  return 0;
+}
+
+}  // namespace mixpar::ch08

@@ -1,0 +1,27 @@
+// Where the training tokens come from: the built-in addition dataset (default, with held-out
+// problems to score), a .bin token shard, or any other file read as bytes. Checked against the
+// vocabulary and the batch before training starts, so a bad file fails with one line.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "io/addition_data.h"
+
+namespace mixpar::ch08 {
+
+struct TrainingData {
+  std::shared_ptr<const std::vector<std::uint16_t>> tokens;
+  std::string description;                // "built-in addition (1,048,590 tokens)"
+  std::vector<AdditionProblem> heldout;   // built-in dataset only
+  std::uint64_t fingerprint = 0;          // FNV-1a of the tokens: a resume on other data fails
+};
+
+// path "" = built-in addition; "*.bin" = llm.c token shard; anything else = bytes. InputError
+// if the file is missing or corrupt, a token is >= vocab_size, or fewer than min_tokens.
+TrainingData load_training_data(const std::string& path, std::int64_t vocab_size,
+                                std::int64_t min_tokens);
+
+}  // namespace mixpar::ch08

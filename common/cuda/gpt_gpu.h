@@ -1,0 +1,147 @@
+// GpuGptModel: GptModel (common/model) on one GPU: parameters, gradients and activations in the
+// working dtype (f32, bf16, f16), FP32 masters and AdamW moments, the CPU's layers in the CPU's
+// order, each a kernel tested against it. Parameters keep the registry's names and shapes, and
+// upload_from / download_to move them to and from a CPU GptModel (checkpoints load either way).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "cuda/attention.h"
+#include "cuda/blas.h"
+#include "cuda/device_tensor.h"
+#include "cuda/kernels.h"
+#include "cuda/linear.h"
+#include "cuda/stream.h"
+#include "model/gpt.h"
+#include "optim/adamw.h"
+
+namespace mixpar::cuda {
+
+enum class GpuAttention : std::uint8_t {
+  kMaterialized,  // cuBLAS batched GEMMs + softmax kernel; keeps att [B, H, T, T]
+  kFused,         // flash_attention_*: keeps lse [B, H, T] only (head size 64)
+};
+
+struct GpuGptOptions {
+  DType dtype = DType::kBF16;  // working dtype of parameters, gradients, activations
+  GpuAttention attention = GpuAttention::kMaterialized;
+  bool fuse_epilogues = true;       // cuBLASLt bias / GELU / bias-gradient epilogues
+  MathMode math = MathMode::kFp32;  // f32 models only: kTf32 puts the GEMMs on tensor cores
+  // wte gets rows up to a multiple of this (GPT-2: 50257 -> 50304): the LM-head GEMM's N then
+  // tiles evenly. The extra rows are zero, take no part in the loss and stay zero.
+  std::int64_t vocab_multiple = 128;
+};
+
+// A parameter as the device holds it: a view of the flat buffers at an offset aligned to 128
+// elements (so every GEMM operand and bias is 256-byte aligned, as cuBLASLt prefers).
+struct GpuParam {
+  std::string name;       // the registry name: "h.3.attn.c_attn.weight"
+  Shape shape;            // the registry (CPU) shape
+  Shape device_shape;     // the same, except wte: [padded vocab, C]
+  std::int64_t offset;    // first element in the flat device buffers
+  bool weight_decay;
+};
+
+struct GpuStepResult {
+  bool stepped = false;    // false: inf/NaN found, weights and moments untouched
+  bool found_inf = false;
+  double grad_norm = 0;    // global L2 norm of the unscaled gradients (before clipping)
+};
+
+class GpuGptModel {
+ public:
+  // Allocates everything on the device; parameters are set by initialize() or upload_from().
+  // InputError on an invalid config or a dtype other than f32, f16, bf16.
+  GpuGptModel(GptConfig config, GpuGptOptions options = {});
+  GpuGptModel(const GpuGptModel&) = delete;
+  GpuGptModel& operator=(const GpuGptModel&) = delete;
+
+  const GptConfig& config() const { return config_; }
+  const GpuGptOptions& options() const { return options_; }
+  std::int64_t padded_vocab() const { return vocab_padded_; }
+  std::int64_t num_parameters() const { return config_.num_parameters(); }
+  const std::vector<GpuParam>& params() const { return params_; }
+
+  // The values GptModel(config, {.seed = seed}) starts from (made on the CPU, uploaded).
+  void initialize(std::uint64_t seed);
+  // Every parameter from a CPU model of the same config (any dtype: rounded to ours); the
+  // FP32 master copy takes the CPU values rounded to FP32. Gradients and moments are zeroed.
+  void upload_from(const GptModel& cpu);
+  // Every parameter (the working copy) into a CPU model of the same config, in its dtype.
+  void download_to(GptModel& cpu) const;
+  Tensor param_to_host(std::string_view name) const;  // registry shape, working dtype
+  Tensor grad_to_host(std::string_view name) const;
+
+  // tokens, targets [B, T] (host). Returns the mean loss (NaN without targets); waits for it.
+  double forward(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets,
+                 std::int64_t B, std::int64_t T);
+  // logits [B, T, V] of the last forward (padding dropped), in the working dtype.
+  Tensor logits_to_host() const;
+  // GptModel::backward: the mean loss's gradient times loss_scale, (+)= into the gradients.
+  void backward(float loss_scale = 1.0f, bool accumulate = false);
+  void zero_grad();
+
+  // One optimizer step: checks the gradients for inf/NaN and measures their norm in one FP64
+  // pass (one 8-byte read back, like GradScaler's found_inf.item()); on inf/NaN returns without
+  // stepping. Otherwise AdamW on the FP32 masters with the gradients unscaled by 1/loss_scale
+  // and clipped to max_norm (<= 0: no clipping), re-casting the working copy in the same kernel.
+  GpuStepResult step(const AdamWConfig& config, float loss_scale = 1.0f, double max_norm = 0.0);
+  std::int64_t step_count() const { return step_; }
+
+  Stream& stream() { return stream_; }
+  Blas& blas() { return blas_; }
+  // When set, every layer's kernels are timed by name (the benchmark's per-kernel table).
+  void set_timer(RegionTimer* timer) { timer_ = timer; }
+
+ private:
+  struct BlockWeights {
+    DeviceTensor ln1_w, ln1_b, attn_w, attn_b, proj_w, proj_b;
+    DeviceTensor ln2_w, ln2_b, fc_w, fc_b, fcproj_w, fcproj_b;
+  };
+  struct BlockActs {
+    DeviceTensor ln1, ln1_mean, ln1_rstd, qkv, att, lse, atty, res2;
+    DeviceTensor ln2, ln2_mean, ln2_rstd, fch, fch_gelu;
+  };
+  BlockWeights block_view(const DeviceTensor& flat, std::int64_t layer) const;
+  DeviceTensor view(const DeviceTensor& flat, std::string_view name) const;
+  const GpuParam& param(std::string_view name) const;
+  void ensure_buffers(std::int64_t B, std::int64_t T);
+  void ensure_optimizer_state();
+  LinearOptions linear_options() const { return {options_.fuse_epilogues, options_.math}; }
+
+  void block_forward(std::int64_t layer, const DeviceTensor& x, DeviceTensor& out);
+  void block_backward(std::int64_t layer, const DeviceTensor& x, bool accumulate);
+  void mlp_backward(const BlockWeights& w, BlockWeights& g, BlockActs& a, bool accumulate);
+  void backward_head(float loss_scale, bool accumulate);
+
+  GptConfig config_;
+  GpuGptOptions options_;
+  std::int64_t vocab_padded_;
+  std::vector<GpuParam> params_;
+  std::int64_t flat_numel_ = 0;
+  Stream stream_;
+  Blas blas_;
+  RegionTimer* timer_ = nullptr;
+
+  DeviceTensor params_flat_, grads_flat_;   // working dtype: kParameters, kGradients
+  DeviceTensor master_;                     // f32 kMasterParams (undefined for f32 models)
+  DeviceTensor exp_avg_, exp_avg_sq_;       // f32 kOptimizerState, made at the first step
+  DeviceTensor scalars_;                    // f64 [2]: sum of squares, loss (kOther)
+  std::vector<BlockWeights> w_, dw_;
+  std::int64_t step_ = 0;
+
+  std::vector<std::int32_t> tokens_, targets_;
+  DeviceIds d_tokens_, d_targets_;
+  std::int64_t B_ = 0, T_ = 0;
+  bool ready_for_backward_ = false;
+  std::vector<DeviceTensor> resid_;  // [L + 1] x [B, T, C]
+  std::vector<BlockActs> acts_;
+  DeviceTensor lnf_, lnf_mean_, lnf_rstd_, logits_, lse_, target_logit_;
+  DeviceTensor proj_, dres_, dsmall_, dbig_;  // workspaces (kOther)
+};
+
+}  // namespace mixpar::cuda

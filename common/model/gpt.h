@@ -1,0 +1,114 @@
+// GPT-2 on the CPU, forward and backward written out layer by layer (common/model/layers.h,
+// linear layers from common/ops): pre-LN blocks, learned positions, GELU tanh, LM head tied to
+// wte, mean cross-entropy over B*T. Parameters, gradients and activations are held in one
+// working dtype (f32, bf16, f16; f64 for gradient checks); every GEMM accumulates in FP32.
+// Threads: OpenMP (OMP_NUM_THREADS). Results are bit-reproducible for a given thread count
+// (Eigen's GEMM blocking, hence its summation order, depends on the number of threads).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "model/gpt_block.h"
+#include "model/gpt_params.h"
+#include "model/layers.h"
+#include "tensor/tensor.h"
+
+namespace mixpar {
+
+struct GptOptions {
+  DType dtype = DType::kF32;  // the working dtype of parameters, gradients, activations
+  std::uint64_t seed = 1;     // Philox seed of the initial weights (ParamRegistry::initialize)
+  // Activation recompute per block: forward keeps only each block's input [B, T, C]; backward
+  // re-runs a block's forward into one shared set of buffers just before its backward.
+  bool recompute = false;
+  // Buffers (activations, kActivations; gradient workspaces, kOther) stay allocated between
+  // steps and are reused while B and T stay the same. false: each block's activations are
+  // freed as soon as its backward has run, and everything else when backward returns, so the
+  // ledger shows activation memory falling to zero (the chapters on memory use this).
+  bool keep_buffers = true;
+};
+
+class GptModel {
+ public:
+  // Registers (make_gpt2_registry), allocates and initialises the parameters; gradients are 0.
+  // InputError on an invalid config or a dtype other than f32, f16, bf16, f64.
+  explicit GptModel(GptConfig config, GptOptions options = {});
+  GptModel(const GptModel&) = delete;  // tensors are handles: a copy would share weights
+  GptModel& operator=(const GptModel&) = delete;
+  GptModel(GptModel&&) = default;
+  GptModel& operator=(GptModel&&) = default;
+
+  const GptConfig& config() const { return config_; }
+  const GptOptions& options() const { return options_; }
+  std::int64_t num_parameters() const { return registry_.numel(); }
+  std::int64_t flops_per_token(std::int64_t seq_len) const {
+    return config_.flops_per_token(seq_len);
+  }
+
+  // tokens, targets [B, T] row-major token ids in [0, V), T <= n_positions (InputError
+  // otherwise). Returns the mean cross-entropy over the B*T positions, or NaN when targets
+  // is empty (inference: logits only, no backward possible). Keeps what backward needs.
+  double forward(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets,
+                 std::int64_t B, std::int64_t T);
+  // logits [B, T, V] of the last forward, in the working dtype. Backward overwrites them
+  // with their gradient (in place, as llm.c does: one [B*T, V] buffer instead of two).
+  const Tensor& logits() const { return logits_; }
+
+  // Backward of the last forward with targets. The gradient of the mean loss is multiplied by
+  // loss_scale before its first rounding into the working dtype (chapter 2's loss scaling:
+  // FP16 gradients overflow or underflow right there). accumulate: gradients are added to
+  // (micro-batches); otherwise overwritten.
+  void backward(float loss_scale = 1.0f, bool accumulate = false);
+
+  ParamRegistry& registry() { return registry_; }
+  const ParamRegistry& registry() const { return registry_; }
+  std::vector<NamedTensor> parameters() const { return registry_.parameters(); }
+  std::vector<NamedTensor> gradients() const { return registry_.gradients(); }
+  const Tensor& param(std::string_view name) const { return registry_.at(name).param; }
+  const Tensor& grad(std::string_view name) const { return registry_.at(name).grad; }
+  void zero_grad() { registry_.zero_grad(); }
+
+  // Frees every activation and workspace buffer now (they are allocated again on demand).
+  void release_buffers();
+
+  // Called during backward, on its thread, once per parameter with its index in
+  // registry().entries(), as soon as that gradient is final for this backward (written or
+  // accumulated): ln_f after the head, block L-1 .. 0 after each block's backward, then wpe and
+  // wte (tied: final only after the embedding). DDP starts reducing buckets from it. An empty
+  // function removes the hook.
+  using GradReadyHook = std::function<void(std::size_t entry)>;
+  void set_grad_ready_hook(GradReadyHook hook) { grad_ready_ = std::move(hook); }
+
+ private:
+  void ensure_buffers(std::int64_t B, std::int64_t T);
+  GptBlockActs& acts_of(std::int64_t layer);  // the layer's own set, or the shared one (recompute)
+  void backward_head(float loss_scale, bool accumulate);
+  void backward_blocks(bool accumulate);
+  void backward_embedding(bool accumulate);
+  void report_ready(std::size_t first, std::size_t count) const;  // hook on entries [first, +count)
+  std::size_t entry_index(std::string_view name) const;
+
+  GptConfig config_;
+  GptOptions options_;
+  ParamRegistry registry_;
+  std::vector<GptBlockWeights> w_, dw_;         // per layer: handles on parameters, gradients
+  std::vector<std::int32_t> tokens_, targets_;  // of the last forward, [B, T]
+  // Activations (kActivations). resid_[l] [B, T, C] is block l's input, resid_[L] the last
+  // block's output. acts_ has one set per layer, or a single shared set under recompute.
+  std::vector<Tensor> resid_;
+  std::vector<GptBlockActs> acts_;
+  Tensor lnf_, lnf_mean_, lnf_rstd_;    // [B, T, C], [B*T], [B*T]
+  Tensor logits_;                       // [B, T, V]; d(logits) after backward
+  Tensor lse_;                          // [B*T] log-sum-exp of each row, for backward
+  layers::CrossEntropyStats ce_stats_;  // [B*T] each, kOther
+  GptBlockWorkspace ws_;                // kOther
+  GradReadyHook grad_ready_;
+  bool ready_for_backward_ = false;
+};
+
+}  // namespace mixpar

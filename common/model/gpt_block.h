@@ -1,0 +1,77 @@
+// One GPT-2 transformer block (pre-LN) as a forward/backward pair, with the buffers it keeps:
+//   x -> ln_1 -> c_attn -> attention -> c_proj -> (+x) = res2 -> ln_2 -> c_fc -> gelu -> c_proj
+//   -> (+res2) = out.
+// GptModel runs the stack of them; a pipeline stage (chapter 7) runs a range of layers.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "model/gpt_params.h"
+#include "tensor/tensor.h"
+
+namespace mixpar {
+
+// t becomes an uninitialised tensor of this shape, dtype and category unless it already is one
+// (the old buffer is freed first, so a reallocation never holds both on the ledger).
+void ensure_tensor(Tensor& t, const Shape& shape, DType dtype, MemCategory category);
+
+// Handles on one block's tensors in the registry: its parameters, or (same names) gradients.
+struct GptBlockWeights {
+  Tensor ln1_w, ln1_b;              // [C]
+  Tensor attn_w, attn_b;            // [C, 3C], [3C]
+  Tensor attn_proj_w, attn_proj_b;  // [C, C], [C]
+  Tensor ln2_w, ln2_b;              // [C]
+  Tensor fc_w, fc_b;                // [C, 4C], [4C]
+  Tensor fc_proj_w, fc_proj_b;      // [4C, C], [C]
+};
+GptBlockWeights gpt_block_params(const ParamRegistry& r, std::int64_t layer);
+GptBlockWeights gpt_block_grads(const ParamRegistry& r, std::int64_t layer);
+
+// What a block's backward reads, in the working dtype (statistics in FP32, f64 for f64), all
+// MemCategory::kActivations. Per token: 15 C values + H T attention probabilities (+ 4 stats).
+struct GptBlockActs {
+  Tensor ln1, ln1_mean, ln1_rstd;  // [B, T, C], [B*T], [B*T]
+  Tensor qkv;                      // [B, T, 3C]
+  Tensor att;                      // [B, H, T, T] softmax probabilities
+  Tensor atty;                     // [B, T, C] attention output (input of attn.c_proj)
+  Tensor res2;                     // [B, T, C] x + attention branch
+  Tensor ln2, ln2_mean, ln2_rstd;  // [B, T, C], [B*T], [B*T]
+  Tensor fch;                      // [B, T, 4C] c_fc output (GELU input)
+  Tensor fch_gelu;                 // [B, T, 4C] GELU output (input of mlp.c_proj)
+
+  // (Re)allocates unless already of this shape and dtype.
+  void ensure(std::int64_t B, std::int64_t T, std::int64_t C, std::int64_t H, DType dtype);
+  void release();
+  bool allocated() const { return ln1.defined(); }
+  // Bytes held for (B, T, C, H) in dtype: what ensure() charges to the ledger.
+  static std::size_t bytes(std::int64_t B, std::int64_t T, std::int64_t C, std::int64_t H,
+                           DType dtype);
+};
+
+// Scratch of forward and backward, MemCategory::kOther: nothing in it outlives a call.
+struct GptBlockWorkspace {
+  Tensor proj;    // [B, T, C] output of a c_proj before its residual add
+  Tensor dres;    // [B, T, C] gradient of the residual stream, flowing down the stack
+  Tensor dsmall;  // [B, T, C] gradient of ln_2 / attention output / ln_1 outputs
+  Tensor dbig;    // [B, T, 4C] gradient of the MLP hidden layer; its first 3C columns' worth
+                  // of elements also serve as dqkv [B, T, 3C]
+  Tensor datt;    // [B, H, T, T] gradient of the attention scores
+
+  void ensure(std::int64_t B, std::int64_t T, std::int64_t C, std::int64_t H, DType dtype);
+  void release();
+};
+
+// Runs the block on x [B, T, C]; fills a. out [B, T, C] = the block's output; when out is null
+// (recompute before backward) the MLP's c_proj and residual add are skipped: backward does not
+// read their output. proj is the c_proj scratch [B, T, C].
+void gpt_block_forward(const GptBlockWeights& w, std::int64_t n_head, const Tensor& x,
+                       GptBlockActs& a, Tensor* out, Tensor& proj);
+
+// Backward of the block given its input x and the activations of its forward. On entry ws.dres
+// holds d(out); on return d(x). Gradients go to g (overwritten, or added when accumulate).
+void gpt_block_backward(const GptBlockWeights& w, GptBlockWeights& g, std::int64_t n_head,
+                        const Tensor& x, const GptBlockActs& a, GptBlockWorkspace& ws,
+                        bool accumulate);
+
+}  // namespace mixpar

@@ -1,0 +1,46 @@
+// GPT-2 <-> a Hugging Face model directory (config.json + model.safetensors), the form that
+// transformers' GPT2LMHeadModel.from_pretrained loads. Tensors keep their HF names and Conv1D
+// [in, out] layout, which is also the registry's layout, so nothing is transposed. Reading
+// accepts names with or without "transformer.", skips the attn.bias / attn.masked_bias buffers
+// and accepts lm_head.weight only when it equals wte (the head is tied).
+#pragma once
+
+#include <span>
+#include <string>
+
+#include "io/gpt_config.h"
+#include "model/gpt.h"
+
+namespace mixpar {
+
+GptConfig gpt_config_from_hf(const HfGpt2Config& hf);
+HfGpt2Config hf_config_from_gpt(const GptConfig& config, DType stored);
+
+struct HfSaveOptions {
+  // GPT2LMHeadModel.save_pretrained writes "transformer.h.0..."; the hub's original gpt2 files
+  // have bare names. transformers reads both.
+  bool transformer_prefix = true;
+  DType dtype = DType::kF32;  // F32, F16 or BF16 (config.json's torch_dtype follows)
+};
+
+// Writes dir/model.safetensors, then dir/config.json, each atomically (dir is created). params
+// are the registry's tensors under their HF names in any float dtype (fp32 masters, or a 16-bit
+// working copy), converted to options.dtype. InputError if a name or shape does not belong to
+// `config`, or one is missing.
+void save_gpt_hf(const std::string& dir, const GptConfig& config,
+                 std::span<const NamedTensor> params, const HfSaveOptions& options = {});
+void save_gpt_hf(const std::string& dir, const GptModel& model, const HfSaveOptions& options = {});
+
+// dir/config.json as a GptConfig (InputError naming the key for anything mixpar cannot compute).
+GptConfig read_gpt_hf_config(const std::string& dir);
+
+// Fills dst (registry names and shapes of `expected`, any float dtype, each rounded into its
+// own dtype) from dir. InputError, naming the directory and the first difference, if dir's
+// config is not `expected` or the file has a missing, misshaped, repeated or unknown tensor.
+void load_gpt_hf_into(const std::string& dir, const GptConfig& expected,
+                      std::span<const NamedTensor> dst);
+
+// A model of dir's shape in options.dtype holding dir's weights (options.seed is unused).
+GptModel load_gpt_hf(const std::string& dir, GptOptions options = {});
+
+}  // namespace mixpar

@@ -1,0 +1,172 @@
+// Causal multi-head attention as batched GEMMs: one (batch, head) pair per OpenMP work item,
+// each running Eigen GEMMs on strided maps of the qkv buffer (no copies of q, k, v for FP32).
+// Only the lower triangle of the T x T scores is computed: Eigen's triangular products skip
+// the masked half, which is also the half llm.c's FLOP count (6*L*C*T) leaves out.
+#include <cmath>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+
+#include "model/layers.h"
+#include "model/layers_internal.h"
+
+namespace mixpar::layers {
+namespace {
+
+using detail::In;
+using detail::Out;
+
+template <class C>
+using RowMat = Eigen::Matrix<C, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+template <class C>
+using Strided = Eigen::Map<RowMat<C>, Eigen::Unaligned, Eigen::OuterStride<>>;
+template <class C>
+using ConstStrided = Eigen::Map<const RowMat<C>, Eigen::Unaligned, Eigen::OuterStride<>>;
+template <class C>
+using Square = Eigen::Map<RowMat<C>>;
+template <class C>
+using ConstSquare = Eigen::Map<const RowMat<C>>;
+
+struct AttnDims {
+  std::int64_t B, T, H, hd, Ch;  // Ch = H * hd: this call's channels (all heads it runs)
+};
+
+// Multiply-adds of the score GEMM: the size that decides whether threads pay off.
+std::int64_t work(const AttnDims& d) { return d.B * d.H * d.T * d.T * d.hd; }
+
+AttnDims check_attention(const Tensor& qkv, std::int64_t n_head, const char* op) {
+  ops::check_operand(qkv, op, "qkv");
+  if (qkv.ndim() != 3 || qkv.dim(2) % 3 != 0) {
+    throw std::invalid_argument(std::string(op) + ": 'qkv' has shape " + shape_str(qkv.shape()) +
+                                ", expected [B, T, 3 * Ch]");
+  }
+  const std::int64_t ch = qkv.dim(2) / 3;
+  if (n_head <= 0 || ch % n_head != 0) {
+    throw std::invalid_argument(std::string(op) + ": " + std::to_string(ch) +
+                                " channels do not split into " + std::to_string(n_head) + " heads");
+  }
+  return {qkv.dim(0), qkv.dim(1), n_head, ch / n_head, ch};
+}
+
+void check_shapes(const AttnDims& d, const Tensor& out, const Tensor& att, const char* op,
+                  const char* out_name, const char* att_name) {
+  ops::check_operand(out, op, out_name);
+  ops::check_operand(att, op, att_name);
+  ops::check_shape(out, {d.B, d.T, d.Ch}, op, out_name);
+  ops::check_shape(att, {d.B, d.H, d.T, d.T}, op, att_name);
+}
+
+// The [T, hd] block of head h in batch b: part 0, 1, 2 of qkv are q, k, v.
+template <class C, class P>
+auto head_of_qkv(P* qkv, const AttnDims& d, std::int64_t b, std::int64_t h, int part) {
+  using Map = std::conditional_t<std::is_const_v<P>, ConstStrided<C>, Strided<C>>;
+  return Map(qkv + (b * d.T * 3 + part) * d.Ch + h * d.hd, d.T, d.hd,
+             Eigen::OuterStride<>(3 * d.Ch));
+}
+template <class C, class P>
+auto head_of_out(P* out, const AttnDims& d, std::int64_t b, std::int64_t h) {
+  using Map = std::conditional_t<std::is_const_v<P>, ConstStrided<C>, Strided<C>>;
+  return Map(out + b * d.T * d.Ch + h * d.hd, d.T, d.hd, Eigen::OuterStride<>(d.Ch));
+}
+
+// Row i of the raw scores s (lower triangle) becomes softmax_j<=i(scale * s_ij); zeros above.
+template <class C>
+void causal_softmax(Square<C>& p, C scale) {
+  const Eigen::Index t = p.rows();
+  for (Eigen::Index i = 0; i < t; ++i) {
+    auto row = p.row(i).head(i + 1).array();
+    const C mx = row.maxCoeff();
+    row = (scale * (row - mx)).exp();
+    row *= C(1) / row.sum();
+    p.row(i).tail(t - i - 1).setZero();
+  }
+}
+
+// ds_ij = scale * p_ij (dp_ij - sum_k p_ik dp_ik) for j <= i (softmax backward); zeros above.
+template <class C>
+void causal_softmax_backward(const ConstSquare<C>& p, Square<C>& dp, C scale) {
+  const Eigen::Index t = p.rows();
+  for (Eigen::Index i = 0; i < t; ++i) {
+    const auto pi = p.row(i).head(i + 1).array();
+    auto di = dp.row(i).head(i + 1).array();
+    const C dot = (pi * di).sum();
+    di = scale * pi * (di - dot);
+    dp.row(i).tail(t - i - 1).setZero();
+  }
+}
+
+template <class C>
+void attention_forward_head(const C* qkv, C* out, C* att, const AttnDims& d, std::int64_t bh) {
+  const std::int64_t b = bh / d.H, h = bh % d.H;
+  const auto q = head_of_qkv<C>(qkv, d, b, h, 0), k = head_of_qkv<C>(qkv, d, b, h, 1);
+  const auto v = head_of_qkv<C>(qkv, d, b, h, 2);
+  Square<C> p(att + bh * d.T * d.T, d.T, d.T);                    // [T, T]
+  p.template triangularView<Eigen::Lower>() = q * k.transpose();  // raw scores, j <= i only
+  causal_softmax<C>(p, C(1) / std::sqrt(C(d.hd)));
+  auto o = head_of_out<C>(out, d, b, h);  // [T, hd]
+  o.noalias() = p.template triangularView<Eigen::Lower>() * v;
+}
+
+template <class C>
+void attention_backward_head(const C* dout, const C* qkv, const C* att, C* dqkv, C* datt,
+                             const AttnDims& d, std::int64_t bh) {
+  const std::int64_t b = bh / d.H, h = bh % d.H;
+  const auto q = head_of_qkv<C>(qkv, d, b, h, 0), k = head_of_qkv<C>(qkv, d, b, h, 1);
+  const auto v = head_of_qkv<C>(qkv, d, b, h, 2);
+  const auto dout_h = head_of_out<C>(dout, d, b, h);  // [T, hd]
+  const ConstSquare<C> p(att + bh * d.T * d.T, d.T, d.T);
+  Square<C> dp(datt + bh * d.T * d.T, d.T, d.T);
+  auto dq = head_of_qkv<C>(dqkv, d, b, h, 0), dk = head_of_qkv<C>(dqkv, d, b, h, 1);
+  auto dv = head_of_qkv<C>(dqkv, d, b, h, 2);
+  dv.noalias() = p.template triangularView<Eigen::Lower>().transpose() * dout_h;  // P^T dO
+  dp.template triangularView<Eigen::Lower>() = dout_h * v.transpose();            // dO V^T
+  causal_softmax_backward<C>(p, dp, C(1) / std::sqrt(C(d.hd)));                   // dS
+  dq.noalias() = dp.template triangularView<Eigen::Lower>() * k;                  // dS K
+  dk.noalias() = dp.template triangularView<Eigen::Lower>().transpose() * q;      // dS^T Q
+}
+
+}  // namespace
+
+void attention_forward(const Tensor& qkv, std::int64_t n_head, Tensor& out, Tensor& att) {
+  const AttnDims d = check_attention(qkv, n_head, "attention_forward");
+  check_shapes(d, out, att, "attention_forward", "out", "att");
+  detail::dispatch({&qkv, &out, &att}, [&](auto tag) {
+    using C = decltype(tag);
+    // 16-bit: q, k, v are widened once; the probabilities are rounded into att once, while
+    // this call's output uses them unrounded (as a fused kernel keeping them in registers).
+    const In<C> in(qkv);
+    Out<C> o(out, false), a(att, false);
+    const C* pq = in.data();
+    C *po = o.data(), *pa = a.data();
+    // Nested in this parallel loop, Eigen's GEMMs run single-threaded (it checks for an
+    // enclosing OpenMP team): parallelism comes from the B*H independent heads.
+    MIXPAR_PARALLEL_FOR_IF(work(d) >= detail::kParallelMinWork)
+    for (std::int64_t bh = 0; bh < d.B * d.H; ++bh) attention_forward_head<C>(pq, po, pa, d, bh);
+    o.commit();
+    a.commit();
+  });
+}
+
+void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& att,
+                        std::int64_t n_head, Tensor& dqkv, Tensor& datt) {
+  const AttnDims d = check_attention(qkv, n_head, "attention_backward");
+  check_shapes(d, dout, att, "attention_backward", "dout", "att");
+  check_shapes(d, dout, datt, "attention_backward", "dout", "datt");
+  ops::check_operand(dqkv, "attention_backward", "dqkv");
+  ops::check_shape(dqkv, qkv.shape(), "attention_backward", "dqkv");
+  detail::dispatch({&dout, &qkv, &att, &dqkv, &datt}, [&](auto tag) {
+    using C = decltype(tag);
+    const In<C> g(dout), in(qkv), p(att);
+    Out<C> dq(dqkv, false), dp(datt, false);
+    const C *pg = g.data(), *pq = in.data(), *pp = p.data();
+    C *pdq = dq.data(), *pdp = dp.data();
+    MIXPAR_PARALLEL_FOR_IF(work(d) >= detail::kParallelMinWork)
+    for (std::int64_t bh = 0; bh < d.B * d.H; ++bh) {
+      attention_backward_head<C>(pg, pq, pp, pdq, pdp, d, bh);
+    }
+    dq.commit();
+    dp.commit();
+  });
+}
+
+}  // namespace mixpar::layers

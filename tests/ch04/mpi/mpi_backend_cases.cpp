@@ -1,0 +1,195 @@
+// The MPI backend keeps the Communicator's promises across processes: rank-order reductions
+// bit-identical to the local backend's serial definition for every dtype, MPI's own reduction
+// within rounding of it, buffered sends, size and call mismatches reported as CommError, the
+// same traffic accounting, split groups, and a watchdog that fires on a stuck call.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <future>
+#include <string>
+#include <vector>
+
+#include "../../common/comm_local_test_util.h"
+#include "ch04_ddp/ring_allreduce.h"
+#include "comm/mpi_backend.h"
+
+namespace mixpar {
+namespace {
+
+using namespace comm_testing;
+
+constexpr std::int64_t kSizes[] = {0, 1, 13, 1031};
+
+MpiOptions fast_options() {
+  MpiOptions o;
+  o.watchdog_seconds = 60;
+  return o;
+}
+
+TEST(MpiBackend, RankAndSizeMatchTheJob) {
+  int world = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  MpiCommunicator c;
+  EXPECT_EQ(c.size(), world);
+  EXPECT_EQ(c.backend(), "mpi");
+}
+
+TEST(MpiBackend, RankOrderAllReduceIsBitIdenticalToTheSerialDefinition) {
+  MpiCommunicator c(MPI_COMM_WORLD, fast_options());
+  for (DType dt : kAllDTypes) {
+    for (std::int64_t n : kSizes) {
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax}) {
+        Tensor t = rank_data(c.rank(), n, dt);
+        c.all_reduce(t, op);
+        EXPECT_TRUE(same_bits(t, serial_reduce(c.size(), n, dt, op)))
+            << dtype_name(dt) << " size " << n << " " << reduce_op_name(op);
+      }
+    }
+  }
+}
+
+TEST(MpiBackend, MpisOwnAllReduceIsWithinRoundingOfTheRankOrderSum) {
+  MpiOptions o = fast_options();
+  o.reduction = MpiReduction::kMpi;
+  MpiCommunicator c(MPI_COMM_WORLD, o);
+  for (DType dt : {DType::kF32, DType::kF64, DType::kF16, DType::kBF16}) {
+    Tensor t = rank_data(c.rank(), 1031, dt), m = t.clone();
+    c.all_reduce(t);
+    c.all_reduce(m, ReduceOp::kMax);
+    const auto got = elements(t),
+               want = elements(serial_reduce(c.size(), 1031, dt, ReduceOp::kSum));
+    const double eps = dt == DType::kF64 ? 1e-15 : dt == DType::kF32 ? 1e-6 : 1e-2;
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      ASSERT_LE(std::abs(got[i] - want[i]), eps * std::abs(want[i]) + 1e-30)
+          << dtype_name(dt) << " element " << i;
+    }
+    EXPECT_TRUE(same_bits(m, serial_reduce(c.size(), 1031, dt, ReduceOp::kMax))) << "max is exact";
+  }
+}
+
+TEST(MpiBackend, MaxPropagatesNaNInBothModes) {
+  for (MpiReduction mode : {MpiReduction::kRankOrder, MpiReduction::kMpi}) {
+    MpiOptions o = fast_options();
+    o.reduction = mode;
+    MpiCommunicator c(MPI_COMM_WORLD, o);
+    const float v = c.rank() == c.size() - 1 ? NAN : float(c.rank());
+    Tensor t = Tensor::from_floats({&v, 1}, {1});
+    c.all_reduce(t, ReduceOp::kMax);
+    EXPECT_TRUE(std::isnan(t.item()));
+  }
+}
+
+TEST(MpiBackend, ReduceScatterAllGatherAndBroadcastMatchTheirDefinitions) {
+  MpiCommunicator c(MPI_COMM_WORLD, fast_options());
+  const int n = c.size();
+  const Tensor in = rank_data(c.rank(), n * 7, DType::kBF16);
+  Tensor out = Tensor::empty({7}, DType::kBF16);
+  c.reduce_scatter(in, out);
+  const Tensor full = serial_reduce(n, n * 7, DType::kBF16, ReduceOp::kSum);
+  EXPECT_TRUE(same_bits(out, full.flat_slice(c.rank() * 7, 7)));
+  Tensor all = Tensor::empty({n * 7}, DType::kBF16);
+  c.all_gather(out, all);
+  EXPECT_TRUE(same_bits(all, full));
+  Tensor b = rank_data(c.rank(), 5, DType::kF32);
+  c.broadcast(b, n - 1);
+  EXPECT_TRUE(same_bits(b, rank_data(n - 1, 5, DType::kF32)));
+  c.barrier();
+}
+
+TEST(MpiBackend, SendsAreBufferedSoPairsMayBothSendFirst) {
+  MpiCommunicator c(MPI_COMM_WORLD, fast_options());
+  const int peer = c.rank() ^ 1;
+  if (peer >= c.size()) GTEST_SKIP() << "odd world";              // every size here is even
+  const Tensor mine = rank_data(c.rank(), 1 << 16, DType::kF32);  // larger than eager limits
+  c.send(mine, peer, 7);
+  Tensor theirs = Tensor::empty({1 << 16}, DType::kF32);
+  c.recv(theirs, peer, 7);
+  EXPECT_TRUE(same_bits(theirs, rank_data(peer, 1 << 16, DType::kF32)));
+}
+
+TEST(MpiBackend, ARecvOfTheWrongSizeIsACommError) {
+  MpiCommunicator c(MPI_COMM_WORLD, fast_options());
+  const int peer = c.rank() ^ 1;
+  const bool sender = c.rank() % 2 == 0;
+  for (std::int64_t want : {std::int64_t{2}, std::int64_t{8}}) {  // smaller, larger than sent
+    if (sender) {
+      c.send(Tensor::zeros({4}, DType::kF32), peer, 3);
+    } else {
+      Tensor t = Tensor::empty({want}, DType::kF32);
+      try {
+        c.recv(t, peer, 3);
+        ADD_FAILURE() << "a " << want << "-element recv of a 4-element message passed";
+      } catch (const CommError& e) {
+        EXPECT_CONTAINS(e.what(), "recv(from " + std::to_string(peer));
+      }
+    }
+  }
+  c.barrier();
+}
+
+TEST(MpiBackend, MismatchedCollectivesAreACommErrorNamingBothCallsOnEveryRank) {
+  MpiCommunicator c(MPI_COMM_WORLD, fast_options());
+  Tensor t = Tensor::zeros({c.rank() == 0 ? 4 : 8}, DType::kF32);
+  try {
+    c.all_reduce(t);
+    ADD_FAILURE() << "mismatched all_reduce passed";
+  } catch (const CommError& e) {
+    EXPECT_CONTAINS(e.what(), "rank 0 called all_reduce(4 x f32, sum)");
+    EXPECT_CONTAINS(e.what(), "rank 1 called all_reduce(8 x f32, sum)");
+  }
+  Tensor ok = Tensor::zeros({3}, DType::kF32);
+  c.all_reduce(ok);  // the check ran before the collective: the ranks are still in step
+}
+
+TEST(MpiBackend, TrafficFollowsTheLocalBackendsConventions) {
+  MpiCommunicator c(MPI_COMM_WORLD, fast_options());
+  const int n = c.size();
+  Tensor t = Tensor::zeros({1031}, DType::kF16);
+  c.all_reduce(t);
+  const TrafficTotals want = all_reduce_traffic(1031, DType::kF16, n, c.rank());
+  EXPECT_EQ(c.traffic().totals("all_reduce").bytes_sent, want.bytes_sent);
+  EXPECT_EQ(c.traffic().totals("all_reduce").bytes_received, want.bytes_received);
+  Tensor out = Tensor::empty({3}, DType::kF32), in = Tensor::zeros({3 * n}, DType::kF32);
+  c.reduce_scatter(in, out);
+  EXPECT_EQ(c.traffic().totals("reduce_scatter").bytes_sent, std::size_t(n - 1) * 12);
+  c.all_gather(out, in);
+  EXPECT_EQ(c.traffic().totals("all_gather").bytes_received, std::size_t(n - 1) * 12);
+}
+
+TEST(MpiBackend, SplitOrdersGroupsByKey) {
+  MpiCommunicator c(MPI_COMM_WORLD, fast_options());
+  auto g = c.split(c.rank() % 2, -c.rank());
+  ASSERT_NE(g, nullptr);
+  EXPECT_EQ(g->size(), c.size() / 2);
+  EXPECT_EQ(g->rank(), g->size() - 1 - c.rank() / 2) << "keys descend with the world rank";
+  EXPECT_EQ(c.split(c.rank() == 0 ? -1 : 0, 0) == nullptr, c.rank() == 0);
+}
+
+TEST(MpiBackend, TheHandBuiltRingRunsOnMpiWithTheSameBitsAndBytes) {
+  MpiCommunicator c(MPI_COMM_WORLD, fast_options());
+  Tensor ring = Tensor::from_floats(std::vector<float>(840, float(c.rank() + 1)), {840});
+  Tensor backend = ring.clone();
+  ch04::ring_all_reduce(c, ring);
+  c.all_reduce(backend);
+  EXPECT_TRUE(same_bits(ring, backend));
+  const std::size_t want = 2 * std::size_t(c.size() - 1) * 840 * 4 / std::size_t(c.size());
+  EXPECT_EQ(c.traffic().totals("sendrecv").bytes_sent, want);
+}
+
+TEST(CallWatchdog, FiresOnceWithTheCallItWatches) {
+  std::promise<std::string> fired;
+  int calls = 0;
+  {
+    CallWatchdog w(0.2, [&](const std::string& m) {
+      if (++calls == 1) fired.set_value(m);
+    });
+    const auto guard = w.watch("rank 1 of 2 in recv(from 0, tag 5, 4 x f32)");
+    const std::string m = fired.get_future().get();  // blocks until the watchdog fires
+    EXPECT_CONTAINS(m, "recv(from 0, tag 5");
+    EXPECT_CONTAINS(m, "still blocked after 0.2 s");
+  }
+  EXPECT_EQ(calls, 1);
+}
+
+}  // namespace
+}  // namespace mixpar

@@ -1,0 +1,85 @@
+// The NCCL backend against the local backend, on real GPUs: skipped, saying how many GPUs it
+// needs and found, wherever fewer are visible (and entirely in builds without NCCL). Ranks
+// are threads here, one GPU each, bootstrapped through the local backend or a file.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <string>
+
+#include "../common/comm_local_test_util.h"
+#include "comm/local_backend.h"
+#ifdef MIXPAR_HAVE_NCCL
+#include <unistd.h>
+
+#include "comm/nccl_backend.h"
+#endif
+
+namespace mixpar {
+namespace {
+
+#ifdef MIXPAR_HAVE_NCCL
+using namespace comm_testing;
+
+#define MIXPAR_NEEDS_GPUS(n)                                                    \
+  do {                                                                          \
+    const int found = nccl_visible_gpus();                                      \
+    if (found < (n)) GTEST_SKIP() << "needs " << (n) << " GPUs; found " << found; \
+  } while (0)
+
+Tensor on_gpu(const Tensor& t) { return t.to_device(Device::kCUDA); }
+Tensor on_cpu(const Tensor& t) { return t.to_device(Device::kCPU); }
+
+TEST(Nccl, OneRankFromAFileIsTheIdentityAndRefusesCpuTensors) {
+  MIXPAR_NEEDS_GPUS(1);
+  const std::string path = "/tmp/mixpar_nccl_id_" + std::to_string(::getpid());
+  std::remove(path.c_str());
+  auto c = NcclCommunicator::create_from_file(path, 0, 1);
+  const Tensor host = rank_data(0, 1031, DType::kF32);
+  Tensor d = on_gpu(host);
+  c->all_reduce(d);
+  EXPECT_TRUE(same_bits(on_cpu(d), host));
+  Tensor cpu = host.clone();
+  EXPECT_THROW(c->all_reduce(cpu), std::invalid_argument);
+  std::remove(path.c_str());
+}
+
+TEST(Nccl, TwoGpusMatchTheLocalBackend) {
+  MIXPAR_NEEDS_GPUS(2);
+  run_local(2, [](Communicator& local) {
+    NcclOptions o;
+    o.device = local.rank();
+    auto c = NcclCommunicator::create(local, o);
+    // Sums of two values commute exactly: f32 and bf16 equal the local backend bit for bit.
+    for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+      const Tensor mine = rank_data(local.rank(), 1031, dt);
+      Tensor d = on_gpu(mine), want = mine.clone();
+      c->all_reduce(d);
+      local.all_reduce(want);
+      EXPECT_TRUE(same_bits(on_cpu(d), want)) << dtype_name(dt);
+    }
+    const Tensor in = rank_data(local.rank(), 2 * 5, DType::kF32);
+    Tensor out = Tensor::empty({5}, DType::kF32, MemCategory::kOther, Device::kCUDA);
+    Tensor want = Tensor::empty({5}, DType::kF32);
+    c->reduce_scatter(on_gpu(in), out);
+    local.reduce_scatter(in, want);
+    EXPECT_TRUE(same_bits(on_cpu(out), want));
+    Tensor all = Tensor::empty({10}, DType::kF32, MemCategory::kOther, Device::kCUDA);
+    c->all_gather(out, all);
+    Tensor all_want = Tensor::empty({10}, DType::kF32);
+    local.all_gather(want, all_want);
+    EXPECT_TRUE(same_bits(on_cpu(all), all_want));
+    Tensor got = Tensor::empty({5}, DType::kF32, MemCategory::kOther, Device::kCUDA);
+    c->sendrecv(out, 1 - local.rank(), got, 1 - local.rank());
+    EXPECT_EQ(c->traffic().totals("sendrecv").bytes_sent, 20u);
+    c->barrier();
+  });
+}
+
+#else
+
+TEST(Nccl, SkippedInABuildWithoutNccl) { GTEST_SKIP() << "mixpar was built without NCCL"; }
+
+#endif
+
+}  // namespace
+}  // namespace mixpar

@@ -1,0 +1,285 @@
+// The hand-built ring equals the backend's all_reduce (N = 1..8, every dtype, sizes 0, 1 and
+// not divisible by N): bit for bit on integer data and for N <= 2, within the stated rounding
+// bound otherwise; every rank ends with the same bits; slicing changes nothing; the halves have
+// Communicator's block semantics; the naive version adds in rank order.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "../common/comm_local_test_util.h"
+#include "ch04_ddp/ring_allreduce.h"
+#include "comm/local_backend.h"
+
+namespace mixpar::ch04 {
+namespace {
+
+using namespace comm_testing;
+
+constexpr std::int64_t kSizes[] = {0, 1, 13, 1031};
+
+std::string what(int n, DType dt, std::int64_t size, ReduceOp op) {
+  return "N=" + std::to_string(n) + " " + std::string(dtype_name(dt)) + " size " +
+         std::to_string(size) + " " + std::string(reduce_op_name(op));
+}
+
+// Small integers whose partial sums over 8 ranks are exact in every dtype (e5m2 holds the
+// integers up to 8 exactly, e4m3 up to 16, bf16 up to 256): any summation order gives the
+// same bits, so the ring must equal the backend exactly.
+Tensor integer_data(int rank, std::int64_t n, DType dt) {
+  const int range = dt == DType::kE5M2 ? 1 : 2;
+  std::vector<float> v(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) {
+    v[std::size_t(i)] = static_cast<float>((i * 7 + rank * 3) % (2 * range + 1) - range);
+  }
+  return Tensor::from_floats(v, {n}, dt);
+}
+
+// The gap between 1 and the next value: the relative rounding step of each dtype.
+double epsilon(DType dt) {
+  switch (dt) {
+    case DType::kF32: return std::ldexp(1.0, -23);
+    case DType::kF16: return std::ldexp(1.0, -10);
+    case DType::kBF16: return std::ldexp(1.0, -7);
+    case DType::kE4M3: return std::ldexp(1.0, -3);
+    case DType::kE5M2: return std::ldexp(1.0, -2);
+    case DType::kF64: return std::ldexp(1.0, -52);
+  }
+  return 1.0;
+}
+
+// The smallest subnormal: below it rounding is absolute, not relative.
+double tiniest(DType dt) {
+  switch (dt) {
+    case DType::kF16: return std::ldexp(1.0, -24);
+    case DType::kBF16: return std::ldexp(1.0, -133);
+    case DType::kE4M3: return std::ldexp(1.0, -9);
+    case DType::kE5M2: return std::ldexp(1.0, -16);
+    default: return 0.0;
+  }
+}
+
+// The bound between two sums of the same N values in different orders, each partial result
+// rounded: N roundings on either side, each at most eps * sum|x| (plus a subnormal step).
+double order_bound(int n, DType dt, double sum_abs) {
+  return n * (epsilon(dt) * sum_abs + tiniest(dt));
+}
+
+std::vector<double> sum_abs(int n, std::int64_t size, DType dt) {
+  std::vector<double> s(static_cast<std::size_t>(size), 0.0);
+  for (int r = 0; r < n; ++r) {
+    const std::vector<double> x = elements(rank_data(r, size, dt));
+    for (std::size_t i = 0; i < s.size(); ++i) s[i] += std::abs(x[i]);
+  }
+  return s;
+}
+
+// On every rank: ring and backend on the same data, compared. `exact` asks for equal bits.
+void compare_with_backend(Communicator& c, const Tensor& data, ReduceOp op, bool exact,
+                          const std::vector<double>& bound, const std::string& label) {
+  Tensor ring = data.clone(), backend = data.clone();
+  ring_all_reduce(c, ring, op);
+  c.all_reduce(backend, op);
+  if (exact) {
+    EXPECT_TRUE(same_bits(ring, backend)) << label << " rank " << c.rank();
+    return;
+  }
+  const std::vector<double> a = elements(ring), b = elements(backend);
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    ASSERT_LE(std::abs(a[i] - b[i]), bound[i]) << label << " element " << i << ": ring " << a[i]
+                                               << ", backend " << b[i];
+  }
+}
+
+TEST(Ring, AllReduceEqualsBackendExactlyOnIntegerDataForEveryDtypeAndSize) {
+  for (int n = 1; n <= 8; ++n) {
+    run_local(n, [&](Communicator& c) {
+      for (DType dt : kAllDTypes) {
+        for (std::int64_t size : kSizes) {
+          for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax}) {
+            compare_with_backend(c, integer_data(c.rank(), size, dt), op, true, {},
+                                 what(n, dt, size, op));
+          }
+        }
+      }
+    });
+  }
+}
+
+TEST(Ring, AllReduceOfRealDataIsWithinTheReorderingBoundAndExactForTwoRanksOrMax) {
+  for (int n = 1; n <= 8; ++n) {
+    for (DType dt : kAllDTypes) {
+      for (std::int64_t size : kSizes) {
+        std::vector<double> bound = sum_abs(n, size, dt);
+        for (double& b : bound) b = order_bound(n, dt, b);
+        run_local(n, [&](Communicator& c) {
+          const Tensor data = rank_data(c.rank(), size, dt);
+          // f32/f64 sums of two values commute exactly; so does max, whatever the order.
+          const bool exact_sum = n <= 2 && dtype_size(dt) >= 4;
+          compare_with_backend(c, data, ReduceOp::kSum, exact_sum, bound,
+                               what(n, dt, size, ReduceOp::kSum));
+          compare_with_backend(c, data, ReduceOp::kMax, true, bound,
+                               what(n, dt, size, ReduceOp::kMax));
+        });
+      }
+    }
+  }
+}
+
+TEST(Ring, EveryRankEndsWithTheSameBits) {
+  constexpr int n = 5;
+  std::vector<Tensor> results(n);
+  run_local(n, [&](Communicator& c) {
+    Tensor t = rank_data(c.rank(), 1031, DType::kF16);
+    ring_all_reduce(c, t);
+    results[std::size_t(c.rank())] = t;
+  });
+  for (int r = 1; r < n; ++r) EXPECT_TRUE(same_bits(results[0], results[std::size_t(r)])) << r;
+}
+
+TEST(Ring, SlicingChangesNeitherBitsNorBytes) {
+  for (int n : {2, 3, 7}) {
+    run_local(n, [&](Communicator& c) {
+      const Tensor data = rank_data(c.rank(), 1031, DType::kBF16);
+      Tensor whole = data.clone(), sliced = data.clone();
+      RingOptions o;
+      o.slice_bytes = 0;
+      ring_all_reduce(c, whole, ReduceOp::kSum, o);
+      const TrafficTotals before = c.traffic().totals("sendrecv");
+      o.slice_bytes = 6;  // 3 bf16 elements: many slices, the last ones short or empty
+      ring_all_reduce(c, sliced, ReduceOp::kSum, o);
+      const TrafficTotals after = c.traffic().totals("sendrecv");
+      EXPECT_TRUE(same_bits(whole, sliced)) << "N=" << n;
+      EXPECT_EQ(after.bytes_sent - before.bytes_sent, before.bytes_sent) << "N=" << n;
+      EXPECT_EQ(after.bytes_received - before.bytes_received, before.bytes_received);
+    });
+  }
+}
+
+TEST(Ring, Fp32PartialsRoundOnceAndTrackTheBackendCloserThanPerHopRounding) {
+  constexpr int n = 8;
+  constexpr std::int64_t size = 4096;
+  std::vector<double> err_hop(n), err_fp32(n);
+  run_local(n, [&](Communicator& c) {
+    const Tensor data = rank_data(c.rank(), size, DType::kF16);
+    Tensor hop = data.clone(), wide = data.clone(), backend = data.clone();
+    RingOptions o;
+    ring_all_reduce(c, hop, ReduceOp::kSum, o);
+    o.accumulation = RingAccumulation::kFp32Partials;
+    ring_all_reduce(c, wide, ReduceOp::kSum, o);
+    c.all_reduce(backend);
+    const auto b = elements(backend), h = elements(hop), w = elements(wide);
+    for (std::size_t i = 0; i < b.size(); ++i) {
+      err_hop[std::size_t(c.rank())] += std::abs(h[i] - b[i]);
+      err_fp32[std::size_t(c.rank())] += std::abs(w[i] - b[i]);
+      // One rounding of an FP32 sum taken in another order: at most one f16 step away.
+      ASSERT_LE(std::abs(w[i] - b[i]), epsilon(DType::kF16) * std::abs(b[i]) + 1e-7) << i;
+    }
+  });
+  EXPECT_GT(err_hop[0], 0.0) << "per-hop rounding should show on 4096 f16 sums of 8 ranks";
+  EXPECT_LT(err_fp32[0], err_hop[0]);
+}
+
+TEST(Ring, Fp32PartialsOfTwoRanksEqualTheBackendBitForBit) {
+  run_local(2, [&](Communicator& c) {
+    for (DType dt : {DType::kF16, DType::kBF16, DType::kE4M3, DType::kE5M2}) {
+      const Tensor data = rank_data(c.rank(), 1031, dt);
+      Tensor ring = data.clone(), backend = data.clone();
+      RingOptions o;
+      o.accumulation = RingAccumulation::kFp32Partials;
+      ring_all_reduce(c, ring, ReduceOp::kSum, o);
+      c.all_reduce(backend);
+      EXPECT_TRUE(same_bits(ring, backend)) << dtype_name(dt);
+    }
+  });
+}
+
+TEST(Ring, ReduceScatterInPlaceCompletesOnlyTheOwnedChunk) {
+  constexpr int n = 4;
+  constexpr std::int64_t size = 13;
+  run_local(n, [&](Communicator& c) {
+    const Tensor data = integer_data(c.rank(), size, DType::kF32);
+    Tensor buf = data.clone(), full = data.clone();
+    ring_reduce_scatter_inplace(c, buf);
+    c.all_reduce(full);
+    const int owned = ring_owned_chunk(c.rank(), n);
+    EXPECT_EQ(owned, (c.rank() + 1) % n);
+    for (int k = 0; k < n; ++k) {
+      const ChunkRange r = ring_chunk(size, n, k);
+      const Tensor want = (k == owned ? full : data).flat_slice(r.begin, r.count);
+      EXPECT_TRUE(same_bits(buf.flat_slice(r.begin, r.count), want)) << "chunk " << k;
+    }
+    ring_all_gather_inplace(c, buf);
+    EXPECT_TRUE(same_bits(buf, full)) << "rank " << c.rank();
+  });
+}
+
+TEST(Ring, BlockReduceScatterAndAllGatherHaveTheBackendsSemanticsAndTraffic) {
+  for (int n = 1; n <= 6; ++n) {
+    for (std::int64_t k : {0, 1, 5}) {
+      run_local(n, [&](Communicator& c) {
+        const Tensor in = integer_data(c.rank(), n * k, DType::kBF16);
+        Tensor mine = Tensor::empty({k}, DType::kBF16), theirs = mine.clone();
+        ring_reduce_scatter(c, in, mine);
+        c.reduce_scatter(in, theirs);
+        EXPECT_TRUE(same_bits(mine, theirs)) << "N=" << n << " k=" << k;
+        Tensor all = Tensor::empty({n * k}, DType::kBF16), all_backend = all.clone();
+        ring_all_gather(c, mine, all);
+        c.all_gather(theirs, all_backend);
+        EXPECT_TRUE(same_bits(all, all_backend)) << "N=" << n << " k=" << k;
+        // Each half sends and receives (N-1) blocks, as the backend charges its collectives.
+        const TrafficTotals ring = c.traffic().totals("sendrecv");
+        const std::size_t blocks = std::size_t(n - 1) * std::size_t(k) * 2 * 2;  // 2 B each
+        EXPECT_EQ(ring.bytes_sent, blocks);
+        EXPECT_EQ(ring.bytes_received, blocks);
+      });
+    }
+  }
+}
+
+TEST(Ring, NaiveAllReduceAddsInRankOrderLikeTheBackend) {
+  for (int n = 1; n <= 8; ++n) {
+    run_local(n, [&](Communicator& c) {
+      for (std::int64_t size : kSizes) {
+        const Tensor data = rank_data(c.rank(), size, DType::kF32);
+        Tensor naive = data.clone(), backend = data.clone();
+        naive_all_reduce(c, naive);
+        c.all_reduce(backend);
+        EXPECT_TRUE(same_bits(naive, backend)) << what(n, DType::kF32, size, ReduceOp::kSum);
+        // With an FP32 accumulator at the root, narrow dtypes round once, as the backend does.
+        const Tensor half = rank_data(c.rank(), size, DType::kF16);
+        Tensor naive16 = half.clone(), backend16 = half.clone();
+        RingOptions o;
+        o.accumulation = RingAccumulation::kFp32Partials;
+        naive_all_reduce(c, naive16, ReduceOp::kSum, o);
+        c.all_reduce(backend16);
+        EXPECT_TRUE(same_bits(naive16, backend16)) << what(n, DType::kF16, size, ReduceOp::kSum);
+      }
+    });
+  }
+}
+
+TEST(Ring, WorksOnASplitGroup) {
+  run_local(6, [&](Communicator& world) {
+    auto group = world.split(world.rank() % 2, world.rank());
+    Tensor t = integer_data(world.rank(), 7, DType::kF32), want = t.clone();
+    ring_all_reduce(*group, t);
+    group->all_reduce(want);
+    EXPECT_TRUE(same_bits(t, want)) << "rank " << world.rank();
+  });
+}
+
+TEST(Ring, RefusesMismatchedBlocks) {
+  run_local(2, [&](Communicator& c) {
+    const Tensor in = Tensor::zeros({5}, DType::kF32);
+    Tensor out = Tensor::zeros({2}, DType::kF32);
+    EXPECT_THROW(ring_reduce_scatter(c, in, out), std::invalid_argument);
+    Tensor wrong = Tensor::zeros({4}, DType::kF16);
+    EXPECT_THROW(ring_all_gather(c, out, wrong), std::invalid_argument);
+  });
+}
+
+}  // namespace
+}  // namespace mixpar::ch04

@@ -1,0 +1,111 @@
+// Helpers for chapter 8's tests: a scratch directory per test, a tiny trainer configuration
+// that runs in milliseconds, byte-exact tensor comparison, and raw file edits for building
+// corrupt checkpoints by hand.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/mlp.h"
+#include "random/philox.h"
+#include "tensor/tensor.h"
+#include "trainer_config.h"
+#include "training_data.h"
+#include "util/errors.h"
+
+namespace mixpar::ch08::test {
+
+class TempDir {
+ public:
+  TempDir() {
+    static std::atomic<int> counter{0};
+    path_ = std::filesystem::temp_directory_path() /
+            ("mixpar_ch08_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+    std::filesystem::remove_all(path_);
+    std::filesystem::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+  std::string str() const { return path_.string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+// 2 layers, 2 heads, width 16, 8 positions, byte vocabulary: ~16K parameters.
+inline TrainerConfig tiny_config() {
+  TrainerConfig c;
+  c.model = GptConfig{2, 2, 16, 8, 256};
+  c.batch = 2;
+  c.seq = 8;
+  c.steps = 6;
+  c.schedule = LrSchedule{LrScheduleKind::kCosine, 1e-2, 1e-3, 2, 6};
+  c.data = "test tokens";
+  c.eval_every = 0;
+  return c;
+}
+
+// n pseudo-random byte tokens (seeded), as TrainingData.
+inline TrainingData random_data(std::size_t n, std::uint64_t seed = 7) {
+  Philox g(seed);
+  std::vector<std::uint16_t> tokens(n);
+  for (auto& t : tokens) t = static_cast<std::uint16_t>(g.next_u32() % 64);
+  TrainingData d;
+  d.description = "test tokens";
+  d.fingerprint = seed;
+  d.tokens = std::make_shared<const std::vector<std::uint16_t>>(std::move(tokens));
+  return d;
+}
+
+// Raw bytes of a tensor: "bit for bit" means these compare equal.
+inline std::vector<unsigned char> bytes_of(const Tensor& t) {
+  std::vector<unsigned char> b(t.nbytes());
+  std::memcpy(b.data(), t.data(), b.size());
+  return b;
+}
+
+inline void expect_same_tensors(const std::vector<NamedTensor>& a,
+                                const std::vector<NamedTensor>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].name, b[i].name);
+    EXPECT_EQ(bytes_of(a[i].tensor), bytes_of(b[i].tensor)) << a[i].name << " differs";
+  }
+}
+
+inline std::string read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+inline void write_bytes(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+// Runs f, which must throw InputError; returns its message.
+inline std::string input_error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected an InputError";
+  return {};
+}
+
+}  // namespace mixpar::ch08::test

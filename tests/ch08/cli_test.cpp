@@ -1,0 +1,148 @@
+// build/bin/train_gpt as a user runs it: every bad input is one line on stderr and exit code 2
+// before any compute; the JSONL log has every signal on every step; a run interrupted and
+// resumed from the command line logs the same losses as one run straight through.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <sstream>
+
+#include "ch08_test_util.h"
+#include "io/token_shard.h"
+#include "util/json.h"
+
+#ifndef MIXPAR_TRAIN_GPT_PATH
+#error "MIXPAR_TRAIN_GPT_PATH must name the train_gpt binary"
+#endif
+
+namespace mixpar::ch08 {
+namespace {
+
+using test::TempDir;
+
+const std::string kTiny = "--n-layer 1 --n-head 2 --n-embd 16 --seq 8 --batch 2 --threads 1 ";
+
+struct CliRun {
+  int code = -1;
+  std::string out, err;
+};
+
+CliRun train_gpt(const TempDir& dir, const std::string& args) {
+  const std::string cmd = std::string(MIXPAR_TRAIN_GPT_PATH) + " " + args + " > " +
+                          dir.file("stdout") + " 2> " + dir.file("stderr");
+  const int status = std::system(cmd.c_str());
+  CliRun r;
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = test::read_bytes(dir.file("stdout"));
+  r.err = test::read_bytes(dir.file("stderr"));
+  return r;
+}
+
+void expect_one_line_error(const TempDir& dir, const std::string& args, const std::string& part) {
+  const CliRun r = train_gpt(dir, args);
+  EXPECT_EQ(r.code, 2) << args << "\n" << r.err;
+  EXPECT_EQ(r.out, "") << args;
+  EXPECT_TRUE(r.err.starts_with("train_gpt: error: ")) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_NE(r.err.find(part), std::string::npos) << "want '" << part << "' in: " << r.err;
+}
+
+TEST(TrainGptCli, BadFlagsAreOneLineAndExitCode2) {
+  TempDir d;
+  expect_one_line_error(d, "--bogus 1", "unknown option '--bogus'");
+  expect_one_line_error(d, "--seq 32 --n-positions 16", "longer than the position table");
+  expect_one_line_error(d, "--n-embd 30 --n-head 4", "not a multiple of n_head");
+  expect_one_line_error(d, "--steps 0", "--steps 0 trains nothing");
+  expect_one_line_error(d, "--steps -1", "--steps must be >= 0");
+  expect_one_line_error(d, "--dtype fp8", "not one of fp32|bf16|fp16");
+  expect_one_line_error(d, "--resume", "--resume needs --checkpoint-dir");
+  expect_one_line_error(d, "--init-from " + d.file("none"), "cannot open");
+}
+
+TEST(TrainGptCli, BadDataIsOneLineAndExitCode2) {
+  TempDir d;
+  expect_one_line_error(d, kTiny + "--data " + d.file("missing.txt"), "missing.txt");
+  test::write_bytes(d.file("junk.bin"), std::string(2000, 'x'));
+  expect_one_line_error(d, kTiny + "--data " + d.file("junk.bin"), "junk.bin");
+  test::write_bytes(d.file("short.txt"), "0123456789");
+  expect_one_line_error(d, kTiny + "--data " + d.file("short.txt"), "fewer than one batch");
+  test::write_bytes(d.file("latin1.txt"), std::string(100, 'a') + "\xe9" + std::string(100, 'b'));
+  expect_one_line_error(d, kTiny + "--vocab-size 128 --data " + d.file("latin1.txt"),
+                        "byte 233 at offset 100 is >= vocab_size 128");
+  std::vector<std::uint16_t> ids(100, 7);
+  ids[42] = 300;
+  write_token_shard(d.file("ids.bin"), ids);
+  expect_one_line_error(d, kTiny + "--vocab-size 256 --data " + d.file("ids.bin"), "300");
+}
+
+std::vector<Json> read_jsonl(const std::string& path) {
+  std::istringstream in(test::read_bytes(path));
+  std::vector<Json> out;
+  for (std::string line; std::getline(in, line);) out.push_back(Json::parse(line, path));
+  return out;
+}
+
+TEST(TrainGptCli, JsonlHasEverySignalOnEveryStep) {
+  TempDir d;
+  const CliRun r = train_gpt(d, kTiny + "--steps 4 --eval-every 2 --dtype fp16 --log-jsonl " +
+                                 d.file("log.jsonl"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::vector<Json> lines = read_jsonl(d.file("log.jsonl"));
+  ASSERT_EQ(lines.size(), 4u);
+  for (std::size_t i = 0; i < lines.size(); ++i) {
+    const Json& j = lines[i];
+    EXPECT_EQ(j.at("step").as_int(), static_cast<std::int64_t>(i + 1));
+    for (const char* key : {"loss", "grad_norm", "lr", "loss_scale", "tokens_per_s", "step_ms",
+                            "mem_peak_bytes", "data_position"}) {
+      EXPECT_TRUE(j.contains(key) && j.at(key).is_number()) << key << " in " << j.dump();
+    }
+    EXPECT_TRUE(j.at("skipped").is_bool());
+    for (const char* cat : {"parameters", "gradients", "master_params", "optimizer_state",
+                            "activations", "comm_buffers", "other"}) {
+      EXPECT_TRUE(j.at("mem_bytes").at(cat).is_integer()) << cat;
+    }
+    EXPECT_GT(j.at("mem_bytes").at("master_params").as_int(), 0);  // fp16: FP32 masters
+  }
+  EXPECT_TRUE(lines[1].contains("heldout_accuracy"));
+  EXPECT_FALSE(lines[0].contains("heldout_accuracy"));
+  EXPECT_NE(r.out.find("held-out accuracy"), std::string::npos);
+}
+
+std::vector<double> losses_of(const std::string& jsonl) {
+  std::vector<double> out;
+  for (const Json& j : read_jsonl(jsonl)) out.push_back(j.at("loss").as_double());
+  return out;
+}
+
+TEST(TrainGptCli, ResumeFromTheCommandLineContinuesTheSameRun) {
+  TempDir d;
+  const std::string common = kTiny + "--dtype bf16 --steps 6 --warmup 2 ";
+  ASSERT_EQ(train_gpt(d, common + "--log-jsonl " + d.file("straight.jsonl")).code, 0);
+  // The "interrupted" run: stops at 4 but saved its checkpoint at step 2 (and at the end).
+  const std::string ckpt = "--checkpoint-dir " + d.file("ckpt") + " --log-jsonl " + d.file("r.jsonl");
+  ASSERT_EQ(train_gpt(d, kTiny + "--dtype bf16 --steps 6 --warmup 2 --checkpoint-every 2 " + ckpt +
+                             " --checkpoint-keep 1").code, 0);
+  std::filesystem::remove_all(d.file("ckpt"));
+  ASSERT_EQ(train_gpt(d, common + "--checkpoint-every 2 --checkpoint-keep 5 " + ckpt).code, 0);
+  // Roll back to step 4's checkpoint and resume: steps 5 and 6 are logged again, once.
+  test::write_bytes(d.file("ckpt") + "/latest", "step-00000004\n");
+  const CliRun r = train_gpt(d, common + "--resume " + ckpt);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("resumed from"), std::string::npos);
+  EXPECT_EQ(losses_of(d.file("r.jsonl")), losses_of(d.file("straight.jsonl")));
+}
+
+TEST(TrainGptCli, SavesAHuggingFaceDirectoryAndSamples) {
+  TempDir d;
+  const CliRun r = train_gpt(d, kTiny + "--steps 2 --sample 12 --prompt 12+ --save " + d.file("hf"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(std::filesystem::exists(d.file("hf") + "/model.safetensors"));
+  EXPECT_TRUE(std::filesystem::exists(d.file("hf") + "/config.json"));
+  EXPECT_NE(r.out.find("sample (greedy, prompt \"12+\")"), std::string::npos) << r.out;
+  const CliRun again = train_gpt(d, "--init-from " + d.file("hf") + " --seq 8 --batch 2 --steps 1");
+  EXPECT_EQ(again.code, 0) << again.err;
+  EXPECT_NE(again.out.find("from " + d.file("hf")), std::string::npos) << again.out;
+}
+
+}  // namespace
+}  // namespace mixpar::ch08

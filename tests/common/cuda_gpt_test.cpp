@@ -1,0 +1,291 @@
+// GpuGptModel against GptModel: parameters round-trip bit for bit, forward and backward agree
+// in f32 and bf16 (both attention paths, epilogues on and off), gradients accumulate and repeat
+// exactly, the step is the CPU's AdamW on the same gradients, an inf skips it. Small model:
+// 2 layers, 2 heads of 64, vocabulary 300 (384 padded on the device), T 33.
+#include <gtest/gtest.h>
+
+#include "tensor/device_api.h"
+
+#if MIXPAR_HAVE_CUDA
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "cuda/gpt_gpu.h"
+#include "cuda_test_util.h"
+#include "ops/elementwise.h"
+#include "optim/adamw.h"
+#include "optim/clip.h"
+#include "util/errors.h"
+
+namespace mixpar::cuda {
+namespace {
+
+using cuda_testing::all_close;
+using cuda_testing::kExact;
+using cuda_testing::max_abs;
+
+#define SKIP_WITHOUT_GPU() \
+  if (!mixpar::cuda_available()) GTEST_SKIP() << mixpar::cuda_unavailable_reason()
+
+constexpr std::int64_t kB = 2, kT = 33;
+
+GptConfig small_config() {
+  GptConfig c;
+  c.n_layer = 2;
+  c.n_head = 2;
+  c.n_embd = 128;
+  c.n_positions = 64;
+  c.vocab_size = 300;
+  return c;
+}
+
+std::vector<std::int32_t> ids(std::uint32_t seed) {
+  std::vector<std::int32_t> v(static_cast<std::size_t>(kB * kT));
+  std::uint32_t x = seed * 2654435761u + 1;
+  for (std::int32_t& id : v) {
+    x = x * 1664525u + 1013904223u;
+    id = static_cast<std::int32_t>((x >> 8) % 300);
+  }
+  return v;
+}
+
+GptModel cpu_model(DType dt, std::uint64_t seed) {
+  GptOptions o;
+  o.dtype = dt;
+  o.seed = seed;
+  return GptModel(small_config(), o);
+}
+
+GpuGptOptions gpu_options(DType dt, GpuAttention attention, bool fuse) {
+  GpuGptOptions o;
+  o.dtype = dt;
+  o.attention = attention;
+  o.fuse_epilogues = fuse;
+  return o;
+}
+
+// ||got - want|| / ||want||: the bf16 comparisons' summary, alongside the elementwise check.
+double relative_l2(const std::vector<float>& got, const std::vector<float>& want) {
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    num += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
+    den += double(want[i]) * want[i];
+  }
+  return std::sqrt(num / (den > 0 ? den : 1));
+}
+
+TEST(CudaGpt, UploadThenDownloadKeepsEveryBit) {
+  SKIP_WITHOUT_GPU();
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+    const GptModel src = cpu_model(dt, 5);
+    GpuGptModel gpu(small_config(), gpu_options(dt, GpuAttention::kMaterialized, true));
+    gpu.upload_from(src);
+    GptModel dst = cpu_model(dt, 6);
+    gpu.download_to(dst);
+    const Tensor& a = src.registry().flat_params();
+    const Tensor& b = dst.registry().flat_params();
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.nbytes()), 0) << dtype_name(dt);
+    EXPECT_EQ(gpu.param_to_host("wte.weight").shape(), (Shape{300, 128}));
+    EXPECT_EQ(gpu.padded_vocab(), 384);
+  }
+}
+
+TEST(CudaGpt, InitializeGivesTheCpuModelsInitialWeights) {
+  SKIP_WITHOUT_GPU();
+  GpuGptModel gpu(small_config(), gpu_options(DType::kF32, GpuAttention::kMaterialized, true));
+  gpu.initialize(7);
+  const GptModel cpu = cpu_model(DType::kF32, 7);
+  for (const GpuParam& p : gpu.params()) {
+    const Tensor got = gpu.param_to_host(p.name);
+    EXPECT_EQ(std::memcmp(got.data(), cpu.param(p.name).data(), got.nbytes()), 0) << p.name;
+  }
+}
+
+// Compares every gradient by name; `rel` scales the absolute part to the tensor's largest value.
+void expect_grads_close(const GpuGptModel& gpu, const GptModel& cpu, double rel, double rtol,
+                        double max_rel_l2, const std::string& tag) {
+  for (const GpuParam& p : gpu.params()) {
+    const std::vector<float> got = gpu.grad_to_host(p.name).to_floats();
+    const std::vector<float> want = cpu.grad(p.name).to_floats();
+    EXPECT_TRUE(all_close(got, want, {rel * max_abs(want), rtol}, tag + " d" + p.name));
+    EXPECT_LT(relative_l2(got, want), max_rel_l2) << tag << " d" << p.name;
+  }
+}
+
+TEST(CudaGpt, ForwardAndBackwardMatchTheCpuInFp32) {
+  SKIP_WITHOUT_GPU();
+  const std::vector<std::int32_t> tokens = ids(1), targets = ids(2);
+  for (GpuAttention attn : {GpuAttention::kMaterialized, GpuAttention::kFused}) {
+    for (bool fuse : {false, true}) {
+      GptModel cpu = cpu_model(DType::kF32, 3);
+      GpuGptModel gpu(small_config(), gpu_options(DType::kF32, attn, fuse));
+      gpu.upload_from(cpu);
+      const double want = cpu.forward(tokens, targets, kB, kT);
+      const double got = gpu.forward(tokens, targets, kB, kT);
+      const std::string tag = std::string(attn == GpuAttention::kFused ? "fused" : "materialised") +
+                              (fuse ? " + epilogues" : "");
+      // cuBLASLt's GELU may use the hardware tanh (~2^-11 relative, up to ~1e-3 of an
+      // activation): the runs with epilogues get more room than FP32 noise needs.
+      const double rel = fuse ? 5e-3 : 1e-4;
+      EXPECT_NEAR(got, want, rel * 0.1 * std::fabs(want)) << tag;
+      const std::vector<float> want_logits = cpu.logits().to_floats();
+      EXPECT_TRUE(all_close(gpu.logits_to_host().to_floats(), want_logits,
+                            {rel * max_abs(want_logits), 1e-4}, "logits " + tag));
+      cpu.backward(1.0f);
+      gpu.backward(1.0f);
+      expect_grads_close(gpu, cpu, rel, 1e-3, 10 * rel, tag);
+    }
+  }
+}
+
+TEST(CudaGpt, ForwardAndBackwardMatchTheCpuInBf16) {
+  SKIP_WITHOUT_GPU();
+  const std::vector<std::int32_t> tokens = ids(3), targets = ids(4);
+  for (GpuAttention attn : {GpuAttention::kMaterialized, GpuAttention::kFused}) {
+    GptModel cpu = cpu_model(DType::kBF16, 8);
+    GpuGptModel gpu(small_config(), gpu_options(DType::kBF16, attn, true));
+    gpu.upload_from(cpu);
+    const double want = cpu.forward(tokens, targets, kB, kT);
+    const double got = gpu.forward(tokens, targets, kB, kT);
+    const std::string tag = attn == GpuAttention::kFused ? "bf16 fused" : "bf16 materialised";
+    // Both round every activation to bf16 (8 bits), at slightly different points.
+    EXPECT_NEAR(got, want, 1e-2 * std::fabs(want)) << tag;
+    cpu.backward(1024.0f);
+    gpu.backward(1024.0f);
+    expect_grads_close(gpu, cpu, 0.25, 0.25, 0.1, tag);
+  }
+}
+
+TEST(CudaGpt, AccumulatedGradientsAreTheSumAndRunsAreReproducible) {
+  SKIP_WITHOUT_GPU();
+  const std::vector<std::int32_t> tokens = ids(5), targets = ids(6);
+  GpuGptModel gpu(small_config(), gpu_options(DType::kF32, GpuAttention::kFused, false));
+  gpu.initialize(9);
+  gpu.forward(tokens, targets, kB, kT);
+  gpu.backward();
+  std::vector<std::vector<float>> once;
+  for (const GpuParam& p : gpu.params()) once.push_back(gpu.grad_to_host(p.name).to_floats());
+  gpu.forward(tokens, targets, kB, kT);
+  gpu.backward();  // overwrite: must reproduce `once` bit for bit
+  std::size_t i = 0;
+  for (const GpuParam& p : gpu.params()) {
+    EXPECT_TRUE(all_close(gpu.grad_to_host(p.name).to_floats(), once[i++], kExact,
+                          "rerun d" + p.name));
+  }
+  gpu.forward(tokens, targets, kB, kT);
+  gpu.backward(1.0f, /*accumulate=*/true);
+  i = 0;
+  for (const GpuParam& p : gpu.params()) {
+    std::vector<float> twice = once[i++];
+    for (float& v : twice) v *= 2;
+    EXPECT_TRUE(all_close(gpu.grad_to_host(p.name).to_floats(), twice,
+                          {1e-6 * max_abs(twice), 1e-6}, "accumulated d" + p.name));
+  }
+}
+
+// The GPU step against the CPU's AdamW (two groups: decay and none) fed the GPU's own
+// gradients, unscaled and clipped with FP32 multiplies as LossScaler and clip_grad_norm do.
+TEST(CudaGpt, StepIsTheCpuAdamWOnTheSameGradients) {
+  SKIP_WITHOUT_GPU();
+  const std::vector<std::int32_t> tokens = ids(7), targets = ids(8);
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    const GptModel start = cpu_model(DType::kF32, 10);
+    GpuGptModel gpu(small_config(), gpu_options(dt, GpuAttention::kMaterialized, true));
+    gpu.upload_from(start);
+    gpu.forward(tokens, targets, kB, kT);
+    const float loss_scale = 256.0f;
+    gpu.backward(loss_scale);
+    std::vector<Tensor> grads, decay_p, decay_g, plain_p, plain_g;
+    for (const GpuParam& p : gpu.params())
+      grads.push_back(gpu.grad_to_host(p.name).to(DType::kF32));
+    AdamWConfig cfg;
+    cfg.lr = 1e-3;
+    cfg.weight_decay = 0.1;
+    const GpuStepResult r = gpu.step(cfg, loss_scale, /*max_norm=*/0.5);
+    ASSERT_TRUE(r.stepped);
+    const float inv_scale = static_cast<float>(1.0 / loss_scale);
+    for (Tensor& g : grads) ops::scale(g, inv_scale);
+    EXPECT_NEAR(r.grad_norm, global_grad_norm(grads), 1e-5 * r.grad_norm) << dtype_name(dt);
+    const double coef = clip_coefficient(r.grad_norm, 0.5);
+    ASSERT_LT(coef, 1.0) << "the test means to clip";
+    std::size_t i = 0;
+    std::vector<Tensor> expected;
+    for (const GpuParam& p : gpu.params()) {
+      Tensor g = grads[i++];
+      ops::scale(g, coef);
+      expected.push_back(start.param(p.name).clone());
+      (p.weight_decay ? decay_p : plain_p).push_back(expected.back());
+      (p.weight_decay ? decay_g : plain_g).push_back(g);
+    }
+    AdamWConfig no_decay = cfg;
+    no_decay.weight_decay = 0.0;
+    AdamW(decay_p, cfg).step(decay_g);
+    AdamW(plain_p, no_decay).step(plain_g);
+    i = 0;
+    for (const GpuParam& p : gpu.params()) {
+      EXPECT_TRUE(all_close(gpu.param_to_host(p.name).to_floats(),
+                            expected[i++].to(dt).to_floats(), kExact,
+                            std::string(dtype_name(dt)) + " " + p.name));
+    }
+    EXPECT_EQ(gpu.step_count(), 1);
+  }
+}
+
+TEST(CudaGpt, AnInfGradientSkipsTheStep) {
+  SKIP_WITHOUT_GPU();
+  GpuGptModel gpu(small_config(), gpu_options(DType::kF16, GpuAttention::kMaterialized, true));
+  gpu.initialize(11);
+  const std::vector<std::int32_t> tokens = ids(9), targets = ids(10);
+  gpu.forward(tokens, targets, kB, kT);
+  gpu.backward(1e9f);  // 1e9 / (B T) on the target logits overflows FP16 (max 65504)
+  const Tensor before = gpu.param_to_host("h.0.mlp.c_fc.weight");
+  const GpuStepResult r = gpu.step(AdamWConfig{}, 1e9f);
+  EXPECT_TRUE(r.found_inf);
+  EXPECT_FALSE(r.stepped);
+  EXPECT_EQ(gpu.step_count(), 0);
+  const Tensor after = gpu.param_to_host("h.0.mlp.c_fc.weight");
+  EXPECT_EQ(std::memcmp(before.data(), after.data(), before.nbytes()), 0);
+}
+
+TEST(CudaGpt, DeviceMemoryIsOnTheLedger) {
+  SKIP_WITHOUT_GPU();
+  MemoryLedger ledger;
+  LedgerScope scope(ledger);
+  {
+    GpuGptModel gpu(small_config(), gpu_options(DType::kBF16, GpuAttention::kFused, true));
+    const std::size_t params = ledger.live(MemCategory::kParameters, Device::kCUDA);
+    EXPECT_GE(params, static_cast<std::size_t>(gpu.num_parameters()) * 2);
+    EXPECT_EQ(ledger.live(MemCategory::kGradients, Device::kCUDA), params);
+    EXPECT_EQ(ledger.live(MemCategory::kMasterParams, Device::kCUDA), 2 * params);
+    EXPECT_EQ(ledger.live(MemCategory::kActivations, Device::kCUDA), 0u);  // none before forward
+    gpu.initialize(12);
+    gpu.forward(ids(11), ids(12), kB, kT);
+    EXPECT_GT(ledger.live(MemCategory::kActivations, Device::kCUDA), 0u);
+    gpu.backward();
+    gpu.step(AdamWConfig{});
+    EXPECT_EQ(ledger.live(MemCategory::kOptimizerState, Device::kCUDA), 4 * params);
+  }
+  EXPECT_EQ(ledger.live_total(Device::kCUDA), 0u);
+}
+
+TEST(CudaGpt, BadBatchesAreInputErrors) {
+  SKIP_WITHOUT_GPU();
+  GpuGptModel gpu(small_config(), gpu_options(DType::kBF16, GpuAttention::kMaterialized, true));
+  std::vector<std::int32_t> too_long(2 * 65, 1);
+  EXPECT_THROW(gpu.forward(too_long, too_long, 2, 65), InputError);
+  std::vector<std::int32_t> bad = ids(13);
+  bad[5] = 300;
+  EXPECT_THROW(gpu.forward(bad, ids(14), kB, kT), InputError);
+  EXPECT_THROW(gpu.backward(), std::logic_error);  // no forward with targets yet
+  EXPECT_THROW(GpuGptModel(small_config(), gpu_options(DType::kE4M3, GpuAttention::kFused, true)),
+               InputError);
+}
+
+}  // namespace
+}  // namespace mixpar::cuda
+
+#endif  // MIXPAR_HAVE_CUDA
