@@ -28,7 +28,8 @@ const BenchShape kM{{12, 12, 768, 1024, 50257}, 4, 64};
 TrainingData random_tokens(std::int64_t n, std::int64_t vocab) {
   Philox g(42);
   std::vector<std::uint16_t> t(static_cast<std::size_t>(n));
-  for (auto& x : t) x = static_cast<std::uint16_t>(g.next_u32() % static_cast<std::uint32_t>(vocab));
+  for (auto& x : t)
+    x = static_cast<std::uint16_t>(g.next_u32() % static_cast<std::uint32_t>(vocab));
   TrainingData d;
   d.description = "random tokens";
   d.tokens = std::make_shared<const std::vector<std::uint16_t>>(std::move(t));
@@ -58,20 +59,36 @@ void BM_GptStep(benchmark::State& state, const BenchShape& shape, DType dtype) {
   const double steps = static_cast<double>(state.iterations());
   const double tokens = static_cast<double>(c.tokens_per_step());
   state.counters["tok/s"] = benchmark::Counter(steps * tokens, benchmark::Counter::kIsRate);
-  state.counters["GFLOP/s"] = benchmark::Counter(
-      steps * tokens * static_cast<double>(c.model.flops_per_token(c.seq)) / 1e9,
-      benchmark::Counter::kIsRate);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(steps * tokens * static_cast<double>(c.model.flops_per_token(c.seq)) / 1e9,
+                         benchmark::Counter::kIsRate);
   state.counters["skipped"] = static_cast<double>(skipped);
 }
 
 BENCHMARK_CAPTURE(BM_GptStep, S_fp32, kS, DType::kF32)
-    ->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(2.0);
+    ->Arg(1)
+    ->Arg(2)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(2.0);
 BENCHMARK_CAPTURE(BM_GptStep, S_bf16, kS, DType::kBF16)
-    ->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(2.0);
+    ->Arg(1)
+    ->Arg(2)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(2.0);
 BENCHMARK_CAPTURE(BM_GptStep, S_fp16, kS, DType::kF16)
-    ->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(2.0);
+    ->Arg(1)
+    ->Arg(2)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(2.0);
 BENCHMARK_CAPTURE(BM_GptStep, M_fp32, kM, DType::kF32)
-    ->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond)->Iterations(3);
+    ->Arg(1)
+    ->Arg(2)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(3);
 
 }  // namespace
 

@@ -40,7 +40,8 @@ void fsync_dir(const fs::path& dir) {
 void rename_or_throw(const fs::path& from, const fs::path& to) {
   std::error_code ec;
   fs::rename(from, to, ec);
-  if (ec) throw InputError("cannot rename " + from.string() + " to " + to.string() + ": " + ec.message());
+  if (ec)
+    throw InputError("cannot rename " + from.string() + " to " + to.string() + ": " + ec.message());
 }
 
 Json make_manifest(const fs::path& dir, std::int64_t step) {
@@ -84,7 +85,8 @@ void prune(const fs::path& root, std::int64_t keep, const fs::path& current) {
   auto all = list_checkpoints(root);
   const std::int64_t n = static_cast<std::int64_t>(all.size());
   for (std::int64_t i = 0; i + keep < n; ++i) {
-    if (all[static_cast<std::size_t>(i)].second != current) fs::remove_all(all[static_cast<std::size_t>(i)].second);
+    if (all[static_cast<std::size_t>(i)].second != current)
+      fs::remove_all(all[static_cast<std::size_t>(i)].second);
   }
 }
 
@@ -183,7 +185,8 @@ std::string latest_checkpoint(const std::string& root) {
     throw InputError(latest.string() + ": does not name a checkpoint directory");
   }
   const std::string dir = (fs::path(root) / name).string();
-  if (!fs::is_directory(dir)) throw InputError(latest.string() + " names " + dir + ", which is missing");
+  if (!fs::is_directory(dir))
+    throw InputError(latest.string() + " names " + dir + ", which is missing");
   verify_checkpoint(dir);
   return dir;
 }

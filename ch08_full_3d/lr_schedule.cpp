@@ -27,8 +27,8 @@ double LrSchedule::at(std::int64_t step) const {
   if (kind == LrScheduleKind::kConstant) return lr;
   const std::int64_t span = total_steps - 1 - warmup_steps;
   if (span <= 0) return lr;  // no room to decay: warmup covers (nearly) the whole run
-  const double r = std::clamp(static_cast<double>(step - warmup_steps) / static_cast<double>(span),
-                              0.0, 1.0);
+  const double r =
+      std::clamp(static_cast<double>(step - warmup_steps) / static_cast<double>(span), 0.0, 1.0);
   return min_lr + (lr - min_lr) * 0.5 * (1.0 + std::cos(std::numbers::pi * r));
 }
 

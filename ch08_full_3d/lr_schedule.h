@@ -14,10 +14,10 @@ std::string_view lr_schedule_name(LrScheduleKind kind);
 
 struct LrSchedule {
   LrScheduleKind kind = LrScheduleKind::kCosine;
-  double lr = 1e-3;                // the peak, reached at the end of warmup
-  double min_lr = 1e-4;            // cosine only: the value at the last step
-  std::int64_t warmup_steps = 0;   // steps 0 .. warmup-1 ramp linearly
-  std::int64_t total_steps = 1;    // the cosine ends at step total_steps - 1
+  double lr = 1e-3;               // the peak, reached at the end of warmup
+  double min_lr = 1e-4;           // cosine only: the value at the last step
+  std::int64_t warmup_steps = 0;  // steps 0 .. warmup-1 ramp linearly
+  std::int64_t total_steps = 1;   // the cosine ends at step total_steps - 1
 
   // step counts from 0. Warmup: lr (step + 1) / warmup (never 0, so step 0 already learns).
   // Cosine after warmup: min_lr + (lr - min_lr) (1 + cos(pi r)) / 2, r = (step - warmup) /

@@ -27,15 +27,19 @@ void complete_chunk(GptModel& model, const std::vector<std::string>& prompts, st
                     std::vector<std::string>& out) {
   std::size_t longest = 0;
   for (std::size_t i = first; i < first + n; ++i) longest = std::max(longest, prompts[i].size());
-  const std::int64_t T = std::min<std::int64_t>(context, static_cast<std::int64_t>(longest) + max_new);
-  if (static_cast<std::int64_t>(longest) >= T) throw InputError("prompt longer than the model's context");
+  const std::int64_t T =
+      std::min<std::int64_t>(context, static_cast<std::int64_t>(longest) + max_new);
+  if (static_cast<std::int64_t>(longest) >= T)
+    throw InputError("prompt longer than the model's context");
   const auto B = static_cast<std::int64_t>(n);
-  std::vector<std::int32_t> tokens(static_cast<std::size_t>(B * T), static_cast<unsigned char>(stop));
+  std::vector<std::int32_t> tokens(static_cast<std::size_t>(B * T),
+                                   static_cast<unsigned char>(stop));
   std::vector<std::int64_t> pos(n);
   std::vector<bool> done(n, false);
   for (std::size_t b = 0; b < n; ++b) {
     const std::string& p = prompts[first + b];
-    for (std::size_t t = 0; t < p.size(); ++t) tokens[b * static_cast<std::size_t>(T) + t] = static_cast<unsigned char>(p[t]);
+    for (std::size_t t = 0; t < p.size(); ++t)
+      tokens[b * static_cast<std::size_t>(T) + t] = static_cast<unsigned char>(p[t]);
     pos[b] = static_cast<std::int64_t>(p.size());
   }
   Philox unused(0);
@@ -44,7 +48,8 @@ void complete_chunk(GptModel& model, const std::vector<std::string>& prompts, st
     bool any = false;
     for (std::size_t b = 0; b < n; ++b) {
       if (done[b]) continue;
-      const int tok = pick_token(logits_row(model, static_cast<std::int64_t>(b), T, pos[b] - 1), 256, 0.0, unused);
+      const int tok = pick_token(logits_row(model, static_cast<std::int64_t>(b), T, pos[b] - 1),
+                                 256, 0.0, unused);
       if (tok == static_cast<unsigned char>(stop) || pos[b] >= T) {
         done[b] = true;
         continue;
@@ -60,9 +65,11 @@ void complete_chunk(GptModel& model, const std::vector<std::string>& prompts, st
 }  // namespace
 
 int pick_token(std::span<const float> logits, std::int64_t limit, double temperature, Philox& rng) {
-  const auto n = static_cast<std::size_t>(std::min<std::int64_t>(limit, static_cast<std::int64_t>(logits.size())));
+  const auto n = static_cast<std::size_t>(
+      std::min<std::int64_t>(limit, static_cast<std::int64_t>(logits.size())));
   const auto first = logits.begin();
-  const std::size_t best = static_cast<std::size_t>(std::max_element(first, first + static_cast<std::ptrdiff_t>(n)) - first);
+  const std::size_t best = static_cast<std::size_t>(
+      std::max_element(first, first + static_cast<std::ptrdiff_t>(n)) - first);
   if (temperature <= 0.0) return static_cast<int>(best);
   // softmax(l / temperature) in double, shifted by the maximum so exp never overflows.
   std::vector<double> p(n);
@@ -86,7 +93,8 @@ std::vector<std::int32_t> generate(GptModel& model, std::span<const std::int32_t
   Philox rng(seed, /*stream=*/1);  // stream 0 draws the initial weights
   for (std::int64_t i = 0; i < n; ++i) {
     const auto T = std::min<std::int64_t>(context, static_cast<std::int64_t>(all.size()));
-    const std::span<const std::int32_t> window(all.data() + all.size() - static_cast<std::size_t>(T), static_cast<std::size_t>(T));
+    const std::span<const std::int32_t> window(
+        all.data() + all.size() - static_cast<std::size_t>(T), static_cast<std::size_t>(T));
     model.forward(window, {}, 1, T);
     all.push_back(pick_token(logits_row(model, 0, T, T - 1), limit, temperature, rng));
   }
@@ -94,8 +102,8 @@ std::vector<std::int32_t> generate(GptModel& model, std::span<const std::int32_t
 }
 
 std::vector<std::string> complete_greedy_batch(GptModel& model,
-                                               const std::vector<std::string>& prompts,
-                                               int max_new, char stop, std::int64_t context) {
+                                               const std::vector<std::string>& prompts, int max_new,
+                                               char stop, std::int64_t context) {
   std::vector<std::string> out(prompts.size());
   for (std::size_t first = 0; first < prompts.size(); first += kEvalBatch) {
     const std::size_t n = std::min<std::size_t>(kEvalBatch, prompts.size() - first);

@@ -29,8 +29,8 @@ std::vector<std::int32_t> generate(GptModel& model, std::span<const std::int32_t
 // means padding after a position never changes its logits, so each prompt reads its next token
 // at its own last position. Each completion stops before `stop` or after max_new tokens.
 std::vector<std::string> complete_greedy_batch(GptModel& model,
-                                               const std::vector<std::string>& prompts,
-                                               int max_new, char stop, std::int64_t context);
+                                               const std::vector<std::string>& prompts, int max_new,
+                                               char stop, std::int64_t context);
 
 // Writes `path` (safetensors, atomic): "tokens" F32 [T] (the ids, exact) and "logits" F32
 // [T, V] of one forward over tokens. What scripts/check_hf_roundtrip.py compares with

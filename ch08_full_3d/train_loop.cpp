@@ -3,6 +3,7 @@
 // will take; what is printed every step are the signals to watch while it runs.
 #include "train_loop.h"
 
+#include <filesystem>
 #include <optional>
 #include <string>
 
@@ -11,6 +12,7 @@
 #include "train_log.h"
 #include "trainer.h"
 #include "training_data.h"
+#include "util/errors.h"
 
 namespace mixpar::ch08 {
 namespace {
@@ -25,24 +27,26 @@ std::string strf(const char* format, Args... args) {
 
 std::string model_line(const TrainerConfig& c) {
   const GptConfig& m = c.model;
-  const std::string origin = c.init_from.empty()
-                                 ? strf("GPT-2 init, seed %llu", static_cast<unsigned long long>(c.seed))
-                                 : "from " + c.init_from;
-  return strf("model: GPT-2, %lld layers, %lld heads, width %lld, %lld positions, vocab %lld: "
-              "%.2fM parameters (%s)",
-              static_cast<long long>(m.n_layer), static_cast<long long>(m.n_head),
-              static_cast<long long>(m.n_embd), static_cast<long long>(m.n_positions),
-              static_cast<long long>(m.vocab_size), static_cast<double>(m.num_parameters()) / 1e6,
-              origin.c_str());
+  const std::string origin =
+      c.init_from.empty() ? strf("GPT-2 init, seed %llu", static_cast<unsigned long long>(c.seed))
+                          : "from " + c.init_from;
+  return strf(
+      "model: GPT-2, %lld layers, %lld heads, width %lld, %lld positions, vocab %lld: "
+      "%.2fM parameters (%s)",
+      static_cast<long long>(m.n_layer), static_cast<long long>(m.n_head),
+      static_cast<long long>(m.n_embd), static_cast<long long>(m.n_positions),
+      static_cast<long long>(m.vocab_size), static_cast<double>(m.num_parameters()) / 1e6,
+      origin.c_str());
 }
 
 std::string data_line(const Trainer& t) {
   const TrainerConfig& c = t.config();
-  return strf("data: %s, %s order | %lld sequences x %lld tokens x %lld micro-batches = %lld "
-              "tokens/step",
-              t.data().description.c_str(), std::string(data_order_name(c.data_order)).c_str(),
-              static_cast<long long>(c.batch), static_cast<long long>(c.seq),
-              static_cast<long long>(c.grad_accum), static_cast<long long>(c.tokens_per_step()));
+  return strf(
+      "data: %s, %s order | %lld sequences x %lld tokens x %lld micro-batches = %lld "
+      "tokens/step",
+      t.data().description.c_str(), std::string(data_order_name(c.data_order)).c_str(),
+      static_cast<long long>(c.batch), static_cast<long long>(c.seq),
+      static_cast<long long>(c.grad_accum), static_cast<long long>(c.tokens_per_step()));
 }
 
 std::string precision_line(const TrainerConfig& c) {
@@ -60,22 +64,24 @@ std::string optimizer_line(const TrainerConfig& c) {
   const std::string decay = s.kind == LrScheduleKind::kCosine ? strf(", cosine to %g", s.min_lr)
                                                               : std::string(", then constant");
   const std::string clip = c.grad_clip > 0 ? strf("%g", c.grad_clip) : std::string("off");
-  return strf("optimizer: AdamW lr %g (warmup %lld%s), betas %g/%g, eps %g, weight decay %g on "
-              "2-D weights only, clip %s",
-              s.lr, static_cast<long long>(s.warmup_steps), decay.c_str(), c.beta1, c.beta2, c.eps,
-              c.weight_decay, clip.c_str());
+  return strf(
+      "optimizer: AdamW lr %g (warmup %lld%s), betas %g/%g, eps %g, weight decay %g on "
+      "2-D weights only, clip %s",
+      s.lr, static_cast<long long>(s.warmup_steps), decay.c_str(), c.beta1, c.beta2, c.eps,
+      c.weight_decay, clip.c_str());
 }
 
 std::string memory_line(const TrainerConfig& c) {
   const MemoryLedger& l = current_ledger();
   const double flops = static_cast<double>(c.model.flops_per_token(c.seq)) *
                        static_cast<double>(c.tokens_per_step());
-  return strf("memory: parameters %s, gradients %s, master weights %s, optimizer state %s | "
-              "%.2f GFLOP/step (6N + 6LCT per token)",
-              format_bytes(l.live(MemCategory::kParameters)).c_str(),
-              format_bytes(l.live(MemCategory::kGradients)).c_str(),
-              format_bytes(l.live(MemCategory::kMasterParams)).c_str(),
-              format_bytes(l.live(MemCategory::kOptimizerState)).c_str(), flops / 1e9);
+  return strf(
+      "memory: parameters %s, gradients %s, master weights %s, optimizer state %s | "
+      "%.2f GFLOP/step (6N + 6LCT per token)",
+      format_bytes(l.live(MemCategory::kParameters)).c_str(),
+      format_bytes(l.live(MemCategory::kGradients)).c_str(),
+      format_bytes(l.live(MemCategory::kMasterParams)).c_str(),
+      format_bytes(l.live(MemCategory::kOptimizerState)).c_str(), flops / 1e9);
 }
 
 void print_preflight(const Trainer& t, std::FILE* out) {
@@ -99,11 +105,13 @@ double print_eval(Trainer& t, std::FILE* out) {
 }
 
 // "\"12+34=\"" with newlines shown as \n, for one-line headers.
-std::string quoted(const std::string& text) {
+std::string printable(const std::string& text) {
   std::string q = "\"";
   for (char ch : text) {
-    if (ch == '\n') q += "\\n";
-    else q += ch;
+    if (ch == '\n')
+      q += "\\n";
+    else
+      q += ch;
   }
   return q + "\"";
 }
@@ -111,18 +119,21 @@ std::string quoted(const std::string& text) {
 void print_sample(Trainer& t, std::FILE* out) {
   const TrainerConfig& c = t.config();
   std::string prompt = c.prompt;
-  if (prompt.empty() && !t.data().heldout.empty()) prompt = t.data().heldout.front().prompt();
+  if (prompt.empty() && !t.data().heldout.empty()) {
+    prompt.push_back('\n');  // a problem starts after a newline, as in training
+    prompt += t.data().heldout.front().prompt();
+  }
   std::vector<std::int32_t> ids;
   for (unsigned char ch : prompt) ids.push_back(ch);
   const bool bytes = !c.data.ends_with(".bin");  // a shard holds BPE ids we cannot decode
-  const std::vector<std::int32_t> gen = generate(t.model(), ids, c.sample, context_of(c),
-                                                 bytes ? 256 : c.model.vocab_size, c.temperature,
-                                                 c.seed);
+  const std::vector<std::int32_t> gen =
+      generate(t.model(), ids, c.sample, context_of(c), bytes ? 256 : c.model.vocab_size,
+               c.temperature, c.seed);
   const std::string how = c.temperature > 0 ? strf("temperature %g, seed %llu", c.temperature,
                                                    static_cast<unsigned long long>(c.seed))
                                             : std::string("greedy");
   std::fprintf(out, "sample (%s, prompt %s):\n", how.c_str(),
-               prompt.empty() ? "a newline" : quoted(prompt).c_str());
+               prompt.empty() ? "a newline" : printable(prompt).c_str());
   if (bytes) {
     std::fprintf(out, "%s%s\n", prompt.c_str(), ByteTokenizer::decode(std::span(gen)).c_str());
     return;
@@ -149,9 +160,73 @@ std::vector<std::int32_t> probe_tokens(const Trainer& t) {
 
 bool due(std::int64_t step, std::int64_t every) { return every > 0 && step % every == 0; }
 
+// A fresh run into a directory that holds another run's checkpoints would interleave the two
+// (and move `latest` back): refused unless --resume says to continue that run.
+void check_fresh_checkpoint_dir(const TrainerConfig& c) {
+  if (c.checkpoint_dir.empty() || c.resume) return;
+  if (std::filesystem::exists(std::filesystem::path(c.checkpoint_dir) / "latest")) {
+    throw InputError(c.checkpoint_dir +
+                     " already holds checkpoints: pass --resume to continue "
+                     "that run, or choose another --checkpoint-dir");
+  }
+}
+
+}  // namespace
+
+namespace {
+
+// The step loop. Returns whether the last step was evaluated (the final accuracy is then known).
+bool train_steps(Trainer& t, std::optional<JsonlLog>& log, std::FILE* out) {
+  const TrainerConfig& c = t.config();
+  EtaClock eta;
+  bool evaluated = false;
+  while (t.step() < c.steps) {
+    const StepStats s = t.train_step();
+    eta.add(s.seconds);
+    if (s.step % c.print_every == 0 || s.step == c.steps || s.skipped) {
+      const bool fp16 = c.dtype == DType::kF16;
+      std::fprintf(out, "%s\n", progress_line(s, c.steps, fp16, eta.eta(c.steps - s.step)).c_str());
+      std::fflush(out);
+    }
+    std::optional<double> acc;
+    evaluated = c.builtin_data() && (due(s.step, c.eval_every) || s.step == c.steps);
+    if (evaluated) acc = print_eval(t, out);
+    if (log) log->write(step_json(s, memory_snapshot(current_ledger()), acc));
+    if (due(s.step, c.checkpoint_every)) {
+      std::fprintf(out, "checkpoint: %s\n", t.save_checkpoint().c_str());
+    }
+  }
+  return evaluated;
+}
+
+// After the last step: the final checkpoint, accuracy, model, sample and logits asked for.
+// start_step: where this run began (0, or the step it resumed at).
+void finish(Trainer& t, std::int64_t start_step, bool evaluated, std::FILE* out) {
+  const TrainerConfig& c = t.config();
+  // Saved already: by the loop on a multiple of checkpoint_every, or (nothing run) the
+  // checkpoint this run resumed from.
+  const bool saved = t.step() == start_step
+                         ? c.resume
+                         : c.checkpoint_every > 0 && t.step() % c.checkpoint_every == 0;
+  if (!c.checkpoint_dir.empty() && !saved) {
+    std::fprintf(out, "checkpoint: %s\n", t.save_checkpoint().c_str());
+  }
+  if (c.builtin_data() && !evaluated) print_eval(t, out);
+  if (!c.save.empty()) {
+    t.save_hf(c.save);
+    std::fprintf(out, "saved: %s (Hugging Face GPT-2 directory, float32)\n", c.save.c_str());
+  }
+  if (c.sample > 0) print_sample(t, out);
+  if (!c.dump_logits.empty()) {
+    dump_logits(t.model(), probe_tokens(t), c.dump_logits);
+    std::fprintf(out, "logits: %s\n", c.dump_logits.c_str());
+  }
+}
+
 }  // namespace
 
 int run_training(const TrainerConfig& c, std::FILE* out) {
+  check_fresh_checkpoint_dir(c);
   Trainer t(c, load_training_data(c.data, c.model.vocab_size, c.batch * c.seq + 1));
   if (c.resume) {
     t.resume();
@@ -163,37 +238,9 @@ int run_training(const TrainerConfig& c, std::FILE* out) {
   if (!c.log_jsonl.empty()) {
     log.emplace(c.log_jsonl, c.resume ? std::optional<std::int64_t>(t.step()) : std::nullopt);
   }
-  EtaClock eta;
-  std::int64_t last_saved = c.resume ? t.step() : -1;
-  while (t.step() < c.steps) {
-    const StepStats s = t.train_step();
-    eta.add(s.seconds);
-    std::optional<double> acc;
-    if (due(s.step, c.eval_every) && s.step < c.steps) acc = print_eval(t, out);
-    if (s.step % c.print_every == 0 || s.step == c.steps || s.skipped) {
-      std::fprintf(out, "%s\n", progress_line(s, c.steps, c.dtype == DType::kF16,
-                                               eta.eta(c.steps - s.step)).c_str());
-      std::fflush(out);
-    }
-    if (log) log->write(step_json(s, memory_snapshot(current_ledger()), acc));
-    if (due(s.step, c.checkpoint_every)) {
-      std::fprintf(out, "checkpoint: %s\n", t.save_checkpoint().c_str());
-      last_saved = s.step;
-    }
-  }
-  if (!c.checkpoint_dir.empty() && last_saved != t.step()) {
-    std::fprintf(out, "checkpoint: %s\n", t.save_checkpoint().c_str());
-  }
-  if (c.builtin_data()) print_eval(t, out);
-  if (!c.save.empty()) {
-    t.save_hf(c.save);
-    std::fprintf(out, "saved: %s (Hugging Face GPT-2 directory, float32)\n", c.save.c_str());
-  }
-  if (c.sample > 0) print_sample(t, out);
-  if (!c.dump_logits.empty()) {
-    dump_logits(t.model(), probe_tokens(t), c.dump_logits);
-    std::fprintf(out, "logits: %s\n", c.dump_logits.c_str());
-  }
+  const std::int64_t start_step = t.step();
+  const bool evaluated = train_steps(t, log, out);
+  finish(t, start_step, evaluated, out);
   return 0;
 }
 

@@ -109,6 +109,11 @@ void Trainer::apply_weight_decay(double lr) {
     if (!decays_[i]) continue;
     float* p = masters[i].data_as<float>();
     const std::int64_t n = masters[i].numel();
+    // Memory-bound (GPT-2 124M: 0.5 GB read and written per step): spread over the threads.
+    // Elementwise, so the result does not depend on how the range is split.
+#if defined(_OPENMP)
+#pragma omp parallel for schedule(static) if (n >= (1 << 16))
+#endif
     for (std::int64_t j = 0; j < n; ++j) p[j] *= decay;
   }
 }
@@ -117,8 +122,8 @@ ch03::StepReport Trainer::optimizer_step(double lr) {
   mutable_adamw().set_lr(lr);
   // Decay must happen only if the optimizer steps: ask the scaler's own check first.
   const Tensor grads[] = {model_.registry().flat_grads()};
-  const bool will_skip = optimizer_.scaler().mode() != ch02::ScaleMode::kNone &&
-                         ch02::LossScaler::found_inf(grads);
+  const bool will_skip =
+      optimizer_.scaler().mode() != ch02::ScaleMode::kNone && ch02::LossScaler::found_inf(grads);
   if (!will_skip) apply_weight_decay(lr);
   const ch03::StepReport r = optimizer_.step();
   if (r.taken == will_skip) {

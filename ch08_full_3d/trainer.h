@@ -18,9 +18,9 @@
 namespace mixpar::ch08 {
 
 struct StepStats {
-  std::int64_t step = 0;  // 1-based: the step just finished
-  double loss = 0.0;      // mean over the step's micro-batches
-  double grad_norm = 0.0; // global L2 norm of the unscaled gradients, before clipping
+  std::int64_t step = 0;   // 1-based: the step just finished
+  double loss = 0.0;       // mean over the step's micro-batches
+  double grad_norm = 0.0;  // global L2 norm of the unscaled gradients, before clipping
   double clip_coef = 1.0;
   double lr = 0.0;
   float loss_scale = 1.0f;  // the scale this step's gradients carried

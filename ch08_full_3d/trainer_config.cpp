@@ -3,8 +3,8 @@
 // laptop cores (README.md has the run).
 #include "trainer_config.h"
 
-#include <cstdio>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 
 #include "model/gpt_hf.h"
@@ -25,8 +25,9 @@ bool is_shard_path(const std::string& path) {
 }
 
 void add_model_flags(ArgParser& a, const TrainerConfig& d) {
-  a.option("init-from", "", "Hugging Face GPT-2 directory (config.json + model.safetensors) to "
-                            "start from; its config.json gives the shape")
+  a.option("init-from", "",
+           "Hugging Face GPT-2 directory (config.json + model.safetensors) to "
+           "start from; its config.json gives the shape")
       .option("n-layer", num(d.model.n_layer), "transformer blocks")
       .option("n-head", num(d.model.n_head), "attention heads (must divide --n-embd)")
       .option("n-embd", num(d.model.n_embd), "model width C")
@@ -35,14 +36,16 @@ void add_model_flags(ArgParser& a, const TrainerConfig& d) {
 }
 
 void add_data_flags(ArgParser& a, const TrainerConfig& d) {
-  a.option("data", "", "a .bin token shard (llm.c format) or any other file read as bytes "
-                       "(default: the built-in addition dataset)")
+  a.option("data", "",
+           "a .bin token shard (llm.c format) or any other file read as bytes "
+           "(default: the built-in addition dataset)")
       .option("data-order", "shuffled", "sequential|shuffled order of the batch windows")
       .option("batch", num(d.batch), "sequences per micro-batch B")
       .option("seq", num(d.seq), "sequence length T (<= --n-positions)")
       .option("grad-accum", num(d.grad_accum), "micro-batches per optimizer step")
-      .option("steps", num(d.steps), "optimizer steps (the total, when resuming; 0 with "
-                                     "--init-from: evaluate, sample or dump only)");
+      .option("steps", num(d.steps),
+              "optimizer steps (the total, when resuming; 0 with "
+              "--init-from: evaluate, sample or dump only)");
 }
 
 void add_optim_flags(ArgParser& a, const TrainerConfig& d) {
@@ -57,10 +60,12 @@ void add_optim_flags(ArgParser& a, const TrainerConfig& d) {
       .option("beta2", num(d.beta2), "AdamW beta2")
       .option("eps", num(d.eps), "AdamW epsilon")
       .option("grad-clip", num(d.grad_clip), "max global gradient norm (0 = no clipping)")
-      .option("dtype", "fp32", "fp32|bf16|fp16 working precision; 16-bit keeps FP32 master "
-                               "weights, fp16 adds the dynamic loss scaler")
-      .flag("recompute", "activation recompute: keep only each block's input, redo its "
-                         "forward during backward")
+      .option("dtype", "fp32",
+              "fp32|bf16|fp16 working precision; 16-bit keeps FP32 master "
+              "weights, fp16 adds the dynamic loss scaler")
+      .flag("recompute",
+            "activation recompute: keep only each block's input, redo its "
+            "forward during backward")
       .option("seed", num(static_cast<std::int64_t>(d.seed)),
               "initial weights and shuffled data order");
 }
@@ -71,16 +76,20 @@ void add_output_flags(ArgParser& a, const TrainerConfig& d) {
       .option("checkpoint-every", "0", "save a checkpoint every K steps (0: only at the end)")
       .option("checkpoint-keep", num(d.checkpoint_keep), "checkpoints kept (older ones removed)")
       .flag("resume", "continue from the latest checkpoint in --checkpoint-dir (bit-exact)")
-      .option("log-jsonl", "", "one JSON object per step (loss, grad_norm, lr, loss_scale, "
-                               "skipped, tokens_per_s, memory by category)")
+      .option("log-jsonl", "",
+              "one JSON object per step (loss, grad_norm, lr, loss_scale, "
+              "skipped, tokens_per_s, memory by category)")
       .option("print-every", num(d.print_every), "progress line every K steps")
-      .option("eval-every", "0", "built-in dataset: exact-match accuracy on held-out problems "
-                                 "every K steps (0: only at the end)")
+      .option("eval-every", "",
+              "built-in dataset: exact-match accuracy on held-out problems "
+              "every K steps (default 100; 0: only at the end)")
       .option("sample", "0", "generate N bytes of text at the end")
       .option("temperature", "0", "sampling temperature (0 = greedy)")
-      .option("prompt", "", "sampling prompt (default: a held-out problem, or a newline)")
-      .option("dump-logits", "", "write the final model's logits on --prompt to FILE "
-                                 "(safetensors; see scripts/check_hf_roundtrip.py)")
+      .option("prompt", "",
+              "sampling prompt (default: a newline and a held-out problem, or a newline)")
+      .option("dump-logits", "",
+              "write the final model's logits on --prompt to FILE "
+              "(safetensors; see scripts/check_hf_roundtrip.py)")
       .option("threads", "0", "CPU threads (0 = the OpenMP default)");
 }
 
@@ -101,8 +110,9 @@ void read_model(const ArgParser& a, TrainerConfig& c) {
   if (!c.init_from.empty()) {
     for (const char* flag : {"n-layer", "n-head", "n-embd", "n-positions", "vocab-size"}) {
       if (a.given(flag)) {
-        throw InputError(std::string("--") + flag + " conflicts with --init-from (the shape "
-                                                    "comes from its config.json)");
+        throw InputError(std::string("--") + flag +
+                         " conflicts with --init-from (the shape "
+                         "comes from its config.json)");
       }
     }
     c.model = read_gpt_hf_config(c.init_from);
@@ -112,8 +122,9 @@ void read_model(const ArgParser& a, TrainerConfig& c) {
   c.model.n_head = positive(a, "n-head");
   c.model.n_embd = positive(a, "n-embd");
   c.model.n_positions = a.given("n-positions") ? positive(a, "n-positions") : c.seq;
-  c.model.vocab_size = a.given("vocab-size") ? positive(a, "vocab-size")
-                       : is_shard_path(c.data) ? 50257 : 256;
+  c.model.vocab_size = a.given("vocab-size")   ? positive(a, "vocab-size")
+                       : is_shard_path(c.data) ? 50257
+                                               : 256;
 }
 
 void read_optim(const ArgParser& a, TrainerConfig& c) {
@@ -141,7 +152,7 @@ void read_outputs(const ArgParser& a, TrainerConfig& c) {
   c.resume = a.get_flag("resume");
   c.log_jsonl = a.given("log-jsonl") ? a.get("log-jsonl") : "";
   c.print_every = positive(a, "print-every");
-  c.eval_every = non_negative(a, "eval-every");
+  c.eval_every = a.given("eval-every") ? non_negative(a, "eval-every") : c.builtin_data() ? 100 : 0;
   c.sample = non_negative(a, "sample");
   c.temperature = a.get_double("temperature");
   c.prompt = a.given("prompt") ? a.get("prompt") : "";
@@ -188,9 +199,9 @@ TrainerConfig trainer_config_from_args(const ArgParser& a) {
 
 void validate(const TrainerConfig& c) {
   c.model.validate();
-  check_range(c.seq <= c.model.n_positions,
-              "--seq " + num(c.seq) + " is longer than the position table (n_positions " +
-                  num(c.model.n_positions) + ")");
+  check_range(c.seq <= c.model.n_positions, "--seq " + num(c.seq) +
+                                                " is longer than the position table (n_positions " +
+                                                num(c.model.n_positions) + ")");
   check_range(c.model.vocab_size <= 65536,
               "vocab_size " + num(c.model.vocab_size) + " does not fit uint16 token ids");
   check_range(c.schedule.lr > 0 && std::isfinite(c.schedule.lr), "--lr must be positive");
@@ -202,8 +213,7 @@ void validate(const TrainerConfig& c) {
   check_range(c.beta2 >= 0 && c.beta2 < 1, "--beta2 must be in [0, 1)");
   check_range(c.eps > 0, "--eps must be positive");
   check_range(c.grad_clip >= 0, "--grad-clip must be >= 0 (0 = off)");
-  check_range(c.temperature >= 0 && std::isfinite(c.temperature),
-              "--temperature must be >= 0");
+  check_range(c.temperature >= 0 && std::isfinite(c.temperature), "--temperature must be >= 0");
   check_range(c.steps >= 1 || !c.init_from.empty() || c.resume,
               "--steps 0 trains nothing: it is for evaluating, sampling or dumping a model given "
               "by --init-from");
@@ -227,7 +237,6 @@ Json run_identity(const TrainerConfig& c) {
   j.set("batch", c.batch);
   j.set("seq", c.seq);
   j.set("grad_accum", c.grad_accum);
-  j.set("data", c.data.empty() ? "built-in addition" : c.data);
   j.set("data_order", std::string(data_order_name(c.data_order)));
   j.set("seed", c.seed);
   return j;
@@ -235,6 +244,7 @@ Json run_identity(const TrainerConfig& c) {
 
 Json to_json(const TrainerConfig& c) {
   Json j = run_identity(c);
+  j.set("data", c.data.empty() ? "built-in addition" : c.data);
   j.set("init_from", c.init_from);
   j.set("steps", c.steps);
   j.set("lr", c.schedule.lr);

@@ -18,7 +18,7 @@ namespace mixpar::ch08 {
 struct TrainerConfig {
   // Model: the shape flags, or the shape of init_from's config.json.
   std::string init_from;  // HF directory to start from ("" = GPT-2 init with `seed`)
-  GptConfig model{2, 4, 128, 64, 256};
+  GptConfig model{2, 8, 128, 64, 256};
   // Data: "" = the built-in addition dataset; a .bin token shard; any other file as bytes.
   std::string data;
   DataOrder data_order = DataOrder::kShuffled;
@@ -36,12 +36,12 @@ struct TrainerConfig {
   bool resume = false;
   std::string log_jsonl;
   std::int64_t print_every = 1;
-  std::int64_t sample = 0;     // bytes to generate at the end
-  double temperature = 0.0;    // 0: greedy
-  std::string prompt;          // sampling prompt ("" = a held-out problem or a newline)
-  std::int64_t eval_every = 0; // held-out accuracy of the built-in dataset every K steps
-  std::string dump_logits;     // safetensors of the final model's logits on the prompt
-  int threads = 0;             // 0: the OpenMP default
+  std::int64_t sample = 0;      // bytes to generate at the end
+  double temperature = 0.0;     // 0: greedy
+  std::string prompt;           // sampling prompt ("" = a held-out problem or a newline)
+  std::int64_t eval_every = 0;  // held-out accuracy of the built-in dataset every K steps
+  std::string dump_logits;      // safetensors of the final model's logits on the prompt
+  int threads = 0;              // 0: the OpenMP default
 
   bool builtin_data() const { return data.empty(); }
   std::int64_t tokens_per_step() const { return batch * seq * grad_accum; }
@@ -56,7 +56,8 @@ TrainerConfig trainer_config_from_args(const ArgParser& args);
 void validate(const TrainerConfig& c);
 
 // What a resumed run must share with the run that wrote the checkpoint (shape, dtype, batch
-// layout, data, seed): anything else makes the saved state mean something different.
+// layout, data order, seed): anything else makes the saved state mean something different.
+// The data itself is compared by fingerprint, so a moved file still resumes.
 Json run_identity(const TrainerConfig& c);
 // Every field, for the record in a checkpoint and at the top of a log.
 Json to_json(const TrainerConfig& c);

@@ -14,9 +14,9 @@ namespace mixpar::ch08 {
 
 struct TrainingData {
   std::shared_ptr<const std::vector<std::uint16_t>> tokens;
-  std::string description;                // "built-in addition (1,048,590 tokens)"
-  std::vector<AdditionProblem> heldout;   // built-in dataset only
-  std::uint64_t fingerprint = 0;          // FNV-1a of the tokens: a resume on other data fails
+  std::string description;               // "built-in addition (1,048,590 tokens)"
+  std::vector<AdditionProblem> heldout;  // built-in dataset only
+  std::uint64_t fingerprint = 0;         // FNV-1a of the tokens: a resume on other data fails
 };
 
 // path "" = built-in addition; "*.bin" = llm.c token shard; anything else = bytes. InputError

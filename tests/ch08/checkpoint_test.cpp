@@ -2,12 +2,13 @@
 // bit (losses, FP32 masters, 16-bit working copy, AdamW moments and t, loss scaler, loader), in
 // fp32, bf16 and fp16; corrupt, truncated, incomplete and mismatched checkpoints are refused
 // with an InputError naming the problem; a failed save leaves the previous checkpoint intact.
+#include "checkpoint.h"
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
 
 #include "ch08_test_util.h"
-#include "checkpoint.h"
 #include "io/gpt_config.h"
 #include "trainer.h"
 
@@ -57,7 +58,9 @@ void check_resume_is_exact(DType dtype) {
   ASSERT_EQ(second.step(), 3);
   for (int i = 0; i < 3; ++i) got.push_back(second.train_step().loss);
 
-  for (int i = 0; i < 6; ++i) EXPECT_EQ(got[static_cast<std::size_t>(i)], want[static_cast<std::size_t>(i)]) << "step " << i + 1;
+  for (int i = 0; i < 6; ++i)
+    EXPECT_EQ(got[static_cast<std::size_t>(i)], want[static_cast<std::size_t>(i)])
+        << "step " << i + 1;
   expect_same_tensors(straight.master_weights(), second.master_weights());
   expect_same_tensors(straight.model().parameters(), second.model().parameters());
   expect_same_optimizer(straight, second);
@@ -129,9 +132,13 @@ TEST(Checkpoint, RefusesAConfigJsonOfAnotherShapeEvenWithAMatchingManifest) {
   hf.n_embd = 32;
   write_gpt2_config(ckpt + "/config.json", hf);
   fs::remove(ckpt + "/manifest.json");  // re-sign the altered directory as a complete one
-  save_checkpoint(dir.str(), 2, [&](const std::string& d) {
-    for (const auto& e : fs::directory_iterator(ckpt)) fs::copy_file(e.path(), fs::path(d) / e.path().filename());
-  }, 2);
+  save_checkpoint(
+      dir.str(), 2,
+      [&](const std::string& d) {
+        for (const auto& e : fs::directory_iterator(ckpt))
+          fs::copy_file(e.path(), fs::path(d) / e.path().filename());
+      },
+      2);
   const std::string msg = resume_error(config_in(dir));
   EXPECT_TRUE(contains(msg, "model shape differs: n_embd is 32, expected 16")) << msg;
 }
@@ -139,10 +146,14 @@ TEST(Checkpoint, RefusesAConfigJsonOfAnotherShapeEvenWithAMatchingManifest) {
 TEST(Checkpoint, AFailedSaveLeavesThePreviousCheckpoint) {
   TempDir dir;
   const std::string good = one_checkpoint(config_in(dir));
-  EXPECT_THROW(save_checkpoint(dir.str(), 4, [](const std::string& d) {
-    test::write_bytes(d + "/model.safetensors", "partial");
-    throw InputError("disk full");
-  }, 2), InputError);
+  EXPECT_THROW(save_checkpoint(
+                   dir.str(), 4,
+                   [](const std::string& d) {
+                     test::write_bytes(d + "/model.safetensors", "partial");
+                     throw InputError("disk full");
+                   },
+                   2),
+               InputError);
   EXPECT_EQ(latest_checkpoint(dir.str()), good);
   for (const auto& e : fs::directory_iterator(dir.str())) {
     EXPECT_FALSE(contains(e.path().filename().string(), "partial")) << e.path();
@@ -163,7 +174,8 @@ TEST(Checkpoint, KeepsOnlyTheNewestCheckpoints) {
     t.save_checkpoint();
   }
   std::vector<std::string> names;
-  for (const auto& e : fs::directory_iterator(dir.str())) names.push_back(e.path().filename().string());
+  for (const auto& e : fs::directory_iterator(dir.str()))
+    names.push_back(e.path().filename().string());
   std::sort(names.begin(), names.end());
   EXPECT_EQ(names, (std::vector<std::string>{"latest", checkpoint_name(3), checkpoint_name(4)}));
 }

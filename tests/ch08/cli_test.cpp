@@ -57,6 +57,10 @@ TEST(TrainGptCli, BadFlagsAreOneLineAndExitCode2) {
   expect_one_line_error(d, "--dtype fp8", "not one of fp32|bf16|fp16");
   expect_one_line_error(d, "--resume", "--resume needs --checkpoint-dir");
   expect_one_line_error(d, "--init-from " + d.file("none"), "cannot open");
+  std::filesystem::create_directories(d.file("old_run"));
+  test::write_bytes(d.file("old_run") + "/latest", "step-00000010\n");
+  expect_one_line_error(d, kTiny + "--checkpoint-dir " + d.file("old_run"),
+                        "already holds checkpoints: pass --resume");
 }
 
 TEST(TrainGptCli, BadDataIsOneLineAndExitCode2) {
@@ -84,8 +88,8 @@ std::vector<Json> read_jsonl(const std::string& path) {
 
 TEST(TrainGptCli, JsonlHasEverySignalOnEveryStep) {
   TempDir d;
-  const CliRun r = train_gpt(d, kTiny + "--steps 4 --eval-every 2 --dtype fp16 --log-jsonl " +
-                                 d.file("log.jsonl"));
+  const CliRun r = train_gpt(
+      d, kTiny + "--steps 4 --eval-every 2 --dtype fp16 --log-jsonl " + d.file("log.jsonl"));
   ASSERT_EQ(r.code, 0) << r.err;
   const std::vector<Json> lines = read_jsonl(d.file("log.jsonl"));
   ASSERT_EQ(lines.size(), 4u);
@@ -119,10 +123,13 @@ TEST(TrainGptCli, ResumeFromTheCommandLineContinuesTheSameRun) {
   const std::string common = kTiny + "--dtype bf16 --steps 6 --warmup 2 ";
   ASSERT_EQ(train_gpt(d, common + "--log-jsonl " + d.file("straight.jsonl")).code, 0);
   // The "interrupted" run: stops at 4 but saved its checkpoint at step 2 (and at the end).
-  const std::string ckpt = "--checkpoint-dir " + d.file("ckpt") + " --log-jsonl " + d.file("r.jsonl");
+  const std::string ckpt =
+      "--checkpoint-dir " + d.file("ckpt") + " --log-jsonl " + d.file("r.jsonl");
   ASSERT_EQ(train_gpt(d, kTiny + "--dtype bf16 --steps 6 --warmup 2 --checkpoint-every 2 " + ckpt +
-                             " --checkpoint-keep 1").code, 0);
-  std::filesystem::remove_all(d.file("ckpt"));
+                             " --checkpoint-keep 1")
+                .code,
+            0);
+  std::filesystem::remove_all(d.file("ckpt"));  // a fresh run refuses a used directory
   ASSERT_EQ(train_gpt(d, common + "--checkpoint-every 2 --checkpoint-keep 5 " + ckpt).code, 0);
   // Roll back to step 4's checkpoint and resume: steps 5 and 6 are logged again, once.
   test::write_bytes(d.file("ckpt") + "/latest", "step-00000004\n");
@@ -134,7 +141,8 @@ TEST(TrainGptCli, ResumeFromTheCommandLineContinuesTheSameRun) {
 
 TEST(TrainGptCli, SavesAHuggingFaceDirectoryAndSamples) {
   TempDir d;
-  const CliRun r = train_gpt(d, kTiny + "--steps 2 --sample 12 --prompt 12+ --save " + d.file("hf"));
+  const CliRun r =
+      train_gpt(d, kTiny + "--steps 2 --sample 12 --prompt 12+ --save " + d.file("hf"));
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_TRUE(std::filesystem::exists(d.file("hf") + "/model.safetensors"));
   EXPECT_TRUE(std::filesystem::exists(d.file("hf") + "/config.json"));

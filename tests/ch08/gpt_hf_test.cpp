@@ -1,12 +1,13 @@
 // Hugging Face directories: save -> load is bit-exact with and without the "transformer."
 // prefix and in 16-bit storage; the attention-mask buffers and a tied lm_head.weight are
 // accepted, an untied head, a missing or misshaped tensor and a different config are refused.
+#include "model/gpt_hf.h"
+
 #include <gtest/gtest.h>
 
 #include "ch08_test_util.h"
 #include "io/gpt_config.h"
 #include "io/safetensors.h"
-#include "model/gpt_hf.h"
 
 namespace mixpar::ch08 {
 namespace {
@@ -86,8 +87,9 @@ TEST(GptHf, RefusesAnUntiedHeadAMissingTensorAndAWrongShape) {
             std::string::npos);
 
   rewrite(dir, [](NamedTensors& all) {
-    std::erase_if(all, [](const auto& p) { return p.first == "lm_head.weight" ||
-                                                  p.first == "transformer.ln_f.bias"; });
+    std::erase_if(all, [](const auto& p) {
+      return p.first == "lm_head.weight" || p.first == "transformer.ln_f.bias";
+    });
   });
   EXPECT_NE(input_error_of([&] { load_gpt_hf(dir.str()); }).find("missing tensor ln_f.bias"),
             std::string::npos);
@@ -104,8 +106,7 @@ TEST(GptHf, RefusesADirectoryOfAnotherShape) {
   save_gpt_hf(dir.str(), model_with_seed(1));
   GptModel other(GptConfig{2, 2, 32, 8, 64});
   const std::vector<NamedTensor> dst = other.parameters();
-  const std::string msg = input_error_of(
-      [&] { load_gpt_hf_into(dir.str(), other.config(), dst); });
+  const std::string msg = input_error_of([&] { load_gpt_hf_into(dir.str(), other.config(), dst); });
   EXPECT_NE(msg.find("n_embd is 16, expected 32"), std::string::npos) << msg;
 }
 

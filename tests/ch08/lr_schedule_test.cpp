@@ -1,11 +1,12 @@
 // The learning-rate schedule: linear warmup reaching the peak at its last step, cosine from the
 // peak to min_lr at the last step (half-way value exactly the mean), constant after warmup.
+#include "lr_schedule.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <numbers>
 
-#include "lr_schedule.h"
 #include "util/errors.h"
 
 namespace mixpar::ch08 {

@@ -1,6 +1,8 @@
 // The trainer's step: loss falls on a fixed batch (fp32), weight decay touches only 2-D weights,
 // the sequential order trains on exactly the loader's windows, and --init-from starts from a
 // saved model's weights (into the FP32 masters of a 16-bit run, without rounding them).
+#include "trainer.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,7 +10,6 @@
 #include "ch08_test_util.h"
 #include "io/token_loader.h"
 #include "model/gpt_hf.h"
-#include "trainer.h"
 
 namespace mixpar::ch08 {
 namespace {
