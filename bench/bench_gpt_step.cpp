@@ -1,10 +1,7 @@
-// One full training step of the single-device trainer (ch08 Trainer::train_step: forward,
-// backward, clipping, AdamW with 2-D weight decay) on random tokens. Counters: tokens/s and
-// GFLOP/s with llm.c's count, 6N + 6LCT FLOPs per token (attention over the causal half), both
-// over wall time (UseRealTime: OpenMP threads do not show in the main thread's CPU time).
-//   S: 4 layers, width 256, 4 heads, vocab 256, T 128, B 8 (fp32, bf16, fp16)
-//   M: GPT-2 124M shape (12 layers, 768, 12 heads, vocab 50257), T 64, B 4 (fp32)
-// The argument is the thread count (OpenMP loops and Eigen GEMMs).
+// One full training step of ch08's Trainer (forward, backward, clip, AdamW) on random tokens, for
+// config S (4/256/4, V 256, T 128, B 8; fp32, bf16, fp16) and M (GPT-2 124M shape, T 64, B 4).
+// Counters over wall time: tokens/s and GFLOP/s at llm.c's 6N + 6LCT FLOPs per token (causal
+// half of attention). The argument is the thread count (OpenMP loops and Eigen GEMMs).
 #include <benchmark/benchmark.h>
 
 #include <memory>

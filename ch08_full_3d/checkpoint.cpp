@@ -81,12 +81,15 @@ std::vector<std::pair<std::int64_t, fs::path>> list_checkpoints(const fs::path& 
   return out;
 }
 
+// Removes all but the newest `keep` checkpoints (never `current`). A directory that cannot be
+// removed is left in place: pruning is housekeeping, the save itself has succeeded.
 void prune(const fs::path& root, std::int64_t keep, const fs::path& current) {
-  auto all = list_checkpoints(root);
-  const std::int64_t n = static_cast<std::int64_t>(all.size());
+  const auto all = list_checkpoints(root);
+  const auto n = static_cast<std::int64_t>(all.size());
   for (std::int64_t i = 0; i + keep < n; ++i) {
-    if (all[static_cast<std::size_t>(i)].second != current)
-      fs::remove_all(all[static_cast<std::size_t>(i)].second);
+    const fs::path& dir = all[static_cast<std::size_t>(i)].second;
+    std::error_code ec;
+    if (dir != current) fs::remove_all(dir, ec);
   }
 }
 
@@ -98,10 +101,11 @@ void commit_directory(const fs::path& partial, const fs::path& final_dir) {
     old_name += final_dir.filename().string();
     old_name += ".old";
     const fs::path old = final_dir.parent_path() / old_name;
-    fs::remove_all(old);
+    std::error_code ec;
+    fs::remove_all(old, ec);
     rename_or_throw(final_dir, old);
     rename_or_throw(partial, final_dir);
-    fs::remove_all(old);
+    fs::remove_all(old, ec);
   } else {
     rename_or_throw(partial, final_dir);
   }
@@ -158,8 +162,10 @@ std::string save_checkpoint(const std::string& root, std::int64_t step,
   if (ec) throw InputError(root + ": cannot create directory: " + ec.message());
   const std::string name = checkpoint_name(step);
   const fs::path partial = r / ("." + name + ".partial");
-  fs::remove_all(partial);  // a stale one from a crashed save
-  fs::create_directory(partial);
+  fs::remove_all(partial, ec);  // a stale one from a crashed save
+  if (!fs::create_directory(partial, ec) || ec) {
+    throw InputError(partial.string() + ": cannot create directory: " + ec.message());
+  }
   try {
     write(partial.string());
     write_file_atomic((partial / kManifest).string(), make_manifest(partial, step).dump(2) + "\n");

@@ -21,41 +21,55 @@ std::vector<float> logits_row(const GptModel& m, std::int64_t b, std::int64_t T,
   return l.view({l.numel() / V, V}).rows(b * T + t, 1).to_floats();
 }
 
-// One chunk of complete_greedy_batch: prompts [first, first + n).
-void complete_chunk(GptModel& model, const std::vector<std::string>& prompts, std::size_t first,
-                    std::size_t n, int max_new, char stop, std::int64_t context,
-                    std::vector<std::string>& out) {
+// Prompts side by side in one [B, T] batch, right-padded with `pad`; pos[b] is where row b's
+// next token goes.
+struct PromptBatch {
+  std::int64_t B = 0, T = 0;
+  std::vector<std::int32_t> tokens;
+  std::vector<std::int64_t> pos;
+};
+
+PromptBatch pack_prompts(std::span<const std::string> prompts, int max_new, char pad,
+                         std::int64_t context) {
   std::size_t longest = 0;
-  for (std::size_t i = first; i < first + n; ++i) longest = std::max(longest, prompts[i].size());
-  const std::int64_t T =
-      std::min<std::int64_t>(context, static_cast<std::int64_t>(longest) + max_new);
-  if (static_cast<std::int64_t>(longest) >= T)
-    throw InputError("prompt longer than the model's context");
-  const auto B = static_cast<std::int64_t>(n);
-  std::vector<std::int32_t> tokens(static_cast<std::size_t>(B * T),
-                                   static_cast<unsigned char>(stop));
-  std::vector<std::int64_t> pos(n);
-  std::vector<bool> done(n, false);
-  for (std::size_t b = 0; b < n; ++b) {
-    const std::string& p = prompts[first + b];
-    for (std::size_t t = 0; t < p.size(); ++t)
-      tokens[b * static_cast<std::size_t>(T) + t] = static_cast<unsigned char>(p[t]);
-    pos[b] = static_cast<std::int64_t>(p.size());
+  for (const std::string& p : prompts) longest = std::max(longest, p.size());
+  PromptBatch pb;
+  pb.B = static_cast<std::int64_t>(prompts.size());
+  pb.T = std::min<std::int64_t>(context, static_cast<std::int64_t>(longest) + max_new);
+  if (static_cast<std::int64_t>(longest) >= pb.T) {
+    throw InputError("a prompt of " + std::to_string(longest) + " tokens leaves no room in the " +
+                     std::to_string(context) + "-token context");
   }
-  Philox unused(0);
+  pb.tokens.assign(static_cast<std::size_t>(pb.B * pb.T), static_cast<unsigned char>(pad));
+  for (std::size_t b = 0; b < prompts.size(); ++b) {
+    const std::string& p = prompts[b];
+    for (std::size_t t = 0; t < p.size(); ++t) {
+      pb.tokens[b * static_cast<std::size_t>(pb.T) + t] = static_cast<unsigned char>(p[t]);
+    }
+    pb.pos.push_back(static_cast<std::int64_t>(p.size()));
+  }
+  return pb;
+}
+
+// Greedy completions of one batch of prompts (out[b] receives row b's tokens).
+void complete_chunk(GptModel& model, std::span<const std::string> prompts, int max_new, char stop,
+                    std::int64_t context, std::span<std::string> out) {
+  PromptBatch pb = pack_prompts(prompts, max_new, stop, context);
+  std::vector<bool> done(prompts.size(), false);
+  Philox unused(0);  // greedy: no draws
   for (int step = 0; step < max_new; ++step) {
-    model.forward(tokens, {}, B, T);
+    model.forward(pb.tokens, {}, pb.B, pb.T);
     bool any = false;
-    for (std::size_t b = 0; b < n; ++b) {
+    for (std::size_t b = 0; b < prompts.size(); ++b) {
       if (done[b]) continue;
-      const int tok = pick_token(logits_row(model, static_cast<std::int64_t>(b), T, pos[b] - 1),
-                                 256, 0.0, unused);
-      if (tok == static_cast<unsigned char>(stop) || pos[b] >= T) {
-        done[b] = true;
-        continue;
-      }
-      out[first + b] += static_cast<char>(tok);
-      tokens[b * static_cast<std::size_t>(T) + static_cast<std::size_t>(pos[b]++)] = tok;
+      const std::int64_t at = pb.pos[b];
+      const int tok = pick_token(logits_row(model, static_cast<std::int64_t>(b), pb.T, at - 1), 256,
+                                 0.0, unused);
+      done[b] = tok == static_cast<unsigned char>(stop) || at >= pb.T;
+      if (done[b]) continue;
+      out[b] += static_cast<char>(tok);
+      pb.tokens[b * static_cast<std::size_t>(pb.T) + static_cast<std::size_t>(at)] = tok;
+      ++pb.pos[b];
       any = true;
     }
     if (!any) break;
@@ -107,7 +121,8 @@ std::vector<std::string> complete_greedy_batch(GptModel& model,
   std::vector<std::string> out(prompts.size());
   for (std::size_t first = 0; first < prompts.size(); first += kEvalBatch) {
     const std::size_t n = std::min<std::size_t>(kEvalBatch, prompts.size() - first);
-    complete_chunk(model, prompts, first, n, max_new, stop, context, out);
+    complete_chunk(model, std::span(prompts).subspan(first, n), max_new, stop, context,
+                   std::span(out).subspan(first, n));
   }
   return out;
 }

@@ -77,7 +77,8 @@ std::string progress_line(const StepStats& s, std::int64_t total_steps, bool sho
                 s.grad_norm, s.lr, format_rate(tps).c_str());
   std::string line = buf;
   if (show_scale) {
-    std::snprintf(buf, sizeof buf, " | scale %g", static_cast<double>(s.loss_scale));
+    const double scale = s.loss_scale;  // whole numbers in full: 4194304, not 4.1943e+06
+    std::snprintf(buf, sizeof buf, scale >= 1 ? " | scale %.0f" : " | scale %g", scale);
     line += buf;
   }
   if (s.skipped) line += " | SKIPPED (inf/nan)";

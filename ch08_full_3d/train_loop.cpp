@@ -50,12 +50,16 @@ std::string data_line(const Trainer& t) {
 }
 
 std::string precision_line(const TrainerConfig& c) {
-  const char* how = c.dtype == DType::kF32   ? "FP32 everywhere, no loss scaling"
-                    : c.dtype == DType::kF16 ? "16-bit working copy, FP32 master weights, "
-                                               "dynamic loss scale from 2^16"
-                                             : "16-bit working copy, FP32 master weights, no loss "
-                                               "scaling (bf16 has FP32's exponent range)";
-  return strf("precision: %s (%s)%s", std::string(dtype_name(c.dtype)).c_str(), how,
+  const std::string how = c.dtype == DType::kF32 ? std::string("FP32 everywhere, no loss scaling")
+                          : c.dtype == DType::kF16
+                              ? strf(
+                                    "16-bit working copy, FP32 master weights, dynamic loss "
+                                    "scale from %g",
+                                    c.loss_scale)
+                              : std::string(
+                                    "16-bit working copy, FP32 master weights, no loss "
+                                    "scaling (bf16 has FP32's exponent range)");
+  return strf("precision: %s (%s)%s", std::string(dtype_name(c.dtype)).c_str(), how.c_str(),
               c.recompute ? " | activation recompute" : "");
 }
 

@@ -1,8 +1,7 @@
-// One training step, in the order of chapter 3: forward and backward of each micro-batch (the
-// loss scale applied to the seed gradient), then the optimizer's unscale -> inf check -> clip ->
-// AdamW on the FP32 masters -> re-cast. Weight decay on 2-D weights only is applied here, just
-// before the optimizer, because chapter 3's optimizer has a single weight decay for every
-// parameter (see README.md, "What this chapter needs from chapters 2-3").
+// One training step in chapter 3's order: forward and backward of each micro-batch (loss scale on
+// the seed gradient), then unscale -> inf check -> clip -> AdamW on the FP32 masters -> re-cast.
+// The 2-D-only weight decay is applied here, just before that step: chapter 3's optimizer has one
+// weight decay for all parameters (README.md, "What this chapter needs from chapters 2-3").
 #include "trainer.h"
 
 #include <Eigen/Core>
@@ -14,6 +13,7 @@
 #include <omp.h>
 #endif
 
+#include "model/gpt_hf.h"
 #include "util/errors.h"
 
 namespace mixpar::ch08 {
@@ -40,6 +40,7 @@ ch03::MixedPrecisionConfig optimizer_config(const TrainerConfig& c) {
   m.max_grad_norm = c.grad_clip;
   // Only fp16 needs a scaler: bf16 has FP32's exponent range, so small gradients survive.
   m.scaler = c.dtype == DType::kF16 ? ch02::pytorch_config() : ch02::no_scaling_config();
+  if (c.dtype == DType::kF16) m.scaler.init_scale = c.loss_scale;
   return m;
 }
 

@@ -11,7 +11,6 @@
 #include "ch03_master_weights/mixed_precision_optimizer.h"
 #include "io/token_loader.h"
 #include "model/gpt.h"
-#include "model/gpt_hf.h"
 #include "trainer_config.h"
 #include "training_data.h"
 

@@ -63,6 +63,9 @@ void add_optim_flags(ArgParser& a, const TrainerConfig& d) {
       .option("dtype", "fp32",
               "fp32|bf16|fp16 working precision; 16-bit keeps FP32 master "
               "weights, fp16 adds the dynamic loss scaler")
+      .option("loss-scale", "65536",
+              "fp16: initial dynamic loss scale (x2 after 2000 clean steps, x0.5 and skip on "
+              "inf/NaN)")
       .flag("recompute",
             "activation recompute: keep only each block's input, redo its "
             "forward during backward")
@@ -111,8 +114,7 @@ void read_model(const ArgParser& a, TrainerConfig& c) {
     for (const char* flag : {"n-layer", "n-head", "n-embd", "n-positions", "vocab-size"}) {
       if (a.given(flag)) {
         throw InputError(std::string("--") + flag +
-                         " conflicts with --init-from (the shape "
-                         "comes from its config.json)");
+                         " conflicts with --init-from (the shape comes from its config.json)");
       }
     }
     c.model = read_gpt_hf_config(c.init_from);
@@ -140,6 +142,7 @@ void read_optim(const ArgParser& a, TrainerConfig& c) {
   c.grad_clip = a.get_double("grad-clip");
   const std::string dtype = a.get_choice("dtype", {"fp32", "bf16", "fp16"});
   c.dtype = dtype == "fp32" ? DType::kF32 : dtype == "bf16" ? DType::kBF16 : DType::kF16;
+  c.loss_scale = a.get_double("loss-scale");
   c.recompute = a.get_flag("recompute");
   c.seed = static_cast<std::uint64_t>(non_negative(a, "seed"));
 }
@@ -212,6 +215,7 @@ void validate(const TrainerConfig& c) {
   check_range(c.beta1 >= 0 && c.beta1 < 1, "--beta1 must be in [0, 1)");
   check_range(c.beta2 >= 0 && c.beta2 < 1, "--beta2 must be in [0, 1)");
   check_range(c.eps > 0, "--eps must be positive");
+  check_range(c.loss_scale > 0 && c.loss_scale <= 3.0e38, "--loss-scale must be a positive float");
   check_range(c.grad_clip >= 0, "--grad-clip must be >= 0 (0 = off)");
   check_range(c.temperature >= 0 && std::isfinite(c.temperature), "--temperature must be >= 0");
   check_range(c.steps >= 1 || !c.init_from.empty() || c.resume,
@@ -256,6 +260,7 @@ Json to_json(const TrainerConfig& c) {
   j.set("beta2", c.beta2);
   j.set("eps", c.eps);
   j.set("grad_clip", c.grad_clip);
+  j.set("loss_scale", c.loss_scale);
   j.set("recompute", c.recompute);
   return j;
 }

@@ -27,6 +27,7 @@ struct TrainerConfig {
   LrSchedule schedule{LrScheduleKind::kCosine, 2e-3, 2e-4, 100, 1500};
   double weight_decay = 0.1, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, grad_clip = 1.0;
   DType dtype = DType::kF32;
+  double loss_scale = 65536.0;  // fp16: the dynamic scaler's initial scale (PyTorch's 2^16)
   bool recompute = false;
   std::uint64_t seed = 1337;
   // Outputs.

@@ -8,6 +8,7 @@
 #include "checkpoint.h"
 #include "io/atomic_file.h"
 #include "io/safetensors.h"
+#include "model/gpt_hf.h"
 #include "trainer.h"
 #include "util/errors.h"
 

@@ -1,8 +1,7 @@
-// GPT-2 <-> a Hugging Face model directory (config.json + model.safetensors), the form that
-// transformers' GPT2LMHeadModel.from_pretrained loads. Tensors keep their HF names and Conv1D
-// [in, out] layout, which is also the registry's layout, so nothing is transposed. Reading
-// accepts names with or without "transformer.", skips the attn.bias / attn.masked_bias buffers
-// and accepts lm_head.weight only when it equals wte (the head is tied).
+// GPT-2 <-> a Hugging Face directory (config.json + model.safetensors) that transformers'
+// GPT2LMHeadModel.from_pretrained loads. HF names and Conv1D [in, out] layout are the registry's
+// own, so nothing is transposed. Reading accepts names with or without "transformer.", skips the
+// attn.bias / attn.masked_bias buffers and accepts lm_head.weight only when it equals wte.
 #pragma once
 
 #include <span>

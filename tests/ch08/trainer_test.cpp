@@ -85,6 +85,24 @@ TEST(Trainer, SequentialOrderTrainsOnTheLoaderWindows) {
   }
 }
 
+TEST(Trainer, RecomputeAndGradientAccumulationTrainTheSameWay) {
+  const TrainingData data = random_data(1000);
+  TrainerConfig c = tiny_config();
+  Trainer plain(c, data);
+  c.recompute = true;  // re-running a block's forward gives bit-identical activations
+  Trainer again(c, data);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(plain.train_step().loss, again.train_step().loss);
+  test::expect_same_tensors(plain.master_weights(), again.master_weights());
+
+  c.recompute = false;
+  c.grad_accum = 2;  // two micro-batches per step: twice the tokens, the loss their mean
+  Trainer accum(c, data);
+  const StepStats s = accum.train_step();
+  EXPECT_EQ(s.tokens, 2 * c.batch * c.seq);
+  EXPECT_EQ(accum.loader().state().step, 2);
+  EXPECT_TRUE(std::isfinite(s.loss) && std::isfinite(s.grad_norm));
+}
+
 TEST(Trainer, InitFromKeepsFp32WeightsInTheMastersOfA16BitRun) {
   test::TempDir dir;
   TrainerConfig c = tiny_config();
