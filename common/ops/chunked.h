@@ -9,6 +9,10 @@
 #include <cstddef>
 #include <cstdint>
 
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
+
 #include "numerics/formats.h"
 #include "tensor/tensor.h"
 
@@ -21,6 +25,28 @@ template <class F> void for_chunks(std::int64_t total, F&& body) {
   for (std::int64_t begin = 0; begin < total; begin += kChunk) {
     body(begin, std::min(kChunk, total - begin));
   }
+}
+
+// Below this many elements an elementwise pass stays on one thread (thread start-up costs more).
+inline constexpr std::int64_t kParallelMinElements = std::int64_t{1} << 16;
+
+// Calls range(first, last) for up to one range of whole chunks per OpenMP thread, covering
+// [0, total); in parallel for large tensors outside any enclosing parallel region. Only for
+// elementwise work: each element's result must not depend on how [0, total) is split.
+template <class F> void parallel_for_chunk_ranges(std::int64_t total, F&& range) {
+#if defined(_OPENMP)
+  const std::int64_t chunks = (total + kChunk - 1) / kChunk;
+  const std::int64_t threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+  const std::int64_t parts = std::min(threads, chunks);
+  if (parts > 1 && total >= kParallelMinElements) {
+#pragma omp parallel for schedule(static) num_threads(static_cast<int>(parts))
+    for (std::int64_t p = 0; p < parts; ++p) {
+      range(chunks * p / parts * kChunk, std::min(total, chunks * (p + 1) / parts * kChunk));
+    }
+    return;
+  }
+#endif
+  range(std::int64_t{0}, total);
 }
 
 // Runs f(C{}) with C = double when `f64` (reference mode), else C = float.

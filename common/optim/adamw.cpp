@@ -6,6 +6,8 @@
 #include <cmath>
 #include <utility>
 
+#include <algorithm>
+
 #include "ops/chunked.h"
 #include "optim/param_list.h"
 
@@ -38,23 +40,27 @@ AdamScalars scalars_for(const AdamWConfig& c, std::int64_t t) {
 // theta [n], g [n] (any float dtype); m [n], v [n] FP32, updated in place.
 void adamw_update(const Tensor& theta, const Tensor& g, const Tensor& m, const Tensor& v,
                   const AdamScalars& s) {
-  ops::ChunkReader<float> rg;
-  ops::ChunkWriter<float> wp;
   float* pm = m.data_as<float>();
   float* pv = v.data_as<float>();
-  ops::for_chunks(theta.numel(), [&](std::int64_t begin, std::int64_t n) {
-    const float* pg = rg.read(g, begin, n);
-    float* pp = wp.open(theta, begin, n, /*load=*/true);
-    float* mm = pm + begin;
-    float* vv = pv + begin;
-    for (std::int64_t i = 0; i < n; ++i) {
-      pp[i] *= s.decay;                                  // theta <- theta (1 - lr wd), first
-      mm[i] += s.one_minus_b1 * (pg[i] - mm[i]);         // m <- b1 m + (1 - b1) g, as lerp_
-      vv[i] = s.beta2 * vv[i] + s.one_minus_b2 * pg[i] * pg[i];
-      const float denom = std::sqrt(vv[i]) / s.bc2_sqrt + s.eps;
-      pp[i] += -s.step_size * (mm[i] / denom);           // addcdiv_(m, denom, -step_size)
+  // Elementwise, so splitting the tensor over threads changes no bit of the result.
+  ops::parallel_for_chunk_ranges(theta.numel(), [&](std::int64_t first, std::int64_t last) {
+    ops::ChunkReader<float> rg;
+    ops::ChunkWriter<float> wp;
+    for (std::int64_t begin = first; begin < last; begin += ops::kChunk) {
+      const std::int64_t n = std::min(ops::kChunk, last - begin);
+      const float* pg = rg.read(g, begin, n);
+      float* pp = wp.open(theta, begin, n, /*load=*/true);
+      float* mm = pm + begin;
+      float* vv = pv + begin;
+      for (std::int64_t i = 0; i < n; ++i) {
+        pp[i] *= s.decay;                                  // theta <- theta (1 - lr wd), first
+        mm[i] += s.one_minus_b1 * (pg[i] - mm[i]);         // m <- b1 m + (1 - b1) g, as lerp_
+        vv[i] = s.beta2 * vv[i] + s.one_minus_b2 * pg[i] * pg[i];
+        const float denom = std::sqrt(vv[i]) / s.bc2_sqrt + s.eps;
+        pp[i] += -s.step_size * (mm[i] / denom);           // addcdiv_(m, denom, -step_size)
+      }
+      wp.commit();
     }
-    wp.commit();
   });
 }
 
