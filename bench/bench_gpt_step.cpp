@@ -33,8 +33,9 @@ TrainingData random_tokens(std::int64_t n, std::int64_t vocab) {
   return d;
 }
 
-TrainerConfig bench_config(const BenchShape& s, DType dtype) {
+TrainerConfig bench_config(const BenchShape& s, DType dtype, bool recompute) {
   TrainerConfig c;
+  c.recompute = recompute;
   c.model = s.model;
   c.batch = s.B;
   c.seq = s.T;
@@ -45,9 +46,12 @@ TrainerConfig bench_config(const BenchShape& s, DType dtype) {
   return c;
 }
 
-void BM_GptStep(benchmark::State& state, const BenchShape& shape, DType dtype) {
+// recompute: each block's forward runs again in backward (activation recompute): the extra
+// compute shows as the time difference to the same config without it.
+void BM_GptStep(benchmark::State& state, const BenchShape& shape, DType dtype,
+                bool recompute = false) {
   set_cpu_threads(static_cast<int>(state.range(0)));
-  const TrainerConfig c = bench_config(shape, dtype);
+  const TrainerConfig c = bench_config(shape, dtype, recompute);
   Trainer trainer(c, random_tokens(shape.B * shape.T * 16 + 1, shape.model.vocab_size));
   // Warm-up: buffers allocated, caches warm, and fp16's scaler past its first overflows.
   for (int i = 0; i < (dtype == DType::kF16 ? 3 : 1); ++i) trainer.train_step();
@@ -63,6 +67,12 @@ void BM_GptStep(benchmark::State& state, const BenchShape& shape, DType dtype) {
 }
 
 BENCHMARK_CAPTURE(BM_GptStep, S_fp32, kS, DType::kF32)
+    ->Arg(1)
+    ->Arg(2)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(2.0);
+BENCHMARK_CAPTURE(BM_GptStep, S_fp32_recompute, kS, DType::kF32, true)
     ->Arg(1)
     ->Arg(2)
     ->UseRealTime()
