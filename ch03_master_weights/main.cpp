@@ -10,6 +10,7 @@
 #include "memory_bill.h"
 #include "order_lesson.h"
 #include "text_table.h"
+#include "ch01_fp_formats/claim_table.h"
 #include "util/cli.h"
 #include "util/errors.h"
 
@@ -29,25 +30,7 @@ ArgParser make_parser() {
   return a;
 }
 
-// Collects claims as table rows and counts failures.
-class Checks {
- public:
-  void add(const std::vector<Claim>& claims) {
-    for (const Claim& k : claims) {
-      table_.add({k.ok ? "ok" : "FAIL", k.claim, k.expected, k.measured});
-      failures_ += k.ok ? 0 : 1;
-    }
-  }
-  int print() const {
-    std::printf("\n== Checks\n%s\n%s\n", table_.str().c_str(),
-                failures_ == 0 ? "all claims hold" : fmt("%d claim(s) FAILED", failures_).c_str());
-    return failures_;
-  }
-
- private:
-  TextTable table_{{"check", "claim", "expected", "measured"}};
-  int failures_ = 0;
-};
+using Checks = ch01::ClaimTable<Claim>;
 
 std::string steps_taken(const RunResult& r) {
   return fmt("%lld/%lld", (long long)r.steps_taken, (long long)r.steps);

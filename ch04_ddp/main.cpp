@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "ch01_fp_formats/text_table.h"
+#include "ch01_fp_formats/claim_table.h"
 #include "ch04_ddp/ddp_scenarios.h"
 #include "ch04_ddp/ring_lesson.h"
 #include "util/cli.h"
@@ -31,24 +32,7 @@ ArgParser make_parser() {
   return a;
 }
 
-class Checks {
- public:
-  void add(const std::vector<Claim>& claims) {
-    for (const Claim& k : claims) {
-      table_.add({k.ok ? "ok" : "FAIL", k.claim, k.expected, k.measured});
-      failures_ += k.ok ? 0 : 1;
-    }
-  }
-  int print() const {
-    std::printf("\n== Checks\n%s\n%s\n", table_.str().c_str(),
-                failures_ == 0 ? "all claims hold" : fmt("%d claim(s) FAILED", failures_).c_str());
-    return failures_;
-  }
-
- private:
-  TextTable table_{{"check", "claim", "expected", "measured"}};
-  int failures_ = 0;
-};
+using Checks = ch01::ClaimTable<Claim>;
 
 void print_ring_trace(Checks& checks) {
   std::printf(
