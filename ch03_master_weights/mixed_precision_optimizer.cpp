@@ -87,7 +87,7 @@ MixedPrecisionOptimizer::MixedPrecisionOptimizer(std::vector<Tensor> params,
   }
   grads32_ = copies_grads_ ? fp32_like(params_, MemCategory::kGradients) : grads_;
   if (config_.optimizer == OptimizerKind::kAdamW) {
-    adamw_ = std::make_unique<AdamW>(stepped_, config_.adamw);
+    adamw_ = std::make_unique<AdamW>(stepped_, config_.adamw, config_.weight_decay_mask);
   } else {
     sgd_ = std::make_unique<Sgd>(stepped_, config_.sgd);
   }
@@ -95,6 +95,13 @@ MixedPrecisionOptimizer::MixedPrecisionOptimizer(std::vector<Tensor> params,
 
 std::int64_t MixedPrecisionOptimizer::step_count() const {
   return adamw_ ? adamw_->step_count() : sgd_->step_count();
+}
+
+void MixedPrecisionOptimizer::set_lr(double lr) {
+  if (adamw_)
+    adamw_->set_lr(lr);
+  else
+    sgd_->set_lr(lr);
 }
 
 void MixedPrecisionOptimizer::clip(StepReport& r) {
@@ -125,6 +132,7 @@ StepReport MixedPrecisionOptimizer::step() {
   } else {
     r.found_inf = scaler_.unscale_and_check(grads32_);
   }
+  if (found_inf_reducer_) r.found_inf = found_inf_reducer_(r.found_inf);
   // 3. Clip the unscaled gradients (skipped steps need no clipping: nothing is stepped).
   if (!r.found_inf && clipping && config_.bug != Bug::kClipBeforeUnscale) clip(r);
   if (!clipping && !r.found_inf) r.grad_norm = global_grad_norm(grads32_);

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <string_view>
@@ -38,6 +39,9 @@ enum class OptimizerKind : std::uint8_t { kAdamW, kSgd };
 struct MixedPrecisionConfig {
   OptimizerKind optimizer = OptimizerKind::kAdamW;
   AdamWConfig adamw;
+  // AdamW only: which parameters are decayed (empty: all). GPT-2 recipes decay the 2-D
+  // weights (linear layers, embeddings) and never biases or LayerNorm gains.
+  std::vector<bool> weight_decay_mask;
   SgdConfig sgd;
   double max_grad_norm = 0.0;  // > 0: clip_grad_norm_ on the unscaled FP32 gradients
   ch02::LossScalerConfig scaler = ch02::pytorch_config();  // no_scaling_config() for bf16/fp32
@@ -70,6 +74,15 @@ class MixedPrecisionOptimizer {
   float loss_scale() const { return scaler_.scale(); }
   // One optimizer step from the gradients backward left in `grads`.
   StepReport step();
+  // The learning rate of the next step (a schedule sets it before each step).
+  void set_lr(double lr);
+
+  // Decides, with the other replicas, whether this step is skipped: called with this rank's
+  // inf/NaN check between unscaling and the scaler's update, its answer is what the scaler and
+  // the step obey. Data parallelism installs an all-reduce (max) here, so that one rank's
+  // overflow skips every rank's step and the scales stay equal (chapter 4). Default: none.
+  using FoundInfReducer = std::function<bool(bool local_found_inf)>;
+  void set_found_inf_reducer(FoundInfReducer reducer) { found_inf_reducer_ = std::move(reducer); }
 
   const MixedPrecisionConfig& config() const { return config_; }
   bool has_masters() const { return has_masters_; }
@@ -79,6 +92,7 @@ class MixedPrecisionOptimizer {
   const std::vector<Tensor>& fp32_grads() const { return grads32_; }
   std::int64_t step_count() const;  // the optimizer's t (skipped steps do not count)
   const AdamW* adamw() const { return adamw_.get(); }  // null unless OptimizerKind::kAdamW
+  AdamW* adamw() { return adamw_.get(); }  // resuming: step count and moments
   const Sgd* sgd() const { return sgd_.get(); }
   ch02::LossScaler& scaler() { return scaler_; }
   const ch02::LossScaler& scaler() const { return scaler_; }
@@ -94,6 +108,7 @@ class MixedPrecisionOptimizer {
   bool has_masters_ = false;
   bool copies_grads_ = false;  // grads_ are 16-bit: copied into grads32_ each step
   ch02::LossScaler scaler_;
+  FoundInfReducer found_inf_reducer_;
   std::unique_ptr<AdamW> adamw_;
   std::unique_ptr<Sgd> sgd_;
 };

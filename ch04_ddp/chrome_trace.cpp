@@ -5,8 +5,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <set>
+#include <sstream>
 #include <utility>
 
 #include "io/atomic_file.h"
@@ -35,7 +37,70 @@ std::string metadata(const char* what, int pid, int tid, const std::string& name
          ",\"tid\":" + std::to_string(tid) + ",\"args\":{\"name\":" + quoted(name) + "}}";
 }
 
+// A span per line, fields separated by the ASCII unit separator (never in our names).
+constexpr char kSep = '\x1f';
+
+std::string serialize(const std::vector<TraceSpan>& spans) {
+  std::string text;
+  char times[96];
+  for (const TraceSpan& s : spans) {
+    std::snprintf(times, sizeof times, "%d%c%d%c%.17g%c%.17g", s.rank, kSep, s.thread, kSep,
+                  s.start_us, kSep, s.dur_us);
+    text += s.name + kSep + s.cat + kSep + times + '\n';
+  }
+  return text;
+}
+
+std::vector<TraceSpan> deserialize(const std::string& text) {
+  std::vector<TraceSpan> spans;
+  std::istringstream lines(text);
+  std::string line;
+  while (std::getline(lines, line)) {
+    std::vector<std::string> f;
+    std::istringstream fields(line);
+    for (std::string field; std::getline(fields, field, kSep);) f.push_back(field);
+    if (f.size() != 6) throw CommError("gather_spans: a malformed span arrived: " + line);
+    spans.push_back({f[0], f[1], std::stoi(f[2]), std::stoi(f[3]), std::stod(f[4]),
+                     std::stod(f[5])});
+  }
+  return spans;
+}
+
+// Text travels as raw bytes in 8-byte elements (the communicator has no byte dtype): first
+// the length, then the bytes padded to a multiple of 8.
+void send_text(Communicator& comm, const std::string& text, int dst) {
+  Tensor len = Tensor::empty({1}, DType::kF64, MemCategory::kCommBuffers);
+  len.data_as<double>()[0] = static_cast<double>(text.size());
+  comm.send(len, dst);
+  Tensor bytes = Tensor::zeros({static_cast<std::int64_t>((text.size() + 7) / 8)}, DType::kF64,
+                               MemCategory::kCommBuffers);
+  if (!text.empty()) std::memcpy(bytes.data(), text.data(), text.size());
+  comm.send(bytes, dst);
+}
+
+std::string recv_text(Communicator& comm, int src) {
+  Tensor len = Tensor::empty({1}, DType::kF64, MemCategory::kCommBuffers);
+  comm.recv(len, src);
+  const auto n = static_cast<std::size_t>(len.data_as<double>()[0]);
+  Tensor bytes = Tensor::empty({static_cast<std::int64_t>((n + 7) / 8)}, DType::kF64,
+                               MemCategory::kCommBuffers);
+  comm.recv(bytes, src);
+  if (n == 0) return {};
+  return std::string(static_cast<const char*>(bytes.data()), n);
+}
+
 }  // namespace
+
+std::vector<TraceSpan> gather_spans(Communicator& comm, std::vector<TraceSpan> mine) {
+  if (comm.rank() != 0) {
+    send_text(comm, serialize(mine), 0);
+    return {};
+  }
+  for (int r = 1; r < comm.size(); ++r) {
+    for (TraceSpan& s : deserialize(recv_text(comm, r))) mine.push_back(std::move(s));
+  }
+  return mine;
+}
 
 double trace_now_us() {
   const auto t = std::chrono::steady_clock::now().time_since_epoch();

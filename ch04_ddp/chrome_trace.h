@@ -6,6 +6,9 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <vector>
+
+#include "comm/communicator.h"
 
 namespace mixpar::ch04 {
 
@@ -27,5 +30,9 @@ std::string chrome_trace_json(std::span<const TraceSpan> spans);
 
 // Writes chrome_trace_json(spans) to path atomically (InputError naming the path on failure).
 void write_chrome_trace(const std::string& path, std::span<const TraceSpan> spans);
+
+// Collective: every rank's spans, rank 0's first, on rank 0; the other ranks get none. Each
+// rank sends its spans to rank 0 as text, so it works alike across threads and processes.
+std::vector<TraceSpan> gather_spans(Communicator& comm, std::vector<TraceSpan> mine);
 
 }  // namespace mixpar::ch04

@@ -1,18 +1,101 @@
-// build/bin/train_gpt: trains a GPT-2 on one CPU device (see README.md, "train_gpt today").
-// Flags are trainer_config.cpp's; the run is train_loop.cpp's. Bad input: one line, exit 2.
+// build/bin/train_gpt: trains a GPT-2 on CPU, on one device or data parallel over --ranks N
+// threads or mpirun's processes (see README.md). Flags are trainer_config.cpp's; the run is
+// train_loop.cpp's. Bad input: one line, exit 2.
 #include <cstdio>
+#include <cstdlib>
 
 #include "train_loop.h"
 #include "trainer.h"
 #include "trainer_config.h"
 #include "util/errors.h"
 
-int main(int argc, char** argv) {
-  return mixpar::run_main(argc, argv, [](int n, char** v) {
-    mixpar::ArgParser args = mixpar::ch08::make_trainer_args();
-    args.parse(n, v);
-    const mixpar::ch08::TrainerConfig config = mixpar::ch08::trainer_config_from_args(args);
-    mixpar::ch08::set_cpu_threads(config.threads);
-    return mixpar::ch08::run_training(config, stdout);
-  });
+#if defined(MIXPAR_HAVE_MPI)
+#include <mpi.h>
+
+#include "comm/mpi_backend.h"
+#endif
+
+namespace mixpar::ch08 {
+namespace {
+
+#if defined(MIXPAR_HAVE_MPI)
+// Ranks of the job on this machine (they share its cores).
+int ranks_on_this_node() {
+  MPI_Comm node;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  int n = 1;
+  MPI_Comm_size(node, &n);
+  MPI_Comm_free(&node);
+  return n;
 }
+
+// One rank of an mpirun job. A bad input found before the first step is one every rank read
+// alike (the same flags and files): rank 0 reports it, every rank leaves MPI cleanly, exit 2.
+// Any failure after that, or any internal error, ends the whole job with MPI_Abort: the other
+// ranks are waiting in a collective that will never complete.
+int run_mpi_rank(TrainerConfig config, const ArgParser& args, int* argc, char*** argv) {
+  MpiSession session(argc, argv);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  bool training = false;
+  try {
+    MpiOptions opts;
+    opts.watchdog_seconds = config.comm_timeout;
+    MpiCommunicator comm(MPI_COMM_WORLD, opts);
+    set_world_size(config, comm.size(), args.given("dp"), args.given("ranks"));
+    return run_training_rank(config, comm, ranks_on_this_node(), stdout,
+                             [&training] { training = true; });
+  } catch (const InputError& e) {
+    if (!training) {
+      if (rank == 0) throw;  // run_main prints it once
+      return kExitInputError;
+    }
+    std::fprintf(stderr, "train_gpt: rank %d: error: %s\n", rank, e.what());
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, kExitInputError);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "train_gpt: rank %d: internal error: %s\n", rank, e.what());
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  return 1;  // MPI_Abort does not return
+}
+#endif
+
+// The rank a launcher gave this process, from its environment (Open MPI, PMIx, MPICH's PMI);
+// -1 outside one. Known before MPI_Init, so that a bad flag, which every rank sees alike, is
+// reported once, by rank 0, not once per process.
+int launcher_rank() {
+  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"}) {
+    if (const char* v = std::getenv(name)) return std::atoi(v);
+  }
+  return -1;
+}
+
+int run(int argc, char** argv) {
+  ArgParser args = make_trainer_args();
+  TrainerConfig config;
+  try {
+    args.parse(argc, argv);
+    config = trainer_config_from_args(args);
+  } catch (const InputError&) {
+    if (launcher_rank() > 0) return kExitInputError;
+    throw;
+  }
+  set_cpu_threads(config.threads);
+  if (config.backend == CommBackend::kMpi) {
+#if defined(MIXPAR_HAVE_MPI)
+    return run_mpi_rank(config, args, &argc, &argv);
+#else
+    throw InputError(
+        "--backend mpi: this train_gpt was built without MPI (install an MPI such as Debian's "
+        "libopenmpi-dev and reconfigure), or use --backend local --ranks N");
+#endif
+  }
+  return run_training(config, stdout);
+}
+
+}  // namespace
+}  // namespace mixpar::ch08
+
+int main(int argc, char** argv) { return mixpar::run_main(argc, argv, mixpar::ch08::run); }

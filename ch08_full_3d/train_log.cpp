@@ -33,6 +33,14 @@ Json step_json(const StepStats& s, const MemorySnapshot& mem,
   j.set("step_ms", s.seconds * 1e3);
   j.set("data_position", s.data_position);
   j.set("epoch", s.epoch);
+  if (s.ranks > 0) {
+    // Rank 0's view of the step: compute, all communication, and the part of it compute
+    // waited for (the rest overlapped backward).
+    j.set("ranks", static_cast<std::int64_t>(s.ranks));
+    j.set("compute_ms", s.times.compute_s * 1e3);
+    j.set("comm_ms", s.times.comm_s * 1e3);
+    j.set("exposed_comm_ms", s.times.exposed_s * 1e3);
+  }
   Json bytes = Json::object();
   for (MemCategory c : kAllMemCategories) {
     bytes.set(category_name(c), static_cast<std::int64_t>(mem.live[static_cast<std::size_t>(c)]));
@@ -79,6 +87,11 @@ std::string progress_line(const StepStats& s, std::int64_t total_steps, bool sho
   if (show_scale) {
     const double scale = s.loss_scale;  // whole numbers in full: 4194304, not 4.1943e+06
     std::snprintf(buf, sizeof buf, scale >= 1 ? " | scale %.0f" : " | scale %g", scale);
+    line += buf;
+  }
+  if (s.ranks > 0) {
+    std::snprintf(buf, sizeof buf, " | compute %.0f ms, comm %.1f ms (%.1f exposed)",
+                  s.times.compute_s * 1e3, s.times.comm_s * 1e3, s.times.exposed_s * 1e3);
     line += buf;
   }
   if (s.skipped) line += " | SKIPPED (inf/nan)";

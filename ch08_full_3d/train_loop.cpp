@@ -4,9 +4,14 @@
 #include "train_loop.h"
 
 #include <filesystem>
+#include <functional>
 #include <optional>
+#include <stdexcept>
 #include <string>
+#include <vector>
 
+#include "ch04_ddp/ddp_lesson.h"
+#include "comm/local_backend.h"
 #include "io/tokenizer.h"
 #include "sampler.h"
 #include "train_log.h"
@@ -41,14 +46,35 @@ std::string model_line(const TrainerConfig& c) {
 
 std::string data_line(const Trainer& t) {
   const TrainerConfig& c = t.config();
+  const std::string ranks =
+      c.dp > 1 ? strf("%d ranks x ", c.dp) : std::string();
   return strf(
-      "data: %s, %s order | %lld sequences x %lld tokens x %lld micro-batches = %lld "
+      "data: %s, %s order | %s%lld sequences x %lld tokens x %lld micro-batches = %lld "
       "tokens/step",
       t.data().description.c_str(), std::string(data_order_name(c.data_order)).c_str(),
-      static_cast<long long>(c.batch), static_cast<long long>(c.seq),
+      ranks.c_str(), static_cast<long long>(c.batch), static_cast<long long>(c.seq),
       static_cast<long long>(c.grad_accum), static_cast<long long>(c.tokens_per_step()));
 }
 
+// Data parallel only: where the ranks run and how their gradients meet.
+std::string parallel_line(Trainer& t) {
+  const TrainerConfig& c = t.config();
+  const ch04::DistributedDataParallel& ddp = *t.ddp();
+  const std::string where = c.backend == CommBackend::kMpi
+                                ? std::string("MPI, one process per rank")
+                                : std::string("local backend, threads of this process");
+  const std::string when = ddp.overlaps()
+                               ? std::string("during backward, on a communication thread")
+                               : std::string("after backward");
+  const std::string init = c.init_sync == ch04::InitSync::kBroadcast
+                               ? std::string("rank 0's initial weights broadcast")
+                               : std::string("one seed on every rank, checked by hash");
+  return strf(
+      "parallel: data parallel over %d ranks (%s) | gradients in %zu bucket(s) of <= %g MiB, "
+      "all-reduced (%s) %s, averaged over the global batch of %lld sequences | %s",
+      c.dp, where.c_str(), ddp.buckets().size(), c.bucket_mb, ch04::algo_name(c.allreduce).c_str(),
+      when.c_str(), static_cast<long long>(c.sequences_per_step()), init.c_str());
+}
 std::string precision_line(const TrainerConfig& c) {
   const std::string how = c.dtype == DType::kF32 ? std::string("FP32 everywhere, no loss scaling")
                           : c.dtype == DType::kF16
@@ -76,24 +102,24 @@ std::string optimizer_line(const TrainerConfig& c) {
 }
 
 std::string memory_line(const TrainerConfig& c) {
-  const MemoryLedger& l = current_ledger();
+  const MemoryLedger& l = current_ledger();  // this rank's: every replica holds the same
   const double flops = static_cast<double>(c.model.flops_per_token(c.seq)) *
                        static_cast<double>(c.tokens_per_step());
   return strf(
-      "memory: parameters %s, gradients %s, master weights %s, optimizer state %s | "
+      "memory%s: parameters %s, gradients %s, master weights %s, optimizer state %s | "
       "%.2f GFLOP/step (6N + 6LCT per token)",
-      format_bytes(l.live(MemCategory::kParameters)).c_str(),
+      c.distributed() ? " per rank" : "", format_bytes(l.live(MemCategory::kParameters)).c_str(),
       format_bytes(l.live(MemCategory::kGradients)).c_str(),
       format_bytes(l.live(MemCategory::kMasterParams)).c_str(),
       format_bytes(l.live(MemCategory::kOptimizerState)).c_str(), flops / 1e9);
 }
 
-void print_preflight(const Trainer& t, std::FILE* out) {
+void print_preflight(Trainer& t, std::FILE* out) {
   const TrainerConfig& c = t.config();
-  for (const std::string& line :
-       {model_line(c), data_line(t), precision_line(c), optimizer_line(c), memory_line(c)}) {
-    std::fprintf(out, "%s\n", line.c_str());
-  }
+  std::vector<std::string> lines = {model_line(c), data_line(t), precision_line(c),
+                                    optimizer_line(c), memory_line(c)};
+  if (t.ddp() != nullptr) lines.insert(lines.begin() + 2, parallel_line(t));
+  for (const std::string& line : lines) std::fprintf(out, "%s\n", line.c_str());
 }
 
 std::int64_t context_of(const TrainerConfig& c) { return std::min(c.seq, c.model.n_positions); }
@@ -179,25 +205,40 @@ void check_fresh_checkpoint_dir(const TrainerConfig& c) {
 
 namespace {
 
+// What one rank's run keeps besides the model: its log and its spans.
+struct RankRun {
+  Trainer& t;
+  std::FILE* out;  // rank 0: the run's output; other ranks: null (they train silently)
+  std::optional<JsonlLog> log;
+  std::vector<ch04::TraceSpan> spans;  // kept only when --trace asks for them
+  bool lead() const { return out != nullptr; }
+};
+
 // The step loop. Returns whether the last step was evaluated (the final accuracy is then known).
-bool train_steps(Trainer& t, std::optional<JsonlLog>& log, std::FILE* out) {
+// Evaluation, logging and checkpoints are rank 0's: the replicas hold the same weights.
+bool train_steps(RankRun& run) {
+  Trainer& t = run.t;
   const TrainerConfig& c = t.config();
   EtaClock eta;
   bool evaluated = false;
   while (t.step() < c.steps) {
     const StepStats s = t.train_step();
+    std::vector<ch04::TraceSpan> spans = t.take_spans();
+    if (!c.trace.empty()) run.spans.insert(run.spans.end(), spans.begin(), spans.end());
+    if (!run.lead()) continue;
     eta.add(s.seconds);
     if (s.step % c.print_every == 0 || s.step == c.steps || s.skipped) {
       const bool fp16 = c.dtype == DType::kF16;
-      std::fprintf(out, "%s\n", progress_line(s, c.steps, fp16, eta.eta(c.steps - s.step)).c_str());
-      std::fflush(out);
+      std::fprintf(run.out, "%s\n",
+                   progress_line(s, c.steps, fp16, eta.eta(c.steps - s.step)).c_str());
+      std::fflush(run.out);
     }
     std::optional<double> acc;
     evaluated = c.builtin_data() && (due(s.step, c.eval_every) || s.step == c.steps);
-    if (evaluated) acc = print_eval(t, out);
-    if (log) log->write(step_json(s, memory_snapshot(current_ledger()), acc));
+    if (evaluated) acc = print_eval(t, run.out);
+    if (run.log) run.log->write(step_json(s, memory_snapshot(current_ledger()), acc));
     if (due(s.step, c.checkpoint_every)) {
-      std::fprintf(out, "checkpoint: %s\n", t.save_checkpoint().c_str());
+      std::fprintf(run.out, "checkpoint: %s\n", t.save_checkpoint().c_str());
     }
   }
   return evaluated;
@@ -227,24 +268,83 @@ void finish(Trainer& t, std::int64_t start_step, bool evaluated, std::FILE* out)
   }
 }
 
+// The whole run of one rank (comm null: the single device). out null: a silent rank.
+void run_rank(const TrainerConfig& c, const TrainingData& data, Communicator* comm,
+              std::FILE* out, const std::function<void()>& setup_done = {}) {
+  Trainer t(c, data, comm);
+  RankRun run{t, out, std::nullopt, {}};
+  if (c.resume) {
+    t.resume();
+    if (run.lead()) {
+      std::fprintf(out, "resumed from %s at step %lld\n", c.checkpoint_dir.c_str(),
+                   static_cast<long long>(t.step()));
+    }
+  }
+  if (run.lead()) {
+    print_preflight(t, out);
+    if (!c.log_jsonl.empty()) {
+      run.log.emplace(c.log_jsonl,
+                      c.resume ? std::optional<std::int64_t>(t.step()) : std::nullopt);
+    }
+  }
+  const std::int64_t start_step = t.step();
+  if (setup_done) setup_done();
+  const bool evaluated = train_steps(run);
+  if (!c.trace.empty() && comm != nullptr) {
+    const std::vector<ch04::TraceSpan> all = ch04::gather_spans(*comm, std::move(run.spans));
+    if (run.lead()) {
+      ch04::write_chrome_trace(c.trace, all);
+      std::fprintf(out, "trace: %s (%zu spans of %d ranks; open in ui.perfetto.dev)\n",
+                   c.trace.c_str(), all.size(), comm->size());
+    }
+  }
+  if (run.lead()) finish(t, start_step, evaluated, out);
+}
+
+// The tokens every rank reads: one global batch must fit (dp x B x T + 1).
+TrainingData load_data(const TrainerConfig& c) {
+  return load_training_data(c.data, c.model.vocab_size, c.dp * c.batch * c.seq + 1);
+}
+
+// Each rank's OpenMP team: --threads, or the cores shared out among the ranks in this process.
+void set_rank_threads(const TrainerConfig& c, int ranks_in_process) {
+  if (c.threads > 0)
+    ch04::set_compute_threads(c.threads);
+  else
+    ch04::share_cores(ranks_in_process);
+}
+
 }  // namespace
 
 int run_training(const TrainerConfig& c, std::FILE* out) {
+  if (c.backend == CommBackend::kMpi) {
+    throw std::logic_error("run_training: under --backend mpi, each process calls "
+                           "run_training_rank with its MPI communicator");
+  }
   check_fresh_checkpoint_dir(c);
-  Trainer t(c, load_training_data(c.data, c.model.vocab_size, c.batch * c.seq + 1));
-  if (c.resume) {
-    t.resume();
-    std::fprintf(out, "resumed from %s at step %lld\n", c.checkpoint_dir.c_str(),
-                 static_cast<long long>(t.step()));
+  const TrainingData data = load_data(c);
+  if (!c.distributed()) {
+    run_rank(c, data, nullptr, out);
+    return 0;
   }
-  print_preflight(t, out);
-  std::optional<JsonlLog> log;
-  if (!c.log_jsonl.empty()) {
-    log.emplace(c.log_jsonl, c.resume ? std::optional<std::int64_t>(t.step()) : std::nullopt);
-  }
-  const std::int64_t start_step = t.step();
-  const bool evaluated = train_steps(t, log, out);
-  finish(t, start_step, evaluated, out);
+  LocalOptions opts;
+  opts.watchdog_seconds = c.comm_timeout;
+  run_local(
+      c.ranks,
+      [&](Communicator& comm) {
+        set_rank_threads(c, comm.size());
+        run_rank(c, data, &comm, comm.rank() == 0 ? out : nullptr);
+      },
+      opts);
+  return 0;
+}
+
+int run_training_rank(const TrainerConfig& c, Communicator& comm, int ranks_on_this_machine,
+                      std::FILE* out, const std::function<void()>& setup_done) {
+  check_fresh_checkpoint_dir(c);
+  const TrainingData data = load_data(c);
+  set_rank_threads(c, ranks_on_this_machine);
+  run_rank(c, data, &comm, comm.rank() == 0 ? out : nullptr, setup_done);
   return 0;
 }
 

@@ -4,12 +4,23 @@
 #pragma once
 
 #include <cstdio>
+#include <functional>
 
+#include "comm/communicator.h"
 #include "trainer_config.h"
 
 namespace mixpar::ch08 {
 
-// Returns the process exit code (0). Bad input anywhere is an InputError.
+// Returns the process exit code (0). Bad input anywhere is an InputError. A data-parallel
+// config on the local backend starts config.ranks threads, one rank each; rank 0 prints.
 int run_training(const TrainerConfig& config, std::FILE* out);
+
+// One rank of a run whose ranks are started elsewhere (mpirun): every rank calls it with its
+// communicator; rank 0 prints to out, the others train silently. ranks_on_this_machine shares
+// the cores among the ranks that run beside this one. setup_done is called before the first
+// step: until then every rank has read the same flags and files, so a bad input fails on all
+// of them alike; after it, a failure on one rank leaves the others inside a collective.
+int run_training_rank(const TrainerConfig& config, Communicator& comm, int ranks_on_this_machine,
+                      std::FILE* out, const std::function<void()>& setup_done = {});
 
 }  // namespace mixpar::ch08

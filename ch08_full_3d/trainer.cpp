@@ -1,7 +1,7 @@
 // One training step in chapter 3's order: forward and backward of each micro-batch (loss scale on
 // the seed gradient), then unscale -> inf check -> clip -> AdamW on the FP32 masters -> re-cast.
-// The 2-D-only weight decay is applied here, just before that step: chapter 3's optimizer has one
-// weight decay for all parameters (README.md, "What this chapter needs from chapters 2-3").
+// Data parallel, chapter 4's DDP wraps forward and backward: the last micro-batch's backward
+// all-reduces the gradients bucket by bucket, and the inf check is agreed by every rank.
 #include "trainer.h"
 
 #include <Eigen/Core>
@@ -32,16 +32,38 @@ GptOptions model_options(const TrainerConfig& c) {
   return o;
 }
 
-ch03::MixedPrecisionConfig optimizer_config(const TrainerConfig& c) {
+ch03::MixedPrecisionConfig optimizer_config(const TrainerConfig& c, const GptModel& model) {
   ch03::MixedPrecisionConfig m;
   m.optimizer = ch03::OptimizerKind::kAdamW;
-  // weight_decay 0: the trainer decays the 2-D weights itself (apply_weight_decay).
-  m.adamw = AdamWConfig{c.schedule.lr, c.beta1, c.beta2, c.eps, 0.0};
+  m.adamw = AdamWConfig{c.schedule.lr, c.beta1, c.beta2, c.eps, c.weight_decay};
+  // GPT-2's two param groups: 2-D weights decay, biases and LayerNorm gains do not.
+  for (const ParamEntry& e : model.registry().entries()) {
+    m.weight_decay_mask.push_back(e.weight_decay);
+  }
   m.max_grad_norm = c.grad_clip;
   // Only fp16 needs a scaler: bf16 has FP32's exponent range, so small gradients survive.
   m.scaler = c.dtype == DType::kF16 ? ch02::pytorch_config() : ch02::no_scaling_config();
   if (c.dtype == DType::kF16) m.scaler.init_scale = c.loss_scale;
   return m;
+}
+
+ch04::DdpConfig ddp_config(const TrainerConfig& c) {
+  ch04::DdpConfig d;
+  d.init = c.init_sync;
+  d.reducer.bucket_cap_bytes = static_cast<std::size_t>(c.bucket_mb * 1024.0 * 1024.0);
+  d.reducer.algo = c.allreduce;
+  d.reducer.overlap = c.overlap;
+  return d;
+}
+
+std::unique_ptr<ch04::DistributedDataParallel> make_ddp(GptModel& model, Communicator* comm,
+                                                         const TrainerConfig& c) {
+  if (comm == nullptr) return nullptr;
+  if (comm->size() != c.dp) {
+    throw std::invalid_argument("Trainer: a communicator of " + std::to_string(comm->size()) +
+                                " ranks for dp " + std::to_string(c.dp));
+  }
+  return std::make_unique<ch04::DistributedDataParallel>(model, *comm, ddp_config(c));
 }
 
 }  // namespace
@@ -54,22 +76,29 @@ void set_cpu_threads(int threads) {
   Eigen::setNbThreads(threads);
 }
 
-Trainer::Trainer(TrainerConfig config, TrainingData data)
+Trainer::Trainer(TrainerConfig config, TrainingData data, Communicator* comm)
     : config_(validated(std::move(config))),
       data_(std::move(data)),
+      comm_(comm),
       model_(config_.model, model_options(config_)),
+      ddp_(make_ddp(model_, comm_, config_)),
       optimizer_(tensors_of(model_.parameters()), tensors_of(model_.gradients()),
-                 optimizer_config(config_)),
-      loader_(data_.tokens, config_.batch, config_.seq, config_.data_order, config_.seed) {
-  for (const ParamEntry& e : model_.registry().entries()) decays_.push_back(e.weight_decay);
-  if (!config_.init_from.empty()) load_initial_weights();
+                 optimizer_config(config_, model_)),
+      // Rank r reads rows r*B .. (r+1)*B-1 of each global window of dp*B*T+1 tokens.
+      loader_(data_.tokens, config_.batch, config_.seq, config_.data_order, config_.seed, rank(),
+              world()) {
+  if (ddp_ && optimizer_.scaler().mode() != ch02::ScaleMode::kNone) {
+    // One rank's overflow must skip every rank's step, or the replicas and scales part ways.
+    optimizer_.set_found_inf_reducer([this](bool found) { return ddp_->agree_found_inf(found); });
+  }
+  if (!config_.init_from.empty()) {
+    load_initial_weights();  // every rank reads the same directory
+    if (ddp_) ddp_->verify_replicas();
+  }
 }
 
-AdamW& Trainer::mutable_adamw() {
-  // MixedPrecisionOptimizer hands out its AdamW read-only, but a schedule must set the learning
-  // rate every step and a resume must set the step count and moments. The AdamW object is not
-  // const (the optimizer owns it by unique_ptr), so casting the view is well defined.
-  return const_cast<AdamW&>(*optimizer_.adamw());
+std::vector<ch04::TraceSpan> Trainer::take_spans() {
+  return ddp_ ? ddp_->take_spans() : std::vector<ch04::TraceSpan>{};
 }
 
 std::vector<NamedTensor> Trainer::master_weights() const {
@@ -100,37 +129,9 @@ void Trainer::load_initial_weights() {
   recast_working_copy();
 }
 
-void Trainer::apply_weight_decay(double lr) {
-  if (config_.weight_decay == 0.0) return;
-  // The factor exactly as AdamW forms it (1 - lr wd in double, then FP32), applied first as
-  // AdamW does: the result is bit-identical to an AdamW param group with this weight decay.
-  const float decay = static_cast<float>(1.0 - lr * config_.weight_decay);
-  const std::vector<Tensor>& masters = optimizer_.stepped_params();
-  for (std::size_t i = 0; i < masters.size(); ++i) {
-    if (!decays_[i]) continue;
-    float* p = masters[i].data_as<float>();
-    const std::int64_t n = masters[i].numel();
-    // Memory-bound (GPT-2 124M: 0.5 GB read and written per step): spread over the threads.
-    // Elementwise, so the result does not depend on how the range is split.
-#if defined(_OPENMP)
-#pragma omp parallel for schedule(static) if (n >= (1 << 16))
-#endif
-    for (std::int64_t j = 0; j < n; ++j) p[j] *= decay;
-  }
-}
-
 ch03::StepReport Trainer::optimizer_step(double lr) {
-  mutable_adamw().set_lr(lr);
-  // Decay must happen only if the optimizer steps: ask the scaler's own check first.
-  const Tensor grads[] = {model_.registry().flat_grads()};
-  const bool will_skip =
-      optimizer_.scaler().mode() != ch02::ScaleMode::kNone && ch02::LossScaler::found_inf(grads);
-  if (!will_skip) apply_weight_decay(lr);
-  const ch03::StepReport r = optimizer_.step();
-  if (r.taken == will_skip) {
-    throw std::logic_error("optimizer_step: the scaler's decision differs from the inf check");
-  }
-  return r;
+  optimizer_.set_lr(lr);
+  return optimizer_.step();
 }
 
 StepStats Trainer::train_step() {
@@ -139,24 +140,36 @@ StepStats Trainer::train_step() {
   s.step = step_ + 1;
   s.loss_scale = optimizer_.loss_scale();
   // Each micro-batch's gradient is of its own mean loss; dividing the seed by grad_accum
-  // makes the sum the gradient of the mean over the whole step.
-  const float seed = s.loss_scale / static_cast<float>(config_.grad_accum);
+  // makes the sum the gradient of the mean over the whole step. DDP divides the all-reduced
+  // sum by dp x grad_accum itself, so its seed is the loss scale alone.
+  const float seed = ddp_ ? s.loss_scale : s.loss_scale / static_cast<float>(config_.grad_accum);
   for (std::int64_t k = 0; k < config_.grad_accum; ++k) {
     const TokenBatch b = loader_.next();
     if (k == 0) {
-      s.data_position = b.position;
+      s.data_position = b.position;  // rank 0's rows start the global window
       s.epoch = b.epoch;
     }
-    s.loss += model_.forward(b.inputs, b.targets, b.B, b.T);
-    model_.backward(seed, /*accumulate=*/k > 0);
+    if (ddp_) {
+      s.loss += ddp_->forward(b.inputs, b.targets, b.B, b.T);
+      ddp_->backward(seed, /*sync=*/k + 1 == config_.grad_accum);  // no traffic before the last
+    } else {
+      s.loss += model_.forward(b.inputs, b.targets, b.B, b.T);
+      model_.backward(seed, /*accumulate=*/k > 0);
+    }
   }
   s.loss /= static_cast<double>(config_.grad_accum);
+  // The logged loss is the global batch's: the same number on every rank.
+  if (ddp_) s.loss = ddp_->global_mean(s.loss);
   s.lr = config_.schedule.at(step_);
   const ch03::StepReport r = optimizer_step(s.lr);
   s.skipped = !r.taken;
   s.grad_norm = r.grad_norm;
   s.clip_coef = r.clip_coef;
   s.tokens = config_.tokens_per_step();
+  if (ddp_) {
+    s.ranks = world();
+    s.times = ddp_->take_step_times();
+  }
   ++step_;
   s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return s;

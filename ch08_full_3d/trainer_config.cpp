@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <limits>
 
+#include "ch04_ddp/ring_lesson.h"
 #include "model/gpt_hf.h"
 #include "util/errors.h"
 
@@ -43,6 +44,9 @@ void add_data_flags(ArgParser& a, const TrainerConfig& d) {
       .option("batch", num(d.batch), "sequences per micro-batch B")
       .option("seq", num(d.seq), "sequence length T (<= --n-positions)")
       .option("grad-accum", num(d.grad_accum), "micro-batches per optimizer step")
+      .option("global-batch", "",
+              "sequences per optimizer step over all ranks; sets --grad-accum to "
+              "global / (batch x dp)")
       .option("steps", num(d.steps),
               "optimizer steps (the total, when resuming; 0 with "
               "--init-from: evaluate, sample or dump only)");
@@ -93,7 +97,28 @@ void add_output_flags(ArgParser& a, const TrainerConfig& d) {
       .option("dump-logits", "",
               "write the final model's logits on --prompt to FILE "
               "(safetensors; see scripts/check_hf_roundtrip.py)")
-      .option("threads", "0", "CPU threads (0 = the OpenMP default)");
+      .option("threads", "0",
+              "CPU threads per rank (0 = the OpenMP default; with --ranks N the cores shared "
+              "out)");
+}
+
+void add_parallel_flags(ArgParser& a, const TrainerConfig& d) {
+  a.option("backend", "local",
+           "local|mpi: ranks as threads of this process, or one process per rank under "
+           "mpirun -np N")
+      .option("ranks", "", "local: rank threads to start (default 1); mpi: must equal -np")
+      .option("dp", "", "data-parallel degree (default: the number of ranks, which it must equal)")
+      .option("bucket-mb", num(d.bucket_mb), "gradient bucket cap in MiB (PyTorch's 25)")
+      .option("init-sync", "broadcast",
+              "broadcast|seed: rank 0's initial weights broadcast, or one seed trusted and "
+              "checked by hash")
+      .option("allreduce", "backend",
+              "backend|ring|naive: the communicator's all-reduce or chapter 4's hand-built ones")
+      .flag("no-overlap", "reduce every bucket after backward, on the compute thread")
+      .option("trace", "", "write every rank's compute and communication spans as Chrome trace "
+                           "JSON (Perfetto opens it)")
+      .option("comm-timeout", num(d.comm_timeout),
+              "seconds a rank may wait in one communication call before the run is aborted");
 }
 
 std::int64_t positive(const ArgParser& a, const char* name) {
@@ -169,19 +194,79 @@ void check_range(bool ok, const std::string& what) {
   if (!ok) throw InputError(what);
 }
 
+void read_parallel(const ArgParser& a, TrainerConfig& c) {
+  const std::string backend = a.get_choice("backend", {"local", "mpi"});
+  c.backend = backend == "mpi" ? CommBackend::kMpi : CommBackend::kLocal;
+  c.ranks = 1;
+  if (a.given("ranks")) {
+    const std::int64_t ranks = positive(a, "ranks");
+    check_range(ranks <= 1024, "--ranks " + num(ranks) + " is not a rank count");
+    c.ranks = static_cast<int>(ranks);
+  }
+  c.dp = c.ranks;
+  if (a.given("dp")) {
+    const std::int64_t dp = positive(a, "dp");
+    check_range(dp <= 1024, "--dp " + num(dp) + " is not a rank count");
+    c.dp = static_cast<int>(dp);
+  }
+  c.bucket_mb = a.get_double("bucket-mb");
+  const std::string init = a.get_choice("init-sync", {"broadcast", "seed"});
+  c.init_sync = init == "seed" ? ch04::InitSync::kSameSeed : ch04::InitSync::kBroadcast;
+  const std::string algo = a.get_choice("allreduce", {"backend", "ring", "naive"});
+  c.allreduce = algo == "ring"    ? ch04::AllReduceAlgo::kRing
+                : algo == "naive" ? ch04::AllReduceAlgo::kNaive
+                                  : ch04::AllReduceAlgo::kBackend;
+  c.overlap = !a.get_flag("no-overlap");
+  c.trace = a.given("trace") ? a.get("trace") : "";
+  c.comm_timeout = a.get_double("comm-timeout");
+}
+
+// --global-batch sets grad_accum from batch and dp (dp may be known only under MPI).
+void resolve_global_batch(TrainerConfig& c) {
+  if (c.global_batch == 0) return;
+  const std::int64_t per_micro_step = c.batch * c.dp;
+  check_range(c.global_batch % per_micro_step == 0,
+              "--global-batch " + num(c.global_batch) + " is not a multiple of --batch x --dp = " +
+                  num(c.batch) + " x " + num(static_cast<std::int64_t>(c.dp)) + " = " +
+                  num(per_micro_step) + " sequences");
+  c.grad_accum = c.global_batch / per_micro_step;
+}
+
+void validate_single(const TrainerConfig& c);  // below, beside validate()
+
+void validate_parallel(const TrainerConfig& c) {
+  const std::string ranks = num(static_cast<std::int64_t>(c.ranks));
+  const std::string dp = num(static_cast<std::int64_t>(c.dp));
+  check_range(c.dp == c.ranks,
+              "--dp " + dp + " does not match the " + ranks +
+                  (c.ranks == 1 ? " rank" : " ranks") +
+                  ": with data parallelism alone every rank is a replica, so --dp must equal "
+                  "the number of ranks (--ranks, or mpirun's -np)");
+  check_range(c.global_batch == 0 || c.global_batch == c.sequences_per_step(),
+              "--global-batch " + num(c.global_batch) + " is not --batch x --grad-accum x --dp");
+  check_range(c.bucket_mb > 0 && c.bucket_mb <= 65536, "--bucket-mb must be in (0, 65536]");
+  check_range(c.comm_timeout > 0 && std::isfinite(c.comm_timeout),
+              "--comm-timeout must be a positive number of seconds");
+  check_range(c.trace.empty() || c.distributed(),
+              "--trace records the ranks' compute and communication: it needs --ranks N > 1 "
+              "or --backend mpi");
+}
+
 }  // namespace
 
 ArgParser make_trainer_args() {
   const TrainerConfig d;
   ArgParser a("train_gpt",
-              "Trains a GPT-2 on one CPU device: AdamW with warmup + cosine, fp32/bf16/fp16 with "
-              "FP32 master weights,\ngradient clipping, checkpoints with bit-exact resume, and "
-              "Hugging Face model directories in and out.\nWith no flags it learns the built-in "
-              "addition dataset (\"12+34=64\\n\", answers reversed) in a couple of minutes.");
+              "Trains a GPT-2 on CPU: AdamW with warmup + cosine, fp32/bf16/fp16 with FP32 master "
+              "weights,\ngradient clipping, checkpoints with bit-exact resume, Hugging Face model "
+              "directories in and out,\nand data parallelism over --ranks N threads or "
+              "--backend mpi processes.\nWith no flags it learns the built-in addition dataset "
+              "(\"12+34=64\\n\", answers reversed) in a couple of minutes.");
   add_model_flags(a, d);
   add_data_flags(a, d);
   add_optim_flags(a, d);
   add_output_flags(a, d);
+  add_parallel_flags(a, d);
   return a;
 }
 
@@ -192,15 +277,46 @@ TrainerConfig trainer_config_from_args(const ArgParser& a) {
   c.batch = positive(a, "batch");
   c.seq = positive(a, "seq");
   c.grad_accum = positive(a, "grad-accum");
+  if (a.given("global-batch")) {
+    check_range(!a.given("grad-accum"),
+                "--grad-accum conflicts with --global-batch (which sets it to global / (batch "
+                "x dp))");
+    c.global_batch = positive(a, "global-batch");
+  }
   c.steps = non_negative(a, "steps");
   read_model(a, c);
   read_optim(a, c);
   read_outputs(a, c);
+  read_parallel(a, c);
+  if (c.backend == CommBackend::kMpi) {
+    // The world size is mpirun's: set_world_size finishes the parallel part once MPI is up.
+    validate_single(c);
+    return c;
+  }
+  resolve_global_batch(c);
   validate(c);
   return c;
 }
 
-void validate(const TrainerConfig& c) {
+std::string_view comm_backend_name(CommBackend b) {
+  return b == CommBackend::kMpi ? "mpi" : "local";
+}
+
+void set_world_size(TrainerConfig& c, int world_size, bool dp_given, bool ranks_given) {
+  check_range(!ranks_given || c.ranks == world_size,
+              "--ranks " + num(static_cast<std::int64_t>(c.ranks)) + " but mpirun started " +
+                  num(static_cast<std::int64_t>(world_size)) +
+                  " processes (under --backend mpi the ranks are mpirun's -np)");
+  c.ranks = world_size;
+  if (!dp_given) c.dp = world_size;
+  resolve_global_batch(c);
+  validate(c);
+}
+
+namespace {
+
+// Everything but what depends on the number of ranks.
+void validate_single(const TrainerConfig& c) {
   c.model.validate();
   check_range(c.seq <= c.model.n_positions, "--seq " + num(c.seq) +
                                                 " is longer than the position table (n_positions " +
@@ -230,6 +346,13 @@ void validate(const TrainerConfig& c) {
               "the built-in dataset is byte tokens: --vocab-size must be at least 256");
 }
 
+}  // namespace
+
+void validate(const TrainerConfig& c) {
+  validate_single(c);
+  validate_parallel(c);
+}
+
 Json run_identity(const TrainerConfig& c) {
   Json j = Json::object();
   j.set("n_layer", c.model.n_layer);
@@ -243,6 +366,8 @@ Json run_identity(const TrainerConfig& c) {
   j.set("grad_accum", c.grad_accum);
   j.set("data_order", std::string(data_order_name(c.data_order)));
   j.set("seed", c.seed);
+  // The replicas: a loader's position means another window of tokens under another dp.
+  j.set("dp", static_cast<std::int64_t>(c.dp));
   return j;
 }
 
@@ -262,6 +387,10 @@ Json to_json(const TrainerConfig& c) {
   j.set("grad_clip", c.grad_clip);
   j.set("loss_scale", c.loss_scale);
   j.set("recompute", c.recompute);
+  j.set("backend", std::string(comm_backend_name(c.backend)));
+  j.set("ranks", static_cast<std::int64_t>(c.ranks));
+  j.set("bucket_mb", c.bucket_mb);
+  j.set("allreduce", ch04::algo_name(c.allreduce));
   return j;
 }
 

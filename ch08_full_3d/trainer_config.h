@@ -5,7 +5,9 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
+#include "ch04_ddp/ddp.h"
 #include "io/token_loader.h"
 #include "lr_schedule.h"
 #include "model/gpt_params.h"
@@ -15,6 +17,13 @@
 
 namespace mixpar::ch08 {
 
+// Where the ranks of a data-parallel run live (chapter 4).
+enum class CommBackend : std::uint8_t {
+  kLocal,  // --ranks N threads of this process, talking through shared memory
+  kMpi,    // one process per rank under mpirun; the world size is mpirun's -np
+};
+std::string_view comm_backend_name(CommBackend b);  // "local" | "mpi"
+
 struct TrainerConfig {
   // Model: the shape flags, or the shape of init_from's config.json.
   std::string init_from;  // HF directory to start from ("" = GPT-2 init with `seed`)
@@ -23,6 +32,9 @@ struct TrainerConfig {
   std::string data;
   DataOrder data_order = DataOrder::kShuffled;
   std::int64_t batch = 32, seq = 64, grad_accum = 1, steps = 1500;
+  // Sequences per optimizer step over all replicas (0: not given). When given it sets
+  // grad_accum = global_batch / (batch x dp), which must be a whole number.
+  std::int64_t global_batch = 0;
   // Optimizer (AdamW) and schedule; weight decay on 2-D weights only.
   LrSchedule schedule{LrScheduleKind::kCosine, 2e-3, 2e-4, 100, 1500};
   double weight_decay = 0.1, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, grad_clip = 1.0;
@@ -42,10 +54,27 @@ struct TrainerConfig {
   std::string prompt;           // sampling prompt ("" = a held-out problem or a newline)
   std::int64_t eval_every = 0;  // held-out accuracy of the built-in dataset every K steps
   std::string dump_logits;      // safetensors of the final model's logits on the prompt
-  int threads = 0;              // 0: the OpenMP default
+  int threads = 0;              // 0: the OpenMP default (per rank: the cores shared out)
+
+  // Data parallelism (chapter 4): dp replicas, each reading its `batch` rows of every
+  // micro-batch, gradients all-reduced in buckets during backward. ranks == dp == 1 is the
+  // single-device trainer, with no communicator at all.
+  CommBackend backend = CommBackend::kLocal;
+  int ranks = 1;  // local: rank threads to start; mpi: the world size mpirun gave
+  int dp = 1;     // data-parallel degree: every rank is a replica, so it must equal ranks
+  double bucket_mb = 25.0;  // gradient bucket cap (PyTorch's bucket_cap_mb)
+  ch04::InitSync init_sync = ch04::InitSync::kBroadcast;
+  ch04::AllReduceAlgo allreduce = ch04::AllReduceAlgo::kBackend;
+  bool overlap = true;        // reduce buckets on a communication thread during backward
+  std::string trace;          // Chrome trace JSON of every rank's spans, written at the end
+  double comm_timeout = 300;  // a rank blocked this long in one call aborts the run
+
+  bool distributed() const { return ranks > 1 || backend == CommBackend::kMpi; }
 
   bool builtin_data() const { return data.empty(); }
-  std::int64_t tokens_per_step() const { return batch * seq * grad_accum; }
+  // Over all replicas: the global batch of one optimizer step.
+  std::int64_t sequences_per_step() const { return batch * grad_accum * dp; }
+  std::int64_t tokens_per_step() const { return sequences_per_step() * seq; }
 };
 
 // The flags of train_gpt, with their defaults and help.
@@ -55,6 +84,9 @@ ArgParser make_trainer_args();
 TrainerConfig trainer_config_from_args(const ArgParser& args);
 // The same checks on a config built in code (tests, benchmarks).
 void validate(const TrainerConfig& c);
+// Under MPI the world size is known only once MPI is up: sets c.ranks (and c.dp, unless --dp
+// was given) from it and validates again. InputError when --ranks or --dp disagree with it.
+void set_world_size(TrainerConfig& c, int world_size, bool dp_given, bool ranks_given);
 
 // What a resumed run must share with the run that wrote the checkpoint (shape, dtype, batch
 // layout, data order, seed): anything else makes the saved state mean something different.

@@ -109,11 +109,12 @@ void Trainer::resume() {
     load_moment(r, "exp_avg." + entries[i].name, adam.exp_avg(i));
     load_moment(r, "exp_avg_sq." + entries[i].name, adam.exp_avg_sq(i));
   }
-  mutable_adamw().set_step_count(st.at("optimizer_steps").as_int());
+  optimizer_.adamw()->set_step_count(st.at("optimizer_steps").as_int());
   optimizer_.scaler().load_state(ch02::state_from_json(st.at("scaler")));
   loader_.restore(loader_state_from_json(st.at("loader")));
   step_ = st.at("step").as_int();
   recast_working_copy();
+  if (ddp_) ddp_->verify_replicas();
 }
 
 }  // namespace mixpar::ch08

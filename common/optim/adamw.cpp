@@ -3,10 +3,11 @@
 // factors are formed in double from t, as PyTorch does in Python, then used in FP32.
 #include "optim/adamw.h"
 
-#include <cmath>
-#include <utility>
-
 #include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+#include <utility>
 
 #include "ops/chunked.h"
 #include "optim/param_list.h"
@@ -66,9 +67,15 @@ void adamw_update(const Tensor& theta, const Tensor& g, const Tensor& m, const T
 
 }  // namespace
 
-AdamW::AdamW(std::vector<Tensor> params, AdamWConfig config)
-    : params_(std::move(params)), config_(config) {
+AdamW::AdamW(std::vector<Tensor> params, AdamWConfig config, std::vector<bool> decays)
+    : params_(std::move(params)), decays_(std::move(decays)), config_(config) {
   check_params(params_, "AdamW");
+  if (decays_.empty()) decays_.assign(params_.size(), true);
+  if (decays_.size() != params_.size()) {
+    throw std::invalid_argument("AdamW: " + std::to_string(decays_.size()) +
+                                " weight-decay flags for " + std::to_string(params_.size()) +
+                                " parameters");
+  }
   m_ = zeros_like_fp32(params_, MemCategory::kOptimizerState);
   v_ = zeros_like_fp32(params_, MemCategory::kOptimizerState);
 }
@@ -77,8 +84,10 @@ void AdamW::step(std::span<const Tensor> grads) {
   check_grads(params_, grads, "AdamW::step");
   ++step_;
   const AdamScalars s = scalars_for(config_, step_);
+  AdamScalars no_decay = s;
+  no_decay.decay = 1.0f;  // theta * 1.0f == theta: the same pass, no decay
   for (std::size_t i = 0; i < params_.size(); ++i) {
-    adamw_update(params_[i], grads[i], m_[i], v_[i], s);
+    adamw_update(params_[i], grads[i], m_[i], v_[i], decays_[i] ? s : no_decay);
   }
 }
 

@@ -28,9 +28,11 @@ class AdamW {
   // model). A f16/bf16 parameter is allowed for the "pure 16-bit weights" lesson: its update
   // is computed in FP32 and rounded into the 16-bit value, where small updates vanish.
   // m and v are allocated here, zero, FP32, as MemCategory::kOptimizerState (8 B/param).
-  // Different weight decay per group (no decay on biases): one AdamW per group, which is
-  // what PyTorch's param groups amount to.
-  explicit AdamW(std::vector<Tensor> params, AdamWConfig config = {});
+  // decays[i] false: parameter i is not decayed (biases and LayerNorm gains, the usual
+  // "no_decay" param group of GPT-2 recipes); empty: every parameter is. The decayed ones see
+  // exactly what a PyTorch param group with this weight_decay does.
+  explicit AdamW(std::vector<Tensor> params, AdamWConfig config = {},
+                 std::vector<bool> decays = {});
 
   // One update of every parameter with its gradient (grads[i] like params[i], any float
   // dtype, read as FP32: unscaled and clipped already). Increments step_count() first.
@@ -45,11 +47,13 @@ class AdamW {
   const Tensor& param(std::size_t i) const { return params_.at(i); }
   const Tensor& exp_avg(std::size_t i) const { return m_.at(i); }     // m, FP32
   const Tensor& exp_avg_sq(std::size_t i) const { return v_.at(i); }  // v, FP32
+  bool decays(std::size_t i) const { return decays_.at(i); }
 
  private:
   std::vector<Tensor> params_;
   std::vector<Tensor> m_;
   std::vector<Tensor> v_;
+  std::vector<bool> decays_;  // per parameter
   AdamWConfig config_;
   std::int64_t step_ = 0;
 };

@@ -52,6 +52,45 @@ std::vector<unsigned char> bytes_of(const Tensor& t) {
   return {p, p + t.nbytes()};
 }
 
+TEST(MixedPrecisionOptimizer, FoundInfReducerOverridesTheLocalCheck) {
+  // Data parallelism's vote: clean local gradients, yet another rank overflowed. The step is
+  // skipped (the scale backs off, nothing moves); and a clean vote lets a clean step through.
+  Toy toy({1.0f, 2.0f}, DType::kF16);
+  MixedPrecisionConfig c;
+  c.optimizer = OptimizerKind::kAdamW;
+  c.adamw.lr = 0.1;
+  MixedPrecisionOptimizer opt = toy.optimizer(c);
+  std::vector<bool> votes;
+  opt.set_found_inf_reducer([&votes](bool local) {
+    votes.push_back(local);
+    return true;  // some other rank found inf
+  });
+  toy.set_grad({0.5f * opt.loss_scale(), 0.25f * opt.loss_scale()});
+  const float scale = opt.loss_scale();
+  const std::vector<unsigned char> before = bytes_of(opt.stepped_params()[0]);
+  const StepReport skipped = opt.step();
+  EXPECT_FALSE(skipped.taken);
+  EXPECT_TRUE(skipped.found_inf);
+  EXPECT_EQ(votes, std::vector<bool>{false});  // this rank's own check was clean
+  EXPECT_EQ(bytes_of(opt.stepped_params()[0]), before);
+  EXPECT_EQ(opt.step_count(), 0);
+  EXPECT_EQ(opt.loss_scale(), scale * 0.5f);
+  opt.set_found_inf_reducer([](bool local) { return local; });
+  toy.set_grad({0.5f * opt.loss_scale(), 0.25f * opt.loss_scale()});
+  EXPECT_TRUE(opt.step().taken);
+  EXPECT_EQ(opt.step_count(), 1);
+}
+
+TEST(MixedPrecisionOptimizer, SetLrChangesTheNextStep) {
+  // SGD without momentum: w <- w - lr g, so the step is exactly the learning rate given.
+  Toy toy({1.0f}, DType::kF32);
+  MixedPrecisionOptimizer opt = toy.optimizer(sgd_config(0.5));
+  toy.set_grad({1.0f});
+  opt.set_lr(0.25);
+  ASSERT_TRUE(opt.step().taken);
+  EXPECT_EQ(opt.stepped_params()[0].to_floats()[0], 0.75f);
+}
+
 TEST(MixedPrecisionOptimizer, Fp16WeightsSwallowSmallUpdatesThatFp32MastersKeep) {
   // lr x g = 1e-4 x ~1e-3 = ~1e-7, far below half an FP16 ulp at 0.5 (2^-12): 0.5 + 1e-7 == 0.5.
   Toy pure({0.5f, 0.5f}, DType::kF16), mixed({0.5f, 0.5f}, DType::kF16);

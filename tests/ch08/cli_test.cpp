@@ -1,6 +1,7 @@
 // build/bin/train_gpt as a user runs it: every bad input is one line on stderr and exit code 2
 // before any compute; the JSONL log has every signal on every step; a run interrupted and
-// resumed from the command line logs the same losses as one run straight through.
+// resumed from the command line logs the same losses as one run straight through; --ranks N
+// and mpirun -np N --backend mpi log the losses of one rank with N times the batch.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
@@ -151,6 +152,134 @@ TEST(TrainGptCli, SavesAHuggingFaceDirectoryAndSamples) {
   EXPECT_EQ(again.code, 0) << again.err;
   EXPECT_NE(again.out.find("from " + d.file("hf")), std::string::npos) << again.out;
 }
+
+TEST(TrainGptCli, BadParallelConfigIsOneLineAndExitCode2) {
+  TempDir d;
+  expect_one_line_error(d, kTiny + "--ranks 2 --dp 4", "--dp 4 does not match the 2 ranks");
+  expect_one_line_error(d, kTiny + "--dp 2", "--dp 2 does not match the 1 rank");
+  expect_one_line_error(d, kTiny + "--ranks 2 --global-batch 6",
+                        "--global-batch 6 is not a multiple of --batch x --dp = 2 x 2 = 4");
+  expect_one_line_error(d, kTiny + "--grad-accum 2 --global-batch 8",
+                        "--grad-accum conflicts with --global-batch");
+  expect_one_line_error(d, kTiny + "--ranks 0", "--ranks must be at least 1");
+  expect_one_line_error(d, kTiny + "--ranks 2 --bucket-mb 0", "--bucket-mb must be in");
+  expect_one_line_error(d, kTiny + "--ranks 2 --allreduce tree", "not one of backend|ring|naive");
+  expect_one_line_error(d, kTiny + "--backend nccl", "not one of local|mpi");
+  expect_one_line_error(d, kTiny + "--trace " + d.file("t.json"), "--trace records the ranks'");
+  EXPECT_FALSE(std::filesystem::exists(d.file("t.json")));
+}
+
+// Step k's loss and gradient norm of two JSONL logs, within the FP32 reordering tolerance.
+void expect_same_losses(const std::string& a, const std::string& b) {
+  const std::vector<Json> x = read_jsonl(a), y = read_jsonl(b);
+  ASSERT_EQ(x.size(), y.size());
+  ASSERT_FALSE(x.empty());
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    for (const char* key : {"loss", "grad_norm"}) {
+      const double u = x[i].at(key).as_double(), v = y[i].at(key).as_double();
+      EXPECT_LE(std::abs(u - v) / std::max(1.0, std::abs(v)), 1e-5) << key << " step " << i + 1;
+    }
+    EXPECT_EQ(x[i].at("data_position").as_int(), y[i].at("data_position").as_int());
+  }
+}
+
+const std::string kDataParallel =
+    "--n-layer 1 --n-head 2 --n-embd 16 --seq 8 --threads 1 --steps 6 --data-order sequential "
+    "--eval-every 0 ";
+
+TEST(TrainGptCli, RanksFlagLogsTheLossesOfOneRankWithTheWholeBatch) {
+  TempDir d;
+  ASSERT_EQ(train_gpt(d, kDataParallel + "--batch 4 --log-jsonl " + d.file("one.jsonl")).code, 0);
+  const CliRun r = train_gpt(d, kDataParallel + "--batch 2 --ranks 2 --log-jsonl " +
+                                    d.file("two.jsonl") + " --trace " + d.file("trace.json"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  expect_same_losses(d.file("two.jsonl"), d.file("one.jsonl"));
+  for (const Json& j : read_jsonl(d.file("two.jsonl"))) {
+    EXPECT_EQ(j.at("ranks").as_int(), 2);
+    for (const char* key : {"compute_ms", "comm_ms", "exposed_comm_ms"}) {
+      EXPECT_GE(j.at(key).as_double(), 0.0) << key;
+    }
+  }
+  EXPECT_NE(r.out.find("parallel: data parallel over 2 ranks"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("| compute "), std::string::npos) << r.out;
+  EXPECT_NE(test::read_bytes(d.file("trace.json")).find("\"pid\":1"), std::string::npos);
+}
+
+#if defined(MIXPAR_MPIEXEC)
+// mpirun as the tests run it: as root in a container, on shared memory, oversubscribed.
+std::string mpirun(int np) {
+  return "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader "
+         "OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversubscribe=1 " +
+         std::string(MIXPAR_MPIEXEC) + " --oversubscribe -np " + std::to_string(np) + " " +
+         MIXPAR_TRAIN_GPT_PATH + " --backend mpi ";
+}
+
+CliRun run_shell(const TempDir& dir, const std::string& cmd) {
+  const int status = std::system((cmd + " > " + dir.file("stdout") + " 2> " +
+                                  dir.file("stderr")).c_str());
+  CliRun r;
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = test::read_bytes(dir.file("stdout"));
+  r.err = test::read_bytes(dir.file("stderr"));
+  return r;
+}
+
+TEST(TrainGptMpi, ProcessesLogTheLossesOfOneRankWithTheWholeBatch) {
+  TempDir d;
+  for (int np : {2, 4}) {
+    SCOPED_TRACE("mpirun -np " + std::to_string(np));
+    const std::string one = d.file("one" + std::to_string(np) + ".jsonl");
+    const std::string many = d.file("mpi" + std::to_string(np) + ".jsonl");
+    ASSERT_EQ(train_gpt(d, kDataParallel + "--batch " + std::to_string(2 * np) +
+                               " --log-jsonl " + one).code,
+              0);
+    const CliRun r = run_shell(d, mpirun(np) + kDataParallel + "--batch 2 --log-jsonl " + many +
+                                      " --trace " + d.file("trace.json"));
+    ASSERT_EQ(r.code, 0) << r.err;
+    expect_same_losses(many, one);
+    EXPECT_NE(r.out.find("parallel: data parallel over " + std::to_string(np) +
+                         " ranks (MPI, one process per rank)"),
+              std::string::npos)
+        << r.out;
+    // Rank 0 alone prints: one pre-flight, one progress line per step.
+    EXPECT_EQ(r.out.find("model: "), r.out.rfind("model: ")) << r.out;
+    std::size_t progress = 0;
+    for (std::size_t at = r.out.find("\nstep "); at != std::string::npos;
+         at = r.out.find("\nstep ", at + 1)) {
+      ++progress;
+    }
+    EXPECT_EQ(progress, 6u) << r.out;
+    const std::string trace = test::read_bytes(d.file("trace.json"));
+    EXPECT_NE(trace.find("\"pid\":" + std::to_string(np - 1)), std::string::npos);
+  }
+}
+
+TEST(TrainGptMpi, BadConfigIsReportedOnceByRankZeroWithExitCode2) {
+  TempDir d;
+  for (const auto& [args, part] : std::vector<std::pair<std::string, std::string>>{
+           {"--ranks 3", "--ranks 3 but mpirun started 2 processes"},
+           {"--global-batch 6 --batch 2", "--global-batch 6 is not a multiple of --batch x --dp = "
+                                          "2 x 2 = 4"},
+           {"--n-head 5", "not a multiple of n_head = 5"},
+           {"--data " + d.file("missing"), "missing"}}) {
+    const CliRun r = run_shell(d, mpirun(2) + kTiny + args);
+    EXPECT_EQ(r.code, 2) << args << "\n" << r.err;
+    EXPECT_EQ(r.out, "") << args;
+    // One line from train_gpt; what else mpirun prints is its own report of the exit code.
+    std::size_t ours = 0;
+    for (std::size_t at = r.err.find("train_gpt: error: "); at != std::string::npos;
+         at = r.err.find("train_gpt: error: ", at + 1)) {
+      ++ours;
+    }
+    EXPECT_EQ(ours, 1u) << args << "\n" << r.err;
+    EXPECT_NE(r.err.find(part), std::string::npos) << "want '" << part << "' in: " << r.err;
+  }
+}
+#else
+TEST(TrainGptMpi, ProcessesLogTheLossesOfOneRankWithTheWholeBatch) {
+  GTEST_SKIP() << "this build has no MPI (install libopenmpi-dev and reconfigure)";
+}
+#endif
 
 }  // namespace
 }  // namespace mixpar::ch08

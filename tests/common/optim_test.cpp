@@ -124,6 +124,31 @@ TEST(AdamW, Bf16ParametersSwallowSmallUpdatesThatFp32Keeps) {
   EXPECT_NEAR(w32.to_floats()[1], 1.0f + 1e-3f, 1e-6);
 }
 
+TEST(AdamW, ParametersOutsideTheDecayMaskSeeOnlyTheAdamUpdate) {
+  // The same update with and without the mask: a decayed parameter equals an AdamW with this
+  // weight decay bit for bit, an undecayed one equals an AdamW with weight_decay 0.
+  AdamWConfig decayed{.lr = 0.1, .weight_decay = 0.5};
+  AdamWConfig plain = decayed;
+  plain.weight_decay = 0.0;
+  const std::vector<float> w = {1.0f, -2.0f, 0.5f}, g = {0.3f, -0.1f, 0.2f};
+  Tensor a = vec(w), b = vec(w), ref_decayed = vec(w), ref_plain = vec(w);
+  AdamW masked({a, b}, decayed, {true, false});
+  AdamW with_decay({ref_decayed}, decayed);
+  AdamW without_decay({ref_plain}, plain);
+  const Tensor grads[] = {vec(g), vec(g)};
+  for (int step = 0; step < 3; ++step) {
+    masked.step(grads);
+    with_decay.step(std::span(grads, 1));
+    without_decay.step(std::span(grads, 1));
+  }
+  EXPECT_EQ(a.to_floats(), ref_decayed.to_floats());
+  EXPECT_EQ(b.to_floats(), ref_plain.to_floats());
+  EXPECT_NE(a.to_floats(), b.to_floats());
+  EXPECT_TRUE(masked.decays(0));
+  EXPECT_FALSE(masked.decays(1));
+  EXPECT_THROW(AdamW({vec(w)}, decayed, {true, false}), std::invalid_argument);
+}
+
 TEST(AdamW, MismatchedGradientsAreRejected) {
   Tensor theta = vec(kTheta0);
   AdamW opt({theta});
