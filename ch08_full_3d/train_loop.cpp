@@ -223,6 +223,10 @@ bool train_steps(RankRun& run) {
   bool evaluated = false;
   while (t.step() < c.steps) {
     const StepStats s = t.train_step();
+    // Replicas that drifted apart (a nondeterministic kernel, a rank that skipped a step) train
+    // N different models while the log shows rank 0's: a hash of every rank's weights, compared
+    // (collective, so before the ranks part ways below). ReplicaMismatch names the ranks.
+    if (t.ddp() != nullptr && due(s.step, c.check_replicas_every)) t.ddp()->verify_replicas();
     std::vector<ch04::TraceSpan> spans = t.take_spans();
     if (!c.trace.empty()) run.spans.insert(run.spans.end(), spans.begin(), spans.end());
     if (!run.lead()) continue;

@@ -117,6 +117,8 @@ void add_parallel_flags(ArgParser& a, const TrainerConfig& d) {
       .flag("no-overlap", "reduce every bucket after backward, on the compute thread")
       .option("trace", "", "write every rank's compute and communication spans as Chrome trace "
                            "JSON (Perfetto opens it)")
+      .option("check-replicas-every", num(d.check_replicas_every),
+              "compare a hash of every rank's weights every K steps (0: only at the start)")
       .option("comm-timeout", num(d.comm_timeout),
               "seconds a rank may wait in one communication call before the run is aborted");
 }
@@ -219,6 +221,7 @@ void read_parallel(const ArgParser& a, TrainerConfig& c) {
   c.overlap = !a.get_flag("no-overlap");
   c.trace = a.given("trace") ? a.get("trace") : "";
   c.comm_timeout = a.get_double("comm-timeout");
+  c.check_replicas_every = non_negative(a, "check-replicas-every");
 }
 
 // --global-batch sets grad_accum from batch and dp (dp may be known only under MPI).

@@ -67,6 +67,7 @@ struct TrainerConfig {
   ch04::AllReduceAlgo allreduce = ch04::AllReduceAlgo::kBackend;
   bool overlap = true;        // reduce buckets on a communication thread during backward
   std::string trace;          // Chrome trace JSON of every rank's spans, written at the end
+  std::int64_t check_replicas_every = 100;  // compare every rank's weights hash (0: at start)
   double comm_timeout = 300;  // a rank blocked this long in one call aborts the run
 
   bool distributed() const { return ranks > 1 || backend == CommBackend::kMpi; }

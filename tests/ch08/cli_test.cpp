@@ -184,7 +184,7 @@ void expect_same_losses(const std::string& a, const std::string& b) {
 }
 
 const std::string kDataParallel =
-    "--n-layer 1 --n-head 2 --n-embd 16 --seq 8 --threads 1 --steps 6 --data-order sequential "
+    "--n-layer 1 --n-head 2 --n-embd 16 --seq 8 --threads 1 --steps 10 --data-order sequential "
     "--eval-every 0 ";
 
 TEST(TrainGptCli, RanksFlagLogsTheLossesOfOneRankWithTheWholeBatch) {
@@ -248,7 +248,7 @@ TEST(TrainGptMpi, ProcessesLogTheLossesOfOneRankWithTheWholeBatch) {
          at = r.out.find("\nstep ", at + 1)) {
       ++progress;
     }
-    EXPECT_EQ(progress, 6u) << r.out;
+    EXPECT_EQ(progress, 10u) << r.out;
     const std::string trace = test::read_bytes(d.file("trace.json"));
     EXPECT_NE(trace.find("\"pid\":" + std::to_string(np - 1)), std::string::npos);
   }

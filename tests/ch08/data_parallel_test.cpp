@@ -187,6 +187,7 @@ TEST(DataParallelTrainer, RunTrainingWritesEveryRanksSpansToTheTrace) {
   TempDir dir;
   TrainerConfig c = dp_config(2, 2);
   c.steps = 2;
+  c.check_replicas_every = 1;  // the collective hash check after every step, on every rank
   c.trace = dir.file("trace.json");
   c.data = "";  // the built-in dataset: run_training loads its own data
   c.model.n_positions = c.seq;
