@@ -3,6 +3,8 @@
 // train_loop.cpp's. Bad input: one line, exit 2.
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
+#include <string>
 
 #include "train_loop.h"
 #include "trainer.h"
@@ -29,25 +31,31 @@ int ranks_on_this_node() {
   return n;
 }
 
-// One rank of an mpirun job. A bad input found before the first step is one every rank read
-// alike (the same flags and files): rank 0 reports it, every rank leaves MPI cleanly, exit 2.
-// Any failure after that, or any internal error, ends the whole job with MPI_Abort: the other
-// ranks are waiting in a collective that will never complete.
+// One rank of an mpirun job. A bad input found before the first step (flags, data, checkpoint,
+// world size) is reported once, by the lowest rank that found it, and every rank exits 2 after
+// leaving MPI cleanly (agree_on_setup). A failure after that, or any internal error, ends the
+// whole job with MPI_Abort: the other ranks wait in a collective that will never complete.
 int run_mpi_rank(TrainerConfig config, const ArgParser& args, int* argc, char*** argv) {
   MpiSession session(argc, argv);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  std::optional<MpiCommunicator> comm;
   bool training = false;
   try {
     MpiOptions opts;
     opts.watchdog_seconds = config.comm_timeout;
-    MpiCommunicator comm(MPI_COMM_WORLD, opts);
-    set_world_size(config, comm.size(), args.given("dp"), args.given("ranks"));
-    return run_training_rank(config, comm, ranks_on_this_node(), stdout,
+    comm.emplace(MPI_COMM_WORLD, opts);
+    set_world_size(config, comm->size(), args.given("dp"), args.given("ranks"));
+    return run_training_rank(config, *comm, ranks_on_this_node(), stdout,
                              [&training] { training = true; });
+  } catch (const ReportedInputError&) {
+    return kExitInputError;
   } catch (const InputError& e) {
-    if (!training) {
-      if (rank == 0) throw;  // run_main prints it once
+    // Before training, every rank reaches here with the same error (the same flags, files and
+    // checkpoint): agree, one message, exit 2. (A rank failing alone meets the others in
+    // another collective instead: the communicator reports the mismatch and the job aborts.)
+    if (!training && comm) {
+      agree_on_setup(*comm, e.what());
       return kExitInputError;
     }
     std::fprintf(stderr, "train_gpt: rank %d: error: %s\n", rank, e.what());
@@ -60,11 +68,9 @@ int run_mpi_rank(TrainerConfig config, const ArgParser& args, int* argc, char***
   }
   return 1;  // MPI_Abort does not return
 }
-#endif
 
 // The rank a launcher gave this process, from its environment (Open MPI, PMIx, MPICH's PMI);
-// -1 outside one. Known before MPI_Init, so that a bad flag, which every rank sees alike, is
-// reported once, by rank 0, not once per process.
+// -1 outside one: a bad flag under mpirun is reported once, not once per process.
 int launcher_rank() {
   for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"}) {
     if (const char* v = std::getenv(name)) return std::atoi(v);
@@ -72,14 +78,26 @@ int launcher_rank() {
   return -1;
 }
 
+// A bad flag under mpirun: every process parsed the same command line and found the same
+// error. Rank 0 prints it, the others wait until it has, all exit 2.
+int report_bad_flags_once(const std::string& message, int* argc, char*** argv) {
+  MpiSession session(argc, argv);
+  MpiCommunicator comm;
+  agree_on_setup(comm, message);
+  return kExitInputError;
+}
+#endif
+
 int run(int argc, char** argv) {
   ArgParser args = make_trainer_args();
   TrainerConfig config;
   try {
     args.parse(argc, argv);
     config = trainer_config_from_args(args);
-  } catch (const InputError&) {
-    if (launcher_rank() > 0) return kExitInputError;
+  } catch (const InputError& e) {
+#if defined(MIXPAR_HAVE_MPI)
+    if (launcher_rank() >= 0) return report_bad_flags_once(e.what(), &argc, &argv);
+#endif
     throw;
   }
   set_cpu_threads(config.threads);

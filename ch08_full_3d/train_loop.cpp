@@ -343,12 +343,44 @@ int run_training(const TrainerConfig& c, std::FILE* out) {
   return 0;
 }
 
+bool agree_on_setup(Communicator& comm, const std::string& my_error) {
+  const int n = comm.size();
+  Tensor mine = Tensor::empty({1}, DType::kF32, MemCategory::kCommBuffers);
+  Tensor all = Tensor::empty({n}, DType::kF32, MemCategory::kCommBuffers);
+  mine.data_as<float>()[0] = my_error.empty() ? 0.0f : 1.0f;
+  comm.all_gather(mine, all);
+  int first_failed = -1;
+  for (int r = 0; r < n && first_failed < 0; ++r) {
+    if (all.data_as<float>()[r] != 0.0f) first_failed = r;
+  }
+  if (first_failed < 0) return true;
+  if (comm.rank() == first_failed) {
+    std::fprintf(stderr, "train_gpt: error: %s%s\n",
+                 first_failed > 0 ? ("rank " + std::to_string(first_failed) + ": ").c_str() : "",
+                 my_error.c_str());
+    std::fflush(stderr);
+  }
+  comm.barrier();  // nobody leaves before the message is out
+  return false;
+}
+
 int run_training_rank(const TrainerConfig& c, Communicator& comm, int ranks_on_this_machine,
                       std::FILE* out, const std::function<void()>& setup_done) {
-  check_fresh_checkpoint_dir(c);
-  const TrainingData data = load_data(c);
+  // The inputs every rank reads alike, checked before any collective of the run; then the
+  // ranks agree that all of them can start (a file missing on one machine stops every rank).
+  std::optional<TrainingData> data;
+  try {
+    check_fresh_checkpoint_dir(c);
+    data.emplace(load_data(c));
+  } catch (const InputError& e) {
+    agree_on_setup(comm, e.what());
+    throw ReportedInputError(e.what());  // printed by agree_on_setup
+  }
+  if (!agree_on_setup(comm, "")) {
+    throw ReportedInputError("another rank's input is bad (reported by that rank)");
+  }
   set_rank_threads(c, ranks_on_this_machine);
-  run_rank(c, data, &comm, comm.rank() == 0 ? out : nullptr, setup_done);
+  run_rank(c, *data, &comm, comm.rank() == 0 ? out : nullptr, setup_done);
   return 0;
 }
 

@@ -1,12 +1,10 @@
-// Helpers for chapter 8's tests: a scratch directory per test, a tiny trainer configuration
-// that runs in milliseconds, byte-exact tensor comparison, and raw file edits for building
-// corrupt checkpoints by hand.
+// Helpers for chapter 8's tests: a tiny trainer configuration that runs in milliseconds,
+// byte-exact tensor comparison, and raw file edits for building corrupt checkpoints by hand
+// (the scratch directory and raw writes are the io tests').
 #pragma once
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
-#include <atomic>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -15,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/io_test_util.h"
 #include "model/mlp.h"
 #include "random/philox.h"
 #include "tensor/tensor.h"
@@ -24,27 +23,9 @@
 
 namespace mixpar::ch08::test {
 
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path_ = std::filesystem::temp_directory_path() /
-            ("mixpar_ch08_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    std::filesystem::remove_all(path_);
-    std::filesystem::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-  std::string str() const { return path_.string(); }
-
- private:
-  std::filesystem::path path_;
-};
+// A scratch directory per test, raw writes and InputError capture: the io tests' helpers.
+using io_test::input_error_of;
+using io_test::TempDir;
 
 // 2 layers, 2 heads, width 16, 8 positions, byte vocabulary: ~16K parameters.
 inline TrainerConfig tiny_config() {
@@ -93,19 +74,7 @@ inline std::string read_bytes(const std::string& path) {
 }
 
 inline void write_bytes(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
-
-// Runs f, which must throw InputError; returns its message.
-inline std::string input_error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an InputError";
-  return {};
+  io_test::write_raw(path, bytes);
 }
 
 }  // namespace mixpar::ch08::test

@@ -201,5 +201,26 @@ TEST(DataParallelTrainer, RunTrainingWritesEveryRanksSpansToTheTrace) {
   }
 }
 
+TEST(AgreeOnSetup, OneRanksBadInputStopsEveryRankAndIsPrintedOnce) {
+  // Rank 2 of 3 could not read its data; the others could. All of them learn it, and the one
+  // line on stderr is rank 2's, printed before any rank could leave.
+  std::vector<int> agreed(3, -1);
+  testing::internal::CaptureStderr();
+  run_local(3, [&](Communicator& comm) {
+    const std::string error = comm.rank() == 2 ? "/data/shard.bin: cannot open" : "";
+    agreed[static_cast<std::size_t>(comm.rank())] = agree_on_setup(comm, error) ? 1 : 0;
+  });
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(agreed, (std::vector<int>{0, 0, 0}));
+  EXPECT_EQ(err, "train_gpt: error: rank 2: /data/shard.bin: cannot open\n");
+  // Every rank fine: everyone goes on, nothing printed.
+  testing::internal::CaptureStderr();
+  run_local(3, [&](Communicator& comm) {
+    agreed[static_cast<std::size_t>(comm.rank())] = agree_on_setup(comm, "") ? 1 : 0;
+  });
+  EXPECT_EQ(testing::internal::GetCapturedStderr(), "");
+  EXPECT_EQ(agreed, (std::vector<int>{1, 1, 1}));
+}
+
 }  // namespace
 }  // namespace mixpar::ch08
