@@ -1,6 +1,6 @@
-// ClaimTable: the "check | claim | expected | measured" table every chapter demo ends with.
-// Works on any claim type with fields ok, claim, expected, measured; print() returns the number
-// of failed claims so a demo can exit non-zero when the lesson's claim does not hold.
+// Claim and ClaimTable: every chapter demo ends with a "check | claim | expected | measured"
+// table of what its lesson claims and what was measured; print() returns the number of failed
+// claims so a demo can exit non-zero when the lesson's claim does not hold.
 #pragma once
 
 #include <cstdio>
@@ -11,10 +11,24 @@
 
 namespace mixpar::ch01 {
 
-template <class ClaimT> class ClaimTable {
+// One claim of a lesson, with what was expected and what was measured.
+struct Claim {
+  std::string claim, expected, measured;
+  bool ok = false;
+};
+
+// The two shapes most claims take: a yes/no fact, and a measured error within a tolerance.
+inline Claim yes_claim(const std::string& claim, bool measured) {
+  return {claim, "yes", measured ? "yes" : "no", measured};
+}
+inline Claim tolerance_claim(const std::string& claim, double measured, double tolerance) {
+  return {claim, fmt("<= %.0e", tolerance), fmt("%.2e", measured), measured <= tolerance};
+}
+
+class ClaimTable {
  public:
-  void add(const std::vector<ClaimT>& claims) {
-    for (const ClaimT& k : claims) {
+  void add(const std::vector<Claim>& claims) {
+    for (const Claim& k : claims) {
       table_.add({k.ok ? "ok" : "FAIL", k.claim, k.expected, k.measured});
       failures_ += k.ok ? 0 : 1;
     }

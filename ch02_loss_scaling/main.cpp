@@ -121,16 +121,9 @@ int run(int argc, char** argv) {
   const std::vector<RowResult> rows = run_table(c);
   print_table(rows);
   print_defaults();
-  TextTable checks({"check", "claim", "expected", "measured"});
-  int failures = 0;
-  for (const Claim& k : check_claims(c, census, rows)) {
-    checks.add({k.ok ? "ok" : "FAIL", k.claim, k.expected, k.measured});
-    failures += k.ok ? 0 : 1;
-  }
-  std::printf("\n== Checks\n%s", checks.str().c_str());
-  std::printf("\n%s\n",
-              failures == 0 ? "all claims hold" : fmt("%d claim(s) FAILED", failures).c_str());
-  return failures == 0 ? 0 : 1;
+  ch01::ClaimTable checks;
+  checks.add(check_claims(c, census, rows));
+  return checks.print() == 0 ? 0 : 1;
 }
 
 }  // namespace

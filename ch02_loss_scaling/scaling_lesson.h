@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "ch01_fp_formats/claim_table.h"
 #include "loss_scaler.h"
 #include "numerics/dtype.h"
 #include "optim/adamw.h"
@@ -81,11 +82,7 @@ struct GradientCensus {
 };
 GradientCensus census_at_init(const LessonConfig& c);
 
-// One claim of the lesson with what was expected and what was measured.
-struct Claim {
-  std::string claim, expected, measured;
-  bool ok = false;
-};
+using ch01::Claim;
 std::vector<Claim> check_claims(const LessonConfig& c, const GradientCensus& census,
                                 const std::vector<RowResult>& rows);
 

@@ -30,7 +30,7 @@ ArgParser make_parser() {
   return a;
 }
 
-using Checks = ch01::ClaimTable<Claim>;
+using Checks = ch01::ClaimTable;
 
 std::string steps_taken(const RunResult& r) {
   return fmt("%lld/%lld", (long long)r.steps_taken, (long long)r.steps);

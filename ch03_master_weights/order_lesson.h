@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "ch01_fp_formats/claim_table.h"
 #include "mixed_precision_optimizer.h"
 
 namespace mixpar::ch03 {
@@ -61,11 +62,7 @@ struct ScenarioResult {
 };
 ScenarioResult run_scenario(const LessonConfig& c, const Scenario& s);
 
-// One claim with what was expected and what was measured.
-struct Claim {
-  std::string claim, expected, measured;
-  bool ok = false;
-};
+using ch01::Claim;
 // The lesson's claims about one scenario's pair of runs.
 std::vector<Claim> scenario_claims(const ScenarioResult& r);
 

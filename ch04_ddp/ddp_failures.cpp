@@ -12,12 +12,10 @@
 namespace mixpar::ch04 {
 
 using ch01::fmt;
+using ch01::tolerance_claim;
+using ch01::yes_claim;
 
 namespace {
-
-Claim yes_claim(const std::string& what, bool measured) {
-  return {measured, what, "yes", measured ? "yes" : "no"};
-}
 
 bool replicas_always_agree_all(const std::vector<RankRun>& runs) {
   for (const RankRun& r : runs) {
@@ -72,15 +70,15 @@ ScenarioResult different_init_scenario(int ranks, const LessonConfig& base) {
   r.table = t.str();
   const int agreeing = count_if_steps(b[0], [](const StepLog& s) { return s.replicas_agree; });
   r.claims.push_back(
-      {agreeing == 0, "steps where the replica check passes (bug)", "0", std::to_string(agreeing)});
+      {"steps where the replica check passes (bug)", "0", std::to_string(agreeing), agreeing == 0});
   const double drift = max_rel_diff(b[1].final_weights, b[0].final_weights);
   r.claims.push_back(
-      {drift > 1e-3, "max |w_rank1 - w_rank0| after training (bug)", "> 1e-3", fmt("%.3g", drift)});
+      {"max |w_rank1 - w_rank0| after training (bug)", "> 1e-3", fmt("%.3g", drift), drift > 1e-3});
   r.claims.push_back(yes_claim("the logged global loss is the same on every rank (bug)",
                                b[0].steps.back().loss == b[1].steps.back().loss));
   const int fixed = count_if_steps(f[0], [](const StepLog& s) { return s.replicas_agree; });
-  r.claims.push_back({fixed == base.steps, "steps where replicas agree with rank 0's broadcast",
-                      std::to_string(base.steps), std::to_string(fixed)});
+  r.claims.push_back({"steps where replicas agree with rank 0's broadcast",
+                      std::to_string(base.steps), std::to_string(fixed), fixed == base.steps});
   return r;
 }
 
@@ -111,14 +109,14 @@ ScenarioResult same_data_scenario(int ranks, const LessonConfig& base) {
   r.table = t.str();
   r.claims.push_back(
       yes_claim("local losses identical on every rank at every step (bug)", same_local));
-  r.claims.push_back({distinct_rows(b) == base.B, "distinct rows per step (bug)",
-                      std::to_string(base.B), std::to_string(distinct_rows(b))});
-  r.claims.push_back({distinct_rows(good) == base.B * ranks, "distinct rows per step (correct)",
-                      std::to_string(base.B * ranks), std::to_string(distinct_rows(good))});
+  r.claims.push_back({"distinct rows per step (bug)", std::to_string(base.B),
+                      std::to_string(distinct_rows(b)), distinct_rows(b) == base.B});
+  r.claims.push_back({"distinct rows per step (correct)", std::to_string(base.B * ranks),
+                      std::to_string(distinct_rows(good)), distinct_rows(good) == base.B * ranks});
   const double d = max_rel_diff(b[0].final_weights, single[0].final_weights);
-  r.claims.push_back({d <= kWeightsTolerance,
-                      fmt("weights equal ONE rank's with batch %lld (bug)", (long long)base.B),
-                      fmt("<= %.0e", kWeightsTolerance), fmt("%.2e", d)});
+  r.claims.push_back(tolerance_claim(
+      fmt("weights equal ONE rank's with batch %lld (bug)", (long long)base.B), d,
+      kWeightsTolerance));
   return r;
 }
 

@@ -115,16 +115,16 @@ ScenarioResult fp16_reduce_scenario(int ranks, const LessonConfig& base) {
   t.add({"FP16 in place (bug)", fmt("%.0f", m.local_max), fmt("%.0f", m.sum_max),
          m.fp16_inf ? "yes" : "no", m.fp16_taken ? "taken" : "skipped"});
   r.table = t.str();
-  r.claims.push_back({m.local_max < kFp16Max, "each rank's scaled gradients fit in FP16", "< 65504",
-                      fmt("%.0f", m.local_max)});
+  r.claims.push_back({"each rank's scaled gradients fit in FP16", "< 65504",
+                      fmt("%.0f", m.local_max), m.local_max < kFp16Max});
   r.claims.push_back(
-      {m.sum_max > kFp16Max, "their sum over ranks does not", "> 65504", fmt("%.0f", m.sum_max)});
-  r.claims.push_back({!m.fp32_inf && m.fp32_taken, "FP32 reduction: finite, step taken",
-                      "finite, taken",
-                      m.fp32_inf ? "inf" : (m.fp32_taken ? "finite, taken" : "skipped")});
-  r.claims.push_back({m.fp16_inf && !m.fp16_taken, "FP16 reduction: inf, step skipped",
-                      "inf, skipped",
-                      m.fp16_inf ? (m.fp16_taken ? "inf, taken" : "inf, skipped") : "finite"});
+      {"their sum over ranks does not", "> 65504", fmt("%.0f", m.sum_max), m.sum_max > kFp16Max});
+  r.claims.push_back({"FP32 reduction: finite, step taken", "finite, taken",
+                      m.fp32_inf ? "inf" : (m.fp32_taken ? "finite, taken" : "skipped"),
+                      !m.fp32_inf && m.fp32_taken});
+  r.claims.push_back({"FP16 reduction: inf, step skipped", "inf, skipped",
+                      m.fp16_inf ? (m.fp16_taken ? "inf, taken" : "inf, skipped") : "finite",
+                      m.fp16_inf && !m.fp16_taken});
   return r;
 }
 

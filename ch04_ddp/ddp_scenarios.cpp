@@ -11,6 +11,8 @@
 namespace mixpar::ch04 {
 
 using ch01::fmt;
+using ch01::tolerance_claim;
+using ch01::yes_claim;
 
 bool ScenarioResult::all_ok() const {
   for (const Claim& c : claims) {
@@ -63,14 +65,6 @@ std::string loss_table(const RankRun& one, const RankRun& many, const std::strin
            fmt("%.6f", one.steps[i].grad_norm), fmt("%.6f", many.steps[i].grad_norm)});
   }
   return t.str();
-}
-
-Claim tolerance_claim(const std::string& what, double measured, double tol) {
-  return {measured <= tol, what, fmt("<= %.0e", tol), fmt("%.2e", measured)};
-}
-
-Claim yes_claim(const std::string& what, bool measured) {
-  return {measured, what, "yes", measured ? "yes" : "no"};
 }
 
 // Compares N ranks with config `many` against one rank with config `one`.
@@ -127,8 +121,8 @@ ScenarioResult accumulation_scenario(int ranks, int accum, const LessonConfig& b
   add_equivalence_claims(r, single, multi);
   const std::int64_t want = std::int64_t(base.steps) * multi[0].buckets;
   const std::int64_t got = bucket_all_reduces(multi[0]);
-  r.claims.push_back({got == want, "bucket all-reduces on rank 0 (steps x buckets)",
-                      std::to_string(want), std::to_string(got)});
+  r.claims.push_back({"bucket all-reduces on rank 0 (steps x buckets)", std::to_string(want),
+                      std::to_string(got), got == want});
   return r;
 }
 

@@ -7,14 +7,12 @@
 #include <string>
 #include <vector>
 
+#include "ch01_fp_formats/claim_table.h"
 #include "ch04_ddp/ddp_lesson.h"
 
 namespace mixpar::ch04 {
 
-struct Claim {
-  bool ok = false;
-  std::string claim, expected, measured;
-};
+using ch01::Claim;
 
 struct ScenarioResult {
   std::string name;     // "equivalence", "different-init", ...
