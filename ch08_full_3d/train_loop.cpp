@@ -201,10 +201,6 @@ void check_fresh_checkpoint_dir(const TrainerConfig& c) {
   }
 }
 
-}  // namespace
-
-namespace {
-
 // What one rank's run keeps besides the model: its log and its spans.
 struct RankRun {
   Trainer& t;
