@@ -16,14 +16,16 @@ namespace {
 
 constexpr std::int64_t kBlock = 1024;
 
-template <class Acc> void combine(Acc* acc, const Acc* x, std::int64_t n, ReduceOp op) {
+// out[i] = a[i] op b[i]: the one loop every reduction here runs. out may alias a or b; with
+// the op chosen outside the loop the compiler vectorises both.
+template <class T> void combine(const T* a, const T* b, T* out, std::int64_t n, ReduceOp op) {
   if (op == ReduceOp::kSum) {
-    for (std::int64_t i = 0; i < n; ++i) acc[i] += x[i];
+    for (std::int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
     return;
   }
   // Max: a NaN anywhere wins, so a found-inf flag reduced with max can never be lost.
   for (std::int64_t i = 0; i < n; ++i) {
-    if (!std::isnan(acc[i]) && (std::isnan(x[i]) || x[i] > acc[i])) acc[i] = x[i];
+    out[i] = !std::isnan(a[i]) && (std::isnan(b[i]) || b[i] > a[i]) ? b[i] : a[i];
   }
 }
 
@@ -38,7 +40,7 @@ void reduce_block(std::span<const std::byte* const> srcs, std::span<std::byte* c
   convert(srcs[0], dtype, acc, kAccType<Acc>, static_cast<std::size_t>(n));
   for (std::size_t r = 1; r < srcs.size(); ++r) {
     convert(srcs[r], dtype, x, kAccType<Acc>, static_cast<std::size_t>(n));
-    combine(acc, x, n, op);
+    combine(acc, x, acc, n, op);
   }
   // Round once into the first destination, then copy: every rank gets the same bits.
   convert(acc, kAccType<Acc>, dsts[0], dtype, static_cast<std::size_t>(n), Saturation::kNoSat);
@@ -47,7 +49,45 @@ void reduce_block(std::span<const std::byte* const> srcs, std::span<std::byte* c
   }
 }
 
+// combine_elements for mixed or narrow dtypes: blocks converted into Acc on the stack.
+template <class Acc>
+void combine_converted(const std::byte* a, DType a_dtype, const std::byte* b, DType b_dtype,
+                       std::byte* out, DType out_dtype, std::int64_t count, ReduceOp op) {
+  Acc x[kBlock];
+  Acc y[kBlock];
+  for (std::int64_t begin = 0; begin < count; begin += kBlock) {
+    const std::int64_t n = std::min(kBlock, count - begin);
+    const auto un = static_cast<std::size_t>(n);
+    const auto at = [&](DType dt) { return static_cast<std::size_t>(begin) * dtype_size(dt); };
+    convert(a + at(a_dtype), a_dtype, x, kAccType<Acc>, un);
+    convert(b + at(b_dtype), b_dtype, y, kAccType<Acc>, un);
+    combine(x, y, x, n, op);
+    convert(x, kAccType<Acc>, out + at(out_dtype), out_dtype, un, Saturation::kNoSat);
+  }
+}
+
+template <class T>
+void combine_direct(const std::byte* a, const std::byte* b, std::byte* out, std::int64_t count,
+                    ReduceOp op) {
+  combine(reinterpret_cast<const T*>(a), reinterpret_cast<const T*>(b),
+          reinterpret_cast<T*>(out), count, op);
+}
+
 }  // namespace
+
+void combine_elements(const std::byte* a, DType a_dtype, const std::byte* b, DType b_dtype,
+                      std::byte* out, DType out_dtype, std::int64_t count, ReduceOp op) {
+  if (count <= 0) return;
+  // All three already in the accumulator's type (every FP32 gradient all-reduce): one pass,
+  // no conversions. The same bits as the converted path, which would only copy.
+  const bool same = a_dtype == b_dtype && b_dtype == out_dtype;
+  const bool any_f64 =
+      a_dtype == DType::kF64 || b_dtype == DType::kF64 || out_dtype == DType::kF64;
+  if (same && a_dtype == DType::kF32) combine_direct<float>(a, b, out, count, op);
+  else if (same && a_dtype == DType::kF64) combine_direct<double>(a, b, out, count, op);
+  else if (any_f64) combine_converted<double>(a, a_dtype, b, b_dtype, out, out_dtype, count, op);
+  else combine_converted<float>(a, a_dtype, b, b_dtype, out, out_dtype, count, op);
+}
 
 void reduce_elements(std::span<const std::byte* const> srcs, std::span<std::byte* const> dsts,
                      std::int64_t count, DType dtype, ReduceOp op) {
