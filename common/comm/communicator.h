@@ -91,6 +91,8 @@ class Communicator {
   virtual void send(const Tensor& t, int dst, int tag = 0) = 0;
   virtual void recv(Tensor& t, int src, int tag = 0) = 0;
   // One step of a ring: send to dst and receive from src at once (safe for every backend).
+  // Returns when recv_t holds the message and send_t may be reused, which can mean once dst
+  // has received (MPI_Sendrecv's blocking semantics); the two buffers must not overlap.
   virtual void sendrecv(const Tensor& send_t, int dst, Tensor& recv_t, int src, int tag = 0) = 0;
 
   // Collectives: every rank of the group calls them in the same order with the same sizes

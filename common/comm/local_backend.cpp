@@ -28,6 +28,16 @@ void require_same_dtype(const Tensor& in, const Tensor& out, const char* what) {
   }
 }
 
+// The receiver reads a sendrecv's send buffer while the sender's own receive writes its
+// receive buffer, so the two must not share a byte (MPI_Sendrecv asks the same).
+void require_disjoint(const Tensor& a, const Tensor& b, const char* what) {
+  if (!a.is_cpu() || !b.is_cpu() || a.nbytes() == 0 || b.nbytes() == 0) return;
+  const std::byte *a0 = bytes_of(a), *b0 = bytes_of(b);
+  if (a0 < b0 + b.nbytes() && b0 < a0 + a.nbytes()) {
+    throw std::invalid_argument(std::string(what) + ": the send and receive buffers overlap");
+  }
+}
+
 // Pointers to element `offset` of every rank's input (or output) buffer, in rank order.
 std::vector<std::byte*> rank_pointers(const local::Slot& s, bool outputs, std::int64_t offset,
                                       DType dtype) {
@@ -62,20 +72,37 @@ Tensor LocalCommunicator::host_copy(const Tensor& t) const {
 }
 
 // ---- Point to point
+//
+// An eager send() copies the message into the network's memory and returns: MPI's eager
+// protocol. A synchronous send() and every sendrecv() lend the sender's own buffer instead,
+// MPI's rendezvous protocol: the receiver copies straight out of it and the sender returns
+// once it has, so each byte is copied once, not twice. Device tensors go through a host copy.
 
 void LocalCommunicator::send(const Tensor& t, int dst, int tag) {
   require_defined(t, "send");
   const int to = world_peer(dst, "send");
-  const std::uint64_t id = fabric_->post(group_, world_rank(), to, tag, host_copy(t));
-  if (fabric_->synchronous_sends()) fabric_->await_taken(group_, world_rank(), to, tag, id);
+  if (fabric_->synchronous_sends()) {
+    const Tensor host = t.is_cpu() ? t : host_copy(t);
+    const std::uint64_t id = fabric_->lend(group_, world_rank(), to, tag, host);
+    fabric_->await_copied(group_, world_rank(), to, tag, id);
+  } else {
+    fabric_->post(group_, world_rank(), to, tag, host_copy(t));
+  }
   traffic_.record("send", t.nbytes(), 0);
 }
 
 void LocalCommunicator::receive_into(Tensor& t, int src, int tag) {
   require_defined(t, "recv");
-  const Tensor payload =
-      fabric_->take(group_, world_peer(src, "recv"), world_rank(), tag, t.numel(), t.dtype());
-  if (t.numel() > 0) t.copy_from(payload);
+  const int from = world_peer(src, "recv");
+  if (!t.is_cpu()) {
+    Tensor h = Tensor::empty(t.shape(), t.dtype(), MemCategory::kCommBuffers, Device::kCPU,
+                             &fabric_->network_ledger());
+    receive_into(h, src, tag);
+    t.copy_from(h);
+    return;
+  }
+  const local::Delivery d = fabric_->take(group_, from, world_rank(), tag, t.numel(), t.dtype());
+  local::copy_bytes(bytes_of(t), d.data(), t.nbytes());
 }
 
 void LocalCommunicator::recv(Tensor& t, int src, int tag) {
@@ -85,12 +112,21 @@ void LocalCommunicator::recv(Tensor& t, int src, int tag) {
 
 void LocalCommunicator::sendrecv(const Tensor& send_t, int dst, Tensor& recv_t, int src, int tag) {
   require_defined(send_t, "sendrecv");
-  // Posting before receiving, and waiting for a synchronous send only after, is what makes
-  // a ring of sendrecvs safe: every rank's message is out before anyone waits.
+  require_defined(recv_t, "sendrecv");
+  require_disjoint(send_t, recv_t, "sendrecv");
   const int to = world_peer(dst, "sendrecv");
-  const std::uint64_t id = fabric_->post(group_, world_rank(), to, tag, host_copy(send_t));
-  receive_into(recv_t, src, tag);
-  if (fabric_->synchronous_sends()) fabric_->await_taken(group_, world_rank(), to, tag, id);
+  world_peer(src, "sendrecv");
+  // Lending before receiving, and waiting for our receiver only after, is what makes a ring
+  // of sendrecvs safe: every rank's message is out before anyone waits.
+  const Tensor host = send_t.is_cpu() ? send_t : host_copy(send_t);
+  const std::uint64_t id = fabric_->lend(group_, world_rank(), to, tag, host);
+  try {
+    receive_into(recv_t, src, tag);
+  } catch (...) {
+    fabric_->withdraw(group_, world_rank(), to, tag, id);  // before `host` can be freed
+    throw;
+  }
+  fabric_->await_copied(group_, world_rank(), to, tag, id);
   traffic_.record("sendrecv", send_t.nbytes(), recv_t.nbytes());
 }
 

@@ -18,10 +18,12 @@ struct LocalOptions {
   // every rank is; <= 0 turns the watchdog off. Deadlocks (every unfinished rank waiting for
   // something no one will send) are reported at once either way.
   double watchdog_seconds = 60.0;
-  // By default send() queues the message and returns (unbounded buffering, like an eager MPI
-  // send). Synchronous sends return only once the receiver has taken the message, as NCCL's
-  // do: two ranks that both send to each other first then deadlock (and are reported), which
-  // shows a pipeline schedule that only works thanks to buffering. sendrecv() is safe in both.
+  // By default send() copies the message into a queue and returns (unbounded buffering, like
+  // an eager MPI send). Synchronous sends return only once the receiver has copied the message
+  // straight out of the sender's buffer, as NCCL's do: two ranks that both send to each other
+  // first then deadlock (and are reported), which shows a pipeline schedule that only works
+  // thanks to buffering. sendrecv() always works that way (one copy per byte), and is safe in
+  // both modes: it lends its send buffer before it waits for anything.
   bool synchronous_sends = false;
 };
 

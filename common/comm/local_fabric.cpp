@@ -120,13 +120,38 @@ void Fabric::block(std::unique_lock<std::mutex>& lock, int me, Ready ready) {
 
 // ---- Point to point
 
-std::uint64_t Fabric::post(int group, int src, int dst, int tag, Tensor payload) {
+Delivery::Delivery(Delivery&& o) noexcept
+    : lender_fabric_(std::exchange(o.lender_fabric_, nullptr)),
+      src_(o.src_),
+      id_(o.id_),
+      copy_(std::move(o.copy_)),
+      data_(o.data_) {}
+
+Delivery::~Delivery() {
+  if (lender_fabric_) lender_fabric_->copied(src_, id_);
+}
+
+std::uint64_t Fabric::queue(const MailKey& key, Message m) {
+  const std::uint64_t id = m.id = next_message_++;
+  mail_[key].push_back(std::move(m));
+  cv_[static_cast<std::size_t>(std::get<2>(key))].notify_all();
+  return id;
+}
+
+std::uint64_t Fabric::post(int group, int src, int dst, int tag, Tensor copy) {
   std::lock_guard lock(mu_);
   throw_if_aborted();
-  const std::uint64_t id = next_message_++;
-  mail_[{group, src, dst, tag}].push_back({std::move(payload), id});
-  cv_[static_cast<std::size_t>(dst)].notify_all();
-  return id;
+  const auto* data = static_cast<const std::byte*>(copy.data());
+  const std::int64_t count = copy.numel();
+  const DType dtype = copy.dtype();
+  return queue({group, src, dst, tag}, {0, count, dtype, data, std::move(copy), false});
+}
+
+std::uint64_t Fabric::lend(int group, int src, int dst, int tag, const Tensor& buffer) {
+  std::lock_guard lock(mu_);
+  throw_if_aborted();
+  const auto* data = static_cast<const std::byte*>(buffer.data());
+  return queue({group, src, dst, tag}, {0, buffer.numel(), buffer.dtype(), data, Tensor(), true});
 }
 
 bool Fabric::taken(const MailKey& key, std::uint64_t id) const {
@@ -134,27 +159,58 @@ bool Fabric::taken(const MailKey& key, std::uint64_t id) const {
   return it == mail_.end() || it->second.front().id > id;
 }
 
-void Fabric::await_taken(int group, int src, int dst, int tag, std::uint64_t id) {
-  std::unique_lock lock(mu_);
-  const MailKey key{group, src, dst, tag};
-  if (taken(key, id)) return;
-  throw_if_aborted();
-  RankStatus& s = status_[static_cast<std::size_t>(src)];
-  s.phase = Phase::kSend;
-  s.group = group;
-  s.peer = dst;
-  s.tag = tag;
-  s.message = id;
-  const std::deque<Message>& queue = mail_.at(key);
-  const auto mine =
-      std::find_if(queue.begin(), queue.end(), [&](const Message& m) { return m.id == id; });
-  s.count = mine->payload.numel();
-  s.dtype = mine->payload.dtype();
-  PhaseGuard guard{s};
-  block(lock, src, [&] { return taken(key, id); });
+void Fabric::remove_if_queued(const MailKey& key, std::uint64_t id) {
+  const auto it = mail_.find(key);
+  if (it == mail_.end()) return;
+  std::deque<Message>& q = it->second;
+  q.erase(std::remove_if(q.begin(), q.end(), [&](const Message& m) { return m.id == id; }),
+          q.end());
+  if (q.empty()) mail_.erase(it);
 }
 
-Tensor Fabric::take(int group, int src, int dst, int tag, std::int64_t count, DType dtype) {
+void Fabric::copied(int src, std::uint64_t id) {
+  std::lock_guard lock(mu_);
+  being_copied_.erase(id);
+  cv_[static_cast<std::size_t>(src)].notify_all();
+}
+
+void Fabric::await_copied(int group, int src, int dst, int tag, std::uint64_t id) {
+  std::unique_lock lock(mu_);
+  const MailKey key{group, src, dst, tag};
+  RankStatus& s = status_[static_cast<std::size_t>(src)];
+  if (!taken(key, id)) {
+    const std::deque<Message>& q = mail_.at(key);
+    const auto mine =
+        std::find_if(q.begin(), q.end(), [&](const Message& m) { return m.id == id; });
+    s.phase = Phase::kSend;
+    s.group = group;
+    s.peer = dst;
+    s.tag = tag;
+    s.message = id;
+    s.count = mine->count;
+    s.dtype = mine->dtype;
+    PhaseGuard guard{s};
+    try {
+      block(lock, src, [&] { return taken(key, id); });
+    } catch (...) {
+      remove_if_queued(key, id);  // the world failed first: no one may read the buffer later
+      throw;
+    }
+  }
+  // Taken: the receiver is copying out of our buffer (or has). It never blocks while it does,
+  // so wait without a deadline and whatever else happens; returning earlier would let the
+  // caller free or overwrite memory that is being read.
+  cv_[static_cast<std::size_t>(src)].wait(lock, [&] { return being_copied_.count(id) == 0; });
+  throw_if_aborted();  // e.g. the receiver found a mismatch: the sender hears of it too
+}
+
+void Fabric::withdraw(int group, int src, int dst, int tag, std::uint64_t id) noexcept {
+  std::unique_lock lock(mu_);
+  remove_if_queued({group, src, dst, tag}, id);
+  cv_[static_cast<std::size_t>(src)].wait(lock, [&] { return being_copied_.count(id) == 0; });
+}
+
+Delivery Fabric::take(int group, int src, int dst, int tag, std::int64_t count, DType dtype) {
   std::unique_lock lock(mu_);
   throw_if_aborted();
   RankStatus& s = status_[static_cast<std::size_t>(dst)];
@@ -168,21 +224,30 @@ Tensor Fabric::take(int group, int src, int dst, int tag, std::int64_t count, DT
   const MailKey key{group, src, dst, tag};
   block(lock, dst, [&] { return mail_.count(key) != 0; });
   const auto it = mail_.find(key);
-  Tensor payload = std::move(it->second.front().payload);
+  Message m = std::move(it->second.front());
   it->second.pop_front();
   if (it->second.empty()) mail_.erase(it);
-  cv_[static_cast<std::size_t>(src)].notify_all();  // a synchronous sender waits for this
-  if (payload.numel() != count || payload.dtype() != dtype) fail(recv_mismatch(s, dst, payload));
-  return payload;
+  cv_[static_cast<std::size_t>(src)].notify_all();  // a waiting sender sees it taken
+  if (m.count != count || m.dtype != dtype) fail(recv_mismatch(s, dst, m));
+  Delivery d;
+  d.src_ = src;
+  d.id_ = m.id;
+  d.data_ = m.data;
+  d.copy_ = std::move(m.copy);
+  if (m.lent) {  // the sender now waits for d's destruction
+    being_copied_.insert(m.id);
+    d.lender_fabric_ = this;
+  }
+  return d;
 }
 
-std::string Fabric::recv_mismatch(const RankStatus& s, int dst, const Tensor& payload) const {
+std::string Fabric::recv_mismatch(const RankStatus& s, int dst, const Message& m) const {
   const std::string tag = " (tag " + std::to_string(s.tag) + ")";
   const std::string in = s.group == 0 ? "" : " in " + group_name(s.group);
   return "send/recv mismatch" + in + ": rank " + std::to_string(s.peer) + " sent " +
-         count_str(payload.numel(), payload.dtype()) + " to rank " + std::to_string(dst) + tag +
-         ", but rank " + std::to_string(dst) + " receives " + count_str(s.count, s.dtype) +
-         " from rank " + std::to_string(s.peer) + tag;
+         count_str(m.count, m.dtype) + " to rank " + std::to_string(dst) + tag + ", but rank " +
+         std::to_string(dst) + " receives " + count_str(s.count, s.dtype) + " from rank " +
+         std::to_string(s.peer) + tag;
 }
 
 // ---- Collectives

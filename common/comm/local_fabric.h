@@ -2,6 +2,7 @@
 // one rendezvous slot per collective call, what each rank is doing, and the checks that turn
 // an inconsistent or stuck world into a CommError on every rank: mismatch, deadlock,
 // watchdog, failure of a rank. One mutex guards it all; each rank sleeps on its own condvar.
+// Data is never copied under the mutex: a receiver copies after take() returns.
 #pragma once
 
 #include <chrono>
@@ -13,6 +14,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -69,6 +71,29 @@ struct Ticket {
   std::shared_ptr<Slot> slot;
 };
 
+class Fabric;
+
+// A message taken out of the mailbox, its bytes readable for as long as this lives. An eager
+// message owns a copy of the sender's data; a lent one is the sender's own buffer, and the
+// sender waits in Fabric::await_copied until the receiver has destroyed this Delivery (that
+// wait is what makes reading another rank's memory safe: MPI's rendezvous protocol).
+class Delivery {
+ public:
+  Delivery() = default;
+  Delivery(Delivery&& o) noexcept;
+  Delivery& operator=(Delivery&&) = delete;
+  ~Delivery();  // a lent message: tells the sender its buffer is free again
+  const std::byte* data() const { return data_; }
+
+ private:
+  friend class Fabric;
+  Fabric* lender_fabric_ = nullptr;  // set while a lent buffer is being read
+  int src_ = -1;                     // the sender (world rank)
+  std::uint64_t id_ = 0;
+  Tensor copy_;                      // an eager message's data
+  const std::byte* data_ = nullptr;  // copy_'s bytes or the sender's buffer
+};
+
 class Fabric {
  public:
   Fabric(int world_size, double watchdog_seconds, bool synchronous_sends);
@@ -77,13 +102,23 @@ class Fabric {
   MemoryLedger& network_ledger() { return *network_; }
   std::vector<int> members(int group);  // world ranks, by group rank
 
-  // Point to point between world ranks. post() queues a message and returns its id at once;
-  // take() blocks until a message is there; await_taken() blocks until the receiver took it
-  // (synchronous sends).
+  // Point to point between world ranks; messages of one (group, src, dst, tag) are taken in
+  // the order they were queued. post() queues an eager message that owns its data and returns
+  // at once. lend() queues the sender's own CPU buffer instead, and the sender must then call
+  // await_copied() (or withdraw() when unwinding) before touching or freeing it: the receiver
+  // copies straight out of it, so each byte is copied once instead of twice.
+  // take() blocks until a message is there and checks its count and dtype against what the
+  // receiver expects (a mismatch is a CommError naming both ranks).
   bool synchronous_sends() const { return synchronous_sends_; }
-  std::uint64_t post(int group, int src, int dst, int tag, Tensor payload);
-  Tensor take(int group, int src, int dst, int tag, std::int64_t count, DType dtype);
-  void await_taken(int group, int src, int dst, int tag, std::uint64_t id);
+  std::uint64_t post(int group, int src, int dst, int tag, Tensor copy);
+  std::uint64_t lend(int group, int src, int dst, int tag, const Tensor& buffer);
+  Delivery take(int group, int src, int dst, int tag, std::int64_t count, DType dtype);
+  // Blocks until the receiver has copied lent message `id` out of the sender's buffer. If the
+  // world fails before the receiver took it, the message is withdrawn and this throws.
+  void await_copied(int group, int src, int dst, int tag, std::uint64_t id);
+  // For a sender leaving on an exception: after this no receiver can read the lent buffer
+  // (withdrawn if still queued; if being copied, waits for the copy, which never blocks).
+  void withdraw(int group, int src, int dst, int tag, std::uint64_t id) noexcept;
 
   // arrive() registers this rank's call and blocks until the whole group has arrived;
   // finish() marks this rank's share of the data movement done and waits for the others'.
@@ -110,7 +145,7 @@ class Fabric {
     int tag = 0;
     std::int64_t count = 0;     // send, recv
     DType dtype = DType::kF32;  // send, recv
-    std::uint64_t message = 0;  // send: the id of the message not yet taken
+    std::uint64_t message = 0;  // send: the id of the lent message not yet copied
     std::int64_t seq = 0;       // collective call number
     CallDesc desc;              // collective
   };
@@ -121,10 +156,15 @@ class Fabric {
   };
   using MailKey = std::tuple<int, int, int, int>;  // group, src, dst, tag
   struct Message {
-    Tensor payload;
     std::uint64_t id;  // increasing: a queue is taken from the front, so taken = id < front's
+    std::int64_t count;
+    DType dtype;
+    const std::byte* data;  // copy's bytes (eager) or the sender's buffer (lent)
+    Tensor copy;            // eager only
+    bool lent;
   };
   using Clock = std::chrono::steady_clock;
+  friend class Delivery;
   struct PhaseGuard;  // restores a rank's phase when a blocking call returns or throws
 
   template <class Ready>
@@ -134,11 +174,14 @@ class Fabric {
   void abort(std::string reason);
   void check_deadlock();
   bool stuck(int rank) const;
+  std::uint64_t queue(const MailKey& key, Message m);
   bool taken(const MailKey& key, std::uint64_t id) const;
+  void remove_if_queued(const MailKey& key, std::uint64_t id);
+  void copied(int src, std::uint64_t id);  // Delivery's destructor: the lent buffer is free
   std::string where(int rank) const;   // "rank 0 waits in recv(from 1, tag 0, 4 x f32)"
   std::string report() const;          // where() of every rank
   std::string group_name(int group) const;
-  std::string recv_mismatch(const RankStatus& s, int dst, const Tensor& payload) const;
+  std::string recv_mismatch(const RankStatus& s, int dst, const Message& m) const;
   void check_agreement(int group, std::int64_t seq, const Slot& slot, int group_rank,
                        const CallDesc& d);
   void make_split(int group, Slot& slot);
@@ -151,6 +194,7 @@ class Fabric {
   std::unique_ptr<MemoryLedger> network_;  // in-flight messages and device staging copies
   std::deque<Group> groups_;  // by id, 0 is the world; a deque keeps references stable
   std::map<MailKey, std::deque<Message>> mail_;
+  std::set<std::uint64_t> being_copied_;  // lent messages taken, whose copy is not done yet
   std::uint64_t next_message_ = 0;
   Clock::duration watchdog_;  // zero: no watchdog
   double watchdog_seconds_;
