@@ -227,7 +227,6 @@ Delivery Fabric::take(int group, int src, int dst, int tag, std::int64_t count, 
   Message m = std::move(it->second.front());
   it->second.pop_front();
   if (it->second.empty()) mail_.erase(it);
-  cv_[static_cast<std::size_t>(src)].notify_all();  // a waiting sender sees it taken
   if (m.count != count || m.dtype != dtype) fail(recv_mismatch(s, dst, m));
   Delivery d;
   d.src_ = src;
