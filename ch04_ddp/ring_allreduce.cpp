@@ -1,7 +1,8 @@
 // The ring on sendrecv. A reduce-scatter step s sends chunk r-s and receives chunk r-s-1,
-// adding its own values to it; an all-gather step s sends chunk r+1-s and receives chunk r-s.
-// Partial results live in two slice-sized scratch buffers (kCommBuffers), never in the
-// caller's buffer, so only the owned chunk of it changes during the reduce-scatter.
+// adding its own values to it (sendrecv_reduce); an all-gather step s sends chunk r+1-s and
+// receives chunk r-s (sendrecv). Partial results live in slice-sized scratch buffers
+// (kCommBuffers), never in the caller's buffer, so only the owned chunk of it changes during
+// the reduce-scatter.
 #include "ring_allreduce.h"
 
 #include <algorithm>
@@ -53,13 +54,16 @@ Ring make_ring(Communicator& comm, std::int64_t numel, DType dt, int shift,
   return g;
 }
 
-// Slice-sized buffers in the wire dtype: what is received, and the partial result sent next.
+// Slice-sized buffers in the wire dtype. Partial results alternate between two: a hop writes
+// the next partial result into one while its neighbour may still be reading the one it sent.
+// `arrived` is where a message lands when it is received before being added (see reduce_hop).
 struct Scratch {
-  Tensor send, recv;
+  Tensor partial[2], arrived;
   Scratch(const Ring& g, DType wire) {
     const std::int64_t n = std::min(g.slice_elems, ring_chunk(g.numel, g.n, 0).count);
-    send = Tensor::empty({n}, wire, MemCategory::kCommBuffers);
-    recv = Tensor::empty({n}, wire, MemCategory::kCommBuffers);
+    for (Tensor* t : {&partial[0], &partial[1], &arrived}) {
+      *t = Tensor::empty({n}, wire, MemCategory::kCommBuffers);
+    }
   }
 };
 
@@ -96,6 +100,20 @@ void require_cpu(const Tensor& t, const char* what) {
   }
 }
 
+// One reduce-scatter hop: send ours on, and out = what arrives op own. sendrecv_reduce adds as
+// it receives (NCCL's recvReduceSend; the local backend reads the neighbour's slice in place,
+// so the hop makes one pass over memory). A traced run receives into `got` and adds in a second
+// pass instead, so that the trace can show what arrived.
+void reduce_hop(const Ring& g, const Tensor& send, Tensor& got, const Tensor& own, Tensor& out,
+                ReduceOp op, const RingOptions& o) {
+  if (o.trace) {
+    g.comm->sendrecv(send, g.next, got, g.prev, o.tag);
+    hop_combine(got, own, out, op);
+  } else {
+    g.comm->sendrecv_reduce(send, g.next, got, g.prev, own, out, op, o.tag);
+  }
+}
+
 // Reduce-scatter of slice j: src holds this rank's values; the owned slice's reduction is
 // written to dst at (index - dst_offset).
 void reduce_scatter_slice(const Ring& g, int j, const Tensor& src, Tensor& dst,
@@ -104,18 +122,17 @@ void reduce_scatter_slice(const Ring& g, int j, const Tensor& src, Tensor& dst,
   for (int step = 0; step < g.n - 1; ++step) {
     const ChunkRange sc = g.slice(g.r - step, j);
     const ChunkRange rc = g.slice(g.r - step - 1, j);
-    Tensor send = s.send.flat_slice(0, sc.count);
+    Tensor send = s.partial[step % 2].flat_slice(0, sc.count);
     if (step == 0) {
       // Our own values go out first: straight from the buffer unless the wire is wider.
       if (src.dtype() == send.dtype()) send = view(src, sc);
       else send.copy_from(view(src, sc));
     }
-    Tensor got = s.recv.flat_slice(0, rc.count);
-    g.comm->sendrecv(send, g.next, got, g.prev, o.tag);
     const bool last = step == g.n - 2;
     Tensor out = last ? dst.flat_slice(rc.begin - dst_offset, rc.count)
-                      : s.send.flat_slice(0, rc.count);
-    hop_combine(got, view(src, rc), out, op);
+                      : s.partial[(step + 1) % 2].flat_slice(0, rc.count);
+    Tensor got = s.arrived.flat_slice(0, rc.count);
+    reduce_hop(g, send, got, view(src, rc), out, op, o);
     record(o,
            event("reduce-scatter", step, g.r, g.next, g.prev, mod(g.r - step + g.shift, g.n),
                  mod(g.r - step - 1 + g.shift, g.n)),

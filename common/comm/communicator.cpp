@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "comm/local_kernels.h"
+
 namespace mixpar {
 
 std::string_view reduce_op_name(ReduceOp op) {
@@ -38,6 +40,28 @@ TrafficTotals all_reduce_traffic(std::int64_t numel, DType dtype, int size, int 
   t.bytes_sent = twice - chunk_bytes(rank + 1) - chunk_bytes(rank + 2);
   t.bytes_received = twice - chunk_bytes(rank) - chunk_bytes(rank + 1);
   return t;
+}
+
+void Communicator::check_reduce_hop(const Tensor& recv_t, const Tensor& own, const Tensor& out) {
+  for (const Tensor* t : {&recv_t, &own, &out}) {
+    if (!t->defined() || !t->is_cpu()) {
+      throw std::invalid_argument("sendrecv_reduce: the reduction runs on host tensors");
+    }
+  }
+  if (own.numel() != recv_t.numel() || out.numel() != recv_t.numel()) {
+    throw std::invalid_argument("sendrecv_reduce: " + std::to_string(recv_t.numel()) +
+                                " elements received, " + std::to_string(own.numel()) +
+                                " own, " + std::to_string(out.numel()) + " out");
+  }
+}
+
+void Communicator::sendrecv_reduce(const Tensor& send_t, int dst, Tensor& recv_t, int src,
+                                   const Tensor& own, Tensor& out, ReduceOp op, int tag) {
+  check_reduce_hop(recv_t, own, out);
+  sendrecv(send_t, dst, recv_t, src, tag);
+  const auto bytes = [](const Tensor& t) { return static_cast<std::byte*>(t.data()); };
+  local::combine_elements(bytes(recv_t), recv_t.dtype(), bytes(own), own.dtype(), bytes(out),
+                          out.dtype(), out.numel(), op);
 }
 
 }  // namespace mixpar

@@ -37,6 +37,7 @@ class CommError : public std::runtime_error {
 //   all_gather      sent = received = (N-1)/N * output bytes
 //   broadcast       root sends B, every other rank receives B (nothing moves when N = 1)
 //   send / recv     the message bytes on the side that moves them; sendrecv records both
+//                   (and so does sendrecv_reduce, recorded as "sendrecv")
 //   barrier, split  a call, no bytes
 // The op names recorded are exactly the method names above ("all_reduce", "sendrecv", ...).
 // A backend built from send/recv (chapter 4's ring) is simply charged for its sends and recvs.
@@ -94,6 +95,16 @@ class Communicator {
   // Returns when recv_t holds the message and send_t may be reused, which can mean once dst
   // has received (MPI_Sendrecv's blocking semantics); the two buffers must not overlap.
   virtual void sendrecv(const Tensor& send_t, int dst, Tensor& recv_t, int src, int tag = 0) = 0;
+  // One reduce-scatter hop of a ring, NCCL's recvReduceSend: send send_t to dst and set
+  //   out = (src's message) op own
+  // with local::combine_elements' arithmetic (FP32 accumulation, double with f64, one rounding
+  // into out's dtype). recv_t says what src sends (count and dtype) and is where this default,
+  // sendrecv then combine, lands it; a backend that can read the sender's memory (the local
+  // one) adds straight out of the sender's buffer in one pass and leaves recv_t untouched.
+  // Host tensors; own, out and recv_t have the same numel; out must not overlap send_t.
+  // Traffic: recorded as the sendrecv it is.
+  virtual void sendrecv_reduce(const Tensor& send_t, int dst, Tensor& recv_t, int src,
+                               const Tensor& own, Tensor& out, ReduceOp op, int tag = 0);
 
   // Collectives: every rank of the group calls them in the same order with the same sizes
   // and dtypes; a mismatch is a CommError naming the ranks and their calls.
@@ -118,6 +129,9 @@ class Communicator {
   const TrafficRecorder& traffic() const { return traffic_; }
 
  protected:
+  // sendrecv_reduce's preconditions on its receiving side; throws std::invalid_argument.
+  static void check_reduce_hop(const Tensor& recv_t, const Tensor& own, const Tensor& out);
+
   TrafficRecorder traffic_;
 };
 

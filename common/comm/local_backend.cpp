@@ -29,12 +29,12 @@ void require_same_dtype(const Tensor& in, const Tensor& out, const char* what) {
 }
 
 // The receiver reads a sendrecv's send buffer while the sender's own receive writes its
-// receive buffer, so the two must not share a byte (MPI_Sendrecv asks the same).
+// receive (or reduce) buffer, so the two must not share a byte (MPI_Sendrecv asks the same).
 void require_disjoint(const Tensor& a, const Tensor& b, const char* what) {
   if (!a.is_cpu() || !b.is_cpu() || a.nbytes() == 0 || b.nbytes() == 0) return;
   const std::byte *a0 = bytes_of(a), *b0 = bytes_of(b);
   if (a0 < b0 + b.nbytes() && b0 < a0 + a.nbytes()) {
-    throw std::invalid_argument(std::string(what) + ": the send and receive buffers overlap");
+    throw std::invalid_argument(std::string(what) + ": the buffer sent overlaps the buffer written");
   }
 }
 
@@ -110,23 +110,55 @@ void LocalCommunicator::recv(Tensor& t, int src, int tag) {
   traffic_.record("recv", 0, t.nbytes());
 }
 
+// Lends send_t (a host tensor) to dst, takes src's message and lets use(bytes) read it in
+// place, then waits until dst has read send_t. Lending before receiving, and waiting for our
+// receiver only after, is what makes a ring of these safe: every message is out before anyone
+// waits. Leaving on an exception withdraws the loan first, so no one reads a freed buffer.
+template <class Use>
+void LocalCommunicator::exchange(const Tensor& send_t, int dst, int src, int tag,
+                                 std::int64_t count, DType dtype, Use&& use) {
+  const int to = world_peer(dst, "sendrecv");
+  const int from = world_peer(src, "sendrecv");
+  const std::uint64_t id = fabric_->lend(group_, world_rank(), to, tag, send_t);
+  try {
+    const local::Delivery d = fabric_->take(group_, from, world_rank(), tag, count, dtype);
+    use(d.data());
+  } catch (...) {
+    fabric_->withdraw(group_, world_rank(), to, tag, id);
+    throw;
+  }
+  fabric_->await_copied(group_, world_rank(), to, tag, id);
+}
+
 void LocalCommunicator::sendrecv(const Tensor& send_t, int dst, Tensor& recv_t, int src, int tag) {
   require_defined(send_t, "sendrecv");
   require_defined(recv_t, "sendrecv");
   require_disjoint(send_t, recv_t, "sendrecv");
-  const int to = world_peer(dst, "sendrecv");
-  world_peer(src, "sendrecv");
-  // Lending before receiving, and waiting for our receiver only after, is what makes a ring
-  // of sendrecvs safe: every rank's message is out before anyone waits.
-  const Tensor host = send_t.is_cpu() ? send_t : host_copy(send_t);
-  const std::uint64_t id = fabric_->lend(group_, world_rank(), to, tag, host);
-  try {
-    receive_into(recv_t, src, tag);
-  } catch (...) {
-    fabric_->withdraw(group_, world_rank(), to, tag, id);  // before `host` can be freed
-    throw;
+  const Tensor host_send = send_t.is_cpu() ? send_t : host_copy(send_t);
+  Tensor host_recv = recv_t.is_cpu() ? recv_t
+                                     : Tensor::empty(recv_t.shape(), recv_t.dtype(),
+                                                     MemCategory::kCommBuffers, Device::kCPU,
+                                                     &fabric_->network_ledger());
+  exchange(host_send, dst, src, tag, host_recv.numel(), host_recv.dtype(),
+           [&](const std::byte* data) {
+             local::copy_bytes(bytes_of(host_recv), data, host_recv.nbytes());
+           });
+  if (!recv_t.is_cpu()) recv_t.copy_from(host_recv);
+  traffic_.record("sendrecv", send_t.nbytes(), recv_t.nbytes());
+}
+
+void LocalCommunicator::sendrecv_reduce(const Tensor& send_t, int dst, Tensor& recv_t, int src,
+                                        const Tensor& own, Tensor& out, ReduceOp op, int tag) {
+  require_defined(send_t, "sendrecv_reduce");
+  check_reduce_hop(recv_t, own, out);
+  if (!send_t.is_cpu()) {
+    throw std::invalid_argument("sendrecv_reduce: the reduction runs on host tensors");
   }
-  fabric_->await_copied(group_, world_rank(), to, tag, id);
+  require_disjoint(send_t, out, "sendrecv_reduce");  // dst reads one while we write the other
+  exchange(send_t, dst, src, tag, recv_t.numel(), recv_t.dtype(), [&](const std::byte* data) {
+    local::combine_elements(data, recv_t.dtype(), bytes_of(own), own.dtype(), bytes_of(out),
+                            out.dtype(), out.numel(), op);
+  });
   traffic_.record("sendrecv", send_t.nbytes(), recv_t.nbytes());
 }
 

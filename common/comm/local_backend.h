@@ -46,6 +46,9 @@ class LocalCommunicator final : public Communicator {
   void send(const Tensor& t, int dst, int tag = 0) override;
   void recv(Tensor& t, int src, int tag = 0) override;
   void sendrecv(const Tensor& send_t, int dst, Tensor& recv_t, int src, int tag = 0) override;
+  // Adds straight out of src's buffer: one pass, recv_t untouched.
+  void sendrecv_reduce(const Tensor& send_t, int dst, Tensor& recv_t, int src, const Tensor& own,
+                       Tensor& out, ReduceOp op, int tag = 0) override;
 
   void barrier() override;
   void broadcast(Tensor& t, int root) override;
@@ -61,6 +64,8 @@ class LocalCommunicator final : public Communicator {
   int world_peer(int group_rank, const char* what) const;
   Tensor host_copy(const Tensor& t) const;  // CPU copy charged to the network ledger
   void receive_into(Tensor& t, int src, int tag);
+  template <class Use> void exchange(const Tensor& send_t, int dst, int src, int tag,
+                                     std::int64_t count, DType dtype, Use&& use);
   template <class Work> void collective(const local::CallDesc& d, const Tensor* in, Tensor* out,
                                         Work&& work);
 

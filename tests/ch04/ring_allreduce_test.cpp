@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -269,6 +270,60 @@ TEST(Ring, WorksOnASplitGroup) {
     group->all_reduce(want);
     EXPECT_TRUE(same_bits(t, want)) << "rank " << world.rank();
   });
+}
+
+// A backend without its own sendrecv_reduce (as MPI's): every call goes to the local one,
+// except that the reduce-scatter hop takes Communicator's default, receive then add.
+class ReceiveThenAdd final : public Communicator {
+ public:
+  explicit ReceiveThenAdd(Communicator& c) : c_(c) {}
+  int rank() const override { return c_.rank(); }
+  int size() const override { return c_.size(); }
+  std::string backend() const override { return c_.backend(); }
+  void send(const Tensor& t, int dst, int tag) override { c_.send(t, dst, tag); }
+  void recv(Tensor& t, int src, int tag) override { c_.recv(t, src, tag); }
+  void sendrecv(const Tensor& s, int dst, Tensor& r, int src, int tag) override {
+    c_.sendrecv(s, dst, r, src, tag);
+  }
+  void barrier() override { c_.barrier(); }
+  void broadcast(Tensor& t, int root) override { c_.broadcast(t, root); }
+  void all_reduce(Tensor& t, ReduceOp op) override { c_.all_reduce(t, op); }
+  void reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op) override {
+    c_.reduce_scatter(in, out, op);
+  }
+  void all_gather(const Tensor& in, Tensor& out) override { c_.all_gather(in, out); }
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    return c_.split(color, key);
+  }
+
+ private:
+  Communicator& c_;
+};
+
+// The local backend adds as it receives, the default receives then adds, a traced run takes
+// the second path too: the same bits every way, for per-hop rounding and FP32 partials.
+TEST(Ring, SameBitsWhetherTheHopAddsInPlaceOrAfterReceiving) {
+  for (int n : {2, 3, 5}) {
+    run_local(n, [&](Communicator& c) {
+      for (DType dt : {DType::kF32, DType::kBF16, DType::kF64}) {
+        for (RingAccumulation acc : {RingAccumulation::kPerHop, RingAccumulation::kFp32Partials}) {
+          const Tensor data = rank_data(c.rank(), 1031, dt);
+          Tensor in_place = data.clone(), received = data.clone(), traced = data.clone();
+          RingOptions o;
+          o.accumulation = acc;
+          o.slice_bytes = 64;  // several slices per chunk
+          ring_all_reduce(c, in_place, ReduceOp::kSum, o);
+          ReceiveThenAdd plain(c);
+          ring_all_reduce(plain, received, ReduceOp::kSum, o);
+          std::vector<RingEvent> events;
+          o.trace = &events;
+          ring_all_reduce(c, traced, ReduceOp::kSum, o);
+          EXPECT_TRUE(same_bits(in_place, received)) << "N=" << n << " " << dtype_name(dt);
+          EXPECT_TRUE(same_bits(in_place, traced)) << "N=" << n << " " << dtype_name(dt);
+        }
+      }
+    });
+  }
 }
 
 TEST(Ring, RefusesMismatchedBlocks) {

@@ -1,6 +1,6 @@
-// The local backend's rendezvous: sendrecv and synchronous sends lend the sender's buffer and
-// the receiver copies straight out of it (one copy per byte, nothing staged), the sender
-// returning only once that copy is done. And every guarantee of the two-copy version holds:
+// The local backend's rendezvous: sendrecv, sendrecv_reduce and synchronous sends lend the
+// sender's buffer and the receiver copies (or adds) straight out of it, nothing staged, the
+// sender returning only once that is done. And every guarantee of the two-copy version holds:
 // exact delivery in both directions at once, tag order, mismatch reports on both ranks,
 // deadlock and watchdog reports, and a failing rank releasing a peer blocked in a rendezvous.
 #include <gtest/gtest.h>
@@ -225,6 +225,73 @@ TEST(LocalSendrecv, BuffersAreReusableAsSoonAsTheCallReturns) {
         },
         {.synchronous_sends = synchronous});
   }
+}
+
+// ---- sendrecv_reduce: the ring's reduce-scatter hop in one pass
+
+// The local override adds straight out of the sender's buffer; Communicator's default
+// (called non-virtually) receives into recv_t and then adds. Same bits, for narrow, wide and
+// mixed dtypes (the ring's FP32 partials of a bf16 buffer), sum and max; the override leaves
+// recv_t untouched and stages nothing in the network's memory.
+TEST(LocalSendrecvReduce, AddsStraightFromTheSenderBufferWithTheDefaultsBits) {
+  struct Case {
+    DType wire, own, out;
+  };
+  const Case cases[] = {{DType::kF32, DType::kF32, DType::kF32},
+                        {DType::kF64, DType::kF64, DType::kF64},
+                        {DType::kF16, DType::kF16, DType::kF16},
+                        {DType::kF32, DType::kBF16, DType::kF32},
+                        {DType::kF32, DType::kBF16, DType::kBF16},
+                        {DType::kE4M3, DType::kE4M3, DType::kE4M3}};
+  constexpr int kRanks = 3;
+  constexpr std::int64_t kN = 1031;
+  LocalWorld world(kRanks);
+  world.run([&](Communicator& c) {
+    const int next = (c.rank() + 1) % kRanks, prev = (c.rank() + kRanks - 1) % kRanks;
+    for (const Case& k : cases) {
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax}) {
+        const Tensor send = rank_data(c.rank(), kN, k.wire);
+        const Tensor own = rank_data(c.rank() + 10, kN, k.own);
+        Tensor fused = Tensor::empty({kN}, k.out), staged = Tensor::empty({kN}, k.out);
+        Tensor untouched = Tensor::zeros({kN}, k.wire), landed = Tensor::zeros({kN}, k.wire);
+        c.sendrecv_reduce(send, next, untouched, prev, own, fused, op);
+        c.Communicator::sendrecv_reduce(send, next, landed, prev, own, staged, op);
+        const std::string what = std::string(dtype_name(k.wire)) + " + " +
+                                 std::string(dtype_name(k.own)) + " -> " +
+                                 std::string(dtype_name(k.out)) + " " +
+                                 std::string(reduce_op_name(op));
+        EXPECT_TRUE(same_bits(fused, staged)) << what;
+        EXPECT_TRUE(same_bits(landed, rank_data(prev, kN, k.wire))) << what;
+        EXPECT_TRUE(same_bits(untouched, Tensor::zeros({kN}, k.wire))) << what;
+      }
+    }
+  });
+  EXPECT_EQ(world.network_ledger().peak(MemCategory::kCommBuffers), 0u);
+  const TrafficTotals t = world.comm(0).traffic().totals("sendrecv");
+  EXPECT_EQ(t.calls, 2 * 6 * 2);  // recorded as the sendrecvs they are
+}
+
+TEST(LocalSendrecvReduce, OutMayBeOwnButNotTheBufferSent) {
+  run_local(2, [](Communicator& c) {
+    const int peer = 1 - c.rank();
+    Tensor own = f32({1, 2, 3});
+    Tensor arrived = Tensor::empty({3}, DType::kF32);
+    c.sendrecv_reduce(f32({10, 20, 30}), peer, arrived, peer, own, own, ReduceOp::kSum);
+    EXPECT_EQ(own.to_floats(), (std::vector<float>{11, 22, 33}));
+    EXPECT_THROW(c.sendrecv_reduce(own, peer, arrived, peer, own, own, ReduceOp::kSum),
+                 std::invalid_argument);
+  });
+}
+
+TEST(LocalSendrecvReduce, MismatchIsReportedOnBothRanks) {
+  const CommFailure f = run_expecting_comm_error(2, [](Communicator& c) {
+    const Tensor send = Tensor::zeros({c.rank() == 0 ? 5 : 4}, DType::kF32);
+    Tensor arrived = Tensor::zeros({4}, DType::kF32), own = arrived.clone(), out = own.clone();
+    c.sendrecv_reduce(send, 1 - c.rank(), arrived, 1 - c.rank(), own, out, ReduceOp::kSum, 1);
+  });
+  expect_everyone_saw(f);
+  EXPECT_EQ(f.thrown, "send/recv mismatch: rank 0 sent 5 x f32 to rank 1 (tag 1), but rank 1 "
+                      "receives 4 x f32 from rank 0 (tag 1)");
 }
 
 }  // namespace
