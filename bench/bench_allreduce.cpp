@@ -2,6 +2,10 @@
 // 2(n-1)/n (doc/PERFORMANCE.md), for the hand-built ring, the naive reduce-to-root and the
 // local backend's all_reduce, N = 2, 4, 8 threads, 4 KiB - 256 MiB of f32; plus this machine's
 // memcpy for reference. Under mpirun with --mpi: MPI_Allreduce and the MPI backend instead.
+// On a shared machine other processes only ever slow a run down, so the best of several runs
+// is the figure to compare: --benchmark_repetitions=5 adds a "_max" row whose counters are
+// the best repetition's (its times are the slowest: read the counters), and --mpi reports the
+// best of kMpiRuns timed runs.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -70,6 +74,8 @@ void BM_AllReduce(benchmark::State& state, ch04::AllReduceAlgo algo) {
   set_bandwidth(state, double(bytes) * double(calls), total, n);
 }
 
+double best(const std::vector<double>& v) { return *std::max_element(v.begin(), v.end()); }
+
 void sizes(benchmark::internal::Benchmark* b) {
   for (int n : {2, 4, 8}) {
     for (std::int64_t bytes = 4 << 10; bytes <= (std::int64_t{256} << 20); bytes *= 4) {
@@ -77,19 +83,19 @@ void sizes(benchmark::internal::Benchmark* b) {
     }
   }
   b->ArgNames({"ranks", "bytes", "slice"})->UseManualTime()->Unit(benchmark::kMicrosecond);
-  b->Iterations(3);
+  b->Iterations(3)->ComputeStatistics("max", best);
 }
 
 // The ring's slice size at 64 MiB (-1: the default, 0: whole chunks).
 void slices(benchmark::internal::Benchmark* b) {
-  for (int n : {2, 4}) {
+  for (int n : {2, 4, 8}) {
     for (std::int64_t s : {std::int64_t{64} << 10, std::int64_t{256} << 10, std::int64_t{1} << 20,
                            std::int64_t{4} << 20, std::int64_t{0}}) {
       b->Args({n, std::int64_t{64} << 20, s});
     }
   }
   b->ArgNames({"ranks", "bytes", "slice"})->UseManualTime()->Unit(benchmark::kMicrosecond);
-  b->Iterations(3);
+  b->Iterations(3)->ComputeStatistics("max", best);
 }
 
 BENCHMARK_CAPTURE(BM_AllReduce, backend, ch04::AllReduceAlgo::kBackend)->Apply(sizes);
@@ -116,20 +122,33 @@ void BM_Memcpy(benchmark::State& state) {
   }
   state.SetBytesProcessed(std::int64_t(state.iterations()) * threads * std::int64_t(bytes));
 }
-BENCHMARK(BM_Memcpy)->Arg(1)->Arg(2)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(5);
+BENCHMARK(BM_Memcpy)
+    ->Arg(1)
+    ->Arg(2)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(5)
+    ->ComputeStatistics("max", best);
 
 #ifdef MIXPAR_HAVE_MPI
 // mpirun -np N bench_allreduce --mpi: raw MPI_Allreduce (MPI's own algorithm) and the MPI
 // backend's rank-order all_reduce, same sizes; rank 0 prints one line per size.
+constexpr int kMpiRuns = 3;
+
+// Seconds per call: the slowest rank's, in the best of kMpiRuns timed runs.
 double time_mpi(const std::function<void()>& op, std::int64_t reps) {
   op();
-  MPI_Barrier(MPI_COMM_WORLD);
-  const auto t0 = Clock::now();
-  for (std::int64_t i = 0; i < reps; ++i) op();
-  MPI_Barrier(MPI_COMM_WORLD);
-  double s = seconds_since(t0) / double(reps), worst = 0;
-  MPI_Allreduce(&s, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  return worst;
+  double best_run = 0;
+  for (int run = 0; run < kMpiRuns; ++run) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    const auto t0 = Clock::now();
+    for (std::int64_t i = 0; i < reps; ++i) op();
+    MPI_Barrier(MPI_COMM_WORLD);
+    double s = seconds_since(t0) / double(reps), worst = 0;
+    MPI_Allreduce(&s, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    if (run == 0 || worst < best_run) best_run = worst;
+  }
+  return best_run;
 }
 
 int run_mpi(int argc, char** argv) {

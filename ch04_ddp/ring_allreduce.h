@@ -1,7 +1,8 @@
-// The ring all-reduce by hand: a reduce-scatter then an all-gather, written on sendrecv, each
-// rank sending 2(N-1)/N of the buffer; and the naive reduce-to-root + broadcast it replaces.
-// Chunks follow ring_chunk() and the step convention of comm/communicator.h, so the bytes the
-// ring's sendrecvs record equal, to the byte, what a backend charges its own all_reduce.
+// The ring all-reduce by hand: a reduce-scatter then an all-gather, written on sendrecv (and
+// sendrecv_reduce, the reduce-scatter's hop), each rank sending 2(N-1)/N of the buffer; and the
+// naive reduce-to-root + broadcast it replaces. Chunks follow ring_chunk() and the step
+// convention of comm/communicator.h, so the bytes the ring's sendrecvs record equal, to the
+// byte, what a backend charges its own all_reduce.
 #pragma once
 
 #include <cstddef>
@@ -42,7 +43,9 @@ struct RingOptions {
   // j of step s depends only on slice j of step s-1, so each slice goes all the way round the
   // ring before the next starts: on a real network the next hop's link starts after one slice
   // instead of one chunk, and here the slice is still in cache when it is reduced and sent on.
-  std::size_t slice_bytes = std::size_t{256} << 10;
+  // Each slice costs every rank 2(N-1) hand-offs between threads, so slices must not be too
+  // small either: 1 MiB (one core's L2 here) was fastest at 64 MiB, N = 2..8 (README, sec. 1).
+  std::size_t slice_bytes = std::size_t{1} << 20;
   RingAccumulation accumulation = RingAccumulation::kPerHop;
   int tag = 40;                         // tag of the ring's point-to-point messages
   std::vector<RingEvent>* trace = nullptr;  // this rank's events are appended when set

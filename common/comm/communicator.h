@@ -100,7 +100,7 @@ class Communicator {
   // with local::combine_elements' arithmetic (FP32 accumulation, double with f64, one rounding
   // into out's dtype). recv_t says what src sends (count and dtype) and is where this default,
   // sendrecv then combine, lands it; a backend that can read the sender's memory (the local
-  // one) adds straight out of the sender's buffer in one pass and leaves recv_t untouched.
+  // one) adds straight out of the message in one pass and leaves recv_t untouched.
   // Host tensors; own, out and recv_t have the same numel; out must not overlap send_t.
   // Traffic: recorded as the sendrecv it is.
   virtual void sendrecv_reduce(const Tensor& send_t, int dst, Tensor& recv_t, int src,

@@ -74,9 +74,10 @@ Tensor LocalCommunicator::host_copy(const Tensor& t) const {
 // ---- Point to point
 //
 // An eager send() copies the message into the network's memory and returns: MPI's eager
-// protocol. A synchronous send() and every sendrecv() lend the sender's own buffer instead,
-// MPI's rendezvous protocol: the receiver copies straight out of it and the sender returns
-// once it has, so each byte is copied once, not twice. Device tensors go through a host copy.
+// protocol. A synchronous send() and a sendrecv() above the eager limit lend the sender's own
+// buffer instead, MPI's rendezvous protocol: the receiver copies straight out of it and the
+// sender returns once it has, so each byte is copied once, not twice. Device tensors go
+// through a host copy.
 
 void LocalCommunicator::send(const Tensor& t, int dst, int tag) {
   require_defined(t, "send");
@@ -110,15 +111,26 @@ void LocalCommunicator::recv(Tensor& t, int src, int tag) {
   traffic_.record("recv", 0, t.nbytes());
 }
 
-// Lends send_t (a host tensor) to dst, takes src's message and lets use(bytes) read it in
-// place, then waits until dst has read send_t. Lending before receiving, and waiting for our
-// receiver only after, is what makes a ring of these safe: every message is out before anyone
-// waits. Leaving on an exception withdraws the loan first, so no one reads a freed buffer.
+bool LocalCommunicator::eager(const Tensor& message) const {
+  return !fabric_->synchronous_sends() && message.nbytes() <= fabric_->eager_limit_bytes();
+}
+
+// Sends send_t (a host tensor) to dst, takes src's message and lets use(bytes) read it in
+// place. A small message is posted as a copy; a large one is lent, and this waits until dst
+// has read it. Sending before receiving, and waiting for our receiver only after, is what
+// makes a ring of these safe: every message is out before anyone waits. Leaving on an
+// exception withdraws the loan first, so no one reads a freed buffer.
 template <class Use>
 void LocalCommunicator::exchange(const Tensor& send_t, int dst, int src, int tag,
                                  std::int64_t count, DType dtype, Use&& use) {
   const int to = world_peer(dst, "sendrecv");
   const int from = world_peer(src, "sendrecv");
+  if (eager(send_t)) {
+    fabric_->post(group_, world_rank(), to, tag, host_copy(send_t));
+    const local::Delivery d = fabric_->take(group_, from, world_rank(), tag, count, dtype);
+    use(d.data());
+    return;
+  }
   const std::uint64_t id = fabric_->lend(group_, world_rank(), to, tag, send_t);
   try {
     const local::Delivery d = fabric_->take(group_, from, world_rank(), tag, count, dtype);
@@ -298,7 +310,7 @@ std::unique_ptr<Communicator> LocalCommunicator::split(int color, int key) {
 
 LocalWorld::LocalWorld(int world_size, LocalOptions opts)
     : fabric_(std::make_unique<local::Fabric>(world_size, opts.watchdog_seconds,
-                                              opts.synchronous_sends)) {
+                                              opts.synchronous_sends, opts.eager_limit_bytes)) {
   const std::vector<int> everyone = fabric_->members(0);
   for (int r = 0; r < world_size; ++r) {
     comms_.push_back(std::make_unique<LocalCommunicator>(*fabric_, 0, everyone, r));

@@ -22,9 +22,14 @@ struct LocalOptions {
   // an eager MPI send). Synchronous sends return only once the receiver has copied the message
   // straight out of the sender's buffer, as NCCL's do: two ranks that both send to each other
   // first then deadlock (and are reported), which shows a pipeline schedule that only works
-  // thanks to buffering. sendrecv() always works that way (one copy per byte), and is safe in
-  // both modes: it lends its send buffer before it waits for anything.
+  // thanks to buffering. sendrecv() is safe in both modes.
   bool synchronous_sends = false;
+  // sendrecv's two protocols, as MPI's: a message of at most this many bytes is copied into a
+  // queue and the sender does not wait for its receiver (eager: for a small message a copy
+  // costs less than a hand-off between threads); a larger one is lent, the receiver copying
+  // (or adding) straight out of the sender's buffer while the sender waits (rendezvous: one
+  // copy per byte instead of two). 0 lends every message; synchronous sends lend every message.
+  std::size_t eager_limit_bytes = std::size_t{64} << 10;
 };
 
 namespace local {
@@ -46,7 +51,8 @@ class LocalCommunicator final : public Communicator {
   void send(const Tensor& t, int dst, int tag = 0) override;
   void recv(Tensor& t, int src, int tag = 0) override;
   void sendrecv(const Tensor& send_t, int dst, Tensor& recv_t, int src, int tag = 0) override;
-  // Adds straight out of src's buffer: one pass, recv_t untouched.
+  // Adds straight out of src's message (its own buffer above the eager limit): one pass,
+  // recv_t untouched.
   void sendrecv_reduce(const Tensor& send_t, int dst, Tensor& recv_t, int src, const Tensor& own,
                        Tensor& out, ReduceOp op, int tag = 0) override;
 
@@ -64,6 +70,7 @@ class LocalCommunicator final : public Communicator {
   int world_peer(int group_rank, const char* what) const;
   Tensor host_copy(const Tensor& t) const;  // CPU copy charged to the network ledger
   void receive_into(Tensor& t, int src, int tag);
+  bool eager(const Tensor& message) const;  // sendrecv's protocol for this message
   template <class Use> void exchange(const Tensor& send_t, int dst, int src, int tag,
                                      std::int64_t count, DType dtype, Use&& use);
   template <class Work> void collective(const local::CallDesc& d, const Tensor* in, Tensor* out,

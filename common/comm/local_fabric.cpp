@@ -70,12 +70,14 @@ struct Fabric::PhaseGuard {
   ~PhaseGuard() { status.phase = on_exit; }
 };
 
-Fabric::Fabric(int world_size, double watchdog_seconds, bool synchronous_sends)
+Fabric::Fabric(int world_size, double watchdog_seconds, bool synchronous_sends,
+               std::size_t eager_limit_bytes)
     : cv_(static_cast<std::size_t>(std::max(world_size, 0))),
       status_(static_cast<std::size_t>(std::max(world_size, 0))),
       network_(std::make_unique<MemoryLedger>(-1)),
       watchdog_seconds_(watchdog_seconds),
-      synchronous_sends_(synchronous_sends) {
+      synchronous_sends_(synchronous_sends),
+      eager_limit_bytes_(eager_limit_bytes) {
   if (world_size < 1) {
     throw std::invalid_argument("local world of " + std::to_string(world_size) + " ranks");
   }

@@ -96,7 +96,8 @@ class Delivery {
 
 class Fabric {
  public:
-  Fabric(int world_size, double watchdog_seconds, bool synchronous_sends);
+  Fabric(int world_size, double watchdog_seconds, bool synchronous_sends,
+         std::size_t eager_limit_bytes);
   int world_size() const { return static_cast<int>(status_.size()); }
   MemoryLedger& ledger(int rank) { return *ledgers_.at(static_cast<std::size_t>(rank)); }
   MemoryLedger& network_ledger() { return *network_; }
@@ -110,6 +111,7 @@ class Fabric {
   // take() blocks until a message is there and checks its count and dtype against what the
   // receiver expects (a mismatch is a CommError naming both ranks).
   bool synchronous_sends() const { return synchronous_sends_; }
+  std::size_t eager_limit_bytes() const { return eager_limit_bytes_; }
   std::uint64_t post(int group, int src, int dst, int tag, Tensor copy);
   std::uint64_t lend(int group, int src, int dst, int tag, const Tensor& buffer);
   Delivery take(int group, int src, int dst, int tag, std::int64_t count, DType dtype);
@@ -199,6 +201,7 @@ class Fabric {
   Clock::duration watchdog_;  // zero: no watchdog
   double watchdog_seconds_;
   bool synchronous_sends_;
+  std::size_t eager_limit_bytes_;
   bool aborted_ = false;
   bool dead_ = false;  // a failed run leaves the world unusable
   std::string reason_;

@@ -1,8 +1,10 @@
-// The local backend's rendezvous: sendrecv, sendrecv_reduce and synchronous sends lend the
-// sender's buffer and the receiver copies (or adds) straight out of it, nothing staged, the
-// sender returning only once that is done. And every guarantee of the two-copy version holds:
-// exact delivery in both directions at once, tag order, mismatch reports on both ranks,
-// deadlock and watchdog reports, and a failing rank releasing a peer blocked in a rendezvous.
+// The local backend's rendezvous: sendrecv and sendrecv_reduce above the eager limit, and
+// synchronous sends, lend the sender's buffer and the receiver copies (or adds) straight out
+// of it, nothing staged, the sender returning only once that is done. And every guarantee of
+// the two-copy version holds: exact delivery in both directions at once, tag order, mismatch
+// reports on both ranks, deadlock and watchdog reports, and a failing rank releasing a peer
+// blocked in a rendezvous. Tests of the rendezvous itself set the eager limit to 0, so that
+// their small messages are lent too.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -18,6 +20,9 @@ namespace mixpar {
 namespace {
 
 using namespace comm_testing;
+
+// Every sendrecv lent, whatever its size.
+constexpr LocalOptions kRendezvous{.eager_limit_bytes = 0};
 
 Tensor f32(std::vector<float> v) {
   const auto n = static_cast<std::int64_t>(v.size());
@@ -78,23 +83,41 @@ TEST(LocalSendrecv, BothDirectionsAtOnceDeliverEveryDtypeAndSize) {
 // The sender's buffer is read in place, so sendrecv cannot return before the receiver has
 // copied it: here the receiver first waits for a message the sender only sends after its
 // sendrecv. Buffered, that would run; as a rendezvous it is a deadlock, reported at once.
+void receive_the_later_message_first(Communicator& c, std::int64_t n) {
+  Tensor got = Tensor::empty({n}, DType::kF32);
+  if (c.rank() == 0) {
+    c.sendrecv(Tensor::zeros({n}, DType::kF32), 1, got, 1);
+    c.send(f32({3}), 1, 9);
+  } else {
+    c.send(Tensor::zeros({n}, DType::kF32), 0);  // eager: rank 0's receive completes
+    Tensor first = Tensor::empty({1}, DType::kF32);
+    c.recv(first, 0, 9);
+    c.recv(got, 0);
+  }
+}
+
 TEST(LocalSendrecv, SenderWaitsUntilTheReceiverHasCopied) {
-  const CommFailure f = run_expecting_comm_error(2, [](Communicator& c) {
-    Tensor got = Tensor::empty({2}, DType::kF32);
-    if (c.rank() == 0) {
-      c.sendrecv(f32({1, 2}), 1, got, 1);
-      c.send(f32({3}), 1, 9);
-    } else {
-      c.send(f32({4, 5}), 0);  // eager: rank 0's receive completes
-      Tensor first = Tensor::empty({1}, DType::kF32);
-      c.recv(first, 0, 9);
-      c.recv(got, 0);
-    }
-  });
+  const CommFailure f = run_expecting_comm_error(
+      2, [](Communicator& c) { receive_the_later_message_first(c, 2); }, kRendezvous);
   expect_everyone_saw(f);
   EXPECT_CONTAINS(f.thrown, "deadlock");
   EXPECT_CONTAINS(f.thrown, "rank 0 waits in send(to 1, tag 0, 2 x f32)");
   EXPECT_CONTAINS(f.thrown, "rank 1 waits in recv(from 0, tag 9, 1 x f32)");
+}
+
+// The eager limit is MPI's: a message of at most eager_limit_bytes is copied into the network
+// and its sender goes on (the program above runs); one element more and it is lent, and the
+// same program is the deadlock above.
+TEST(LocalSendrecv, MessagesUpToTheEagerLimitAreCopiedAndLargerOnesLent) {
+  constexpr LocalOptions kLimit{.eager_limit_bytes = 64};
+  LocalWorld eager(2, kLimit);
+  eager.run([](Communicator& c) { receive_the_later_message_first(c, 16); });  // 64 bytes
+  EXPECT_GE(eager.network_ledger().peak(MemCategory::kCommBuffers), 64u);
+
+  const CommFailure f = run_expecting_comm_error(
+      2, [](Communicator& c) { receive_the_later_message_first(c, 17); }, kLimit);
+  EXPECT_CONTAINS(f.thrown, "deadlock");
+  EXPECT_CONTAINS(f.thrown, "rank 0 waits in send(to 1, tag 0, 17 x f32)");
 }
 
 // One queue per (sender, receiver, tag), in order, whether a message is a buffered copy or a
@@ -115,7 +138,7 @@ TEST(LocalSendrecv, TagsSelectQueuesAndEachQueueKeepsItsOrder) {
     EXPECT_EQ(got.item(), 1.0f);
     c.recv(got, 0, 4);
     EXPECT_EQ(got.item(), 2.0f);
-  });
+  }, kRendezvous);
 }
 
 TEST(LocalSendrecv, SizeMismatchIsReportedOnBothRanks) {
@@ -123,7 +146,7 @@ TEST(LocalSendrecv, SizeMismatchIsReportedOnBothRanks) {
     const Tensor out = Tensor::zeros({c.rank() == 0 ? 8 : 4}, DType::kF32);
     Tensor in = Tensor::zeros({4}, DType::kF32);
     c.sendrecv(out, 1 - c.rank(), in, 1 - c.rank(), 2);
-  });
+  }, kRendezvous);
   expect_everyone_saw(f);
   EXPECT_EQ(f.thrown, "send/recv mismatch: rank 0 sent 8 x f32 to rank 1 (tag 2), but rank 1 "
                       "receives 4 x f32 from rank 0 (tag 2)");
@@ -135,7 +158,7 @@ TEST(LocalSendrecv, DtypeMismatchInASplitGroupNamesTheGroup) {
     const Tensor out = Tensor::zeros({3}, c.rank() == 3 ? DType::kBF16 : DType::kF32);
     Tensor in = Tensor::zeros({3}, DType::kF32);
     pair->sendrecv(out, 1 - pair->rank(), in, 1 - pair->rank());
-  });
+  }, kRendezvous);
   EXPECT_CONTAINS(f.thrown, "send/recv mismatch in group {1, 3}: rank 3 sent 3 x bf16 to rank 1");
   EXPECT_EQ(f.per_rank[1], f.thrown);
   EXPECT_EQ(f.per_rank[3], f.thrown);
@@ -171,7 +194,8 @@ TEST(LocalSendrecv, ARankThatThrowsReleasesAPeerBlockedInARendezvous) {
                                seen = e.what();
                                throw;
                              }
-                           }),
+                           },
+                           kRendezvous),
                  std::out_of_range)
         << (peer_sends_first ? "blocked in the send half" : "blocked in the receive half");
     EXPECT_EQ(seen, "rank 1 failed: rank 1 gave up");
@@ -199,16 +223,18 @@ TEST(LocalSendrecv, WatchdogReportsASenderWaitingForItsReceiver) {
           throw;
         }
       },
-      {.watchdog_seconds = 0.2});
+      {.watchdog_seconds = 0.2, .eager_limit_bytes = 0});
   EXPECT_CONTAINS(f.thrown, "watchdog: rank 0 waited 0.2 s in the communicator");
   EXPECT_CONTAINS(f.thrown, "rank 0 waits in send(to 1, tag 6, 3 x f32)");
   EXPECT_CONTAINS(f.thrown, "rank 1 is computing (not in the communicator)");
 }
 
-// A ring of sendrecvs, then the same with synchronous sends: many rounds, each rank's buffer
-// overwritten right after each call returns, which is only safe if its receiver is done.
+// A ring of sendrecvs, eager, lent, then with synchronous sends: many rounds, each rank's
+// buffer overwritten right after each call returns, which is only safe if its receiver is
+// done (lent) or the message was copied (eager).
 TEST(LocalSendrecv, BuffersAreReusableAsSoonAsTheCallReturns) {
-  for (const bool synchronous : {false, true}) {
+  const LocalOptions synchronous{.synchronous_sends = true};
+  for (const LocalOptions& opts : {LocalOptions{}, kRendezvous, synchronous}) {
     constexpr int kRanks = 5;
     run_local(
         kRanks,
@@ -223,7 +249,7 @@ TEST(LocalSendrecv, BuffersAreReusableAsSoonAsTheCallReturns) {
             ASSERT_EQ(v.back(), v.front());
           }
         },
-        {.synchronous_sends = synchronous});
+        opts);
   }
 }
 
@@ -245,7 +271,7 @@ TEST(LocalSendrecvReduce, AddsStraightFromTheSenderBufferWithTheDefaultsBits) {
                         {DType::kE4M3, DType::kE4M3, DType::kE4M3}};
   constexpr int kRanks = 3;
   constexpr std::int64_t kN = 1031;
-  LocalWorld world(kRanks);
+  LocalWorld world(kRanks, kRendezvous);
   world.run([&](Communicator& c) {
     const int next = (c.rank() + 1) % kRanks, prev = (c.rank() + kRanks - 1) % kRanks;
     for (const Case& k : cases) {
@@ -288,7 +314,7 @@ TEST(LocalSendrecvReduce, MismatchIsReportedOnBothRanks) {
     const Tensor send = Tensor::zeros({c.rank() == 0 ? 5 : 4}, DType::kF32);
     Tensor arrived = Tensor::zeros({4}, DType::kF32), own = arrived.clone(), out = own.clone();
     c.sendrecv_reduce(send, 1 - c.rank(), arrived, 1 - c.rank(), own, out, ReduceOp::kSum, 1);
-  });
+  }, kRendezvous);
   expect_everyone_saw(f);
   EXPECT_EQ(f.thrown, "send/recv mismatch: rank 0 sent 5 x f32 to rank 1 (tag 1), but rank 1 "
                       "receives 4 x f32 from rank 0 (tag 1)");
