@@ -89,9 +89,8 @@ void sizes(benchmark::internal::Benchmark* b) {
 // The ring's slice size at 64 MiB (-1: the default, 0: whole chunks).
 void slices(benchmark::internal::Benchmark* b) {
   for (int n : {2, 4, 8}) {
-    for (std::int64_t s : {std::int64_t{64} << 10, std::int64_t{256} << 10, std::int64_t{1} << 20,
-                           std::int64_t{4} << 20, std::int64_t{0}}) {
-      b->Args({n, std::int64_t{64} << 20, s});
+    for (std::int64_t kib : {64, 256, 1024, 2048, 4096, 8192, 0}) {
+      b->Args({n, std::int64_t{64} << 20, kib << 10});
     }
   }
   b->ArgNames({"ranks", "bytes", "slice"})->UseManualTime()->Unit(benchmark::kMicrosecond);

@@ -44,8 +44,9 @@ struct RingOptions {
   // ring before the next starts: on a real network the next hop's link starts after one slice
   // instead of one chunk, and here the slice is still in cache when it is reduced and sent on.
   // Each slice costs every rank 2(N-1) hand-offs between threads, so slices must not be too
-  // small either: 1 MiB (one core's L2 here) was fastest at 64 MiB, N = 2..8 (README, sec. 1).
-  std::size_t slice_bytes = std::size_t{1} << 20;
+  // small either: 2 MiB (one core's L2 here) was fastest at 64 MiB, N = 4 and 8, and within
+  // 10% of the fastest at N = 2 (README, section 1).
+  std::size_t slice_bytes = std::size_t{2} << 20;
   RingAccumulation accumulation = RingAccumulation::kPerHop;
   int tag = 40;                         // tag of the ring's point-to-point messages
   std::vector<RingEvent>* trace = nullptr;  // this rank's events are appended when set

@@ -310,7 +310,8 @@ std::unique_ptr<Communicator> LocalCommunicator::split(int color, int key) {
 
 LocalWorld::LocalWorld(int world_size, LocalOptions opts)
     : fabric_(std::make_unique<local::Fabric>(world_size, opts.watchdog_seconds,
-                                              opts.synchronous_sends, opts.eager_limit_bytes)) {
+                                              opts.synchronous_sends, opts.eager_limit_bytes,
+                                              opts.spin_microseconds)) {
   const std::vector<int> everyone = fabric_->members(0);
   for (int r = 0; r < world_size; ++r) {
     comms_.push_back(std::make_unique<LocalCommunicator>(*fabric_, 0, everyone, r));

@@ -30,6 +30,11 @@ struct LocalOptions {
   // (or adding) straight out of the sender's buffer while the sender waits (rendezvous: one
   // copy per byte instead of two). 0 lends every message; synchronous sends lend every message.
   std::size_t eager_limit_bytes = std::size_t{64} << 10;
+  // A rank about to wait first spins this long watching for a wake-up, as MPI's shared-memory
+  // transports and NCCL's proxies poll: waking a sleeping thread costs tens of microseconds on
+  // a VM, and a ring pays one hand-off per slice per hop. Only while there is a core for every
+  // rank (spinning on a shared core takes it from the rank being waited for); 0: never spin.
+  double spin_microseconds = 50.0;
 };
 
 namespace local {

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <numeric>
 #include <stdexcept>
+#include <thread>
 #include <utility>
 
 namespace mixpar::local {
@@ -71,8 +72,10 @@ struct Fabric::PhaseGuard {
 };
 
 Fabric::Fabric(int world_size, double watchdog_seconds, bool synchronous_sends,
-               std::size_t eager_limit_bytes)
+               std::size_t eager_limit_bytes, double spin_microseconds)
     : cv_(static_cast<std::size_t>(std::max(world_size, 0))),
+      wakes_(std::make_unique<std::atomic<std::uint64_t>[]>(
+          static_cast<std::size_t>(std::max(world_size, 0)))),
       status_(static_cast<std::size_t>(std::max(world_size, 0))),
       network_(std::make_unique<MemoryLedger>(-1)),
       watchdog_seconds_(watchdog_seconds),
@@ -92,6 +95,12 @@ Fabric::Fabric(int world_size, double watchdog_seconds, bool synchronous_sends,
   watchdog_ = seconds > 0 ? std::chrono::duration_cast<Clock::duration>(
                                 std::chrono::duration<double>(seconds))
                           : Clock::duration::zero();
+  const unsigned cores = std::thread::hardware_concurrency();
+  const bool core_each = cores == 0 || static_cast<unsigned>(world_size) <= cores;
+  spin_ = core_each && spin_microseconds > 0
+              ? std::chrono::duration_cast<Clock::duration>(
+                    std::chrono::duration<double, std::micro>(std::min(spin_microseconds, 1e6)))
+              : Clock::duration::zero();
 }
 
 std::vector<int> Fabric::members(int group) {
@@ -101,6 +110,38 @@ std::vector<int> Fabric::members(int group) {
 
 // ---- Waiting
 
+void Fabric::wake(int rank) {
+  wakes_[static_cast<std::size_t>(rank)].fetch_add(1, std::memory_order_release);
+  cv_[static_cast<std::size_t>(rank)].notify_all();
+}
+
+// Lets go of the mutex and polls the rank's wake count for up to spin_; true if it changed,
+// so the caller re-checks what it waits for instead of sleeping. The count only changes
+// under mu_, so the check after re-locking is exact: a wake-up it misses comes later, while
+// the caller holds the mutex or sleeps on its condition variable, and is not lost.
+bool Fabric::spin_until_woken(std::unique_lock<std::mutex>& lock, int me) {
+  if (spin_ == Clock::duration::zero()) return false;
+  const std::atomic<std::uint64_t>& count = wakes_[static_cast<std::size_t>(me)];
+  const std::uint64_t seen = count.load(std::memory_order_relaxed);
+  lock.unlock();
+  const Clock::time_point until = Clock::now() + spin_;
+  while (count.load(std::memory_order_acquire) == seen && Clock::now() < until) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();  // tell the core this is a spin loop (saves power, frees the sibling)
+#endif
+  }
+  lock.lock();
+  return count.load(std::memory_order_relaxed) != seen;
+}
+
+// For waits that cannot fail or stall (a peer copying, never blocked): no deadline.
+template <class Ready>
+void Fabric::wait_without_deadline(std::unique_lock<std::mutex>& lock, int me, Ready ready) {
+  while (!ready()) {
+    if (!spin_until_woken(lock, me)) cv_[static_cast<std::size_t>(me)].wait(lock, ready);
+  }
+}
+
 template <class Ready>
 void Fabric::block(std::unique_lock<std::mutex>& lock, int me, Ready ready) {
   if (ready()) return;
@@ -109,6 +150,8 @@ void Fabric::block(std::unique_lock<std::mutex>& lock, int me, Ready ready) {
   std::condition_variable& cv = cv_[static_cast<std::size_t>(me)];
   while (!ready()) {
     throw_if_aborted();
+    if (spin_until_woken(lock, me)) continue;
+    if (ready()) break;  // some changes wake no one: a lent message taken (its copy's end will)
     if (watchdog_ == Clock::duration::zero()) {
       cv.wait(lock);
     } else if (cv.wait_until(lock, deadline) == std::cv_status::timeout && !ready() && !aborted_) {
@@ -136,7 +179,7 @@ Delivery::~Delivery() {
 std::uint64_t Fabric::queue(const MailKey& key, Message m) {
   const std::uint64_t id = m.id = next_message_++;
   mail_[key].push_back(std::move(m));
-  cv_[static_cast<std::size_t>(std::get<2>(key))].notify_all();
+  wake(std::get<2>(key));
   return id;
 }
 
@@ -173,7 +216,7 @@ void Fabric::remove_if_queued(const MailKey& key, std::uint64_t id) {
 void Fabric::copied(int src, std::uint64_t id) {
   std::lock_guard lock(mu_);
   being_copied_.erase(id);
-  cv_[static_cast<std::size_t>(src)].notify_all();
+  wake(src);
 }
 
 void Fabric::await_copied(int group, int src, int dst, int tag, std::uint64_t id) {
@@ -202,14 +245,14 @@ void Fabric::await_copied(int group, int src, int dst, int tag, std::uint64_t id
   // Taken: the receiver is copying out of our buffer (or has). It never blocks while it does,
   // so wait without a deadline and whatever else happens; returning earlier would let the
   // caller free or overwrite memory that is being read.
-  cv_[static_cast<std::size_t>(src)].wait(lock, [&] { return being_copied_.count(id) == 0; });
+  wait_without_deadline(lock, src, [&] { return being_copied_.count(id) == 0; });
   throw_if_aborted();  // e.g. the receiver found a mismatch: the sender hears of it too
 }
 
 void Fabric::withdraw(int group, int src, int dst, int tag, std::uint64_t id) noexcept {
   std::unique_lock lock(mu_);
   remove_if_queued({group, src, dst, tag}, id);
-  cv_[static_cast<std::size_t>(src)].wait(lock, [&] { return being_copied_.count(id) == 0; });
+  wait_without_deadline(lock, src, [&] { return being_copied_.count(id) == 0; });
 }
 
 Delivery Fabric::take(int group, int src, int dst, int tag, std::int64_t count, DType dtype) {
@@ -270,7 +313,7 @@ Ticket Fabric::arrive(int group, int group_rank, const Arrival& a) {
   slot->arrivals[static_cast<std::size_t>(group_rank)] = a;
   if (++slot->arrived == n) {
     if (a.desc.op == CollOp::kSplit) make_split(group, *slot);
-    for (int m : g.members) cv_[static_cast<std::size_t>(m)].notify_all();
+    for (int m : g.members) wake(m);
   }
   RankStatus& s = status_[static_cast<std::size_t>(me)];
   s.phase = Phase::kCollective;
@@ -292,11 +335,11 @@ void Fabric::finish(const Ticket& t) {
   const int me = g.members[static_cast<std::size_t>(t.group_rank)];
   Slot& slot = *t.slot;
   if (++slot.done == n) {
-    for (int m : g.members) cv_[static_cast<std::size_t>(m)].notify_all();
+    for (int m : g.members) wake(m);
   }
   // No deadline here: the others are copying, never blocked, and leaving early would free
   // buffers they are still writing into.
-  cv_[static_cast<std::size_t>(me)].wait(lock, [&] { return slot.done == n; });
+  wait_without_deadline(lock, me, [&] { return slot.done == n; });
   if (++slot.departed == n) g.slots.erase(t.seq);
   status_[static_cast<std::size_t>(me)].phase = Phase::kComputing;
 }
@@ -361,7 +404,7 @@ void Fabric::abort(std::string reason) {
   if (aborted_) return;
   aborted_ = true;
   reason_ = std::move(reason);
-  for (std::condition_variable& cv : cv_) cv.notify_all();
+  for (int r = 0; r < world_size(); ++r) wake(r);
 }
 
 void Fabric::check_deadlock() {

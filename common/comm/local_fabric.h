@@ -5,6 +5,7 @@
 // Data is never copied under the mutex: a receiver copies after take() returns.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -97,7 +98,7 @@ class Delivery {
 class Fabric {
  public:
   Fabric(int world_size, double watchdog_seconds, bool synchronous_sends,
-         std::size_t eager_limit_bytes);
+         std::size_t eager_limit_bytes, double spin_microseconds);
   int world_size() const { return static_cast<int>(status_.size()); }
   MemoryLedger& ledger(int rank) { return *ledgers_.at(static_cast<std::size_t>(rank)); }
   MemoryLedger& network_ledger() { return *network_; }
@@ -171,6 +172,10 @@ class Fabric {
 
   template <class Ready>
   void block(std::unique_lock<std::mutex>& lock, int me, Ready ready);
+  template <class Ready>
+  void wait_without_deadline(std::unique_lock<std::mutex>& lock, int me, Ready ready);
+  bool spin_until_woken(std::unique_lock<std::mutex>& lock, int me);
+  void wake(int rank);  // under mu_: bumps the rank's wake count and notifies its cv
   void throw_if_aborted() const;
   [[noreturn]] void fail(std::string reason);
   void abort(std::string reason);
@@ -191,6 +196,9 @@ class Fabric {
 
   std::mutex mu_;
   std::vector<std::condition_variable> cv_;  // by world rank
+  // Wake-ups per world rank, changed only under mu_ and read without it by a spinning rank.
+  std::unique_ptr<std::atomic<std::uint64_t>[]> wakes_;
+  Clock::duration spin_;  // zero: sleep at once
   std::vector<RankStatus> status_;           // by world rank
   std::vector<std::unique_ptr<MemoryLedger>> ledgers_;
   std::unique_ptr<MemoryLedger> network_;  // in-flight messages and device staging copies
