@@ -31,8 +31,9 @@ struct AttnDims {
   std::int64_t B, T, H, hd, Ch;  // Ch = H * hd: this call's channels (all heads it runs)
 };
 
-// Multiply-adds of the score GEMM: the size that decides whether threads pay off.
-std::int64_t work(const AttnDims& d) { return d.B * d.H * d.T * d.T * d.hd; }
+// Multiply-adds of the score GEMM: the size that decides whether threads pay off (unused in a
+// build without OpenMP, as the sanitizer presets are).
+[[maybe_unused]] std::int64_t work(const AttnDims& d) { return d.B * d.H * d.T * d.T * d.hd; }
 
 AttnDims check_attention(const Tensor& qkv, std::int64_t n_head, const char* op) {
   ops::check_operand(qkv, op, "qkv");

@@ -229,12 +229,13 @@ TEST(LocalSendrecv, WatchdogReportsASenderWaitingForItsReceiver) {
   EXPECT_CONTAINS(f.thrown, "rank 1 is computing (not in the communicator)");
 }
 
-// A ring of sendrecvs, eager, lent, then with synchronous sends: many rounds, each rank's
-// buffer overwritten right after each call returns, which is only safe if its receiver is
-// done (lent) or the message was copied (eager).
+// A ring of sendrecvs, eager, lent, then with synchronous sends, with and without spinning
+// before sleeping: many rounds, each rank's buffer overwritten right after each call returns,
+// which is only safe if its receiver is done (lent) or the message was copied (eager).
 TEST(LocalSendrecv, BuffersAreReusableAsSoonAsTheCallReturns) {
   const LocalOptions synchronous{.synchronous_sends = true};
-  for (const LocalOptions& opts : {LocalOptions{}, kRendezvous, synchronous}) {
+  const LocalOptions sleep_at_once{.eager_limit_bytes = 0, .spin_microseconds = 0};
+  for (const LocalOptions& opts : {LocalOptions{}, kRendezvous, synchronous, sleep_at_once}) {
     constexpr int kRanks = 5;
     run_local(
         kRanks,
