@@ -64,9 +64,13 @@ int LocalCommunicator::world_peer(int group_rank, const char* what) const {
   return members_[static_cast<std::size_t>(group_rank)];
 }
 
+Tensor LocalCommunicator::host_buffer_like(const Tensor& t) const {
+  return Tensor::empty(t.shape(), t.dtype(), MemCategory::kCommBuffers, Device::kCPU,
+                       &fabric_->network_ledger());
+}
+
 Tensor LocalCommunicator::host_copy(const Tensor& t) const {
-  Tensor h = Tensor::empty(t.shape(), t.dtype(), MemCategory::kCommBuffers, Device::kCPU,
-                           &fabric_->network_ledger());
+  Tensor h = host_buffer_like(t);
   if (t.numel() > 0) h.copy_from(t);
   return h;
 }
@@ -96,8 +100,7 @@ void LocalCommunicator::receive_into(Tensor& t, int src, int tag) {
   require_defined(t, "recv");
   const int from = world_peer(src, "recv");
   if (!t.is_cpu()) {
-    Tensor h = Tensor::empty(t.shape(), t.dtype(), MemCategory::kCommBuffers, Device::kCPU,
-                             &fabric_->network_ledger());
+    Tensor h = host_buffer_like(t);
     receive_into(h, src, tag);
     t.copy_from(h);
     return;
@@ -147,10 +150,7 @@ void LocalCommunicator::sendrecv(const Tensor& send_t, int dst, Tensor& recv_t, 
   require_defined(recv_t, "sendrecv");
   require_disjoint(send_t, recv_t, "sendrecv");
   const Tensor host_send = send_t.is_cpu() ? send_t : host_copy(send_t);
-  Tensor host_recv = recv_t.is_cpu() ? recv_t
-                                     : Tensor::empty(recv_t.shape(), recv_t.dtype(),
-                                                     MemCategory::kCommBuffers, Device::kCPU,
-                                                     &fabric_->network_ledger());
+  Tensor host_recv = recv_t.is_cpu() ? recv_t : host_buffer_like(recv_t);
   exchange(host_send, dst, src, tag, host_recv.numel(), host_recv.dtype(),
            [&](const std::byte* data) {
              local::copy_bytes(bytes_of(host_recv), data, host_recv.nbytes());

@@ -73,7 +73,8 @@ class LocalCommunicator final : public Communicator {
 
  private:
   int world_peer(int group_rank, const char* what) const;
-  Tensor host_copy(const Tensor& t) const;  // CPU copy charged to the network ledger
+  Tensor host_buffer_like(const Tensor& t) const;  // CPU, charged to the network ledger
+  Tensor host_copy(const Tensor& t) const;         // host_buffer_like(t) holding t's values
   void receive_into(Tensor& t, int src, int tag);
   bool eager(const Tensor& message) const;  // sendrecv's protocol for this message
   template <class Use> void exchange(const Tensor& send_t, int dst, int src, int tag,

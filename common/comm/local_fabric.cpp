@@ -150,7 +150,10 @@ void Fabric::block(std::unique_lock<std::mutex>& lock, int me, Ready ready) {
   std::condition_variable& cv = cv_[static_cast<std::size_t>(me)];
   while (!ready()) {
     throw_if_aborted();
-    if (spin_until_woken(lock, me)) continue;
+    // Past the deadline, no spinning: wait_until below times out at once, so wake-ups for
+    // other messages cannot keep the watchdog from firing.
+    const bool overdue = watchdog_ != Clock::duration::zero() && Clock::now() >= deadline;
+    if (!overdue && spin_until_woken(lock, me)) continue;
     if (ready()) break;  // some changes wake no one: a lent message taken (its copy's end will)
     if (watchdog_ == Clock::duration::zero()) {
       cv.wait(lock);
