@@ -1,0 +1,186 @@
+// mixpar-grid: how a world of ranks is laid out as a dp x tp x pp grid. Prints every rank's
+// coordinates and the members of each of its groups (tp, dp, pp, model-parallel, embedding)
+// and its pipeline neighbours; --json prints the same for scripts, each group listed once.
+// All arithmetic is parallel_grid.h's. Bad flags or a shape that does not fill the world:
+// one-line error, exit code 2, nothing on stdout.
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "comm/parallel_grid.h"
+#include "util/cli.h"
+#include "util/errors.h"
+#include "util/json.h"
+
+namespace {
+
+using namespace mixpar;
+
+// The table has one row per rank and lists whole groups: beyond this it stops being readable.
+constexpr std::int64_t kMaxWorld = 4096;
+
+ArgParser make_parser() {
+  ArgParser a("mixpar-grid",
+              "The rank grid of 3D parallelism: each rank's (dp, tp, pp) coordinates, the\n"
+              "members of its tp, dp, pp, model-parallel and embedding groups, and its\n"
+              "pipeline neighbours, in Megatron's order:\n"
+              "rank = (pp x dp_size + dp) x tp_size + tp.");
+  a.option("world", "", "number of ranks (default: dp x tp x pp)")
+      .option("dp", "1", "data-parallel degree")
+      .option("tp", "1", "tensor-parallel degree")
+      .option("pp", "1", "pipeline-parallel degree (stages)")
+      .flag("json", "print the grid as JSON instead of a table");
+  return a;
+}
+
+int read_degree(const ArgParser& a, const char* name) {
+  const std::int64_t v = a.get_int(name);
+  if (v < 1) throw InputError(std::string("--") + name + " must be >= 1, got " + a.get(name));
+  if (v > kMaxWorld) {
+    throw InputError(std::string("--") + name + " " + a.get(name) + ": mixpar-grid lays out " +
+                     "at most " + std::to_string(kMaxWorld) + " ranks");
+  }
+  return static_cast<int>(v);
+}
+
+struct Request {
+  GridShape shape;
+  int world = 1;
+};
+
+Request read_request(const ArgParser& a) {
+  Request q;
+  q.shape.dp = read_degree(a, "dp");
+  q.shape.tp = read_degree(a, "tp");
+  q.shape.pp = read_degree(a, "pp");
+  const std::int64_t product = std::int64_t{q.shape.dp} * q.shape.tp * q.shape.pp;
+  if (a.given("world")) {
+    q.world = read_degree(a, "world");
+  } else if (product > kMaxWorld) {
+    throw InputError("dp " + std::to_string(q.shape.dp) + " x tp " + std::to_string(q.shape.tp) +
+                     " x pp " + std::to_string(q.shape.pp) + " = " + std::to_string(product) +
+                     " ranks: mixpar-grid lays out at most " + std::to_string(kMaxWorld));
+  } else {
+    q.world = static_cast<int>(product);
+  }
+  validate(q.shape, q.world);
+  return q;
+}
+
+// {0,4} -> "0,4"; {} -> "-".
+std::string list(const std::vector<int>& ranks) {
+  if (ranks.empty()) return "-";
+  std::string s;
+  for (int r : ranks) s += (s.empty() ? "" : ",") + std::to_string(r);
+  return s;
+}
+
+std::string neighbour(int r) { return r < 0 ? "-" : std::to_string(r); }
+
+void print_table(const GridShape& shape) {
+  const std::vector<std::string> head = {"rank",     "dp",       "tp",       "pp",
+                                         "tp group", "dp group", "pp group", "model-parallel",
+                                         "embedding", "prev",    "next"};
+  std::vector<std::vector<std::string>> rows;
+  for (int r = 0; r < shape.world(); ++r) {
+    const GridCoord c = grid_coord(shape, r);
+    rows.push_back({std::to_string(r), std::to_string(c.dp), std::to_string(c.tp),
+                    std::to_string(c.pp), list(tp_group(shape, r)), list(dp_group(shape, r)),
+                    list(pp_group(shape, r)), list(model_parallel_group(shape, r)),
+                    list(embedding_group(shape, r)), neighbour(pp_prev(shape, r)),
+                    neighbour(pp_next(shape, r))});
+  }
+  std::vector<std::size_t> width(head.size());
+  for (std::size_t i = 0; i < head.size(); ++i) {
+    width[i] = head[i].size();
+    for (const auto& row : rows) width[i] = std::max(width[i], row[i].size());
+  }
+  // Numbers right-aligned, group lists left-aligned; two spaces between columns.
+  const auto print_row = [&](const std::vector<std::string>& cells) {
+    std::string line;
+    for (std::size_t i = 0; i < cells.size(); ++i) {
+      const std::string pad(width[i] - cells[i].size(), ' ');
+      const bool left = i >= 4 && i <= 8;
+      if (i > 0) line += "  ";
+      line += left ? cells[i] + pad : pad + cells[i];
+    }
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    std::printf("%s\n", line.c_str());
+  };
+  std::printf("mixpar-grid: dp %d x tp %d x pp %d = %d ranks\n\n", shape.dp, shape.tp, shape.pp,
+              shape.world());
+  print_row(head);
+  for (const auto& row : rows) print_row(row);
+  std::printf(
+      "\nrank = (pp x %d + dp) x %d + tp: tp fastest, then dp, pp outermost "
+      "(prev/next: pipeline neighbours, - at the ends)\n",
+      shape.dp, shape.tp);
+}
+
+Json to_json(const std::vector<int>& ranks) {
+  Json a = Json::array();
+  for (int r : ranks) a.push_back(r);
+  return a;
+}
+
+// Every group of one kind once, ordered by its first member (= the first rank meeting it).
+template <class GroupOf>
+Json groups(const GridShape& shape, GroupOf&& group_of) {
+  Json out = Json::array();
+  for (int r = 0; r < shape.world(); ++r) {
+    const std::vector<int> g = group_of(shape, r);
+    if (!g.empty() && g.front() == r) out.push_back(to_json(g));
+  }
+  return out;
+}
+
+void print_json(const GridShape& shape) {
+  Json s = Json::object();
+  s.set("world", shape.world());
+  s.set("dp", shape.dp);
+  s.set("tp", shape.tp);
+  s.set("pp", shape.pp);
+  Json ranks = Json::array();
+  for (int r = 0; r < shape.world(); ++r) {
+    const GridCoord c = grid_coord(shape, r);
+    Json j = Json::object();
+    j.set("rank", r);
+    j.set("dp", c.dp);
+    j.set("tp", c.tp);
+    j.set("pp", c.pp);
+    j.set("prev", pp_prev(shape, r));
+    j.set("next", pp_next(shape, r));
+    j.set("first_stage", is_first_stage(shape, r));
+    j.set("last_stage", is_last_stage(shape, r));
+    ranks.push_back(std::move(j));
+  }
+  Json g = Json::object();
+  g.set("tp", groups(shape, tp_group));
+  g.set("dp", groups(shape, dp_group));
+  g.set("pp", groups(shape, pp_group));
+  g.set("model_parallel", groups(shape, model_parallel_group));
+  g.set("embedding", groups(shape, embedding_group));
+  Json out = Json::object();
+  out.set("shape", std::move(s));
+  out.set("ranks", std::move(ranks));
+  out.set("groups", std::move(g));
+  std::printf("%s\n", out.dump(2).c_str());
+}
+
+int run(int argc, char** argv) {
+  ArgParser args = make_parser();
+  args.parse(argc, argv);
+  const Request q = read_request(args);
+  if (args.get_flag("json")) {
+    print_json(q.shape);
+  } else {
+    print_table(q.shape);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) { return mixpar::run_main(argc, argv, run); }

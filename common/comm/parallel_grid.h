@@ -1,0 +1,121 @@
+// ParallelGrid: the ranks of a world laid out as a dp x tp x pp grid, and the communicators of
+// its groups (chapter 8's 3D parallelism).
+//
+// The layout is Megatron-LM's tp-dp-pp order (torchtitan's device mesh [pp, dp, tp]): tensor
+// parallelism varies fastest, so that a tp group is a run of consecutive ranks (one node's
+// NVLink island), then data parallelism, and the pipeline stage is outermost:
+//
+//     rank = (pp x dp_size + dp) x tp_size + tp
+//
+//     tp = rank % tp_size,  dp = (rank / tp_size) % dp_size,  pp = rank / (tp_size x dp_size)
+//
+// A 2 x 2 x 2 grid (dp 2, tp 2, pp 2: 8 ranks), its two pipeline stages side by side:
+//
+//              pp 0 (first stage)              pp 1 (last stage)
+//              tp 0    tp 1                    tp 0    tp 1
+//     dp 0   [   0 ---- 1   ]  ==========>  [   4 ---- 5   ]
+//                |      |                       |      |
+//     dp 1   [   2 ---- 3   ]  ==========>  [   6 ---- 7   ]
+//
+//     ----  tp groups (same dp, pp):  {0,1} {2,3} {4,5} {6,7}
+//       |   dp groups (same tp, pp):  {0,2} {1,3} {4,6} {5,7}
+//     ===>  pp groups (same dp, tp):  {0,4} {1,5} {2,6} {3,7}  (activations flow 0 -> 4, ...)
+//     model-parallel groups (same dp: one replica's tp x pp ranks):  {0,1,4,5} {2,3,6,7}
+//     embedding groups (first and last stage of the same dp, tp, which hold the tied input
+//     and output embeddings and all-reduce their gradients):       {0,4} {1,5} {2,6} {3,7}
+//
+// With pp > 2 the middle stages belong to no embedding group; with pp == 1 a rank is its
+// first and last stage at once and its embedding group is itself alone.
+//
+// The pure layout functions need no communicator (mixpar-grid prints them; tests check them
+// against the communicators). Every group list is of world ranks, ascending, and holds r
+// (except the empty embedding group of a middle stage).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "comm/communicator.h"
+
+namespace mixpar {
+
+struct GridShape {
+  int dp = 1;  // data-parallel degree: model replicas
+  int tp = 1;  // tensor-parallel degree: ranks sharing one layer's matrices
+  int pp = 1;  // pipeline-parallel degree: stages
+  int world() const { return dp * tp * pp; }
+};
+
+struct GridCoord {
+  int rank = 0;  // in the world
+  int dp = 0, tp = 0, pp = 0;
+};
+
+// InputError, one line naming the numbers, unless every degree is >= 1 and
+// dp x tp x pp == world: "grid: dp 2 x tp 2 x pp 3 = 12 ranks, but the world has 8".
+void validate(const GridShape& shape, int world);
+
+// The functions below take a shape with every degree >= 1 (else std::invalid_argument).
+// (pp x dp_size + dp) x tp_size + tp; std::out_of_range for a coordinate outside the grid.
+int grid_rank(const GridShape& shape, int dp, int tp, int pp);
+// The inverse; std::out_of_range for a rank outside [0, world).
+GridCoord grid_coord(const GridShape& shape, int rank);
+
+// The groups of rank r, as world ranks in ascending order (the order of their
+// communicators' ranks).
+std::vector<int> tp_group(const GridShape& shape, int r);              // same dp, pp
+std::vector<int> dp_group(const GridShape& shape, int r);              // same tp, pp
+std::vector<int> pp_group(const GridShape& shape, int r);              // same dp, tp
+std::vector<int> model_parallel_group(const GridShape& shape, int r);  // same dp
+// {first stage, last stage} of r's (dp, tp) pipeline; {r} when pp == 1; empty when r is on a
+// middle stage (it belongs to no embedding group).
+std::vector<int> embedding_group(const GridShape& shape, int r);
+
+bool is_first_stage(const GridShape& shape, int r);
+bool is_last_stage(const GridShape& shape, int r);
+// The world rank of the previous / next pipeline stage (same dp, tp); -1 at the ends
+// (no wraparound).
+int pp_prev(const GridShape& shape, int r);
+int pp_next(const GridShape& shape, int r);
+
+// One rank's view of the grid over a communicator `world` (the whole world, or any group
+// to be laid out as a grid: "world rank" below means the rank in it).
+class ParallelGrid {
+ public:
+  // Collective over `world`: every rank constructs its grid with the same shape. Validates
+  // the shape against world.size() (InputError), then splits `world` into the dp, tp, pp,
+  // model-parallel and embedding communicators, in that order, with the parent rank as key,
+  // so that each group's ranks follow the ascending world ranks of the pure lists above.
+  // std::logic_error if a communicator disagrees with the pure layout. `world` must outlive
+  // the grid.
+  ParallelGrid(Communicator& world, GridShape shape);
+
+  const GridShape& shape() const { return shape_; }
+  const GridCoord& coord() const { return coord_; }
+
+  Communicator& world() const { return *world_; }
+  Communicator& dp() const { return *dp_; }
+  Communicator& tp() const { return *tp_; }
+  Communicator& pp() const { return *pp_; }  // rank in it = pipeline stage = coord().pp
+  Communicator& model_parallel() const { return *model_parallel_; }
+  // nullptr on a middle pipeline stage; this rank alone when pp == 1.
+  Communicator* embedding() const { return embedding_.get(); }
+
+  bool is_first_stage() const { return coord_.pp == 0; }
+  bool is_last_stage() const { return coord_.pp == shape_.pp - 1; }
+  // Neighbouring stages as world ranks, -1 at the ends.
+  int pp_prev_rank() const { return pp_prev_rank_; }
+  int pp_next_rank() const { return pp_next_rank_; }
+  // The same neighbours as ranks in pp() (their stage numbers), -1 at the ends.
+  int pp_prev_stage() const { return is_first_stage() ? -1 : coord_.pp - 1; }
+  int pp_next_stage() const { return is_last_stage() ? -1 : coord_.pp + 1; }
+
+ private:
+  Communicator* world_;
+  GridShape shape_;
+  GridCoord coord_;
+  std::unique_ptr<Communicator> dp_, tp_, pp_, model_parallel_, embedding_;
+  int pp_prev_rank_ = -1, pp_next_rank_ = -1;
+};
+
+}  // namespace mixpar
