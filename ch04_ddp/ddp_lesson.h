@@ -20,9 +20,9 @@ namespace mixpar::ch04 {
 enum class ScalerOrder : std::uint8_t {
   // All-reduce the scaled gradients, then unscale and check (PyTorch DDP + GradScaler).
   kReduceThenUnscale,
-  // Unscale and check each rank's own gradients, then all-reduce (what seed 000 section 7.1
-  // asks for). Harmless with one shared scale and an agreed decision; the failure mode is the
-  // decision NOT being agreed.
+  // Unscale and check each rank's own gradients, then all-reduce (what source article A
+  // section 7.1 asks for; docs/SOURCES.md). Harmless with one shared scale and an agreed
+  // decision; the failure mode is the decision NOT being agreed.
   kUnscaleThenReduce,
 };
 

@@ -1,6 +1,7 @@
 // The scenarios where DDP is right: it equals one rank with N times the batch, accumulation
-// costs no communication, and the unscale order of seed 000 section 7.1 changes nothing when
-// the scale and the decision are shared. Each returns a table and its checked claims.
+// costs no communication, and the unscale order of source article A section 7.1
+// (docs/SOURCES.md) changes nothing when the scale and the decision are shared. Each returns a
+// table and its checked claims.
 #include "ddp_scenarios.h"
 
 #include <cmath>
@@ -136,7 +137,7 @@ ScenarioResult unscale_order_scenario(int ranks, const LessonConfig& base) {
   const auto b = run_local_ddp(ranks, before);
   ScenarioResult r;
   r.name = "unscale-order";
-  r.title = "seed 000 7.1: unscale before the all-reduce vs after (one scale, agreed found-inf)";
+  r.title = "article A 7.1: unscale before the all-reduce vs after (one scale, agreed found-inf)";
   r.symptom = "no difference: scaling by a power of two commutes with the sum";
   ch01::TextTable t({"step", "scale", "taken (reduce, unscale)", "taken (unscale, reduce)",
                      "same weights"});

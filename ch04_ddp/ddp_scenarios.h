@@ -33,8 +33,9 @@ ScenarioResult equivalence_scenario(int ranks, const LessonConfig& base);
 // N ranks x A micro-steps of B vs one rank x batch N*A*B: equal, and one bucket all-reduce
 // per bucket per optimizer step, whatever A.
 ScenarioResult accumulation_scenario(int ranks, int accum, const LessonConfig& base);
-// Seed 000 section 7.1's order (unscale, then all-reduce) against PyTorch's (all-reduce the
-// scaled gradients, then unscale), with one shared scale and an agreed decision: same weights.
+// The order of source article A section 7.1 (docs/SOURCES.md): unscale, then all-reduce;
+// against PyTorch's (all-reduce the scaled gradients, then unscale), with one shared scale
+// and an agreed decision: same weights.
 ScenarioResult unscale_order_scenario(int ranks, const LessonConfig& base);
 
 // Where a step's time goes: compute, communication, and the communication the compute

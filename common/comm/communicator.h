@@ -1,5 +1,5 @@
-// Communicator: the one door every byte between ranks goes through. Backends (local threads
-// now; MPI and NCCL later) implement the same calls, and every call is recorded per rank
+// Communicator: the one door every byte between ranks goes through. Backends (local threads,
+// MPI, NCCL) implement the same calls, and every call is recorded per rank
 // (operation, bytes sent, bytes received) so chapters can assert communication volume.
 #pragma once
 

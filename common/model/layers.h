@@ -19,7 +19,7 @@
 
 namespace mixpar::layers {
 
-inline constexpr double kLayerNormEps = 1e-5;  // GPT-2 (REFERENCE.md)
+inline constexpr double kLayerNormEps = 1e-5;  // GPT-2 (docs/REFERENCE.md, GPT-2 layout)
 
 // ---- LayerNorm over the last dimension (C = w.numel()), biased variance like torch.
 // x, out: any shape [..., C] (N rows). mean, rstd [N] hold the statistics backward needs; they
@@ -44,8 +44,9 @@ void attention_forward(const Tensor& qkv, std::int64_t n_head, Tensor& out, Tens
 void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& att,
                         std::int64_t n_head, Tensor& dqkv, Tensor& datt);
 
-// ---- GELU, tanh form (REFERENCE.md), any shape; out may be x, dx may be dout. Vectorised
-// and threaded; common/ops/activations.h holds the scalar reference it is tested against.
+// ---- GELU, tanh form (docs/REFERENCE.md, GPT-2 layout), any shape; out may be x, dx may be
+// dout. Vectorised and threaded; common/ops/activations.h holds the scalar reference it is
+// tested against.
 void gelu_forward(const Tensor& x, Tensor& out);
 void gelu_backward(const Tensor& x, const Tensor& dout, Tensor& dx);
 

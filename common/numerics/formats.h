@@ -15,10 +15,10 @@
 
 namespace mixpar {
 
-// FP8 casts come in two flavours (REFERENCE.md): saturating clamps out-of-range finite values
-// to +-max (CUDA __NV_SATFINITE); non-saturating gives NaN for E4M3 and +-inf for E5M2
-// (CUDA __NV_NOSAT, PyTorch's .to(float8_*)). NaN input gives NaN in both modes; an infinite
-// input saturates to +-max only in kSatFinite mode.
+// FP8 casts come in two flavours (docs/REFERENCE.md, Number formats): saturating clamps
+// out-of-range finite values to +-max (CUDA __NV_SATFINITE); non-saturating gives NaN for
+// E4M3 and +-inf for E5M2 (CUDA __NV_NOSAT, PyTorch's .to(float8_*)). NaN input gives NaN in
+// both modes; an infinite input saturates to +-max only in kSatFinite mode.
 enum class Saturation : std::uint8_t { kSatFinite, kNoSat };
 
 // Bit-level conversions: the single source of truth every type and bulk path below uses.

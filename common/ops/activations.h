@@ -20,7 +20,7 @@ std::string_view activation_name(Activation a);  // "relu", "gelu"
 void relu_forward(const Tensor& x, Tensor& y);
 void relu_backward(const Tensor& x, const Tensor& dy, Tensor& dx);
 
-// y = 0.5 x (1 + tanh(u)),  u = sqrt(2/pi) (x + 0.044715 x^3)      (REFERENCE.md, GPT-2)
+// y = 0.5 x (1 + tanh(u)),  u = sqrt(2/pi) (x + 0.044715 x^3)      (docs/REFERENCE.md, GPT-2)
 // dy/dx = 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) sqrt(2/pi) (1 + 3 * 0.044715 x^2)
 void gelu_forward(const Tensor& x, Tensor& y);
 void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx);

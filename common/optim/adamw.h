@@ -1,4 +1,5 @@
-// AdamW with PyTorch's semantics (torch.optim.AdamW, REFERENCE.md), moments in FP32:
+// AdamW with PyTorch's semantics (torch.optim.AdamW; docs/REFERENCE.md, Clipping and AdamW),
+// moments in FP32:
 //   theta <- theta (1 - lr wd);  m <- b1 m + (1 - b1) g;  v <- b2 v + (1 - b2) g^2;
 //   theta <- theta - (lr / (1 - b1^t)) m / (sqrt(v) / sqrt(1 - b2^t) + eps),  t = 1, 2, ...
 // t advances only when step() runs: a step the loss scaler skips is a step() not called.

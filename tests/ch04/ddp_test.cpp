@@ -1,7 +1,8 @@
 // DistributedDataParallel on the local backend: N ranks with batch B equal one rank with batch
 // N*B step for step (FP32; N = 2 and 4; tolerances in ddp_scenarios.h), with loss and grad norm
 // global and identical on every rank; accumulation sends nothing until the last micro-step;
-// the unscale order of seed 000 7.1 is harmless with an agreed decision; replicas are checked.
+// the unscale order of source article A section 7.1 (docs/SOURCES.md) is harmless with an
+// agreed decision; replicas are checked.
 #include <gtest/gtest.h>
 
 #include <string>

@@ -1,5 +1,5 @@
 // Software FP16/BF16/FP8 on their own terms: every bit pattern round-trips and decodes in
-// order, golden values from REFERENCE.md "Number formats", format_info() read off the
+// order, golden values from docs/REFERENCE.md "Number formats", format_info() read off the
 // implementation, and the bulk/span/FP64 conversions agreeing with the scalar ones.
 // Agreement with the CUDA toolkit and Eigen lives in numerics_reference_test.cpp.
 #include <gtest/gtest.h>

@@ -1,5 +1,5 @@
 // AdamW and SGD against trajectories computed here in double from the formulas of
-// REFERENCE.md (independent code), plus closed-form facts of PyTorch's AdamW (the first step
+// docs/REFERENCE.md (independent code), plus closed-form facts of PyTorch's AdamW (the first step
 // moves every weight by lr * sign(g)); clip_grad_norm_ semantics.
 #include <gtest/gtest.h>
 
@@ -22,7 +22,8 @@ const std::vector<std::vector<float>> kGrads{{0.1f, -0.2f, 0.3f, 0.0f, 5.0f},
 
 Tensor vec(const std::vector<float>& v) { return Tensor::from_floats(v, {static_cast<std::int64_t>(v.size())}); }
 
-// REFERENCE.md AdamW, in double, written without looking at the implementation.
+// docs/REFERENCE.md "Clipping and AdamW", in double, written without looking at the
+// implementation.
 std::vector<double> adamw_reference(const AdamWConfig& c, int steps, std::vector<double>* m_out,
                                     std::vector<double>* v_out) {
   std::vector<double> th(kTheta0.begin(), kTheta0.end()), m(th.size(), 0), v(th.size(), 0);
