@@ -11,6 +11,7 @@
 
 #include "cuda/device_tensor.h"
 #include "optim/adamw.h"
+#include "optim/adamw_math.h"
 
 namespace mixpar::cuda {
 
@@ -73,12 +74,9 @@ void crossentropy_backward(const DeviceTensor& logits, std::int64_t V, const Dev
                            cudaStream_t stream);
 
 // ---- Optimizer and loss-scaling support.
-// The per-step constants of AdamW, formed in double from t and rounded to FP32 exactly as
-// AdamW::step does (common/optim/adamw.cpp).
-struct AdamScalars {
-  float decay, one_minus_b1, beta2, one_minus_b2, step_size, bc2_sqrt, eps;
-};
-AdamScalars adam_scalars(const AdamWConfig& config, std::int64_t t);
+// The per-step constants of AdamW, the ones AdamW::step uses (optim/adamw_math.h).
+using mixpar::AdamScalars;
+using mixpar::adam_scalars;
 // AdamW::step on one tensor, in its operation order with no fused multiply-adds (bit-for-bit
 // the CPU update). master, m, v f32 [n]; grad [n] any working dtype, read as
 // g = (grad * grad_scale1) * grad_scale2 (unscale, then clip; each skipped when exactly 1).

@@ -24,8 +24,8 @@ namespace {
 constexpr int kNormBlocks = 1024;
 constexpr int kNormThreads = 256;
 
-// One element of AdamW in the CPU's operation order. The _rn intrinsics forbid contracting
-// a * b + c into an FMA (nvcc would by default), so each step rounds exactly as the CPU's.
+// One element of AdamW: adamw_element (optim/adamw_math.h), the CPU's update itself, on _rn
+// intrinsics that nvcc never contracts into an FMA, so each step rounds exactly as the CPU's.
 template <class TG, class TP>
 __global__ void adamw_kernel(float* master, const TG* grad, float* m, float* v, TP* param16,
                              std::int64_t n, AdamScalars s, float gs1, float gs2,
@@ -37,12 +37,8 @@ __global__ void adamw_kernel(float* master, const TG* grad, float* m, float* v, 
     float g = to_float(grad[i]);
     if (gs1 != 1.f) g = __fmul_rn(g, gs1);  // unscale
     if (gs2 != 1.f) g = __fmul_rn(g, gs2);  // clip
-    float p = __fmul_rn(master[i], s.decay);                                  // theta (1 - lr wd)
-    const float mi = __fadd_rn(m[i], __fmul_rn(s.one_minus_b1, __fsub_rn(g, m[i])));  // lerp
-    const float vi =
-        __fadd_rn(__fmul_rn(s.beta2, v[i]), __fmul_rn(__fmul_rn(s.one_minus_b2, g), g));
-    const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), s.bc2_sqrt), s.eps);
-    p = __fadd_rn(p, __fmul_rn(-s.step_size, __fdiv_rn(mi, denom)));
+    float p = master[i], mi = m[i], vi = v[i];
+    adamw_element(p, mi, vi, g, s);
     master[i] = p;
     m[i] = mi;
     v[i] = vi;
@@ -114,20 +110,6 @@ void check_flag(const DeviceTensor& flag, const char* op) {
 }
 
 }  // namespace
-
-AdamScalars adam_scalars(const AdamWConfig& c, std::int64_t t) {
-  // The formulas of scalars_for in common/optim/adamw.cpp: double, then one rounding to FP32.
-  const double td = static_cast<double>(t);
-  const double bc1 = 1.0 - std::pow(c.beta1, td);
-  const double bc2 = 1.0 - std::pow(c.beta2, td);
-  return {static_cast<float>(1.0 - c.lr * c.weight_decay),
-          static_cast<float>(1.0 - c.beta1),
-          static_cast<float>(c.beta2),
-          static_cast<float>(1.0 - c.beta2),
-          static_cast<float>(c.lr / bc1),
-          static_cast<float>(std::sqrt(bc2)),
-          static_cast<float>(c.eps)};
-}
 
 void adamw_update(DeviceTensor& master, const DeviceTensor& grad, DeviceTensor& m,
                   DeviceTensor& v, DeviceTensor* param16, const AdamScalars& s,

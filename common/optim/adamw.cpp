@@ -1,6 +1,7 @@
 // AdamW: one chunked pass per parameter, in the operation order of PyTorch's single-tensor
 // AdamW (torch/optim/adam.py, _single_tensor_adam with decoupled weight decay). The scalar
-// factors are formed in double from t, as PyTorch does in Python, then used in FP32.
+// factors are formed in double from t, as PyTorch does in Python, then used in FP32. The
+// update of one element is adamw_element (optim/adamw_math.h), shared with the GPU kernel.
 #include "optim/adamw.h"
 
 #include <algorithm>
@@ -10,22 +11,12 @@
 #include <utility>
 
 #include "ops/chunked.h"
+#include "optim/adamw_math.h"
 #include "optim/param_list.h"
 
 namespace mixpar {
-namespace {
 
-// The per-step constants of the update.
-struct AdamScalars {
-  float decay;           // 1 - lr wd
-  float one_minus_b1;    // lerp weight of m towards g
-  float beta2, one_minus_b2;
-  float step_size;       // lr / (1 - b1^t)
-  float bc2_sqrt;        // sqrt(1 - b2^t)
-  float eps;
-};
-
-AdamScalars scalars_for(const AdamWConfig& c, std::int64_t t) {
+AdamScalars adam_scalars(const AdamWConfig& c, std::int64_t t) {
   const double td = static_cast<double>(t);
   const double bc1 = 1.0 - std::pow(c.beta1, td);
   const double bc2 = 1.0 - std::pow(c.beta2, td);
@@ -37,6 +28,8 @@ AdamScalars scalars_for(const AdamWConfig& c, std::int64_t t) {
           static_cast<float>(std::sqrt(bc2)),
           static_cast<float>(c.eps)};
 }
+
+namespace {
 
 // theta [n], g [n] (any float dtype); m [n], v [n] FP32, updated in place.
 void adamw_update(const Tensor& theta, const Tensor& g, const Tensor& m, const Tensor& v,
@@ -53,13 +46,7 @@ void adamw_update(const Tensor& theta, const Tensor& g, const Tensor& m, const T
       float* pp = wp.open(theta, begin, n, /*load=*/true);
       float* mm = pm + begin;
       float* vv = pv + begin;
-      for (std::int64_t i = 0; i < n; ++i) {
-        pp[i] *= s.decay;                                  // theta <- theta (1 - lr wd), first
-        mm[i] += s.one_minus_b1 * (pg[i] - mm[i]);         // m <- b1 m + (1 - b1) g, as lerp_
-        vv[i] = s.beta2 * vv[i] + s.one_minus_b2 * pg[i] * pg[i];
-        const float denom = std::sqrt(vv[i]) / s.bc2_sqrt + s.eps;
-        pp[i] += -s.step_size * (mm[i] / denom);           // addcdiv_(m, denom, -step_size)
-      }
+      for (std::int64_t i = 0; i < n; ++i) adamw_element(pp[i], mm[i], vv[i], pg[i], s);
       wp.commit();
     }
   });
@@ -83,7 +70,7 @@ AdamW::AdamW(std::vector<Tensor> params, AdamWConfig config, std::vector<bool> d
 void AdamW::step(std::span<const Tensor> grads) {
   check_grads(params_, grads, "AdamW::step");
   ++step_;
-  const AdamScalars s = scalars_for(config_, step_);
+  const AdamScalars s = adam_scalars(config_, step_);
   AdamScalars no_decay = s;
   no_decay.decay = 1.0f;  // theta * 1.0f == theta: the same pass, no decay
   for (std::size_t i = 0; i < params_.size(); ++i) {
