@@ -14,17 +14,10 @@
 #include <type_traits>
 
 #include "numerics/convert_cuda.h"
+#include "numerics/cudart_check.h"
 
 namespace mixpar {
 namespace {
-
-void check(cudaError_t err, const char* what, const char* file, int line) {
-  if (err != cudaSuccess) {
-    throw std::runtime_error(std::string(what) + " failed: " + cudaGetErrorString(err) + " (" +
-                             file + ":" + std::to_string(line) + ")");
-  }
-}
-#define MIXPAR_CUDA_CHECK(call) check((call), #call, __FILE__, __LINE__)
 
 template <DType T> using Tag = std::integral_constant<DType, T>;
 
@@ -121,8 +114,8 @@ void convert_on_device(const void* src, DType src_type, void* dst, DType dst_typ
           <<<static_cast<unsigned>(blocks), kThreads>>>(src, dst, n, mode);
     });
   });
-  MIXPAR_CUDA_CHECK(cudaGetLastError());
-  MIXPAR_CUDA_CHECK(cudaDeviceSynchronize());
+  MIXPAR_CUDART(cudaGetLastError());
+  MIXPAR_CUDART(cudaDeviceSynchronize());
 }
 
 }  // namespace mixpar

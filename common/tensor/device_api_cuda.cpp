@@ -4,18 +4,12 @@
 #include <stdexcept>
 #include <string>
 
+#include "numerics/cudart_check.h"
 #include "tensor/device_api.h"
 
 namespace mixpar {
 
 namespace {
-void check(cudaError_t err, const char* what, const char* file, int line) {
-  if (err != cudaSuccess) {
-    throw std::runtime_error(std::string(what) + " failed: " + cudaGetErrorString(err) + " (" +
-                             file + ":" + std::to_string(line) + ")");
-  }
-}
-#define MIXPAR_CUDART(call) check((call), #call, __FILE__, __LINE__)
 
 cudaMemcpyKind to_cuda(CopyKind k) {
   switch (k) {
