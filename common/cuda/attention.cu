@@ -116,13 +116,7 @@ void check_tensor(const DeviceTensor& t, const Shape& shape, DType dt, const cha
 void batched(Blas& blas, const Dims& d, const DeviceTensor& a, const DeviceTensor& b,
              DeviceTensor& out, std::int64_t M, std::int64_t N, std::int64_t K, bool ta, bool tb,
              float alpha) {
-  GemmCall c;
-  c.shape = {M, N, K, ta, tb, 0, 0, 0};
-  c.a = a.data();
-  c.b = b.data();
-  c.out = out.data();
-  c.in_type = a.dtype();
-  c.out_type = out.dtype();
+  GemmCall c = gemm_call({M, N, K, ta, tb, 0, 0, 0}, a, b, out);
   c.alpha = alpha;
   c.batch = d.B * d.H;
   c.stride_a = M * K;

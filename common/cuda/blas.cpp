@@ -226,13 +226,7 @@ void matmul(Blas& blas, const DeviceTensor& a, const DeviceTensor& b, DeviceTens
                                 std::to_string(N) + ", out " + shape_str(out.shape()) +
                                 " (a and b of one dtype)");
   }
-  GemmCall c;
-  c.shape = {M, N, K, trans_a, trans_b, 0, 0, 0};
-  c.a = a.data();
-  c.b = b.data();
-  c.out = out.data();
-  c.in_type = a.dtype();
-  c.out_type = out.dtype();
+  GemmCall c = gemm_call({M, N, K, trans_a, trans_b, 0, 0, 0}, a, b, out);
   c.alpha = alpha;
   c.beta = beta;
   c.math = math;

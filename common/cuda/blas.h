@@ -50,6 +50,20 @@ struct GemmCall {
   void* aux = nullptr;         // [M, N] row-major, row stride = out's, out_type
 };
 
+// The call out = op(a) op(b) on device tensors: shape as given, pointers and dtypes from the
+// tensors, everything else GemmCall's defaults (alpha 1, beta 0, FP32 math, one product).
+inline GemmCall gemm_call(const RowMajorGemm& shape, const DeviceTensor& a, const DeviceTensor& b,
+                          DeviceTensor& out) {
+  GemmCall c;
+  c.shape = shape;
+  c.a = a.data();
+  c.b = b.data();
+  c.out = out.data();
+  c.in_type = a.dtype();
+  c.out_type = out.dtype();
+  return c;
+}
+
 // Owns a cuBLAS and a cuBLASLt handle bound to one stream and one 32 MiB workspace (the size
 // cuBLAS documents for Hopper), allocated once and shared: both handles run on the same stream,
 // so they never use it at the same time. cuBLASLt's algorithm choice is cached per shape.

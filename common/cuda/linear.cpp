@@ -33,13 +33,7 @@ void check_vector(const DeviceTensor& v, std::int64_t n, DType dt, const char* o
 
 GemmCall make_call(const RowMajorGemm& shape, const DeviceTensor& a, const DeviceTensor& b,
                    DeviceTensor& out, const LinearOptions& o) {
-  GemmCall c;
-  c.shape = shape;
-  c.a = a.data();
-  c.b = b.data();
-  c.out = out.data();
-  c.in_type = a.dtype();
-  c.out_type = out.dtype();
+  GemmCall c = gemm_call(shape, a, b, out);
   c.math = o.math;
   return c;
 }
