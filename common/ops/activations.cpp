@@ -62,23 +62,7 @@ template <class F> void unary(const char* op, const Tensor& x, Tensor& y, F f) {
 // dx[i] = f(x[i], dy[i]); dx may be dy.
 template <class F>
 void unary_backward(const char* op, const Tensor& x, const Tensor& dy, Tensor& dx, F df) {
-  check_operand(x, op, "x");
-  check_operand(dy, op, "dy");
-  check_operand(dx, op, "dx");
-  check_same_numel(dy, x, op, "dy", "x");
-  check_same_numel(dx, x, op, "dx", "x");
-  with_compute_type(any_f64({&x, &dy, &dx}), [&](auto tag) {
-    using C = decltype(tag);
-    ChunkReader<C> rx, rdy;
-    ChunkWriter<C> wdx;
-    for_chunks(x.numel(), [&](std::int64_t begin, std::int64_t n) {
-      const C* px = rx.read(x, begin, n);
-      const C* pdy = rdy.read(dy, begin, n);
-      C* pdx = wdx.open(dx, begin, n);
-      for (std::int64_t i = 0; i < n; ++i) pdx[i] = df(px[i], pdy[i]);
-      wdx.commit();
-    });
-  });
+  binary_elementwise(op, {"x", "dy", "dx"}, x, dy, dx, df);
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #endif
 
 #include "numerics/formats.h"
+#include "ops/checks.h"
 #include "tensor/tensor.h"
 
 namespace mixpar::ops {
@@ -93,5 +94,37 @@ template <class C> class ChunkWriter {
   DType dtype_ = DType::kF32;
   std::size_t n_ = 0;
 };
+
+// The names an elementwise op gives its operands in its error messages: {"a", "b", "out"}.
+struct OperandNames {
+  const char* a;
+  const char* b;
+  const char* out;
+};
+
+// out[i] = f(a[i], b[i]) for any dtypes, computed as C (double when any operand is f64) and
+// rounded once into out's dtype; out may be a or b. Every operand is checked, and b and out
+// must have a's number of elements (errors name them as `names` does).
+template <class F>
+void binary_elementwise(const char* op, OperandNames names, const Tensor& a, const Tensor& b,
+                        Tensor& out, F f) {
+  check_operand(a, op, names.a);
+  check_operand(b, op, names.b);
+  check_operand(out, op, names.out);
+  check_same_numel(b, a, op, names.b, names.a);
+  check_same_numel(out, a, op, names.out, names.a);
+  with_compute_type(any_f64({&a, &b, &out}), [&](auto tag) {
+    using C = decltype(tag);
+    ChunkReader<C> ra, rb;
+    ChunkWriter<C> wo;
+    for_chunks(a.numel(), [&](std::int64_t begin, std::int64_t n) {
+      const C* pa = ra.read(a, begin, n);
+      const C* pb = rb.read(b, begin, n);
+      C* po = wo.open(out, begin, n);
+      for (std::int64_t i = 0; i < n; ++i) po[i] = f(pa[i], pb[i]);
+      wo.commit();
+    });
+  });
+}
 
 }  // namespace mixpar::ops

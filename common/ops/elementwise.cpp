@@ -40,23 +40,7 @@ void axpy(double alpha, const Tensor& x, Tensor& y) {
 }
 
 void add(const Tensor& a, const Tensor& b, Tensor& out) {
-  check_operand(a, "add", "a");
-  check_operand(b, "add", "b");
-  check_operand(out, "add", "out");
-  check_same_numel(b, a, "add", "b", "a");
-  check_same_numel(out, a, "add", "out", "a");
-  with_compute_type(any_f64({&a, &b, &out}), [&](auto tag) {
-    using C = decltype(tag);
-    ChunkReader<C> ra, rb;
-    ChunkWriter<C> wo;
-    for_chunks(a.numel(), [&](std::int64_t begin, std::int64_t n) {
-      const C* pa = ra.read(a, begin, n);
-      const C* pb = rb.read(b, begin, n);
-      C* po = wo.open(out, begin, n);
-      for (std::int64_t i = 0; i < n; ++i) po[i] = pa[i] + pb[i];
-      wo.commit();
-    });
-  });
+  binary_elementwise("add", {"a", "b", "out"}, a, b, out, [](auto x, auto y) { return x + y; });
 }
 
 }  // namespace mixpar::ops
