@@ -11,6 +11,7 @@
 
 #include "numerics/formats.h"
 #include "ops/checks.h"
+#include "ops/matrix_view.h"
 #include "tensor/tensor.h"
 
 // `MIXPAR_PARALLEL_FOR_IF(cond) for (...)`: an OpenMP parallel loop with static scheduling
@@ -24,51 +25,10 @@
 
 namespace mixpar::layers::detail {
 
-// Read-only view of t as C values (converted once if t is not C).
-template <class C>
-class In {
- public:
-  explicit In(const Tensor& t) {
-    if (t.dtype() == dtype_of<C>) {
-      ptr_ = static_cast<const C*>(t.data());
-    } else {
-      work_ = Tensor::empty(t.shape(), dtype_of<C>, MemCategory::kOther);
-      convert(t.data(), t.dtype(), work_.data(), dtype_of<C>, static_cast<std::size_t>(t.numel()));
-      ptr_ = static_cast<const C*>(work_.data());
-    }
-  }
-  const C* data() const { return ptr_; }
-
- private:
-  const C* ptr_ = nullptr;
-  Tensor work_;
-};
-
-// Writable view of t as C values. `load`: start from t's values (read-modify-write).
-// commit() rounds the C values into t once; nothing to do when t already holds C.
-template <class C>
-class Out {
- public:
-  Out(const Tensor& t, bool load) : t_(t) {
-    if (t.dtype() == dtype_of<C>) {
-      ptr_ = static_cast<C*>(t.data());
-    } else {
-      work_ = Tensor::empty(t.shape(), dtype_of<C>, MemCategory::kOther);
-      if (load) convert(t.data(), t.dtype(), work_.data(), dtype_of<C>, numel());
-      ptr_ = static_cast<C*>(work_.data());
-    }
-  }
-  C* data() { return ptr_; }
-  void commit() {
-    if (work_.defined()) convert(work_.data(), dtype_of<C>, t_.data(), t_.dtype(), numel());
-  }
-
- private:
-  std::size_t numel() const { return static_cast<std::size_t>(t_.numel()); }
-  Tensor t_;
-  C* ptr_ = nullptr;
-  Tensor work_;
-};
+// Read-only and writable views of t as C values (ops/matrix_view.h): In converts once if t is
+// not C; Out(t, load) starts from t's values when `load`, and commit() rounds into t once.
+template <class C> using In = ops::ValuesIn<C>;
+template <class C> using Out = ops::ValuesOut<C>;
 
 template <class C>
 using ArrayMap = Eigen::Map<Eigen::Array<C, Eigen::Dynamic, 1>>;

@@ -1,7 +1,8 @@
-// 2-D tensors as Eigen row-major matrices of the compute type C, for GEMM and row-wise ops.
-// A tensor already of type C is mapped in place (no copy: the fast FP32 path); a 16-bit one is
-// widened into a workspace charged to the ledger as kOther, as a tensor core widens its
-// operands; results are rounded once into the output tensor's dtype by store().
+// Tensors as raw arrays of the compute type C (ValuesIn / ValuesOut, which the GPT layers use
+// too), and 2-D tensors as Eigen row-major matrices of C, for GEMM and row-wise ops. A tensor
+// already of type C is used in place (no copy: the fast FP32 path); a 16-bit one is widened
+// into a workspace charged to the ledger as kOther, as a tensor core widens its operands;
+// results are rounded once into the output tensor's dtype (commit(), store()).
 #pragma once
 
 #include <Eigen/Core>
@@ -20,9 +21,10 @@ template <class C> using MatrixMap = Eigen::Map<RowMatrix<C>>;
 inline Eigen::Index view_rows(const Tensor& t) { return t.ndim() == 2 ? t.dim(0) : 1; }
 inline Eigen::Index view_cols(const Tensor& t) { return t.ndim() == 2 ? t.dim(1) : t.numel(); }
 
-template <class C> class MatrixIn {
+// Read-only view of t as C values (converted once if t is not C).
+template <class C> class ValuesIn {
  public:
-  explicit MatrixIn(const Tensor& t) : rows_(view_rows(t)), cols_(view_cols(t)) {
+  explicit ValuesIn(const Tensor& t) {
     if (t.dtype() == dtype_of<C>) {
       ptr_ = static_cast<const C*>(t.data());
     } else {
@@ -31,18 +33,19 @@ template <class C> class MatrixIn {
       ptr_ = static_cast<const C*>(work_.data());
     }
   }
-  ConstMatrixMap<C> map() const { return ConstMatrixMap<C>(ptr_, rows_, cols_); }
+  const C* data() const { return ptr_; }
 
  private:
-  Eigen::Index rows_, cols_;
   const C* ptr_ = nullptr;
   Tensor work_;  // widened copy, only for a tensor not already of type C
 };
 
-// `load`: start from the tensor's current values (beta != 0, accumulating gradients).
-template <class C> class MatrixOut {
+// Writable view of t as C values. `load`: start from t's values (read-modify-write: beta != 0,
+// accumulating gradients). commit() rounds the C values into t once (round-to-nearest-even of
+// formats.h); nothing to do when t already holds C.
+template <class C> class ValuesOut {
  public:
-  MatrixOut(const Tensor& t, bool load) : t_(t), rows_(view_rows(t)), cols_(view_cols(t)) {
+  ValuesOut(const Tensor& t, bool load) : t_(t) {
     if (t.dtype() == dtype_of<C>) {
       ptr_ = static_cast<C*>(t.data());
     } else {
@@ -51,18 +54,40 @@ template <class C> class MatrixOut {
       ptr_ = static_cast<C*>(work_.data());
     }
   }
-  MatrixMap<C> map() { return MatrixMap<C>(ptr_, rows_, cols_); }
-  // Rounds the result into the output tensor (once: round-to-nearest-even of formats.h).
-  void store() {
+  C* data() { return ptr_; }
+  void commit() {
     if (work_.defined()) convert(work_.data(), dtype_of<C>, t_.data(), t_.dtype(), numel());
   }
 
  private:
-  std::size_t numel() const { return static_cast<std::size_t>(rows_ * cols_); }
+  std::size_t numel() const { return static_cast<std::size_t>(t_.numel()); }
   Tensor t_;  // a handle sharing the output's storage
-  Eigen::Index rows_, cols_;
   C* ptr_ = nullptr;
   Tensor work_;
+};
+
+template <class C> class MatrixIn {
+ public:
+  explicit MatrixIn(const Tensor& t) : values_(t), rows_(view_rows(t)), cols_(view_cols(t)) {}
+  ConstMatrixMap<C> map() const { return ConstMatrixMap<C>(values_.data(), rows_, cols_); }
+
+ private:
+  ValuesIn<C> values_;
+  Eigen::Index rows_, cols_;
+};
+
+// `load`: start from the tensor's current values (beta != 0, accumulating gradients).
+template <class C> class MatrixOut {
+ public:
+  MatrixOut(const Tensor& t, bool load)
+      : values_(t, load), rows_(view_rows(t)), cols_(view_cols(t)) {}
+  MatrixMap<C> map() { return MatrixMap<C>(values_.data(), rows_, cols_); }
+  // Rounds the result into the output tensor (once: round-to-nearest-even of formats.h).
+  void store() { values_.commit(); }
+
+ private:
+  ValuesOut<C> values_;
+  Eigen::Index rows_, cols_;
 };
 
 }  // namespace mixpar::ops
