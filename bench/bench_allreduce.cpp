@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "ch04_ddp/ring_lesson.h"
+#include "ch04_ddp/ring_allreduce.h"
 #include "comm/local_backend.h"
 #ifdef MIXPAR_HAVE_MPI
 #include "comm/mpi_backend.h"

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "ch08_full_3d/trainer.h"
+#include "ops/compute_threads.h"
 #include "random/philox.h"
 
 namespace {
@@ -50,7 +51,7 @@ TrainerConfig bench_config(const BenchShape& s, DType dtype, bool recompute) {
 // compute shows as the time difference to the same config without it.
 void BM_GptStep(benchmark::State& state, const BenchShape& shape, DType dtype,
                 bool recompute = false) {
-  set_cpu_threads(static_cast<int>(state.range(0)));
+  ops::set_compute_threads(static_cast<int>(state.range(0)));
   const TrainerConfig c = bench_config(shape, dtype, recompute);
   Trainer trainer(c, random_tokens(shape.B * shape.T * 16 + 1, shape.model.vocab_size));
   // Warm-up: buffers allocated, caches warm, and fp16's scaler past its first overflows.

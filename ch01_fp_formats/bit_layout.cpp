@@ -5,7 +5,6 @@
 
 #include <array>
 #include <bit>
-#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <stdexcept>
@@ -174,14 +173,6 @@ double Encoded::abs_error() const { return std::fabs(error()); }
 double Encoded::rel_error() const {
   if (input == 0.0) return stored == 0.0 ? 0.0 : NAN;
   return abs_error() / std::fabs(input);
-}
-
-std::string format_number(double v) {
-  if (std::isnan(v)) return "nan";
-  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-  char buf[64];
-  const auto result = std::to_chars(buf, buf + sizeof buf, v);
-  return std::string(buf, result.ptr);
 }
 
 std::string power_of_two(double v) {

@@ -77,10 +77,6 @@ struct Encoded {
 // only for FP8: out-of-range values become +-max (kSatFinite) or NaN/inf (kNoSat).
 Encoded encode(DType t, double x, Saturation sat = Saturation::kSatFinite);
 
-// The shortest decimal text that reads back as exactly v ("3.140625", "5.960464477539063e-08"),
-// or "inf", "-inf", "nan". Stored values are exact doubles, so this hides no error.
-std::string format_number(double v);
-
 // "2^-14" when v is a power of two, else "".
 std::string power_of_two(double v);
 

@@ -4,7 +4,8 @@
 
 #include <cmath>
 
-#include "text_table.h"
+#include "report/format.h"
+#include "report/text_table.h"
 #include "util/json.h"
 
 namespace mixpar::ch01 {
@@ -23,7 +24,7 @@ std::string fields_formula(const BitFields& f) {
       break;
   }
   std::string s =
-      sign + format_number(significand(f)) + " x 2^" + std::to_string(f.unbiased_exponent);
+      sign + exact_num(significand(f)) + " x 2^" + std::to_string(f.unbiased_exponent);
   if (f.value_class == ValueClass::kSubnormal) s += " (subnormal)";
   return s;
 }
@@ -44,7 +45,7 @@ std::vector<std::string> encoded_row(const std::string& label, const Encoded& e)
           bit_string(f.exponent, f.exponent_bits),
           bit_string(f.mantissa, f.mantissa_bits),
           fields_formula(f),
-          format_number(e.stored),
+          exact_num(e.stored),
           error_text(e.abs_error()),
           error_text(e.rel_error())};
 }
@@ -63,14 +64,14 @@ std::string value_text(const InputValue& v) {
     const Encoded nosat = encode(t, v.value, Saturation::kNoSat);
     if (nosat.bits != sat.bits) table.add(encoded_row("  nosat", nosat));
   }
-  return v.text + " (as FP64: " + format_number(v.value) + ")\n" + table.str();
+  return v.text + " (as FP64: " + exact_num(v.value) + ")\n" + table.str();
 }
 
 namespace {
 // "2^-14 = 6.103515625e-05" for powers of two, else the number alone.
 std::string range_number(double v) {
   const std::string p = power_of_two(v);
-  return p.empty() ? format_number(v) : p + " = " + format_number(v);
+  return p.empty() ? exact_num(v) : p + " = " + exact_num(v);
 }
 }  // namespace
 
@@ -80,7 +81,7 @@ std::string range_text() {
   for (DType t : kLessonFormats) {
     const FormatInfo& fi = info(t);
     table.add({std::string(format_key(t)), fmt("1-%d-%d", fi.exponent_bits, fi.mantissa_bits),
-               std::to_string(fi.bias), format_number(fi.max), range_number(fi.min_normal),
+               std::to_string(fi.bias), exact_num(fi.max), range_number(fi.min_normal),
                range_number(fi.min_subnormal), range_number(fi.epsilon),
                fmt("%.2f", fi.decimal_digits), fi.has_infinity ? "yes" : "no (NaN only)"});
   }
@@ -91,7 +92,7 @@ namespace {
 
 // JSON has no inf/NaN: non-finite values become the strings "inf", "-inf", "nan", so no
 // information is lost (Json itself would write them as null).
-Json json_number(double v) { return std::isfinite(v) ? Json(v) : Json(format_number(v)); }
+Json json_number(double v) { return std::isfinite(v) ? Json(v) : Json(exact_num(v)); }
 
 // An error that is undefined (input or stored value not finite) is null.
 Json json_error(double e) { return std::isnan(e) ? Json() : Json(e); }

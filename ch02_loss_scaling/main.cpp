@@ -7,8 +7,10 @@
 #include <string>
 #include <vector>
 
+#include "report/claim_table.h"
+#include "report/format.h"
+#include "report/text_table.h"
 #include "scaling_lesson.h"
-#include "text_table.h"
 #include "util/cli.h"
 #include "util/errors.h"
 
@@ -16,8 +18,6 @@ namespace {
 
 using namespace mixpar;
 using namespace mixpar::ch02;
-using ch01::fmt;
-using ch01::TextTable;
 
 ArgParser make_parser() {
   ArgParser a("ch02_loss_scaling",
@@ -121,7 +121,7 @@ int run(int argc, char** argv) {
   const std::vector<RowResult> rows = run_table(c);
   print_table(rows);
   print_defaults();
-  ch01::ClaimTable checks;
+  ClaimTable checks;
   checks.add(check_claims(c, census, rows));
   return checks.print() == 0 ? 0 : 1;
 }

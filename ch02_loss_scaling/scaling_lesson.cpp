@@ -10,27 +10,29 @@
 #include <string>
 
 #include "model/mlp.h"
+#include "report/format.h"
 #include "optim/adamw.h"
 
 namespace mixpar::ch02 {
-namespace {
 
-MlpConfig model_config(const LessonConfig& c, DType dtype) {
+MlpConfig student_config(const StudentSetup& s, DType dtype) {
   MlpConfig m;
-  m.sizes = c.sizes;
+  m.sizes = s.sizes;
   m.activation = ops::Activation::kGelu;  // GELU's gradient is never exactly 0 (ReLU's is)
   m.loss = LossKind::kMse;
   m.dtype = dtype;
-  m.seed = c.model_seed;
+  m.seed = s.model_seed;
   return m;
 }
 
-TeacherTaskConfig task_config(const LessonConfig& c) {
+TeacherTaskConfig teacher_config(const StudentSetup& s) {
   TeacherTaskConfig t;
-  t.sizes = {c.sizes.front(), 64, c.sizes.back()};
-  t.seed = c.task_seed;
+  t.sizes = {s.sizes.front(), 64, s.sizes.back()};
+  t.seed = s.task_seed;
   return t;
 }
+
+namespace {
 
 // dst[i] <- src[i] (rounded into dst's dtype): re-casting masters into a working copy.
 void copy_all(const std::vector<Tensor>& src, const std::vector<Tensor>& dst) {
@@ -48,12 +50,6 @@ std::vector<Tensor> fp32_copies(const std::vector<Tensor>& ts, MemCategory categ
     out.push_back(std::move(c));
   }
   return out;
-}
-
-// The unweighted MSE of `weights` (FP32) on `batch`, computed by the FP32 model `ref`.
-double eval_loss(Mlp& ref, const std::vector<Tensor>& weights, const Batch& batch) {
-  copy_all(weights, tensors_of(ref.parameters()));
-  return ref.forward_loss(batch);
 }
 
 // Counts reference-nonzero elements and those of them that are zero in `got`.
@@ -77,13 +73,18 @@ struct RowSetup {
   Mlp model;  // the working format
   Batch eval;
   RowSetup(const LessonConfig& c, DType dtype)
-      : task(task_config(c)),
-        ref(model_config(c, DType::kF32)),
-        model(model_config(c, dtype)),
+      : task(teacher_config(c)),
+        ref(student_config(c, DType::kF32)),
+        model(student_config(c, dtype)),
         eval(task.samples(1'000'000'000, c.eval_batch)) {}  // far from every training batch
 };
 
 }  // namespace
+
+double eval_loss(Mlp& ref, const std::vector<Tensor>& weights, const Batch& batch) {
+  copy_all(weights, tensors_of(ref.parameters()));
+  return ref.forward_loss(batch);
+}
 
 bool master_weight_step(LossScaler& scaler, AdamW& opt, const std::vector<Tensor>& grads,
                         const std::vector<Tensor>& grads32, const std::vector<Tensor>& masters,
@@ -172,8 +173,8 @@ const RowResult& find_row(const std::vector<RowResult>& rows, DType dtype,
 }
 
 GradientCensus census_at_init(const LessonConfig& c) {
-  const TeacherTask task(task_config(c));
-  Mlp ref(model_config(c, DType::kF32));
+  const TeacherTask task(teacher_config(c));
+  Mlp ref(student_config(c, DType::kF32));
   const Batch b = task.batch(0, c.batch);
   ref.forward(b.x);
   ref.backward(b, static_cast<float>(c.loss_weight));
@@ -200,16 +201,6 @@ GradientCensus census_at_init(const LessonConfig& c) {
 
 namespace {
 
-std::string pct(double f) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.3g%%", 100.0 * f);
-  return buf;
-}
-std::string num(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.4g", v);
-  return buf;
-}
 std::string count(std::int64_t n, std::int64_t of) {
   return std::to_string(n) + " of " + std::to_string(of);
 }
@@ -230,7 +221,7 @@ void fp32_and_bf16_claims(const std::vector<RowResult>& rows, const Scheme& too_
   out.push_back({"BF16 without scaling keeps its gradients (FP32's exponent range)", "< 0.1%",
                  pct(bf.underflow_fraction()), bf.underflow_fraction() < 1e-3});
   out.push_back({"BF16 without scaling trains like FP32 (final loss within 5%)",
-                 num(f32.final_loss), num(bf.final_loss),
+                 num(f32.final_loss, 4), num(bf.final_loss, 4),
                  close(bf.final_loss, f32.final_loss, 0.05)});
   const RowResult& bf_big = find_row(rows, DType::kBF16, too_large.name);
   out.push_back({"BF16 with " + too_large.name + ": no overflow (range ~3.4e38)", "0 steps",
@@ -246,27 +237,29 @@ void fp16_claims(const std::vector<RowResult>& rows, const std::vector<Scheme>& 
   const RowResult& dyn = find_row(rows, DType::kF16, schemes[3].name);
   out.push_back({"FP16 without scaling loses most gradients to zero", "> 50%",
                  pct(none.underflow_fraction()), none.underflow_fraction() > 0.5});
-  out.push_back({"... and trains worse than FP32 (final loss > 2x)", "> " + num(2 * f32.final_loss),
-                 num(none.final_loss), none.final_loss > 2 * f32.final_loss});
+  out.push_back({"... and trains worse than FP32 (final loss > 2x)",
+                 "> " + num(2 * f32.final_loss, 4), num(none.final_loss, 4),
+                 none.final_loss > 2 * f32.final_loss});
   out.push_back({"FP16 with " + fixed.scheme + " keeps almost all of them", "< 1%",
                  pct(fixed.underflow_fraction()), fixed.underflow_fraction() < 0.01});
-  out.push_back({"... and trains like FP32 (final loss within 5%)", num(f32.final_loss),
-                 num(fixed.final_loss), close(fixed.final_loss, f32.final_loss, 0.05)});
+  out.push_back({"... and trains like FP32 (final loss within 5%)", num(f32.final_loss, 4),
+                 num(fixed.final_loss, 4), close(fixed.final_loss, f32.final_loss, 0.05)});
   out.push_back({"FP16 with " + big.scheme + " overflows on every step",
                  count(big.steps, big.steps), count(big.overflow_steps, big.steps),
                  big.overflow_steps == big.steps});
-  out.push_back({"... so every step is skipped and the weights never move",
-                 "skipped " + count(big.steps, big.steps) + ", loss " + num(big.initial_loss),
-                 "skipped " + count(big.skipped_steps, big.steps) + ", loss " + num(big.final_loss),
-                 big.skipped_steps == big.steps && big.final_loss == big.initial_loss});
+  out.push_back(
+      {"... so every step is skipped and the weights never move",
+       "skipped " + count(big.steps, big.steps) + ", loss " + num(big.initial_loss, 4),
+       "skipped " + count(big.skipped_steps, big.steps) + ", loss " + num(big.final_loss, 4),
+       big.skipped_steps == big.steps && big.final_loss == big.initial_loss});
   out.push_back({"FP16 dynamic: fewer lost gradients than " + fixed.scheme,
                  "< " + pct(fixed.underflow_fraction()), pct(dyn.underflow_fraction()),
                  dyn.underflow_fraction() < fixed.underflow_fraction() || dyn.underflowed == 0});
   out.push_back({"FP16 dynamic: finds the overflow edge, skips few steps", "1 .. 10% of steps",
                  count(dyn.skipped_steps, dyn.steps),
                  dyn.skipped_steps >= 1 && dyn.skipped_steps * 10 <= dyn.steps});
-  out.push_back({"FP16 dynamic trains like FP32 (final loss within 5%)", num(f32.final_loss),
-                 num(dyn.final_loss), close(dyn.final_loss, f32.final_loss, 0.05)});
+  out.push_back({"FP16 dynamic trains like FP32 (final loss within 5%)", num(f32.final_loss, 4),
+                 num(dyn.final_loss, 4), close(dyn.final_loss, f32.final_loss, 0.05)});
 }
 
 }  // namespace

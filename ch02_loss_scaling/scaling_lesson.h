@@ -8,18 +8,30 @@
 #include <string>
 #include <vector>
 
-#include "ch01_fp_formats/claim_table.h"
 #include "loss_scaler.h"
+#include "model/mlp.h"
 #include "numerics/dtype.h"
 #include "optim/adamw.h"
+#include "report/claim_table.h"
 
 namespace mixpar::ch02 {
 
-struct LessonConfig {
-  std::vector<std::int64_t> sizes = {32, 64, 64, 10};  // the student MLP (GELU, MSE)
+// The student MLP (GELU, MSE) and the teacher task it learns: what this lesson trains in every
+// format, and chapter 3's lesson too.
+struct StudentSetup {
+  std::vector<std::int64_t> sizes = {32, 64, 64, 10};  // the student MLP
   std::int64_t batch = 64;
+  std::int64_t eval_batch = 512;  // held-out samples for the loss columns
+  std::uint64_t model_seed = 1;
+  std::uint64_t task_seed = 1234;
+};
+MlpConfig student_config(const StudentSetup& s, DType dtype);  // the student in `dtype`
+TeacherTaskConfig teacher_config(const StudentSetup& s);
+// The FP32 loss (unweighted) of `weights` on `batch`, computed by the FP32 student `ref`.
+double eval_loss(Mlp& ref, const std::vector<Tensor>& weights, const Batch& batch);
+
+struct LessonConfig : StudentSetup {
   std::int64_t steps = 200;
-  std::int64_t eval_batch = 512;  // held-out samples for the loss column
   // The loss is multiplied by this weight so that the true gradients are ~1e-9..1e-7, like
   // those of a deep model's lower layers, mostly below FP16's smallest subnormal 2^-24.
   double loss_weight = 0x1p-20;
@@ -29,8 +41,6 @@ struct LessonConfig {
   double static_scale = 1024.0;              // a typical hand-picked static scale
   double too_large_scale = 0x1p40;           // a static scale that overflows FP16 every step
   std::int64_t dynamic_growth_interval = 5;  // PyTorch's 2000 never fires in a short demo
-  std::uint64_t model_seed = 1;
-  std::uint64_t task_seed = 1234;
 };
 
 // One step of the lesson's loop after backward: the working-format grads [per parameter] into
@@ -82,7 +92,6 @@ struct GradientCensus {
 };
 GradientCensus census_at_init(const LessonConfig& c);
 
-using ch01::Claim;
 std::vector<Claim> check_claims(const LessonConfig& c, const GradientCensus& census,
                                 const std::vector<RowResult>& rows);
 

@@ -9,8 +9,9 @@
 
 #include "memory_bill.h"
 #include "order_lesson.h"
-#include "text_table.h"
-#include "ch01_fp_formats/claim_table.h"
+#include "report/claim_table.h"
+#include "report/format.h"
+#include "report/text_table.h"
 #include "util/cli.h"
 #include "util/errors.h"
 
@@ -18,8 +19,6 @@ namespace {
 
 using namespace mixpar;
 using namespace mixpar::ch03;
-using ch01::fmt;
-using ch01::TextTable;
 
 ArgParser make_parser() {
   ArgParser a("ch03_master_weights",
@@ -30,7 +29,7 @@ ArgParser make_parser() {
   return a;
 }
 
-using Checks = ch01::ClaimTable;
+using Checks = ClaimTable;
 
 std::string steps_taken(const RunResult& r) {
   return fmt("%lld/%lld", (long long)r.steps_taken, (long long)r.steps);

@@ -50,15 +50,8 @@ MemoryBillRow measure_memory_bill(const LessonConfig& c, mem::Precision p, mem::
   row.optimizer = o;
   {
     const LedgerScope scope(ledger);  // every allocation below is charged to `ledger`
-    MlpConfig mc;
-    mc.sizes = c.sizes;
-    mc.dtype = mem::working_dtype(p);
-    mc.seed = c.model_seed;
-    Mlp model(mc);
-    TeacherTaskConfig tc;
-    tc.sizes = {c.sizes.front(), 64, c.sizes.back()};
-    tc.seed = c.task_seed;
-    const TeacherTask task(tc);  // its teacher lives on the task's own ledger
+    Mlp model(ch02::student_config(c, mem::working_dtype(p)));
+    const TeacherTask task(ch02::teacher_config(c));  // its teacher lives on the task's own ledger
     MixedPrecisionOptimizer opt(tensors_of(model.parameters()), tensors_of(model.gradients()),
                                 optimizer_config(p, o));
     const Batch b = task.batch(0, c.batch);

@@ -5,8 +5,8 @@
 #include "ch03_master_weights/memory_calculator.h"
 
 #include <algorithm>
-#include <cstdio>
 
+#include "report/format.h"
 #include "util/errors.h"
 
 namespace mixpar::mem {
@@ -30,8 +30,6 @@ std::int64_t add(std::int64_t a, std::int64_t b) {
 }
 
 std::int64_t ceil_div(std::int64_t n, std::int64_t d) { return n / d + (n % d != 0 ? 1 : 0); }
-
-std::string num(std::int64_t v) { return std::to_string(v); }
 
 void require_positive(const char* what, std::int64_t v) {
   if (v <= 0) throw InputError(std::string(what) + " must be positive, got " + num(v));
@@ -293,12 +291,6 @@ MemoryBill compute_bill(const TrainingSetup& setup) {
 }
 
 namespace {
-
-std::string fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
 
 // The exact ZeRO saving against stage 0, next to the paper's asymptotic 4x / 8x / N.
 std::string zero_saving_note(const TrainingSetup& setup, const MemoryBill& bill) {

@@ -104,9 +104,13 @@ void MixedPrecisionOptimizer::set_lr(double lr) {
     sgd_->set_lr(lr);
 }
 
+double MixedPrecisionOptimizer::grad_norm() const {
+  return grad_norm_fn_ ? grad_norm_fn_(grads32_) : global_grad_norm(grads32_);
+}
+
 void MixedPrecisionOptimizer::clip(StepReport& r) {
-  r.grad_norm = clip_grad_norm(grads32_, config_.max_grad_norm);
-  r.clip_coef = clip_coefficient(r.grad_norm, config_.max_grad_norm);
+  r.grad_norm = grad_norm();
+  r.clip_coef = clip_to_norm(grads32_, r.grad_norm, config_.max_grad_norm);
 }
 
 void MixedPrecisionOptimizer::optimizer_step() {
@@ -135,7 +139,7 @@ StepReport MixedPrecisionOptimizer::step() {
   if (found_inf_reducer_) r.found_inf = found_inf_reducer_(r.found_inf);
   // 3. Clip the unscaled gradients (skipped steps need no clipping: nothing is stepped).
   if (!r.found_inf && clipping && config_.bug != Bug::kClipBeforeUnscale) clip(r);
-  if (!clipping && !r.found_inf) r.grad_norm = global_grad_norm(grads32_);
+  if (!clipping && !r.found_inf) r.grad_norm = grad_norm();
   // 4. The scaler decides; a skipped step leaves masters, moments, t and the working copy.
   r.taken = scaler_.update(r.found_inf);
   if (!r.taken) return r;

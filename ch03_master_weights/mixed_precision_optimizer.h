@@ -8,6 +8,7 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -83,6 +84,11 @@ class MixedPrecisionOptimizer {
   // overflow skips every rank's step and the scales stay equal (chapter 4). Default: none.
   using FoundInfReducer = std::function<bool(bool local_found_inf)>;
   void set_found_inf_reducer(FoundInfReducer reducer) { found_inf_reducer_ = std::move(reducer); }
+  // Measures the global gradient norm from this rank's FP32 gradients (unscaled). Default:
+  // global_grad_norm over all of them. Split models install one that sums each element's
+  // square once over the ranks that hold it (common/parallel/count_once.h) and all-reduces.
+  using GradNormFn = std::function<double(std::span<const Tensor> grads32)>;
+  void set_grad_norm_fn(GradNormFn fn) { grad_norm_fn_ = std::move(fn); }
 
   const MixedPrecisionConfig& config() const { return config_; }
   bool has_masters() const { return has_masters_; }
@@ -108,7 +114,9 @@ class MixedPrecisionOptimizer {
   bool has_masters_ = false;
   bool copies_grads_ = false;  // grads_ are 16-bit: copied into grads32_ each step
   ch02::LossScaler scaler_;
+  double grad_norm() const;  // grad_norm_fn_, or global_grad_norm
   FoundInfReducer found_inf_reducer_;
+  GradNormFn grad_norm_fn_;
   std::unique_ptr<AdamW> adamw_;
   std::unique_ptr<Sgd> sgd_;
 };

@@ -8,26 +8,10 @@
 #include <string>
 
 #include "model/mlp.h"
+#include "report/format.h"
 
 namespace mixpar::ch03 {
 namespace {
-
-MlpConfig model_config(const LessonConfig& c, DType dtype) {
-  MlpConfig m;
-  m.sizes = c.sizes;
-  m.activation = ops::Activation::kGelu;
-  m.loss = LossKind::kMse;
-  m.dtype = dtype;
-  m.seed = c.model_seed;
-  return m;
-}
-
-TeacherTaskConfig task_config(const LessonConfig& c) {
-  TeacherTaskConfig t;
-  t.sizes = {c.sizes.front(), 64, c.sizes.back()};
-  t.seed = c.task_seed;
-  return t;
-}
 
 std::vector<float> flatten(const std::vector<Tensor>& ts) {
   std::vector<float> out;
@@ -36,16 +20,6 @@ std::vector<float> flatten(const std::vector<Tensor>& ts) {
     out.insert(out.end(), v.begin(), v.end());
   }
   return out;
-}
-
-// The FP32 loss of `weights` on `batch`, computed by the FP32 model `ref`.
-double eval_loss(Mlp& ref, const std::vector<Tensor>& weights, const Batch& batch) {
-  const std::vector<Tensor> dst = tensors_of(ref.parameters());
-  for (std::size_t i = 0; i < dst.size(); ++i) {
-    Tensor d = dst[i];
-    d.copy_from(weights[i]);
-  }
-  return ref.forward_loss(batch);
 }
 
 double l2_distance(const std::vector<float>& a, const std::vector<float>& b) {
@@ -93,24 +67,19 @@ Scenario make_scenario(std::string title, const std::string& what, MixedPrecisio
           fp16_run(std::string(bug_name(bug)) + ", " + what, buggy), std::move(symptom)};
 }
 
-std::string num(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.4g", v);
-  return buf;
-}
 std::string of_steps(std::int64_t n, std::int64_t steps) {
   return std::to_string(n) + " of " + std::to_string(steps);
 }
 
 void fp16_weights_claims(const RunResult& ok, const RunResult& bug, std::vector<Claim>& out) {
   out.push_back({"pure FP16: most working weights never change", "> 50% frozen",
-                 num(100 * bug.frozen_fraction) + "% frozen", bug.frozen_fraction > 0.5});
+                 num(100 * bug.frozen_fraction, 4) + "% frozen", bug.frozen_fraction > 0.5});
   out.push_back({"with FP32 masters the working copy keeps moving", "< 10% frozen",
-                 num(100 * ok.frozen_fraction) + "% frozen", ok.frozen_fraction < 0.1});
+                 num(100 * ok.frozen_fraction, 4) + "% frozen", ok.frozen_fraction < 0.1});
   const double drop_ok = ok.initial_loss - ok.final_loss;
   const double drop_bug = bug.initial_loss - bug.final_loss;
-  out.push_back({"masters learn at least 2x more (loss drop)", "> 2 x " + num(drop_bug),
-                 num(drop_ok), drop_ok > 2 * drop_bug});
+  out.push_back({"masters learn at least 2x more (loss drop)", "> 2 x " + num(drop_bug, 4),
+                 num(drop_ok, 4), drop_ok > 2 * drop_bug});
 }
 
 void clip_claims(const Scenario& s, const RunResult& ok, const RunResult& bug,
@@ -118,38 +87,40 @@ void clip_claims(const Scenario& s, const RunResult& ok, const RunResult& bug,
   const double scale = s.buggy.opt.scaler.init_scale;
   const double seen = bug.reports.front().grad_norm, truth = ok.reports.front().grad_norm;
   // Same weights and batch at step 0; scaling by a power of two is exact, so is the ratio.
-  out.push_back({"step 0: clipping measures scale x the true norm", num(scale) + " x " + num(truth),
-                 num(seen), std::fabs(seen - scale * truth) <= 1e-9 * seen});
+  out.push_back({"step 0: clipping measures scale x the true norm",
+                 num(scale, 4) + " x " + num(truth, 4), num(seen, 4),
+                 std::fabs(seen - scale * truth) <= 1e-9 * seen});
   out.push_back({"correct order clips only steps whose true norm > max_norm", "< 10% of steps",
                  of_steps(ok.steps_clipped, ok.steps), ok.steps_clipped * 10 < ok.steps});
   out.push_back({"clip-before-unscale clips every step", of_steps(bug.steps, bug.steps),
                  of_steps(bug.steps_clipped, bug.steps), bug.steps_clipped == bug.steps});
   out.push_back({"... to max_norm / scale: weights move < 1/10 as far",
-                 "< " + num(ok.weight_change / 10), num(bug.weight_change),
+                 "< " + num(ok.weight_change / 10, 4), num(bug.weight_change, 4),
                  bug.weight_change < ok.weight_change / 10});
 }
 
 void no_unscale_claims(const Scenario& s, const RunResult& ok, const RunResult& bug,
                        std::vector<Claim>& out) {
   if (s.buggy.opt.optimizer == OptimizerKind::kAdamW) {
-    out.push_back({"AdamW hides a missing unscale (final loss within 1%)", num(ok.final_loss),
-                   num(bug.final_loss),
+    out.push_back({"AdamW hides a missing unscale (final loss within 1%)", num(ok.final_loss, 4),
+                   num(bug.final_loss, 4),
                    std::fabs(bug.final_loss - ok.final_loss) <= 0.01 * ok.final_loss});
     return;
   }
-  out.push_back({"correct order converges (loss halves at least)", "< " + num(ok.initial_loss / 2),
-                 num(ok.final_loss), ok.final_loss < ok.initial_loss / 2});
+  out.push_back({"correct order converges (loss halves at least)",
+                 "< " + num(ok.initial_loss / 2, 4), num(ok.final_loss, 4),
+                 ok.final_loss < ok.initial_loss / 2});
   out.push_back({"no-unscale diverges (loss > 100x, or inf/NaN)",
-                 "> " + num(100 * bug.initial_loss), num(bug.final_loss),
+                 "> " + num(100 * bug.initial_loss, 4), num(bug.final_loss, 4),
                  !std::isfinite(bug.final_loss) || bug.final_loss > 100 * bug.initial_loss});
 }
 
 }  // namespace
 
 RunResult train(const LessonConfig& c, const RunSpec& spec) {
-  const TeacherTask task(task_config(c));
-  Mlp model(model_config(c, spec.dtype));
-  Mlp ref(model_config(c, DType::kF32));
+  const TeacherTask task(ch02::teacher_config(c));
+  Mlp model(ch02::student_config(c, spec.dtype));
+  Mlp ref(ch02::student_config(c, DType::kF32));
   const Batch eval = task.samples(1'000'000'000, c.eval_batch);  // far from the training batches
   MixedPrecisionOptimizer opt(tensors_of(model.parameters()), tensors_of(model.gradients()),
                               spec.opt);
@@ -160,7 +131,7 @@ RunResult train(const LessonConfig& c, const RunSpec& spec) {
   r.name = spec.name;
   r.bug = spec.opt.bug;
   r.steps = c.steps;
-  r.initial_loss = eval_loss(ref, opt.stepped_params(), eval);
+  r.initial_loss = ch02::eval_loss(ref, opt.stepped_params(), eval);
   double norm_sum = 0;
   std::int64_t norms = 0;
   for (std::int64_t step = 0; step < c.steps; ++step) {
@@ -180,7 +151,7 @@ RunResult train(const LessonConfig& c, const RunSpec& spec) {
   r.final_weights = flatten(opt.stepped_params());
   r.weight_change = l2_distance(r.final_weights, theta0);
   r.frozen_fraction = unchanged_fraction(flatten(working), work0);
-  r.final_loss = eval_loss(ref, opt.stepped_params(), eval);
+  r.final_loss = ch02::eval_loss(ref, opt.stepped_params(), eval);
   return r;
 }
 

@@ -7,18 +7,15 @@
 #include <string>
 #include <vector>
 
-#include "ch01_fp_formats/claim_table.h"
+#include "ch02_loss_scaling/scaling_lesson.h"
 #include "mixed_precision_optimizer.h"
+#include "report/claim_table.h"
 
 namespace mixpar::ch03 {
 
-struct LessonConfig {
-  std::vector<std::int64_t> sizes = {32, 64, 64, 10};  // the student MLP (GELU, MSE)
-  std::int64_t batch = 64;
+// Chapter 2's student MLP and teacher task, trained for `steps` steps per run.
+struct LessonConfig : ch02::StudentSetup {
   std::int64_t steps = 100;
-  std::int64_t eval_batch = 512;  // held-out samples for the loss columns
-  std::uint64_t model_seed = 1;
-  std::uint64_t task_seed = 1234;
 };
 
 // One training run: the working format and the optimizer wrapper's configuration.
@@ -62,7 +59,6 @@ struct ScenarioResult {
 };
 ScenarioResult run_scenario(const LessonConfig& c, const Scenario& s);
 
-using ch01::Claim;
 // The lesson's claims about one scenario's pair of runs.
 std::vector<Claim> scenario_claims(const ScenarioResult& r);
 

@@ -14,8 +14,8 @@
 #include <thread>
 #include <vector>
 
-#include "ch04_ddp/chrome_trace.h"
-#include "ch04_ddp/ring_lesson.h"
+#include "trace/chrome_trace.h"
+#include "ch04_ddp/ring_allreduce.h"
 #include "comm/communicator.h"
 #include "model/gpt_params.h"
 

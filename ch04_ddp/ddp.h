@@ -12,45 +12,28 @@
 #include <vector>
 
 #include "ch04_ddp/bucket_reducer.h"
-#include "ch04_ddp/chrome_trace.h"
+#include "ch04_ddp/bucketed_allreduce.h"
+#include "trace/chrome_trace.h"
 #include "comm/communicator.h"
 #include "model/gpt.h"
+#include "parallel/grad_sync.h"
+#include "parallel/replicas.h"
 
 namespace mixpar::ch04 {
 
-enum class InitSync : std::uint8_t {
-  kBroadcast,  // rank 0's weights are broadcast to every rank (what PyTorch's DDP constructor does)
-  kSameSeed,   // every rank initialised from one global seed; nothing is sent, the check verifies
-  kNone,       // nothing at all: the different-init failure mode
-};
+// The replica machinery and the step's time split are common/parallel's (the trainer uses
+// them without this class); chapter 4's names for them:
+using mixpar::InitSync;
+using mixpar::ReplicaCheck;
+using mixpar::ReplicaMismatch;
+using mixpar::StepTimes;
+using mixpar::weights_hash;
 
 struct DdpConfig {
   InitSync init = InitSync::kBroadcast;
   bool check_at_init = true;  // verify_replicas() at the end of the constructor
   ReducerConfig reducer;
 };
-
-// One optimizer step's time, as the rank's compute thread saw it.
-struct StepTimes {
-  double compute_s = 0;  // forward and backward
-  double comm_s = 0;     // all communication: buckets, the found-inf vote, the loss average
-  double exposed_s = 0;  // the part of comm_s the compute thread waited for
-};
-
-// A hash of every rank's weights. ok: all equal.
-struct ReplicaCheck {
-  bool ok = true;
-  std::vector<std::uint64_t> hashes;  // by rank
-  std::string message;  // "replica check: ranks 1, 3 hold weights different from rank 0's"
-};
-
-class ReplicaMismatch : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
-
-// FNV-1a over the tensor's bytes, 8 at a time: equal bits, equal hash (CPU tensors).
-std::uint64_t weights_hash(const Tensor& t);
 
 // Whether the model reports each parameter's gradient as final during backward, which is
 // what lets buckets go before backward ends. The hook, as GptModel declares it:
@@ -94,11 +77,15 @@ class DistributedDataParallel {
 
   StepTimes take_step_times();          // since the last call
   std::vector<TraceSpan> take_spans();  // compute thread (0) and communication thread (1)
-  const std::vector<Bucket>& buckets() const { return reducer_->buckets(); }
+  const std::vector<Bucket>& buckets() const { return sync_->buckets(); }
   // Buckets of the last synchronising backward that went out while backward still ran (all
   // of them with the model's hook, none on the post-backward path).
-  std::size_t buckets_sent_during_backward() const { return reducer_->ready_before_finish(); }
-  bool overlaps() const { return hooked_ && config_.reducer.overlap; }
+  std::size_t buckets_sent_during_backward() const {
+    return sync_->buckets_sent_during_backward();
+  }
+  bool overlaps() const { return sync_->overlaps(); }
+  // The gradient sync this class drives (the trainer drives one like it directly).
+  BucketedAllReduce& grad_sync() { return *sync_; }
   GptModel& model() { return model_; }
   Communicator& comm() { return comm_; }
 
@@ -107,9 +94,8 @@ class DistributedDataParallel {
   GptModel& model_;
   Communicator& comm_;
   DdpConfig config_;
-  std::unique_ptr<BucketReducer> reducer_;
+  std::unique_ptr<BucketedAllReduce> sync_;
   bool hooked_ = false;   // the model reports gradient readiness
-  bool syncing_ = false;  // inside a synchronising backward (read by the hook, same thread)
   int micro_steps_ = 0;   // backward calls since the last synchronisation
   StepTimes times_;
   std::vector<TraceSpan> spans_;

@@ -5,15 +5,13 @@
 #include <limits>
 #include <set>
 
-#include "ch01_fp_formats/text_table.h"
 #include "ddp_scenarios.h"
+#include "report/format.h"
+#include "report/text_table.h"
 #include "util/errors.h"
 
 namespace mixpar::ch04 {
 
-using ch01::fmt;
-using ch01::tolerance_claim;
-using ch01::yes_claim;
 
 namespace {
 
@@ -60,8 +58,8 @@ ScenarioResult different_init_scenario(int ranks, const LessonConfig& base) {
   r.name = "different-init";
   r.title = "each rank initialised from its own seed, nothing broadcast";
   r.symptom = "replicas never agree, although the logged (averaged) loss looks normal";
-  ch01::TextTable t({"step", "global loss (rank 0)", "global loss (rank 1)", "local loss 0",
-                     "local loss 1", "replicas agree"});
+  TextTable t({"step", "global loss (rank 0)", "global loss (rank 1)", "local loss 0",
+               "local loss 1", "replicas agree"});
   for (std::size_t i = 0; i < b[0].steps.size(); ++i) {
     t.add({std::to_string(i), fmt("%.6f", b[0].steps[i].loss), fmt("%.6f", b[1].steps[i].loss),
            fmt("%.6f", b[0].steps[i].local_loss), fmt("%.6f", b[1].steps[i].local_loss),
@@ -98,7 +96,7 @@ ScenarioResult same_data_scenario(int ranks, const LessonConfig& base) {
   r.name = "same-data";
   r.title = "every rank reads rank 0's rows";
   r.symptom = "every rank computes the same gradient: N ranks train like one";
-  ch01::TextTable t({"step", "local loss rank 0", "local loss rank 1", "global loss"});
+  TextTable t({"step", "local loss rank 0", "local loss rank 1", "global loss"});
   bool same_local = true;
   for (std::size_t i = 0; i < b[0].steps.size(); ++i) {
     for (const RankRun& rr : b)
@@ -137,8 +135,8 @@ ScenarioResult local_scaler_scenario(int ranks, const LessonConfig& base) {
   r.title = fmt("rank %d overflows at step %zu; each rank decides from its own gradients",
                 bug.overflow_rank, k);
   r.symptom = "the overflowing rank skips, the others step on its inf: replicas and scales split";
-  ch01::TextTable t({"step", "rank 0 taken", fmt("rank %zu taken", o), "scale 0",
-                     fmt("scale %zu", o), "replicas agree", "fixed: replicas agree"});
+  TextTable t({"step", "rank 0 taken", fmt("rank %zu taken", o), "scale 0", fmt("scale %zu", o),
+               "replicas agree", "fixed: replicas agree"});
   for (std::size_t i = 0; i < b[0].steps.size(); ++i) {
     t.add({std::to_string(i), b[0].steps[i].taken ? "yes" : "no",
            b[o].steps[i].taken ? "yes" : "no", fmt("%g", b[0].steps[i].scale),

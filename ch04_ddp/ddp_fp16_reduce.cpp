@@ -3,15 +3,16 @@
 // and once in FP16, each followed by chapter 3's mixed-precision optimizer step.
 #include <cmath>
 
-#include "ch01_fp_formats/text_table.h"
 #include "ch03_master_weights/mixed_precision_optimizer.h"
 #include "comm/local_backend.h"
 #include "ddp_scenarios.h"
 #include "io/token_loader.h"
+#include "ops/compute_threads.h"
+#include "report/format.h"
+#include "report/text_table.h"
 
 namespace mixpar::ch04 {
 
-using ch01::fmt;
 
 namespace {
 
@@ -90,7 +91,7 @@ Fp16ReduceMeasure measure_fp16_reduce(int ranks, const LessonConfig& base) {
   const Tokens tokens = lesson_tokens(base.data_seed);
   std::vector<Fp16ReduceMeasure> per_rank(static_cast<std::size_t>(ranks));
   run_local(ranks, [&](Communicator& comm) {
-    set_compute_threads(base.threads_per_rank > 0 ? base.threads_per_rank : 1);
+    ops::set_compute_threads(base.threads_per_rank > 0 ? base.threads_per_rank : 1);
     TokenLoader loader(tokens, base.B, base.T, DataOrder::kSequential, base.data_seed, comm.rank(),
                        comm.size());
     const TokenBatch b = loader.next();
@@ -108,8 +109,7 @@ ScenarioResult fp16_reduce_scenario(int ranks, const LessonConfig& base) {
   r.name = "fp16-reduce";
   r.title = fmt("%d ranks all-reduce FP16 gradients scaled by %.0f in FP16", ranks, m.scale);
   r.symptom = "the sum overflows to inf: every rank skips a step an FP32 reduction keeps";
-  ch01::TextTable t(
-      {"reduction", "max |scaled grad| per rank", "max |sum|", "inf after reduce", "step"});
+  TextTable t({"reduction", "max |scaled grad| per rank", "max |sum|", "inf after reduce", "step"});
   t.add({"FP32 bucket (correct)", fmt("%.0f", m.local_max), fmt("%.0f", m.sum_max),
          m.fp32_inf ? "yes" : "no", m.fp32_taken ? "taken" : "skipped"});
   t.add({"FP16 in place (bug)", fmt("%.0f", m.local_max), fmt("%.0f", m.sum_max),

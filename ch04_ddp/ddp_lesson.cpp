@@ -6,15 +6,11 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <thread>
-
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 #include "comm/local_backend.h"
 #include "io/addition_data.h"
 #include "io/token_loader.h"
+#include "ops/compute_threads.h"
 #include "optim/clip.h"
 
 namespace mixpar::ch04 {
@@ -97,22 +93,9 @@ Tokens lesson_tokens(std::uint64_t data_seed) {
       make_addition_dataset(a).train_tokens);
 }
 
-void set_compute_threads(int threads) {
-#ifdef _OPENMP
-  omp_set_num_threads(std::max(1, threads));
-#else
-  (void)threads;
-#endif
-}
-
-void share_cores(int ranks_in_process) {
-  const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-  set_compute_threads(cores / std::max(1, ranks_in_process));
-}
-
 RankRun train_rank(Communicator& comm, const LessonConfig& c, const Tokens& tokens) {
-  if (c.threads_per_rank > 0) set_compute_threads(c.threads_per_rank);
-  else share_cores(comm.backend() == "local" ? comm.size() : 1);
+  if (c.threads_per_rank > 0) ops::set_compute_threads(c.threads_per_rank);
+  else ops::share_cores(comm.backend() == "local" ? comm.size() : 1);
   GptModel model(c.model, model_options(c, comm.rank()));
   DistributedDataParallel ddp(model, comm, c.ddp);
   // The same-data bug: every rank takes rank 0's rows of a one-rank global batch.

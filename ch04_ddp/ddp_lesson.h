@@ -43,8 +43,8 @@ struct LessonConfig {
   int overflow_step = -1;              // this step's backward on overflow_rank overflows
   int overflow_rank = 1;
   bool check_replicas_each_step = true;  // hash compare after every step (logged, not thrown)
-  // OpenMP threads of each rank's compute; 0: share_cores(). The lesson's tiny models gain
-  // nothing from threads, and spinning thread teams of N ranks on few cores lose a lot.
+  // OpenMP threads of each rank's compute; 0: ops::share_cores(). The lesson's tiny models
+  // gain nothing from threads, and spinning thread teams of N ranks on few cores lose a lot.
   int threads_per_rank = 1;
   DdpConfig ddp;
 };
@@ -68,13 +68,6 @@ struct RankRun {
   std::vector<TraceSpan> spans;
   int buckets = 0;                   // gradient buckets of this rank's DDP
 };
-
-// Ranks that are threads of one process share its cores: gives the calling thread's OpenMP
-// parallel regions (Eigen GEMMs, the GPT layers) cores / ranks_in_process threads, at least
-// one. Without it N ranks each start a team as wide as the machine and mostly wait on each
-// other. A no-op in a build without OpenMP.
-void share_cores(int ranks_in_process);
-void set_compute_threads(int threads);  // this thread's OpenMP team size (no-op without OpenMP)
 
 // The training stream every lesson run reads (the built-in addition dataset, byte tokens).
 using Tokens = std::shared_ptr<const std::vector<std::uint16_t>>;

@@ -7,13 +7,11 @@
 #include <cmath>
 #include <limits>
 
-#include "ch01_fp_formats/text_table.h"
+#include "report/format.h"
+#include "report/text_table.h"
 
 namespace mixpar::ch04 {
 
-using ch01::fmt;
-using ch01::tolerance_claim;
-using ch01::yes_claim;
 
 bool ScenarioResult::all_ok() const {
   for (const Claim& c : claims) {
@@ -59,8 +57,8 @@ bool replicas_always_agree(const std::vector<RankRun>& runs) {
 
 std::string loss_table(const RankRun& one, const RankRun& many, const std::string& one_name,
                        const std::string& many_name) {
-  ch01::TextTable t({"step", "loss " + one_name, "loss " + many_name, "grad norm " + one_name,
-                     "grad norm " + many_name});
+  TextTable t({"step", "loss " + one_name, "loss " + many_name, "grad norm " + one_name,
+               "grad norm " + many_name});
   for (std::size_t i = 0; i < one.steps.size(); ++i) {
     t.add({std::to_string(i), fmt("%.7f", one.steps[i].loss), fmt("%.7f", many.steps[i].loss),
            fmt("%.6f", one.steps[i].grad_norm), fmt("%.6f", many.steps[i].grad_norm)});
@@ -139,8 +137,8 @@ ScenarioResult unscale_order_scenario(int ranks, const LessonConfig& base) {
   r.name = "unscale-order";
   r.title = "article A 7.1: unscale before the all-reduce vs after (one scale, agreed found-inf)";
   r.symptom = "no difference: scaling by a power of two commutes with the sum";
-  ch01::TextTable t({"step", "scale", "taken (reduce, unscale)", "taken (unscale, reduce)",
-                     "same weights"});
+  TextTable t(
+      {"step", "scale", "taken (reduce, unscale)", "taken (unscale, reduce)", "same weights"});
   bool same = true, all_skip = true;
   const std::size_t k = static_cast<std::size_t>(after.overflow_step);
   for (std::size_t i = 0; i < a[0].steps.size(); ++i) {

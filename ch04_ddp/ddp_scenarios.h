@@ -7,12 +7,11 @@
 #include <string>
 #include <vector>
 
-#include "ch01_fp_formats/claim_table.h"
 #include "ch04_ddp/ddp_lesson.h"
+#include "ch04_ddp/ddp_tolerances.h"
+#include "report/claim_table.h"
 
 namespace mixpar::ch04 {
-
-using ch01::Claim;
 
 struct ScenarioResult {
   std::string name;     // "equivalence", "different-init", ...
@@ -22,11 +21,6 @@ struct ScenarioResult {
   std::vector<Claim> claims;
   bool all_ok() const;
 };
-
-// Tolerances of the FP32 equivalence: the runs differ only in the order of FP32 additions
-// (the loss gradient summed per rank, then over ranks), amplified by 10 AdamW steps.
-inline constexpr double kLossTolerance = 1e-5;     // relative, every step's loss
-inline constexpr double kWeightsTolerance = 1e-4;  // max |w_N - w_1| / max(1, |w_1|)
 
 // N ranks x batch B vs one rank x batch N*B, same data, same steps (c.accum micro-steps each).
 ScenarioResult equivalence_scenario(int ranks, const LessonConfig& base);

@@ -7,10 +7,12 @@
 #include <string>
 #include <vector>
 
-#include "ch01_fp_formats/text_table.h"
-#include "ch01_fp_formats/claim_table.h"
 #include "ch04_ddp/ddp_scenarios.h"
 #include "ch04_ddp/ring_lesson.h"
+#include "report/claim_table.h"
+#include "report/format.h"
+#include "report/text_table.h"
+#include "trace/chrome_trace.h"
 #include "util/cli.h"
 #include "util/errors.h"
 
@@ -18,8 +20,6 @@ namespace {
 
 using namespace mixpar;
 using namespace mixpar::ch04;
-using ch01::fmt;
-using ch01::TextTable;
 
 ArgParser make_parser() {
   ArgParser a("ch04_ddp",
@@ -32,7 +32,7 @@ ArgParser make_parser() {
   return a;
 }
 
-using Checks = ch01::ClaimTable;
+using Checks = ClaimTable;
 
 void print_ring_trace(Checks& checks) {
   std::printf(
@@ -48,7 +48,7 @@ void print_ring_trace(Checks& checks) {
     ok = ok && last_rs.got_chunk == owned &&
          last_rs.result == std::vector<float>{111.0f * float(owned + 1)};
   }
-  checks.add({ch01::yes_claim("after the reduce-scatter rank r holds chunk r+1, complete", ok)});
+  checks.add({yes_claim("after the reduce-scatter rank r holds chunk r+1, complete", ok)});
 }
 
 void print_traffic(int n, Checks& checks) {

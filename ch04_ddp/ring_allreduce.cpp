@@ -247,4 +247,22 @@ void naive_all_reduce(Communicator& comm, Tensor& buf, ReduceOp op, const RingOp
   for (int dst = 1; dst < n; ++dst) comm.send(buf, dst, opts.tag);
 }
 
+std::string algo_name(AllReduceAlgo a) {
+  switch (a) {
+    case AllReduceAlgo::kBackend: return "backend";
+    case AllReduceAlgo::kRing: return "ring";
+    case AllReduceAlgo::kNaive: return "naive";
+  }
+  return "?";
+}
+
+void all_reduce_with(AllReduceAlgo algo, Communicator& comm, Tensor& buf, ReduceOp op,
+                     const RingOptions& opts) {
+  switch (algo) {
+    case AllReduceAlgo::kBackend: comm.all_reduce(buf, op); return;
+    case AllReduceAlgo::kRing: ring_all_reduce(comm, buf, op, opts); return;
+    case AllReduceAlgo::kNaive: naive_all_reduce(comm, buf, op, opts); return;
+  }
+}
+
 }  // namespace mixpar::ch04

@@ -2,7 +2,8 @@
 // sendrecv_reduce, the reduce-scatter's hop), each rank sending 2(N-1)/N of the buffer; and the
 // naive reduce-to-root + broadcast it replaces. Chunks follow ring_chunk() and the step
 // convention of comm/communicator.h, so the bytes the ring's sendrecvs record equal, to the
-// byte, what a backend charges its own all_reduce.
+// byte, what a backend charges its own all_reduce. all_reduce_with runs any of the three
+// (backend, ring, naive) by AllReduceAlgo: the gradient buckets' and the benchmarks' choice.
 #pragma once
 
 #include <cstddef>
@@ -89,5 +90,14 @@ void ring_all_gather(Communicator& comm, const Tensor& in, Tensor& out,
 // N-1 times what the ring puts on any link.
 void naive_all_reduce(Communicator& comm, Tensor& buf, ReduceOp op = ReduceOp::kSum,
                       const RingOptions& opts = {});
+
+// Which all-reduce a caller (the gradient buckets, the benchmarks, the lesson) runs: the
+// backend's own, the ring above, or the naive one.
+enum class AllReduceAlgo : std::uint8_t { kBackend, kRing, kNaive };
+std::string algo_name(AllReduceAlgo a);  // "backend" | "ring" | "naive"
+
+// Runs one all-reduce through `algo` (ring and naive with opts).
+void all_reduce_with(AllReduceAlgo algo, Communicator& comm, Tensor& buf, ReduceOp op,
+                     const RingOptions& opts = {});
 
 }  // namespace mixpar::ch04

@@ -6,7 +6,8 @@
 #include <cmath>
 #include <tuple>
 
-#include "ch01_fp_formats/text_table.h"
+#include "report/format.h"
+#include "report/text_table.h"
 #include "comm/local_backend.h"
 
 namespace mixpar::ch04 {
@@ -16,7 +17,7 @@ std::string values(const std::vector<float>& v) {
   std::string s = "[";
   for (std::size_t i = 0; i < v.size(); ++i) {
     if (i > 0) s += ' ';
-    s += ch01::fmt("%g", v[i]);
+    s += fmt("%g", v[i]);
   }
   s += ']';
   return s;
@@ -25,9 +26,9 @@ std::string values(const std::vector<float>& v) {
 // "c2 [300] from 2", or "-" when nothing moved that way.
 std::string side(int chunk, const std::vector<float>& v, const char* dir, int peer) {
   if (peer < 0 || v.empty()) return "-";
-  std::string s = chunk >= 0 ? ch01::fmt("c%d ", chunk) : std::string();
+  std::string s = chunk >= 0 ? fmt("c%d ", chunk) : std::string();
   s += values(v);
-  s += ch01::fmt(" %s %d", dir, peer);
+  s += fmt(" %s %d", dir, peer);
   return s;
 }
 
@@ -68,33 +69,15 @@ std::vector<std::vector<RingEvent>> trace_all_reduce(int n, std::int64_t numel, 
 }
 
 std::string format_ring_trace(const std::vector<std::vector<RingEvent>>& per_rank) {
-  ch01::TextTable t({"phase", "step", "rank", "sends", "receives", "now holds"});
+  TextTable t({"phase", "step", "rank", "sends", "receives", "now holds"});
   for (const RingEvent& e : in_time_order(per_rank)) {
-    std::string holds = e.got_chunk >= 0 ? ch01::fmt("c%d = ", e.got_chunk) : std::string();
+    std::string holds = e.got_chunk >= 0 ? fmt("c%d = ", e.got_chunk) : std::string();
     holds += values(e.result);
     t.add({e.phase, std::to_string(e.step), std::to_string(e.rank),
            side(e.sent_chunk, e.sent, "to", e.to), side(e.got_chunk, e.got, "from", e.from),
            holds});
   }
   return t.str();
-}
-
-std::string algo_name(AllReduceAlgo a) {
-  switch (a) {
-    case AllReduceAlgo::kBackend: return "backend";
-    case AllReduceAlgo::kRing: return "ring";
-    case AllReduceAlgo::kNaive: return "naive";
-  }
-  return "?";
-}
-
-void all_reduce_with(AllReduceAlgo algo, Communicator& comm, Tensor& buf, ReduceOp op,
-                     const RingOptions& opts) {
-  switch (algo) {
-    case AllReduceAlgo::kBackend: comm.all_reduce(buf, op); return;
-    case AllReduceAlgo::kRing: ring_all_reduce(comm, buf, op, opts); return;
-    case AllReduceAlgo::kNaive: naive_all_reduce(comm, buf, op, opts); return;
-  }
 }
 
 std::size_t TrafficMeasure::max_sent() const {

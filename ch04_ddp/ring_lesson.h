@@ -24,13 +24,6 @@ std::vector<std::vector<RingEvent>> trace_all_reduce(int n, std::int64_t numel, 
 //   "reduce-scatter  0  rank 0  sends c0 [1] to 1  gets c2 [300] from 2  -> c2 = [303]"
 std::string format_ring_trace(const std::vector<std::vector<RingEvent>>& per_rank);
 
-enum class AllReduceAlgo : std::uint8_t { kBackend, kRing, kNaive };
-std::string algo_name(AllReduceAlgo a);  // "backend" | "ring" | "naive"
-
-// Runs one all-reduce through `algo` (ring and naive with opts).
-void all_reduce_with(AllReduceAlgo algo, Communicator& comm, Tensor& buf, ReduceOp op,
-                     const RingOptions& opts = {});
-
 // What one all-reduce of `numel` f32 elements put on each rank's links, by rank, summed over
 // every op the algorithm used.
 struct TrafficMeasure {

@@ -10,11 +10,13 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <vector>
 
 #include "io/atomic_file.h"
+#include "tensor/tensor.h"
 #include "util/errors.h"
 
 namespace mixpar::ch08 {
@@ -153,30 +155,70 @@ std::string file_checksum(const std::string& path) {
   return hex;
 }
 
+namespace {
+
+// Collective: true when every rank says ok (a max over "failed" flags); no comm: ok itself.
+bool everyone_ok(Communicator* comm, bool ok) {
+  if (comm == nullptr) return ok;
+  Tensor flag = Tensor::empty({1}, DType::kF32, MemCategory::kCommBuffers);
+  flag.data_as<float>()[0] = ok ? 0.0f : 1.0f;
+  comm->all_reduce(flag, ReduceOp::kMax);
+  return flag.data_as<float>()[0] == 0.0f;
+}
+
+// Runs f on this rank; collective: rethrows f's error here, and on the ranks where f
+// succeeded while another rank's failed, an InputError naming `what`.
+void on_every_rank(Communicator* comm, const std::string& what, const std::function<void()>& f) {
+  std::exception_ptr error;
+  try {
+    f();
+  } catch (...) {
+    error = std::current_exception();
+  }
+  if (everyone_ok(comm, error == nullptr)) return;
+  if (error) std::rethrow_exception(error);
+  throw InputError(what + " failed on another rank (reported there)");
+}
+
+}  // namespace
+
 std::string save_checkpoint(const std::string& root, std::int64_t step,
                             const std::function<void(const std::string& dir)>& write,
-                            std::int64_t keep) {
+                            std::int64_t keep, Communicator* comm) {
   const fs::path r(root);
-  std::error_code ec;
-  fs::create_directories(r, ec);
-  if (ec) throw InputError(root + ": cannot create directory: " + ec.message());
   const std::string name = checkpoint_name(step);
   const fs::path partial = r / ("." + name + ".partial");
-  fs::remove_all(partial, ec);  // a stale one from a crashed save
-  if (!fs::create_directory(partial, ec) || ec) {
-    throw InputError(partial.string() + ": cannot create directory: " + ec.message());
-  }
+  const bool lead = comm == nullptr || comm->rank() == 0;
+  on_every_rank(comm, "creating " + partial.string(), [&] {
+    if (!lead) return;
+    std::error_code ec;
+    fs::create_directories(r, ec);
+    if (ec) throw InputError(root + ": cannot create directory: " + ec.message());
+    fs::remove_all(partial, ec);  // a stale one from a crashed save
+    if (!fs::create_directory(partial, ec) || ec) {
+      throw InputError(partial.string() + ": cannot create directory: " + ec.message());
+    }
+  });
   try {
-    write(partial.string());
-    write_file_atomic((partial / kManifest).string(), make_manifest(partial, step).dump(2) + "\n");
-    fsync_dir(partial);
+    // Every rank its own files; then rank 0 the manifest over all of them.
+    on_every_rank(comm, "writing the checkpoint's shards", [&] { write(partial.string()); });
+    on_every_rank(comm, "writing " + name + "'s manifest", [&] {
+      if (!lead) return;
+      write_file_atomic((partial / kManifest).string(),
+                        make_manifest(partial, step).dump(2) + "\n");
+      fsync_dir(partial);
+    });
   } catch (...) {
-    fs::remove_all(partial, ec);
+    std::error_code ec;
+    if (lead) fs::remove_all(partial, ec);
     throw;
   }
-  commit_directory(partial, r / name);
-  write_file_atomic((r / "latest").string(), name + "\n");
-  prune(r, keep, r / name);
+  on_every_rank(comm, "committing " + name, [&] {
+    if (!lead) return;
+    commit_directory(partial, r / name);
+    write_file_atomic((r / "latest").string(), name + "\n");
+    prune(r, keep, r / name);
+  });
   return (r / name).string();
 }
 

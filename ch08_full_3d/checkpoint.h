@@ -8,6 +8,7 @@
 #include <functional>
 #include <string>
 
+#include "comm/communicator.h"
 #include "util/json.h"
 
 namespace mixpar::ch08 {
@@ -19,9 +20,14 @@ std::string checkpoint_name(std::int64_t step);
 // manifest, commits the directory as root/checkpoint_name(step) (replacing one of that name),
 // updates root/latest and removes all but the newest `keep` checkpoints. Returns the path. If
 // write throws, the partial directory is removed and the exception propagates.
+// comm: collective over its ranks, which share root (threads, or processes on one file
+// system): rank 0 makes the partial directory, every rank's write() adds the files it holds,
+// rank 0 writes the manifest over all of them and commits. A failure on any rank fails the
+// save on every rank (an InputError naming the step on the others), the previous checkpoint
+// and `latest` left as they were.
 std::string save_checkpoint(const std::string& root, std::int64_t step,
                             const std::function<void(const std::string& dir)>& write,
-                            std::int64_t keep);
+                            std::int64_t keep, Communicator* comm = nullptr);
 
 // The directory root/latest names, after verify_checkpoint. InputError when there is none.
 std::string latest_checkpoint(const std::string& root);

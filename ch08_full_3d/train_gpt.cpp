@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 
+#include "ops/compute_threads.h"
 #include "train_loop.h"
 #include "trainer.h"
 #include "trainer_config.h"
@@ -100,7 +101,7 @@ int run(int argc, char** argv) {
 #endif
     throw;
   }
-  set_cpu_threads(config.threads);
+  ops::set_compute_threads(config.threads);
   if (config.backend == CommBackend::kMpi) {
 #if defined(MIXPAR_HAVE_MPI)
     return run_mpi_rank(config, args, &argc, &argv);

@@ -19,8 +19,20 @@ MemorySnapshot memory_snapshot(const MemoryLedger& ledger) {
   return m;
 }
 
+namespace {
+
+Json bytes_by_category(const std::array<std::size_t, kNumMemCategories>& live) {
+  Json bytes = Json::object();
+  for (MemCategory c : kAllMemCategories) {
+    bytes.set(category_name(c), static_cast<std::int64_t>(live[static_cast<std::size_t>(c)]));
+  }
+  return bytes;
+}
+
+}  // namespace
+
 Json step_json(const StepStats& s, const MemorySnapshot& mem,
-               std::optional<double> heldout_accuracy) {
+               std::optional<double> heldout_accuracy, std::span<const RankMetrics> by_rank) {
   Json j = Json::object();
   j.set("step", s.step);
   j.set("loss", s.loss);
@@ -41,12 +53,17 @@ Json step_json(const StepStats& s, const MemorySnapshot& mem,
     j.set("comm_ms", s.times.comm_s * 1e3);
     j.set("exposed_comm_ms", s.times.exposed_s * 1e3);
   }
-  Json bytes = Json::object();
-  for (MemCategory c : kAllMemCategories) {
-    bytes.set(category_name(c), static_cast<std::int64_t>(mem.live[static_cast<std::size_t>(c)]));
-  }
-  j.set("mem_bytes", std::move(bytes));
+  j.set("mem_bytes", bytes_by_category(mem.live));
   j.set("mem_peak_bytes", static_cast<std::int64_t>(mem.peak_total));
+  if (!by_rank.empty()) {
+    Json mem_by_rank = Json::array(), comm_by_rank = Json::array();
+    for (const RankMetrics& r : by_rank) {
+      mem_by_rank.push_back(bytes_by_category(r.mem));
+      comm_by_rank.push_back(static_cast<std::int64_t>(r.comm_bytes_sent));
+    }
+    j.set("mem_bytes_by_rank", std::move(mem_by_rank));
+    j.set("comm_bytes_by_rank", std::move(comm_by_rank));
+  }
   if (heldout_accuracy) j.set("heldout_accuracy", *heldout_accuracy);
   return j;
 }

@@ -1,4 +1,4 @@
-// The signals to watch from step one (seed 003): loss, gradient norm, learning rate, memory,
+// The signals to watch from step one (source article B, docs/SOURCES.md): loss, gradient norm, learning rate, memory,
 // throughput, plus loss scale and skipped steps. One short progress line per step for people,
 // one JSON object per step (JSONL) for plots and tests.
 #pragma once
@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <fstream>
 #include <optional>
+#include <span>
 #include <string>
 
 #include "tensor/ledger.h"
@@ -24,11 +25,15 @@ struct MemorySnapshot {
 MemorySnapshot memory_snapshot(const MemoryLedger& ledger);
 
 // Keys: step, loss, grad_norm, clip_coef, lr, loss_scale, skipped, tokens_per_s, step_ms,
-// data_position, epoch, and in a data-parallel run ranks, compute_ms, comm_ms, exposed_comm_ms,
+// data_position, epoch, and in a distributed run ranks, compute_ms, comm_ms, exposed_comm_ms,
 // mem_bytes {parameters, gradients, master_params, optimizer_state, activations, comm_buffers,
-// other}, mem_peak_bytes; heldout_accuracy when the step was evaluated.
+// other} (this rank's), mem_peak_bytes; heldout_accuracy when the step was evaluated; with
+// by_rank (Trainer::gather_rank_metrics) mem_bytes_by_rank (a list by rank of objects like
+// mem_bytes) and comm_bytes_by_rank (a list by rank of the bytes each sent in the step, over
+// all its groups).
 Json step_json(const StepStats& s, const MemorySnapshot& mem,
-               std::optional<double> heldout_accuracy = std::nullopt);
+               std::optional<double> heldout_accuracy = std::nullopt,
+               std::span<const RankMetrics> by_rank = {});
 
 // "step   12/1500 | loss 2.1034 | norm 0.532 | lr 2.00e-03 | 48.1k tok/s | ETA 1m52s", plus
 // "| scale 65536" under fp16, "| compute 65 ms, comm 9.7 ms (3.1 exposed)" when data parallel,

@@ -1,6 +1,7 @@
-// The loop of train_gpt. What is printed before the first step is what seed 003 asks to check
-// before spending compute: model and data, precision, clipping, the memory the model states
-// will take; what is printed every step are the signals to watch while it runs.
+// The loop of train_gpt. What is printed before the first step is what source article B
+// (docs/SOURCES.md) asks to check before spending compute: model and data, precision,
+// clipping, the memory the model states will take; what is printed every step are the signals
+// to watch while it runs.
 #include "train_loop.h"
 
 #include <filesystem>
@@ -10,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "ch04_ddp/ddp_lesson.h"
 #include "comm/local_backend.h"
 #include "io/tokenizer.h"
+#include "ops/compute_threads.h"
 #include "sampler.h"
 #include "train_log.h"
 #include "trainer.h"
@@ -56,25 +57,21 @@ std::string data_line(const Trainer& t) {
       static_cast<long long>(c.grad_accum), static_cast<long long>(c.tokens_per_step()));
 }
 
-// Data parallel only: where the ranks run and how their gradients meet.
+// Distributed only: the grid, where the ranks run and how their gradients meet.
 std::string parallel_line(Trainer& t) {
   const TrainerConfig& c = t.config();
-  const ch04::DistributedDataParallel& ddp = *t.ddp();
   const std::string where = c.backend == CommBackend::kMpi
                                 ? std::string("MPI, one process per rank")
                                 : std::string("local backend, threads of this process");
-  const std::string when = ddp.overlaps()
-                               ? std::string("during backward, on a communication thread")
-                               : std::string("after backward");
-  const std::string init = c.init_sync == ch04::InitSync::kBroadcast
+  const std::string init = c.init_sync == InitSync::kBroadcast
                                ? std::string("rank 0's initial weights broadcast")
                                : std::string("one seed on every rank, checked by hash");
   return strf(
-      "parallel: data parallel over %d ranks (%s) | gradients in %zu bucket(s) of <= %g MiB, "
-      "all-reduced (%s) %s, averaged over the global batch of %lld sequences | %s",
-      c.dp, where.c_str(), ddp.buckets().size(), c.bucket_mb, ch04::algo_name(c.allreduce).c_str(),
-      when.c_str(), static_cast<long long>(c.sequences_per_step()), init.c_str());
+      "parallel: dp %d x tp %d x pp %d grid over %d ranks (%s) | %s of %lld sequences | %s",
+      c.dp, c.tp, c.pp, c.ranks, where.c_str(), t.grad_sync().describe().c_str(),
+      static_cast<long long>(c.sequences_per_step()), init.c_str());
 }
+
 std::string precision_line(const TrainerConfig& c) {
   const std::string how = c.dtype == DType::kF32 ? std::string("FP32 everywhere, no loss scaling")
                           : c.dtype == DType::kF16
@@ -118,7 +115,7 @@ void print_preflight(Trainer& t, std::FILE* out) {
   const TrainerConfig& c = t.config();
   std::vector<std::string> lines = {model_line(c), data_line(t), precision_line(c),
                                     optimizer_line(c), memory_line(c)};
-  if (t.ddp() != nullptr) lines.insert(lines.begin() + 2, parallel_line(t));
+  if (t.distributed()) lines.insert(lines.begin() + 2, parallel_line(t));
   for (const std::string& line : lines) std::fprintf(out, "%s\n", line.c_str());
 }
 
@@ -206,12 +203,13 @@ struct RankRun {
   Trainer& t;
   std::FILE* out;  // rank 0: the run's output; other ranks: null (they train silently)
   std::optional<JsonlLog> log;
-  std::vector<ch04::TraceSpan> spans;  // kept only when --trace asks for them
+  std::vector<TraceSpan> spans;  // kept only when --trace asks for them
   bool lead() const { return out != nullptr; }
 };
 
 // The step loop. Returns whether the last step was evaluated (the final accuracy is then known).
-// Evaluation, logging and checkpoints are rank 0's: the replicas hold the same weights.
+// Evaluation and logging are rank 0's (the replicas hold the same weights); checkpoints are
+// every rank's (each writes what it holds) and the per-rank metrics a collective.
 bool train_steps(RankRun& run) {
   Trainer& t = run.t;
   const TrainerConfig& c = t.config();
@@ -222,9 +220,14 @@ bool train_steps(RankRun& run) {
     // Replicas that drifted apart (a nondeterministic kernel, a rank that skipped a step) train
     // N different models while the log shows rank 0's: a hash of every rank's weights, compared
     // (collective, so before the ranks part ways below). ReplicaMismatch names the ranks.
-    if (t.ddp() != nullptr && due(s.step, c.check_replicas_every)) t.ddp()->verify_replicas();
-    std::vector<ch04::TraceSpan> spans = t.take_spans();
+    if (t.distributed() && due(s.step, c.check_replicas_every)) t.verify_replicas();
+    std::vector<TraceSpan> spans = t.take_spans();
     if (!c.trace.empty()) run.spans.insert(run.spans.end(), spans.begin(), spans.end());
+    // Every rank's memory and traffic for the log (the same config on every rank: all call).
+    const std::vector<RankMetrics> by_rank =
+        c.log_jsonl.empty() ? std::vector<RankMetrics>{} : t.gather_rank_metrics();
+    const bool checkpoint_now = due(s.step, c.checkpoint_every);
+    const std::string saved = checkpoint_now ? t.save_checkpoint() : std::string();
     if (!run.lead()) continue;
     eta.add(s.seconds);
     if (s.step % c.print_every == 0 || s.step == c.steps || s.skipped) {
@@ -236,26 +239,28 @@ bool train_steps(RankRun& run) {
     std::optional<double> acc;
     evaluated = c.builtin_data() && (due(s.step, c.eval_every) || s.step == c.steps);
     if (evaluated) acc = print_eval(t, run.out);
-    if (run.log) run.log->write(step_json(s, memory_snapshot(current_ledger()), acc));
-    if (due(s.step, c.checkpoint_every)) {
-      std::fprintf(run.out, "checkpoint: %s\n", t.save_checkpoint().c_str());
-    }
+    if (run.log) run.log->write(step_json(s, memory_snapshot(current_ledger()), acc, by_rank));
+    if (checkpoint_now) std::fprintf(run.out, "checkpoint: %s\n", saved.c_str());
   }
   return evaluated;
 }
 
-// After the last step: the final checkpoint, accuracy, model, sample and logits asked for.
-// start_step: where this run began (0, or the step it resumed at).
-void finish(Trainer& t, std::int64_t start_step, bool evaluated, std::FILE* out) {
+// After the last step, on every rank: the final checkpoint, unless it exists already (by the
+// loop on a multiple of checkpoint_every, or, nothing run, the one this run resumed from).
+// start_step: where this run began (0, or the step it resumed at). out: null on silent ranks.
+void final_checkpoint(Trainer& t, std::int64_t start_step, std::FILE* out) {
   const TrainerConfig& c = t.config();
-  // Saved already: by the loop on a multiple of checkpoint_every, or (nothing run) the
-  // checkpoint this run resumed from.
   const bool saved = t.step() == start_step
                          ? c.resume
                          : c.checkpoint_every > 0 && t.step() % c.checkpoint_every == 0;
-  if (!c.checkpoint_dir.empty() && !saved) {
-    std::fprintf(out, "checkpoint: %s\n", t.save_checkpoint().c_str());
-  }
+  if (c.checkpoint_dir.empty() || saved) return;
+  const std::string path = t.save_checkpoint();
+  if (out != nullptr) std::fprintf(out, "checkpoint: %s\n", path.c_str());
+}
+
+// Rank 0, after the last step: accuracy, model, sample and logits asked for.
+void finish(Trainer& t, bool evaluated, std::FILE* out) {
+  const TrainerConfig& c = t.config();
   if (c.builtin_data() && !evaluated) print_eval(t, out);
   if (!c.save.empty()) {
     t.save_hf(c.save);
@@ -291,14 +296,15 @@ void run_rank(const TrainerConfig& c, const TrainingData& data, Communicator* co
   if (setup_done) setup_done();
   const bool evaluated = train_steps(run);
   if (!c.trace.empty() && comm != nullptr) {
-    const std::vector<ch04::TraceSpan> all = ch04::gather_spans(*comm, std::move(run.spans));
+    const std::vector<TraceSpan> all = gather_spans(*comm, std::move(run.spans));
     if (run.lead()) {
-      ch04::write_chrome_trace(c.trace, all);
+      write_chrome_trace(c.trace, all);
       std::fprintf(out, "trace: %s (%zu spans of %d ranks; open in ui.perfetto.dev)\n",
                    c.trace.c_str(), all.size(), comm->size());
     }
   }
-  if (run.lead()) finish(t, start_step, evaluated, out);
+  final_checkpoint(t, start_step, out);
+  if (run.lead()) finish(t, evaluated, out);
 }
 
 // The tokens every rank reads: one global batch must fit (dp x B x T + 1).
@@ -309,9 +315,9 @@ TrainingData load_data(const TrainerConfig& c) {
 // Each rank's OpenMP team: --threads, or the cores shared out among the ranks in this process.
 void set_rank_threads(const TrainerConfig& c, int ranks_in_process) {
   if (c.threads > 0)
-    ch04::set_compute_threads(c.threads);
+    ops::set_compute_threads(c.threads);
   else
-    ch04::share_cores(ranks_in_process);
+    ops::share_cores(ranks_in_process);
 }
 
 }  // namespace

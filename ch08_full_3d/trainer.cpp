@@ -1,7 +1,8 @@
 // One training step in chapter 3's order: forward and backward of each micro-batch (loss scale on
 // the seed gradient), then unscale -> inf check -> clip -> AdamW on the FP32 masters -> re-cast.
-// Data parallel, chapter 4's DDP wraps forward and backward: the last micro-batch's backward
-// all-reduces the gradients bucket by bucket, and the inf check is agreed by every rank.
+// Distributed, the seams of common/parallel do the talking: the schedule runs the micro-batches
+// and tells the gradient sync when the last backward starts, the sync makes the replicas'
+// gradients agree, and the step's reductions (loss, found-inf, norm) each go over their group.
 #include "trainer.h"
 
 #include <Eigen/Core>
@@ -13,7 +14,11 @@
 #include <omp.h>
 #endif
 
+#include "ch04_ddp/bucketed_allreduce.h"
+#include "ch04_ddp/ddp.h"
 #include "model/gpt_hf.h"
+#include "parallel/count_once.h"
+#include "parallel/replicas.h"
 #include "util/errors.h"
 
 namespace mixpar::ch08 {
@@ -47,23 +52,39 @@ ch03::MixedPrecisionConfig optimizer_config(const TrainerConfig& c, const GptMod
   return m;
 }
 
-ch04::DdpConfig ddp_config(const TrainerConfig& c) {
-  ch04::DdpConfig d;
-  d.init = c.init_sync;
-  d.reducer.bucket_cap_bytes = static_cast<std::size_t>(c.bucket_mb * 1024.0 * 1024.0);
-  d.reducer.algo = c.allreduce;
-  d.reducer.overlap = c.overlap;
-  return d;
+ch04::ReducerConfig reducer_config(const TrainerConfig& c) {
+  ch04::ReducerConfig r;
+  r.bucket_cap_bytes = static_cast<std::size_t>(c.bucket_mb * 1024.0 * 1024.0);
+  r.algo = c.allreduce;
+  r.overlap = c.overlap;
+  return r;
 }
 
-std::unique_ptr<ch04::DistributedDataParallel> make_ddp(GptModel& model, Communicator* comm,
-                                                         const TrainerConfig& c) {
-  if (comm == nullptr) return nullptr;
-  if (comm->size() != c.dp) {
-    throw std::invalid_argument("Trainer: a communicator of " + std::to_string(comm->size()) +
-                                " ranks for dp " + std::to_string(c.dp));
+std::unique_ptr<ParallelGrid> make_grid(Communicator* world, const TrainerConfig& c) {
+  if (world == nullptr) return nullptr;
+  return std::make_unique<ParallelGrid>(*world, GridShape{c.dp, c.tp, c.pp});
+}
+
+// The one place a chapter plugs its gradient synchronisation into the trainer: chapter 4's
+// bucketed all-reduce over the dp group (chapter 5 adds ZeRO's reduce-scatter here). The dp
+// replicas are made equal first (rank 0's weights broadcast, or one seed) and checked.
+std::unique_ptr<GradSync> make_grad_sync(GptModel& model, const ParallelGrid* grid,
+                                         const TrainerConfig& c) {
+  if (grid == nullptr || grid->dp().size() == 1) return std::make_unique<LocalGradients>();
+  Communicator& dp = grid->dp();
+  sync_initial_weights(dp, model.registry().flat_params(), c.init_sync);
+  auto sync = std::make_unique<ch04::BucketedAllReduce>(dp, model.registry(), reducer_config(c),
+                                                        ch04::model_reports_grad_ready());
+  verify_replicas(dp, model.registry().flat_params());
+  return sync;
+}
+
+// The tp x pp placement of this rank's model (today every rank holds the whole model).
+GptOptions stage_options(GptOptions o, const ParallelGrid* grid) {
+  if (grid != nullptr && grid->shape().pp > 1) {
+    throw std::logic_error("Trainer: pipeline stages need chapter 7's schedules");
   }
-  return std::make_unique<ch04::DistributedDataParallel>(model, *comm, ddp_config(c));
+  return o;
 }
 
 }  // namespace
@@ -76,29 +97,89 @@ void set_cpu_threads(int threads) {
   Eigen::setNbThreads(threads);
 }
 
-Trainer::Trainer(TrainerConfig config, TrainingData data, Communicator* comm)
+Trainer::Trainer(TrainerConfig config, TrainingData data, Communicator* world)
     : config_(validated(std::move(config))),
       data_(std::move(data)),
-      comm_(comm),
-      model_(config_.model, model_options(config_)),
-      ddp_(make_ddp(model_, comm_, config_)),
+      world_(world),
+      grid_(make_grid(world_, config_)),
+      model_(config_.model, stage_options(model_options(config_), grid_.get())),
+      sync_(make_grad_sync(model_, grid_.get(), config_)),
       optimizer_(tensors_of(model_.parameters()), tensors_of(model_.gradients()),
                  optimizer_config(config_, model_)),
-      // Rank r reads rows r*B .. (r+1)*B-1 of each global window of dp*B*T+1 tokens.
-      loader_(data_.tokens, config_.batch, config_.seq, config_.data_order, config_.seed, rank(),
-              world()) {
-  if (ddp_ && optimizer_.scaler().mode() != ch02::ScaleMode::kNone) {
+      reductions_(grid_.get()),
+      schedule_(std::make_unique<SingleStage>(static_cast<int>(config_.grad_accum))),
+      norm_counted_(norm_counted(model_.registry().entries(), coord())),
+      // Replica d reads rows d*B .. (d+1)*B-1 of each global window of dp*B*T+1 tokens: the
+      // tp and pp ranks of one replica read the same rows.
+      loader_(data_.tokens, config_.batch, config_.seq, config_.data_order, config_.seed,
+              coord().dp, shape().dp) {
+  model_.set_grad_ready_hook([this](std::size_t entry) { sync_->grad_ready(entry); });
+  if (grid_ && optimizer_.scaler().mode() != ch02::ScaleMode::kNone) {
     // One rank's overflow must skip every rank's step, or the replicas and scales part ways.
-    optimizer_.set_found_inf_reducer([this](bool found) { return ddp_->agree_found_inf(found); });
+    optimizer_.set_found_inf_reducer([this](bool found) { return reductions_.found_inf(found); });
   }
+  // Every element once, over the world: on a single device exactly global_grad_norm.
+  optimizer_.set_grad_norm_fn([this](std::span<const Tensor> grads32) {
+    return reductions_.grad_norm(counted_sum_of_squares(grads32, norm_counted_));
+  });
   if (!config_.init_from.empty()) {
     load_initial_weights();  // every rank reads the same directory
-    if (ddp_) ddp_->verify_replicas();
+    verify_replicas();
   }
 }
 
-std::vector<ch04::TraceSpan> Trainer::take_spans() {
-  return ddp_ ? ddp_->take_spans() : std::vector<ch04::TraceSpan>{};
+void Trainer::verify_replicas() {
+  if (grid_) mixpar::verify_replicas(grid_->dp(), model_.registry().flat_params());
+}
+
+std::vector<TraceSpan> Trainer::take_spans() {
+  std::vector<TraceSpan> all = std::exchange(spans_, {});
+  for (TraceSpan& s : reductions_.take_spans()) all.push_back(std::move(s));
+  for (TraceSpan& s : sync_->take_spans()) all.push_back(std::move(s));
+  if (!grid_) all.clear();  // a single device records no trace
+  return all;
+}
+
+std::uint64_t Trainer::bytes_sent_so_far() const {
+  if (!grid_) return 0;
+  std::uint64_t n = 0;
+  const std::initializer_list<const Communicator*> groups = {
+      &grid_->world(), &grid_->dp(), &grid_->tp(), &grid_->pp(), &grid_->model_parallel(),
+      grid_->embedding()};
+  for (const Communicator* c : groups) {
+    if (c != nullptr) n += c->traffic().total().bytes_sent;
+  }
+  return n;
+}
+
+std::vector<RankMetrics> Trainer::gather_rank_metrics() {
+  RankMetrics mine;
+  const MemoryLedger& ledger = current_ledger();
+  for (MemCategory c : kAllMemCategories) mine.mem[static_cast<std::size_t>(c)] = ledger.live(c);
+  mine.mem_peak = ledger.peak_total();
+  mine.comm_bytes_sent = step_bytes_sent_;
+  if (!grid_) return {mine};
+  // Every field as an f64 element (exact below 2^53 bytes), gathered over the world.
+  constexpr std::int64_t kFields = kNumMemCategories + 2;
+  Tensor row = Tensor::empty({kFields}, DType::kF64, MemCategory::kCommBuffers);
+  auto* r = row.data_as<double>();
+  for (int c = 0; c < kNumMemCategories; ++c) r[c] = static_cast<double>(mine.mem[std::size_t(c)]);
+  r[kNumMemCategories] = static_cast<double>(mine.mem_peak);
+  r[kNumMemCategories + 1] = static_cast<double>(mine.comm_bytes_sent);
+  const int n = grid_->world().size();
+  Tensor all = Tensor::empty({n * kFields}, DType::kF64, MemCategory::kCommBuffers);
+  grid_->world().all_gather(row, all);
+  std::vector<RankMetrics> out(static_cast<std::size_t>(n));
+  const auto* a = all.data_as<double>();
+  for (int k = 0; k < n; ++k) {
+    const double* f = a + k * kFields;
+    for (int c = 0; c < kNumMemCategories; ++c) {
+      out[std::size_t(k)].mem[std::size_t(c)] = static_cast<std::size_t>(f[c]);
+    }
+    out[std::size_t(k)].mem_peak = static_cast<std::size_t>(f[kNumMemCategories]);
+    out[std::size_t(k)].comm_bytes_sent = static_cast<std::uint64_t>(f[kNumMemCategories + 1]);
+  }
+  return out;
 }
 
 std::vector<NamedTensor> Trainer::master_weights() const {
@@ -139,37 +220,34 @@ StepStats Trainer::train_step() {
   StepStats s;
   s.step = step_ + 1;
   s.loss_scale = optimizer_.loss_scale();
-  // Each micro-batch's gradient is of its own mean loss; dividing the seed by grad_accum
-  // makes the sum the gradient of the mean over the whole step. DDP divides the all-reduced
-  // sum by dp x grad_accum itself, so its seed is the loss scale alone.
-  const float seed = ddp_ ? s.loss_scale : s.loss_scale / static_cast<float>(config_.grad_accum);
-  for (std::int64_t k = 0; k < config_.grad_accum; ++k) {
-    const TokenBatch b = loader_.next();
-    if (k == 0) {
-      s.data_position = b.position;  // rank 0's rows start the global window
-      s.epoch = b.epoch;
-    }
-    if (ddp_) {
-      s.loss += ddp_->forward(b.inputs, b.targets, b.B, b.T);
-      ddp_->backward(seed, /*sync=*/k + 1 == config_.grad_accum);  // no traffic before the last
-    } else {
-      s.loss += model_.forward(b.inputs, b.targets, b.B, b.T);
-      model_.backward(seed, /*accumulate=*/k > 0);
-    }
-  }
-  s.loss /= static_cast<double>(config_.grad_accum);
+  const std::uint64_t bytes_before = bytes_sent_so_far();
+  sync_->begin_step();
+  const ScheduleResult r = schedule_->run_step(
+      model_, [this] { return loader_.next(); }, *sync_, s.loss_scale, rank(), spans_);
+  const double w0 = trace_now_us();
+  const double waited = sync_->finish();  // every gradient of this rank synchronised
+  if (grid_) spans_.push_back({"wait for gradients", "exposed", rank(), 0, w0, waited * 1e6});
+  times_.compute_s += r.compute_s;
+  times_.exposed_s += waited;
+  s.data_position = r.position;  // the first replica's rows start the global window
+  s.epoch = r.epoch;
   // The logged loss is the global batch's: the same number on every rank.
-  if (ddp_) s.loss = ddp_->global_mean(s.loss);
+  s.loss = reductions_.loss(r.loss_sum / static_cast<double>(config_.grad_accum));
   s.lr = config_.schedule.at(step_);
-  const ch03::StepReport r = optimizer_step(s.lr);
-  s.skipped = !r.taken;
-  s.grad_norm = r.grad_norm;
-  s.clip_coef = r.clip_coef;
+  const ch03::StepReport rep = optimizer_step(s.lr);
+  s.skipped = !rep.taken;
+  s.grad_norm = rep.grad_norm;
+  s.clip_coef = rep.clip_coef;
   s.tokens = config_.tokens_per_step();
-  if (ddp_) {
+  if (grid_) {
     s.ranks = world();
-    s.times = ddp_->take_step_times();
+    reductions_.add_times_to(times_);
+    times_.comm_s += sync_->take_comm_seconds();
+    s.times = std::exchange(times_, {});
+  } else {
+    times_ = {};
   }
+  step_bytes_sent_ = bytes_sent_so_far() - bytes_before;
   ++step_;
   s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return s;

@@ -1,22 +1,30 @@
-// The trainer: a GptModel in the working dtype, chapter 3's mixed-precision AdamW (FP32
-// masters, chapter 2's loss scaler for fp16), the token loader and the LR schedule; given a
-// communicator, it is one replica of chapter 4's DistributedDataParallel. One call of
-// train_step() is one optimizer step over grad_accum micro-batches. Checkpoints hold everything
-// that changes while training, so a resumed run continues bit for bit.
+// The trainer: a GptModel (this rank's stage) in the working dtype, chapter 3's mixed-precision
+// AdamW (FP32 masters, chapter 2's loss scaler for fp16), the token loader and the LR schedule.
+// Given a world communicator it is one rank of a dp x tp x pp grid (common/comm/parallel_grid.h)
+// and composes the seams of common/parallel: a GradSync over the dp group (chapter 4's bucketed
+// all-reduce; chapter 5 adds ZeRO's), the per-step reductions (loss, found-inf, the count-once
+// gradient norm) and a Schedule that runs the step's micro-batches (SingleStage; chapter 7 adds
+// pipelines). One call of train_step() is one optimizer step over grad_accum micro-batches.
+// Checkpoints hold everything that changes while training, so a resumed run continues bit for
+// bit.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
-#include <memory>
-
 #include "ch03_master_weights/mixed_precision_optimizer.h"
-#include "ch04_ddp/chrome_trace.h"
-#include "ch04_ddp/ddp.h"
 #include "comm/communicator.h"
+#include "comm/parallel_grid.h"
 #include "io/token_loader.h"
 #include "model/gpt.h"
+#include "parallel/grad_sync.h"
+#include "parallel/schedule.h"
+#include "parallel/step_reductions.h"
+#include "tensor/ledger.h"
+#include "trace/chrome_trace.h"
 #include "trainer_config.h"
 #include "training_data.h"
 
@@ -32,28 +40,39 @@ struct StepStats {
   bool skipped = false;     // inf/NaN: the optimizer did not step
   double seconds = 0.0;     // wall time of the step
   std::int64_t tokens = 0;  // tokens processed by the step, over all replicas
-  // Data parallel only (ranks > 0): this rank's split of the step (chapter 4's StepTimes).
+  // Distributed runs only (ranks > 0): this rank's split of the step.
   int ranks = 0;
-  ch04::StepTimes times;
+  StepTimes times;
   // Where the step's first micro-batch starts in the token stream, and in which epoch: a
-  // repeated position within an epoch is the "repeated batches" silent killer of seed 003.
+  // repeated position within an epoch is the "repeated batches" silent killer of source
+  // article B (docs/SOURCES.md).
   std::int64_t data_position = 0, epoch = 0;
 };
 
 // Sets the threads of OpenMP loops and Eigen GEMMs (0: leave the default).
 void set_cpu_threads(int threads);
 
+// One rank's bill after a step: live bytes by ledger category, the peak of their sum, and the
+// bytes it sent during the step over all its communicators (every group of the grid).
+struct RankMetrics {
+  std::array<std::size_t, kNumMemCategories> mem{};
+  std::size_t mem_peak = 0;
+  std::uint64_t comm_bytes_sent = 0;
+};
+
 class Trainer {
  public:
-  // Builds the model (GPT-2 init from config.seed, or config.init_from's weights), the
-  // optimizer and the loader. InputError when the data is shorter than one step's batches.
-  // comm: this rank's communicator when the trainer is one of config.dp replicas (collective:
-  // every rank constructs its trainer together; rank 0's weights are broadcast or checked as
-  // config.init_sync says); null: a single device, no communication at all.
-  Trainer(TrainerConfig config, TrainingData data, Communicator* comm = nullptr);
+  // Builds the grid (with a communicator), the model, the gradient sync, the optimizer and
+  // the loader. InputError when the data is shorter than one step's batches.
+  // world: this rank's communicator of a config.dp x tp x pp run (collective: every rank
+  // constructs its trainer together; the dp replicas start from rank 0's weights or from one
+  // seed, checked, as config.init_sync says); null: a single device, no communication at all.
+  Trainer(TrainerConfig config, TrainingData data, Communicator* world = nullptr);
+  Trainer(const Trainer&) = delete;  // the model's hooks point into this object
+  Trainer& operator=(const Trainer&) = delete;
 
-  // Collective when data parallel: every rank calls it, and every rank returns the same
-  // global loss and gradient norm.
+  // Collective when distributed: every rank calls it, and every rank returns the same global
+  // loss and gradient norm.
   StepStats train_step();
   // The optimizer half of a step, from the gradients now in the model: the learning rate, then
   // chapter 3's step (weight decay on 2-D weights only). Does not advance step(); train_step()
@@ -62,11 +81,23 @@ class Trainer {
   std::int64_t step() const { return step_; }  // steps finished
 
   // 0 and 1 on a single device.
-  int rank() const { return comm_ ? comm_->rank() : 0; }
-  int world() const { return comm_ ? comm_->size() : 1; }
-  ch04::DistributedDataParallel* ddp() { return ddp_.get(); }
-  // The compute and communication spans recorded since the last call (data parallel only).
-  std::vector<ch04::TraceSpan> take_spans();
+  int rank() const { return world_ ? world_->rank() : 0; }
+  int world() const { return world_ ? world_->size() : 1; }
+  bool distributed() const { return grid_ != nullptr; }
+  // The grid and this rank's place in it (null on a single device).
+  const ParallelGrid* grid() const { return grid_.get(); }
+  GridCoord coord() const { return grid_ ? grid_->coord() : GridCoord{}; }
+  GridShape shape() const { return grid_ ? grid_->shape() : GridShape{}; }
+  const GradSync& grad_sync() const { return *sync_; }
+  const Schedule& schedule() const { return *schedule_; }
+  // Collective over the dp group: every replica's weights hash compared (ReplicaMismatch
+  // naming the ranks). Nothing to compare on a single device.
+  void verify_replicas();
+  // The compute and communication spans recorded since the last call (distributed only).
+  std::vector<TraceSpan> take_spans();
+  // Collective over the world: every rank's RankMetrics after the last step, by rank (one
+  // entry on a device). Its own traffic is no step's.
+  std::vector<RankMetrics> gather_rank_metrics();
 
   const TrainerConfig& config() const { return config_; }
   const TrainingData& data() const { return data_; }
@@ -79,30 +110,39 @@ class Trainer {
   // The final model as a Hugging Face directory (FP32 masters: no precision thrown away).
   void save_hf(const std::string& dir) const;
 
-  // Writes a checkpoint of the current step into config.checkpoint_dir; returns its path.
-  // Replicas hold the same state: in a data-parallel run rank 0 alone calls it.
+  // Collective when distributed: writes a checkpoint of the current step into
+  // config.checkpoint_dir (every rank the shards it holds, rank 0 the manifest); returns its
+  // path.
   std::string save_checkpoint();
-  // Continues from the latest checkpoint in config.checkpoint_dir: InputError if it is corrupt
-  // or was written by a run with another shape, dtype, batch layout, data or seed. Data
-  // parallel: every rank reads the same checkpoint (a shared directory), then the replicas
-  // are checked.
+  // Continues from the latest checkpoint in config.checkpoint_dir: InputError if it is corrupt,
+  // was written by a run with another shape, dtype, batch layout, data or seed, or on another
+  // grid layout. Distributed: every rank reads the checkpoint (a directory all ranks see),
+  // then the replicas are checked.
   void resume();
 
  private:
   void load_initial_weights();
   void recast_working_copy();
   void write_checkpoint_files(const std::string& dir) const;
+  std::uint64_t bytes_sent_so_far() const;
 
   TrainerConfig config_;
   TrainingData data_;
-  Communicator* comm_;
+  Communicator* world_;
+  std::unique_ptr<ParallelGrid> grid_;
   GptModel model_;
-  // Before the optimizer: the broadcast of rank 0's weights must reach the working copy before
-  // the optimizer copies it into the FP32 masters.
-  std::unique_ptr<ch04::DistributedDataParallel> ddp_;
+  // Before the optimizer: making the replicas equal must reach the working copy before the
+  // optimizer copies it into the FP32 masters.
+  std::unique_ptr<GradSync> sync_;
   ch03::MixedPrecisionOptimizer optimizer_;
+  StepReductions reductions_;
+  std::unique_ptr<Schedule> schedule_;
+  std::vector<bool> norm_counted_;  // by registry entry: this rank counts it in the norm
   TokenLoader loader_;
   std::int64_t step_ = 0;
+  StepTimes times_;
+  std::vector<TraceSpan> spans_;
+  std::uint64_t step_bytes_sent_ = 0;  // by this rank, over all its groups, in the last step
 };
 
 }  // namespace mixpar::ch08

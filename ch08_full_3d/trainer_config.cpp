@@ -3,23 +3,20 @@
 // laptop cores (README.md has the run).
 #include "trainer_config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
 
-#include "ch04_ddp/ring_lesson.h"
+#include "ch04_ddp/ring_allreduce.h"
 #include "model/gpt_hf.h"
+#include "report/format.h"
 #include "util/errors.h"
 
 namespace mixpar::ch08 {
 namespace {
 
-std::string num(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", v);
-  return buf;
-}
-std::string num(std::int64_t v) { return std::to_string(v); }
+using mixpar::num;  // report/format.h: %g for doubles, integers exactly
 
 bool is_shard_path(const std::string& path) {
   return path.size() > 4 && path.compare(path.size() - 4, 4, ".bin") == 0;
@@ -107,7 +104,11 @@ void add_parallel_flags(ArgParser& a, const TrainerConfig& d) {
            "local|mpi: ranks as threads of this process, or one process per rank under "
            "mpirun -np N")
       .option("ranks", "", "local: rank threads to start (default 1); mpi: must equal -np")
-      .option("dp", "", "data-parallel degree (default: the number of ranks, which it must equal)")
+      .option("dp", "",
+              "data-parallel degree (default: the ranks / (tp x pp); dp x tp x pp must equal "
+              "the ranks)")
+      .option("tp", "1", "tensor-parallel degree (chapter 6)")
+      .option("pp", "1", "pipeline-parallel degree: stages (chapter 7)")
       .option("bucket-mb", num(d.bucket_mb), "gradient bucket cap in MiB (PyTorch's 25)")
       .option("init-sync", "broadcast",
               "broadcast|seed: rank 0's initial weights broadcast, or one seed trusted and "
@@ -196,6 +197,10 @@ void check_range(bool ok, const std::string& what) {
   if (!ok) throw InputError(what);
 }
 
+// Without --dp: the ranks that tensor and pipeline parallelism leave (at least 1; a product
+// that does not come out is validate_parallel's error).
+int default_dp(const TrainerConfig& c) { return std::max(1, c.ranks / (c.tp * c.pp)); }
+
 void read_parallel(const ArgParser& a, TrainerConfig& c) {
   const std::string backend = a.get_choice("backend", {"local", "mpi"});
   c.backend = backend == "mpi" ? CommBackend::kMpi : CommBackend::kLocal;
@@ -205,7 +210,12 @@ void read_parallel(const ArgParser& a, TrainerConfig& c) {
     check_range(ranks <= 1024, "--ranks " + num(ranks) + " is not a rank count");
     c.ranks = static_cast<int>(ranks);
   }
-  c.dp = c.ranks;
+  for (const auto& [flag, degree] : {std::pair<const char*, int*>{"tp", &c.tp}, {"pp", &c.pp}}) {
+    const std::int64_t v = positive(a, flag);
+    check_range(v <= 1024, std::string("--") + flag + " " + num(v) + " is not a rank count");
+    *degree = static_cast<int>(v);
+  }
+  c.dp = default_dp(c);
   if (a.given("dp")) {
     const std::int64_t dp = positive(a, "dp");
     check_range(dp <= 1024, "--dp " + num(dp) + " is not a rank count");
@@ -240,11 +250,19 @@ void validate_single(const TrainerConfig& c);  // below, beside validate()
 void validate_parallel(const TrainerConfig& c) {
   const std::string ranks = num(static_cast<std::int64_t>(c.ranks));
   const std::string dp = num(static_cast<std::int64_t>(c.dp));
-  check_range(c.dp == c.ranks,
-              "--dp " + dp + " does not match the " + ranks +
-                  (c.ranks == 1 ? " rank" : " ranks") +
-                  ": with data parallelism alone every rank is a replica, so --dp must equal "
-                  "the number of ranks (--ranks, or mpirun's -np)");
+  const std::string tp = num(static_cast<std::int64_t>(c.tp));
+  const std::string pp = num(static_cast<std::int64_t>(c.pp));
+  check_range(static_cast<std::int64_t>(c.dp) * c.tp * c.pp == c.ranks,
+              "--dp " + dp + " x --tp " + tp + " x --pp " + pp + " = " +
+                  num(static_cast<std::int64_t>(c.dp) * c.tp * c.pp) + " ranks, but the run has " +
+                  ranks + " (--ranks, or mpirun's -np): every rank has one place in the grid");
+  // The grid has room for them (ParallelGrid, the trainer's seams); the layers and schedules
+  // are chapters 6 and 7.
+  check_range(c.tp == 1, "--tp " + tp +
+                             ": tensor-parallel layers are chapter 6's and not built yet; "
+                             "use --tp 1");
+  check_range(c.pp == 1, "--pp " + pp +
+                             ": pipeline schedules are chapter 7's and not built yet; use --pp 1");
   check_range(c.global_batch == 0 || c.global_batch == c.sequences_per_step(),
               "--global-batch " + num(c.global_batch) + " is not --batch x --grad-accum x --dp");
   check_range(c.bucket_mb > 0 && c.bucket_mb <= 65536, "--bucket-mb must be in (0, 65536]");
@@ -311,7 +329,7 @@ void set_world_size(TrainerConfig& c, int world_size, bool dp_given, bool ranks_
                   num(static_cast<std::int64_t>(world_size)) +
                   " processes (under --backend mpi the ranks are mpirun's -np)");
   c.ranks = world_size;
-  if (!dp_given) c.dp = world_size;
+  if (!dp_given) c.dp = default_dp(c);
   resolve_global_batch(c);
   validate(c);
 }
@@ -392,6 +410,8 @@ Json to_json(const TrainerConfig& c) {
   j.set("recompute", c.recompute);
   j.set("backend", std::string(comm_backend_name(c.backend)));
   j.set("ranks", static_cast<std::int64_t>(c.ranks));
+  j.set("tp", static_cast<std::int64_t>(c.tp));
+  j.set("pp", static_cast<std::int64_t>(c.pp));
   j.set("bucket_mb", c.bucket_mb);
   j.set("allreduce", ch04::algo_name(c.allreduce));
   return j;

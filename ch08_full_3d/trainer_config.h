@@ -61,7 +61,10 @@ struct TrainerConfig {
   // single-device trainer, with no communicator at all.
   CommBackend backend = CommBackend::kLocal;
   int ranks = 1;  // local: rank threads to start; mpi: the world size mpirun gave
-  int dp = 1;     // data-parallel degree: every rank is a replica, so it must equal ranks
+  // The rank grid (common/comm/parallel_grid.h): dp x tp x pp == ranks, tp fastest.
+  int dp = 1;     // data-parallel degree: model replicas
+  int tp = 1;     // tensor-parallel degree (chapter 6)
+  int pp = 1;     // pipeline stages (chapter 7)
   double bucket_mb = 25.0;  // gradient bucket cap (PyTorch's bucket_cap_mb)
   ch04::InitSync init_sync = ch04::InitSync::kBroadcast;
   ch04::AllReduceAlgo allreduce = ch04::AllReduceAlgo::kBackend;

@@ -1,7 +1,13 @@
 // A training checkpoint, the Trainer's half: what goes into the directory and how it comes
-// back. model.safetensors + config.json are a Hugging Face directory of the FP32 masters (so a
-// checkpoint is also a loadable model); optimizer.safetensors holds AdamW's m and v;
-// trainer_state.json the step, the optimizer's t, the scaler, the loader and the run identity.
+// back. Every rank writes the shards it holds; one replica (dp rank 0) of each (tp, pp) place
+// writes that place's parameters and moments, since the dp replicas hold the same ones. On a
+// layout of one tp and one pp place those are model.safetensors + config.json, a Hugging Face
+// directory of the FP32 masters (so a checkpoint is also a loadable model), and
+// optimizer.safetensors with AdamW's m and v; on other layouts model-tpT-ppP.safetensors and
+// optimizer-tpT-ppP.safetensors. Rank 0 writes trainer_state.json: the step, the optimizer's
+// t, the scaler, the loader and the run identity, which every rank shares (the scaler's
+// decisions and the loader's steps are agreed each step; the RNG is counter-based: seed and
+// step), and the layout with the shard files each place wrote.
 #include <cstdio>
 #include <filesystem>
 
@@ -19,7 +25,8 @@ namespace {
 constexpr const char* kStateFile = "trainer_state.json";
 constexpr const char* kOptimizerFile = "optimizer.safetensors";
 constexpr const char* kStateFormat = "mixpar-train-state";
-constexpr std::int64_t kStateVersion = 1;
+// 2: the layout and its shards. 1 (no layout): a dp x 1 x 1 run, read as such.
+constexpr std::int64_t kStateVersion = 2;
 
 std::string hex64(std::uint64_t v) {
   char buf[17];
@@ -41,12 +48,56 @@ void check_identity(const Json& saved, const Json& now, const std::string& dir) 
 Json read_state(const std::string& dir) {
   const std::string path = (fs::path(dir) / kStateFile).string();
   Json st = Json::parse(read_file(path), path);
-  if (!st.is_object() || !st.contains("format") || st.at("format") != Json(kStateFormat) ||
-      !st.contains("version") || st.at("version") != Json(kStateVersion)) {
+  const bool known = st.is_object() && st.contains("format") &&
+                     st.at("format") == Json(kStateFormat) && st.contains("version") &&
+                     (st.at("version") == Json(kStateVersion) || st.at("version") == Json(1));
+  if (!known) {
     throw InputError(path + ": not a mixpar training state (format " + kStateFormat + " version " +
                      std::to_string(kStateVersion) + ")");
   }
   return st;
+}
+
+// The grid a checkpoint was written on, as its state names it.
+struct Layout {
+  std::int64_t dp = 1, tp = 1, pp = 1;
+  bool operator==(const Layout&) const = default;
+  std::string str() const {
+    return "dp " + std::to_string(dp) + " x tp " + std::to_string(tp) + " x pp " +
+           std::to_string(pp);
+  }
+};
+
+Json layout_json(const Layout& l) {
+  Json j = Json::object();
+  j.set("dp", l.dp);
+  j.set("tp", l.tp);
+  j.set("pp", l.pp);
+  return j;
+}
+
+Layout layout_of(const Json& state, const std::string& path) {
+  Layout l;
+  if (!state.contains("layout")) {  // version 1: data parallel only
+    l.dp = state.at("run").at("dp").as_int();
+    return l;
+  }
+  const Json& j = state.at("layout");
+  l.dp = j.at("dp").as_int();
+  l.tp = j.at("tp").as_int();
+  l.pp = j.at("pp").as_int();
+  if (l.dp < 1 || l.tp < 1 || l.pp < 1) throw InputError(path + ": layout " + l.str() + " is not a grid");
+  return l;
+}
+
+// The files of the (tp, pp) place's parameters and moments.
+std::string model_file(const Layout& l, const GridCoord& at) {
+  if (l.tp == 1 && l.pp == 1) return "model.safetensors";  // with config.json: a HF directory
+  return "model-tp" + std::to_string(at.tp) + "-pp" + std::to_string(at.pp) + ".safetensors";
+}
+std::string optimizer_file(const Layout& l, const GridCoord& at) {
+  if (l.tp == 1 && l.pp == 1) return kOptimizerFile;
+  return "optimizer-tp" + std::to_string(at.tp) + "-pp" + std::to_string(at.pp) + ".safetensors";
 }
 
 // dst (FP32 [shape]) <- the tensor `name` of the optimizer file, which must match exactly.
@@ -64,20 +115,49 @@ void load_moment(const SafetensorsReader& r, const std::string& name, const Tens
 }  // namespace
 
 void Trainer::write_checkpoint_files(const std::string& dir) const {
-  save_gpt_hf(dir, config_.model, master_weights());
-  const AdamW& adam = *optimizer_.adamw();
-  const auto entries = model_.registry().entries();
-  NamedTensors moments;
-  for (std::size_t i = 0; i < entries.size(); ++i) {
-    moments.emplace_back("exp_avg." + entries[i].name, adam.exp_avg(i));
-    moments.emplace_back("exp_avg_sq." + entries[i].name, adam.exp_avg_sq(i));
+  const GridShape g = shape();
+  const Layout layout{g.dp, g.tp, g.pp};
+  const GridCoord at = coord();
+  if (at.dp == 0) {  // one replica of each (tp, pp) place writes its parameters and moments
+    const std::vector<NamedTensor> masters = master_weights();
+    if (g.tp == 1 && g.pp == 1) {
+      save_gpt_hf(dir, config_.model, masters);
+    } else {
+      NamedTensors named;
+      for (const NamedTensor& w : masters) named.emplace_back(w.name, w.tensor);
+      write_safetensors((fs::path(dir) / model_file(layout, at)).string(), named);
+    }
+    const AdamW& adam = *optimizer_.adamw();
+    const auto entries = model_.registry().entries();
+    NamedTensors moments;
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+      moments.emplace_back("exp_avg." + entries[i].name, adam.exp_avg(i));
+      moments.emplace_back("exp_avg_sq." + entries[i].name, adam.exp_avg_sq(i));
+    }
+    write_safetensors((fs::path(dir) / optimizer_file(layout, at)).string(), moments);
   }
-  write_safetensors((fs::path(dir) / kOptimizerFile).string(), moments);
+  if (at.rank != 0) return;
+  const AdamW& adam = *optimizer_.adamw();
+  Json shards = Json::array();
+  for (int p = 0; p < g.pp; ++p) {
+    for (int t = 0; t < g.tp; ++t) {
+      const GridCoord place{grid_rank(g, 0, t, p), 0, t, p};
+      Json s = Json::object();
+      s.set("tp", static_cast<std::int64_t>(t));
+      s.set("pp", static_cast<std::int64_t>(p));
+      s.set("rank", static_cast<std::int64_t>(place.rank));
+      s.set("parameters", model_file(layout, place));
+      s.set("moments", optimizer_file(layout, place));
+      shards.push_back(std::move(s));
+    }
+  }
   Json st = Json::object();
   st.set("format", kStateFormat);
   st.set("version", kStateVersion);
   st.set("step", step_);
   st.set("optimizer_steps", adam.step_count());
+  st.set("layout", layout_json(layout));
+  st.set("shards", std::move(shards));
   st.set("loader", loader_state_to_json(loader_.state()));
   st.set("scaler", ch02::state_to_json(optimizer_.scaler().state()));
   st.set("data_fingerprint", hex64(data_.fingerprint));
@@ -89,20 +169,34 @@ void Trainer::write_checkpoint_files(const std::string& dir) const {
 std::string Trainer::save_checkpoint() {
   return ch08::save_checkpoint(
       config_.checkpoint_dir, step_,
-      [this](const std::string& dir) { write_checkpoint_files(dir); }, config_.checkpoint_keep);
+      [this](const std::string& dir) { write_checkpoint_files(dir); }, config_.checkpoint_keep,
+      world_);
 }
 
 void Trainer::resume() {
   const std::string dir = latest_checkpoint(config_.checkpoint_dir);  // verified manifest
   const Json st = read_state(dir);
+  const GridShape g = shape();
+  const Layout mine{g.dp, g.tp, g.pp};
+  const Layout saved = layout_of(st, dir);
+  if (!(saved == mine)) {
+    throw InputError(dir + ": checkpoint was written on a " + saved.str() + " grid, this run is " +
+                     mine.str() + " (resuming on another layout needs resharding)");
+  }
   check_identity(st.at("run"), run_identity(config_), dir);
   if (st.at("data_fingerprint").as_string() != hex64(data_.fingerprint)) {
     throw InputError(dir + ": checkpoint was trained on other data (token fingerprint " +
                      st.at("data_fingerprint").as_string() + ", this data " +
                      hex64(data_.fingerprint) + ")");
   }
-  load_gpt_hf_into(dir, config_.model, master_weights());
-  const SafetensorsReader r((fs::path(dir) / kOptimizerFile).string());
+  const GridCoord at = coord();
+  if (g.tp == 1 && g.pp == 1) {
+    load_gpt_hf_into(dir, config_.model, master_weights());
+  } else {
+    const SafetensorsReader m((fs::path(dir) / model_file(mine, at)).string());
+    for (const NamedTensor& w : master_weights()) load_moment(m, w.name, w.tensor);
+  }
+  const SafetensorsReader r((fs::path(dir) / optimizer_file(mine, at)).string());
   const AdamW& adam = *optimizer_.adamw();
   const auto entries = model_.registry().entries();
   for (std::size_t i = 0; i < entries.size(); ++i) {
@@ -114,7 +208,7 @@ void Trainer::resume() {
   loader_.restore(loader_state_from_json(st.at("loader")));
   step_ = st.at("step").as_int();
   recast_working_copy();
-  if (ddp_) ddp_->verify_replicas();
+  verify_replicas();
 }
 
 }  // namespace mixpar::ch08

@@ -2,6 +2,7 @@
 // LM head and the loss, forward and backward, with activation recompute and buffer reuse.
 #include "model/gpt.h"
 
+#include <algorithm>
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -20,14 +21,16 @@ void check_dtype(DType dt) {
   }
 }
 
+// tokens may be empty on a stage without the embedding (need_tokens false).
 void check_batch(const GptConfig& c, std::span<const std::int32_t> tokens,
-                 std::span<const std::int32_t> targets, std::int64_t B, std::int64_t T) {
+                 std::span<const std::int32_t> targets, std::int64_t B, std::int64_t T,
+                 bool need_tokens = true) {
   if (B <= 0 || T <= 0 || T > c.n_positions) {
     throw InputError("GptModel: batch B = " + std::to_string(B) + ", T = " + std::to_string(T) +
                      " needs B >= 1 and 1 <= T <= n_positions = " + std::to_string(c.n_positions));
   }
   const auto n = static_cast<std::size_t>(B * T);
-  if (tokens.size() != n || (!targets.empty() && targets.size() != n)) {
+  if ((need_tokens && tokens.size() != n) || (!targets.empty() && targets.size() != n)) {
     throw InputError("GptModel: " + std::to_string(tokens.size()) + " tokens and " +
                      std::to_string(targets.size()) + " targets for B*T = " + std::to_string(n));
   }
@@ -45,14 +48,23 @@ DType stats_dtype(DType working) { return working == DType::kF64 ? DType::kF64 :
 
 Tensor rows2d(const Tensor& t) { return t.view({t.dim(0) * t.dim(1), t.dim(2)}); }
 
+// The stage with its end resolved: a default GptStage means the whole stack.
+GptStage resolved(const GptConfig& c, GptStage s) {
+  if (s.end_block < 0) s.end_block = c.n_layer;
+  return s;
+}
+
 }  // namespace
 
 GptModel::GptModel(GptConfig config, GptOptions options)
-    : config_(config), options_(options), registry_(make_gpt2_registry(config_)) {
+    : config_(config),
+      options_(options),
+      registry_(make_gpt2_registry(config_, options_.stage)) {
   check_dtype(options_.dtype);
+  options_.stage = resolved(config_, options_.stage);
   registry_.allocate(options_.dtype);
   registry_.initialize(options_.seed);
-  for (std::int64_t l = 0; l < config_.n_layer; ++l) {
+  for (std::int64_t l = first_block(); l < options_.stage.end_block; ++l) {
     w_.push_back(gpt_block_params(registry_, l));
     dw_.push_back(gpt_block_grads(registry_, l));
   }
@@ -62,82 +74,154 @@ void GptModel::ensure_buffers(std::int64_t B, std::int64_t T) {
   const std::int64_t C = config_.n_embd, H = config_.n_head, V = config_.vocab_size;
   const DType dt = options_.dtype, st = stats_dtype(dt);
   constexpr MemCategory kAct = MemCategory::kActivations;
-  resid_.resize(static_cast<std::size_t>(config_.n_layer + 1));
-  for (Tensor& t : resid_) ensure_tensor(t, {B, T, C}, dt, kAct);
-  acts_.resize(options_.recompute ? 1 : static_cast<std::size_t>(config_.n_layer));
-  for (GptBlockActs& a : acts_) a.ensure(B, T, C, H, dt);
-  ensure_tensor(lnf_, {B, T, C}, dt, kAct);
-  ensure_tensor(lnf_mean_, {B * T}, st, kAct);
-  ensure_tensor(lnf_rstd_, {B * T}, st, kAct);
-  ensure_tensor(logits_, {B, T, V}, dt, kAct);
-  ensure_tensor(lse_, {B * T}, st, kAct);
+  const auto n = static_cast<std::size_t>(local_blocks());
+  cur().resid.resize(n + 1);
+  for (Tensor& t : cur().resid) ensure_tensor(t, {B, T, C}, dt, kAct);
+  cur().acts.resize(options_.recompute ? std::min<std::size_t>(n, 1) : n);
+  for (GptBlockActs& a : cur().acts) a.ensure(B, T, C, H, dt);
+  if (options_.stage.is_last()) {  // the head's buffers: the last stage's only
+    ensure_tensor(cur().lnf, {B, T, C}, dt, kAct);
+    ensure_tensor(cur().lnf_mean, {B * T}, st, kAct);
+    ensure_tensor(cur().lnf_rstd, {B * T}, st, kAct);
+    ensure_tensor(cur().logits, {B, T, V}, dt, kAct);
+    ensure_tensor(cur().lse, {B * T}, st, kAct);
+  }
   ws_.ensure(B, T, C, H, dt);
 }
 
 GptBlockActs& GptModel::acts_of(std::int64_t layer) {
-  return acts_[options_.recompute ? 0 : static_cast<std::size_t>(layer)];
+  return cur().acts[options_.recompute ? 0 : static_cast<std::size_t>(layer)];
+}
+
+void GptModel::select_slot(int slot) {
+  if (slot < 0) throw std::invalid_argument("GptModel: slot " + std::to_string(slot));
+  if (static_cast<std::size_t>(slot) >= slots_.size()) slots_.resize(std::size_t(slot) + 1);
+  slot_ = slot;
+}
+
+void GptModel::Slot::release() {
+  resid.clear();
+  acts.clear();
+  for (Tensor* t : {&lnf, &lnf_mean, &lnf_rstd, &logits, &lse}) *t = Tensor();
+  ce_stats = {};
+  ready_for_backward = false;
+}
+
+Tensor& GptModel::stage_input(int slot) {
+  const auto i = static_cast<std::size_t>(slot);
+  if (slot < 0 || i >= slots_.size() || slots_[i].resid.empty()) {
+    throw std::logic_error("GptModel::stage_input before prepare(B, T) of slot " +
+                           std::to_string(slot));
+  }
+  return slots_[i].resid.front();
+}
+const Tensor& GptModel::stage_output(int slot) const {
+  const auto i = static_cast<std::size_t>(slot);
+  if (slot < 0 || i >= slots_.size() || slots_[i].resid.empty()) {
+    throw std::logic_error("GptModel::stage_output before forward of slot " +
+                           std::to_string(slot));
+  }
+  return slots_[i].resid.back();
+}
+
+void GptModel::release_slot(int slot) {
+  if (slot >= 0 && static_cast<std::size_t>(slot) < slots_.size()) {
+    slots_[static_cast<std::size_t>(slot)].release();
+  }
+}
+Tensor& GptModel::output_grad() {
+  if (!ws_.dres.defined()) throw std::logic_error("GptModel::output_grad before prepare(B, T)");
+  return ws_.dres;
+}
+const Tensor& GptModel::input_grad() const {
+  if (!ws_.dres.defined()) throw std::logic_error("GptModel::input_grad before backward");
+  return ws_.dres;
 }
 
 double GptModel::forward(std::span<const std::int32_t> tokens,
-                         std::span<const std::int32_t> targets, std::int64_t B, std::int64_t T) {
-  check_batch(config_, tokens, targets, B, T);
-  tokens_.assign(tokens.begin(), tokens.end());
-  targets_.assign(targets.begin(), targets.end());
-  ready_for_backward_ = false;
+                         std::span<const std::int32_t> targets, std::int64_t B, std::int64_t T,
+                         int slot) {
+  const GptStage& stage = options_.stage;
+  check_batch(config_, stage.is_first() ? tokens : std::span<const std::int32_t>(),
+              stage.is_last() ? targets : std::span<const std::int32_t>(), B, T,
+              stage.is_first());
+  select_slot(slot);
+  cur().tokens.assign(tokens.begin(), tokens.end());
+  cur().targets.assign(targets.begin(), targets.end());
+  cur().ready_for_backward = false;
   ensure_buffers(B, T);
-  const Tensor& wte = param("wte.weight");
-  layers::embedding_forward(tokens_, wte, 0, &param("wpe.weight"), resid_[0]);  // [B, T, C]
-  for (std::int64_t l = 0; l < config_.n_layer; ++l) {
-    const auto i = static_cast<std::size_t>(l);
-    gpt_block_forward(w_[i], config_.n_head, resid_[i], acts_of(l), &resid_[i + 1], ws_.proj);
+  if (stage.is_first()) {
+    layers::embedding_forward(cur().tokens, param("wte.weight"), 0, &param("wpe.weight"),
+                              cur().resid[0]);  // [B, T, C]
   }
-  layers::layernorm_forward(resid_.back(), param("ln_f.weight"), param("ln_f.bias"), lnf_,
-                            lnf_mean_, lnf_rstd_);
-  Tensor logits2d = rows2d(logits_);                      // [B*T, V]
-  ops::matmul(rows2d(lnf_), wte, logits2d, false, true);  // lnf wte^T: the tied LM head
-  if (targets_.empty()) return std::numeric_limits<double>::quiet_NaN();
-  ready_for_backward_ = true;
+  for (std::int64_t l = 0; l < local_blocks(); ++l) {
+    const auto i = static_cast<std::size_t>(l);
+    gpt_block_forward(w_[i], config_.n_head, cur().resid[i], acts_of(l), &cur().resid[i + 1],
+                      ws_.proj);
+  }
+  if (!stage.is_last()) {
+    cur().ready_for_backward = true;  // from output_grad(), which the next stage sends back
+    return std::numeric_limits<double>::quiet_NaN();
+  }
+  const Tensor& wte = param("wte.weight");
+  layers::layernorm_forward(cur().resid.back(), param("ln_f.weight"), param("ln_f.bias"),
+                            cur().lnf, cur().lnf_mean, cur().lnf_rstd);
+  Tensor logits2d = rows2d(cur().logits);                      // [B*T, V]
+  ops::matmul(rows2d(cur().lnf), wte, logits2d, false, true);  // lnf wte^T: the tied LM head
+  if (cur().targets.empty()) return std::numeric_limits<double>::quiet_NaN();
+  cur().ready_for_backward = true;
   // The two steps of crossentropy_forward, with statistics buffers kept between steps.
-  layers::crossentropy_stats(logits2d, targets_, 0, ce_stats_);
-  return layers::crossentropy_loss(ce_stats_, lse_);
+  layers::crossentropy_stats(logits2d, cur().targets, 0, cur().ce_stats);
+  return layers::crossentropy_loss(cur().ce_stats, cur().lse);
 }
 
-void GptModel::backward(float loss_scale, bool accumulate) {
-  if (!ready_for_backward_) {
+void GptModel::backward(float loss_scale, bool accumulate, int slot) {
+  select_slot(slot);
+  if (!cur().ready_for_backward) {
     throw std::logic_error(
         "GptModel::backward needs a forward with targets since the last backward");
   }
-  ready_for_backward_ = false;  // d(logits) now overwrites the logits
-  backward_head(loss_scale, accumulate);
+  cur().ready_for_backward = false;  // d(logits) now overwrites the logits
+  if (options_.stage.is_last()) backward_head(loss_scale, accumulate);  // else: output_grad()
   backward_blocks(accumulate);
-  backward_embedding(accumulate);
-  if (!options_.keep_buffers) release_buffers();
+  if (options_.stage.is_first()) backward_embedding(accumulate);
+  if (!options_.keep_buffers) {
+    cur().release();  // this micro-batch's activations; the workspace once none are held
+    bool any_held = false;
+    for (const Slot& sl : slots_) any_held = any_held || !sl.resid.empty();
+    if (!any_held) ws_.release();
+  }
 }
 
 void GptModel::backward_head(float loss_scale, bool accumulate) {
-  Tensor logits2d = rows2d(logits_), dlnf = rows2d(ws_.dsmall), lnf2d = rows2d(lnf_);
-  layers::crossentropy_backward(logits2d, targets_, 0, lse_, loss_scale, logits2d);  // in place
+  Tensor logits2d = rows2d(cur().logits), dlnf = rows2d(ws_.dsmall);
+  Tensor lnf2d = rows2d(cur().lnf);
+  layers::crossentropy_backward(logits2d, cur().targets, 0, cur().lse, loss_scale,
+                                logits2d);  // in place
   Tensor dwte = grad("wte.weight");
   ops::matmul(logits2d, param("wte.weight"), dlnf);  // d(lnf) [B*T, C] = dlogits wte
   ops::matmul(logits2d, lnf2d, dwte, true, false, ops::Accumulation::kFP32, 1.0f,
               accumulate ? 1.0f : 0.0f);  // d(wte) [V, C] (+)= dlogits^T lnf
   ws_.dres.zero();                        // layernorm_backward adds into it
   Tensor dw = grad("ln_f.weight"), db = grad("ln_f.bias");
-  layers::layernorm_backward(ws_.dsmall, resid_.back(), param("ln_f.weight"), lnf_mean_, lnf_rstd_,
-                             ws_.dres, dw, db, accumulate);
+  layers::layernorm_backward(ws_.dsmall, cur().resid.back(), param("ln_f.weight"),
+                             cur().lnf_mean, cur().lnf_rstd, ws_.dres, dw, db, accumulate);
   report_ready(entry_index("ln_f.weight"), 2);
+  // A last stage without the embedding holds wte only as the head: final already.
+  if (!options_.stage.is_first()) report_ready(entry_index("wte.weight"), 1);
 }
 
 void GptModel::backward_blocks(bool accumulate) {
-  for (std::int64_t l = config_.n_layer - 1; l >= 0; --l) {
+  for (std::int64_t l = local_blocks() - 1; l >= 0; --l) {
     const auto i = static_cast<std::size_t>(l);
     GptBlockActs& a = acts_of(l);
     // Recompute: the same function on the same input gives bit-identical activations.
     if (options_.recompute) {
-      gpt_block_forward(w_[i], config_.n_head, resid_[i], a, nullptr, ws_.proj);
+      gpt_block_forward(w_[i], config_.n_head, cur().resid[i], a, nullptr, ws_.proj);
     }
-    gpt_block_backward(w_[i], dw_[i], config_.n_head, resid_[i], a, ws_, accumulate);
-    report_ready(entry_index("h." + std::to_string(l) + ".ln_1.weight"), 12);  // the block's 12
+    gpt_block_backward(w_[i], dw_[i], config_.n_head, cur().resid[i], a, ws_, accumulate);
+    // The block's 12 parameters.
+    report_ready(entry_index("h." + std::to_string(first_block() + l) + ".ln_1.weight"), 12);
     if (!options_.keep_buffers && !options_.recompute) a.release();  // the ledger falls here
   }
 }
@@ -145,8 +229,12 @@ void GptModel::backward_blocks(bool accumulate) {
 void GptModel::backward_embedding(bool accumulate) {
   Tensor dwte = grad("wte.weight"), dwpe = grad("wpe.weight");
   if (!accumulate) dwpe.zero();
-  // wte already holds the LM head's gradient: the embedding's share is always added.
-  layers::embedding_backward(tokens_, ws_.dres, 0, dwte, &dwpe, /*accumulate=*/true);
+  // On the whole model wte already holds the LM head's gradient: the embedding's share is
+  // added. A first stage without the head holds the embedding's share alone (the last stage's
+  // head gradient is summed in by the pipeline).
+  const bool onto_head = options_.stage.is_last();
+  if (!onto_head && !accumulate) dwte.zero();
+  layers::embedding_backward(cur().tokens, ws_.dres, 0, dwte, &dwpe, /*accumulate=*/true);
   report_ready(entry_index("wpe.weight"), 1);
   report_ready(entry_index("wte.weight"), 1);
 }
@@ -157,16 +245,12 @@ void GptModel::report_ready(std::size_t first, std::size_t count) const {
 }
 
 std::size_t GptModel::entry_index(std::string_view name) const {
-  return static_cast<std::size_t>(&registry_.at(name) - registry_.entries().data());
+  return registry_.index_of(name);
 }
 
 void GptModel::release_buffers() {
-  resid_.clear();
-  acts_.clear();
-  for (Tensor* t : {&lnf_, &lnf_mean_, &lnf_rstd_, &logits_, &lse_}) *t = Tensor();
-  ce_stats_ = {};
+  for (Slot& sl : slots_) sl.release();
   ws_.release();
-  ready_for_backward_ = false;
 }
 
 }  // namespace mixpar

@@ -31,6 +31,9 @@ struct GptOptions {
   // freed as soon as its backward has run, and everything else when backward returns, so the
   // ledger shows activation memory falling to zero (the chapters on memory use this).
   bool keep_buffers = true;
+  // The pipeline stage this model runs (chapter 7): its blocks, plus the embedding on the
+  // first stage and the final LayerNorm, tied head and loss on the last. Default: everything.
+  GptStage stage;
 };
 
 class GptModel {
@@ -53,17 +56,48 @@ class GptModel {
   // tokens, targets [B, T] row-major token ids in [0, V), T <= n_positions (InputError
   // otherwise). Returns the mean cross-entropy over the B*T positions, or NaN when targets
   // is empty (inference: logits only, no backward possible). Keeps what backward needs.
+  // A pipeline stage: the first stage embeds `tokens`; any other stage reads stage_input(),
+  // which the caller fills (after prepare(B, T)) with the previous stage's output, and may
+  // pass empty tokens. The last stage needs targets for a backward; other stages return NaN
+  // and leave their output in stage_output(). A non-last stage is ready for backward once
+  // forward ran (its targets are the next stage's business).
+  // slot: which micro-batch's activations (0 unless a pipeline keeps several in flight:
+  // each slot holds one forward's activations until its backward; slots are allocated on
+  // first use and charged to the ledger, so peak activation memory counts the micro-batches
+  // a schedule holds at once).
   double forward(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets,
-                 std::int64_t B, std::int64_t T);
+                 std::int64_t B, std::int64_t T, int slot = 0);
+
+  // Pipeline stages (chapter 7): the buffers of a [B, T] micro-batch, allocated now (forward
+  // does it too). stage_input(): [B, T, C], a non-first stage's input (the activation it
+  // receives). stage_output(): [B, T, C], a non-last stage's output after forward (the
+  // activation it sends). output_grad(): [B, T, C], where a non-last stage's backward starts
+  // (the gradient it receives, written before backward). input_grad(): [B, T, C], after
+  // backward on a non-first stage, the gradient of the loss w.r.t. stage_input() (it sends).
+  // The slot's buffers for stage_input() / stage_output(); output_grad() and input_grad() are
+  // one workspace shared by every slot (a backward reads it, the next one overwrites it).
+  void prepare(std::int64_t B, std::int64_t T, int slot = 0) {
+    select_slot(slot);
+    ensure_buffers(B, T);
+  }
+  Tensor& stage_input(int slot = 0);
+  const Tensor& stage_output(int slot = 0) const;
+  Tensor& output_grad();
+  const Tensor& input_grad() const;
+  int slots() const { return static_cast<int>(slots_.size()); }
+  // Frees one slot's activations (its backward ran; a pipeline frees it before the next).
+  void release_slot(int slot);
+  const GptStage& stage() const { return options_.stage; }
   // logits [B, T, V] of the last forward, in the working dtype. Backward overwrites them
   // with their gradient (in place, as llm.c does: one [B*T, V] buffer instead of two).
-  const Tensor& logits() const { return logits_; }
+  const Tensor& logits() const { return cur().logits; }
 
   // Backward of the last forward with targets. The gradient of the mean loss is multiplied by
   // loss_scale before its first rounding into the working dtype (chapter 2's loss scaling:
   // FP16 gradients overflow or underflow right there). accumulate: gradients are added to
-  // (micro-batches); otherwise overwritten.
-  void backward(float loss_scale = 1.0f, bool accumulate = false);
+  // (micro-batches); otherwise overwritten. A non-last stage starts from output_grad() (which
+  // carries the loss scale already) and ignores loss_scale.
+  void backward(float loss_scale = 1.0f, bool accumulate = false, int slot = 0);
 
   ParamRegistry& registry() { return registry_; }
   const ParamRegistry& registry() const { return registry_; }
@@ -80,7 +114,8 @@ class GptModel {
   // registry().entries(), as soon as that gradient is final for this backward (written or
   // accumulated): ln_f after the head, block L-1 .. 0 after each block's backward, then wpe and
   // wte (tied: final only after the embedding). DDP starts reducing buckets from it. An empty
-  // function removes the hook.
+  // function removes the hook. A stage reports the entries it holds, in the same order (on a
+  // last stage that is not the first, wte right after the head).
   using GradReadyHook = std::function<void(std::size_t entry)>;
   void set_grad_ready_hook(GradReadyHook hook) { grad_ready_ = std::move(hook); }
 
@@ -92,23 +127,36 @@ class GptModel {
   void backward_embedding(bool accumulate);
   void report_ready(std::size_t first, std::size_t count) const;  // hook on entries [first, +count)
   std::size_t entry_index(std::string_view name) const;
+  std::int64_t first_block() const { return options_.stage.first_block; }
+  std::int64_t local_blocks() const { return options_.stage.blocks(config_); }
 
   GptConfig config_;
   GptOptions options_;
   ParamRegistry registry_;
-  std::vector<GptBlockWeights> w_, dw_;         // per layer: handles on parameters, gradients
-  std::vector<std::int32_t> tokens_, targets_;  // of the last forward, [B, T]
-  // Activations (kActivations). resid_[l] [B, T, C] is block l's input, resid_[L] the last
-  // block's output. acts_ has one set per layer, or a single shared set under recompute.
-  std::vector<Tensor> resid_;
-  std::vector<GptBlockActs> acts_;
-  Tensor lnf_, lnf_mean_, lnf_rstd_;    // [B, T, C], [B*T], [B*T]
-  Tensor logits_;                       // [B, T, V]; d(logits) after backward
-  Tensor lse_;                          // [B*T] log-sum-exp of each row, for backward
-  layers::CrossEntropyStats ce_stats_;  // [B*T] each, kOther
-  GptBlockWorkspace ws_;                // kOther
+  std::vector<GptBlockWeights> w_, dw_;  // per layer: handles on parameters, gradients
+  // What one micro-batch's backward needs (kActivations), one set per slot. resid[i]
+  // [B, T, C] is the input of the stage's block i (block first_block + i of the model),
+  // resid[n] the last block's output. acts has one set per block, or a single shared set under
+  // recompute.
+  struct Slot {
+    std::vector<std::int32_t> tokens, targets;  // of the slot's last forward, [B, T]
+    std::vector<Tensor> resid;
+    std::vector<GptBlockActs> acts;
+    Tensor lnf, lnf_mean, lnf_rstd;    // [B, T, C], [B*T], [B*T]
+    Tensor logits;                     // [B, T, V]; d(logits) after backward
+    Tensor lse;                        // [B*T] log-sum-exp of each row, for backward
+    layers::CrossEntropyStats ce_stats;  // [B*T] each, kOther
+    bool ready_for_backward = false;
+    void release();
+  };
+  Slot& cur() { return slots_[static_cast<std::size_t>(slot_)]; }
+  const Slot& cur() const { return slots_[static_cast<std::size_t>(slot_)]; }
+  void select_slot(int slot);  // grows slots_ on demand; std::invalid_argument if < 0
+
+  std::vector<Slot> slots_ = std::vector<Slot>(1);
+  int slot_ = 0;          // the slot forward and backward work on
+  GptBlockWorkspace ws_;  // kOther, shared by the slots (one backward runs at a time)
   GradReadyHook grad_ready_;
-  bool ready_for_backward_ = false;
 };
 
 }  // namespace mixpar

@@ -1,7 +1,9 @@
 // GptConfig checks and counts, the parameter registry, and GPT-2's parameter list.
 #include "model/gpt_params.h"
 
+#include <algorithm>
 #include <cmath>
+#include <stdexcept>
 #include <string>
 #include <utility>
 
@@ -50,14 +52,83 @@ std::string_view param_split_name(ParamSplit s) {
   return "?";
 }
 
-ParamEntry& ParamRegistry::add(std::string name, Shape shape, bool weight_decay, ParamInit init,
-                               float init_std, ParamHolding holding) {
-  for (const ParamEntry& e : entries_) {
-    if (e.name == name) throw InputError("ParamRegistry: '" + name + "' is registered twice");
+namespace {
+
+std::int64_t checked_part(std::int64_t n, std::int64_t parts, const char* what) {
+  if (parts < 1 || n % parts != 0) {
+    throw std::invalid_argument(std::string("held_shape: ") + what + " " + std::to_string(n) +
+                                " does not split into " + std::to_string(parts));
   }
-  const std::int64_t n = shape_numel(shape);
+  return n / parts;
+}
+
+}  // namespace
+
+Shape held_shape(const Shape& full, const ParamHolding& h) {
+  Shape s = full;
+  if (h.split == ParamSplit::kReplicated || h.num_shards == 1) return s;
+  if (s.empty()) throw std::invalid_argument("held_shape: a split scalar");
+  if (h.split == ParamSplit::kColumns) {
+    const std::int64_t groups = h.column_groups;
+    s.back() = groups * checked_part(checked_part(s.back(), groups, "columns"), h.num_shards,
+                                     "column group of");
+  } else {
+    s.front() = checked_part(s.front(), h.num_shards, "rows");
+  }
+  return s;
+}
+
+std::vector<ElementRange> held_elements(const Shape& full, const ParamHolding& h) {
+  const std::int64_t n = shape_numel(full);
+  if (h.split == ParamSplit::kReplicated || h.num_shards == 1) return {{0, n}};
+  held_shape(full, h);  // the divisibility checks
+  const std::int64_t cols = full.back(), rows = n / cols;
+  if (h.split != ParamSplit::kColumns) {  // kRows, kVocab: a contiguous block of rows
+    const std::int64_t per = n / h.num_shards;
+    return {{h.shard * per, per}};
+  }
+  const std::int64_t group = cols / h.column_groups, part = group / h.num_shards;
+  std::vector<ElementRange> out;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    for (std::int64_t g = 0; g < h.column_groups; ++g) {
+      out.push_back({r * cols + g * group + h.shard * part, part});
+    }
+  }
+  return out;
+}
+
+std::int64_t GptStage::blocks(const GptConfig& c) const { return end(c) - first_block; }
+
+GptStage gpt_stage(const GptConfig& config, int index, int count) {
+  if (count < 1 || index < 0 || index >= count) {
+    throw InputError("pipeline: stage " + std::to_string(index) + " of " +
+                     std::to_string(count) + " does not exist");
+  }
+  if (count > config.n_layer) {
+    throw InputError("pipeline: " + std::to_string(count) + " stages for " +
+                     std::to_string(config.n_layer) +
+                     " blocks: a stage would have no block to run (pp must be <= n_layer)");
+  }
+  // The first n_layer % count stages take one block more: ring_chunk's split.
+  const std::int64_t base = config.n_layer / count, extra = config.n_layer % count;
+  GptStage s;
+  s.index = index;
+  s.count = count;
+  s.first_block = index * base + std::min<std::int64_t>(index, extra);
+  s.end_block = s.first_block + base + (index < extra ? 1 : 0);
+  return s;
+}
+
+ParamEntry& ParamRegistry::add(std::string name, Shape shape, bool weight_decay, ParamInit init,
+                               float init_std, ParamHolding holding, std::int64_t init_offset) {
+  if (index_.contains(name)) {
+    throw InputError("ParamRegistry: '" + name + "' is registered twice");
+  }
+  const std::int64_t n = shape_numel(held_shape(shape, holding));
+  index_.emplace(name, entries_.size());
   entries_.push_back(ParamEntry{std::move(name), std::move(shape), holding, weight_decay, init,
-                                init_std, numel_, Tensor(), Tensor()});
+                                init_std, numel_, init_offset < 0 ? numel_ : init_offset,
+                                Tensor(), Tensor()});
   numel_ += n;
   return entries_.back();
 }
@@ -66,9 +137,10 @@ void ParamRegistry::allocate(DType dtype) {
   flat_params_ = Tensor::empty({numel_}, dtype, MemCategory::kParameters);
   flat_grads_ = Tensor::zeros({numel_}, dtype, MemCategory::kGradients);
   for (ParamEntry& e : entries_) {
-    const std::int64_t n = shape_numel(e.shape);
-    e.param = flat_params_.flat_slice(e.offset, n).view(e.shape);
-    e.grad = flat_grads_.flat_slice(e.offset, n).view(e.shape);
+    const Shape held = held_shape(e.shape, e.holding);
+    const std::int64_t n = shape_numel(held);
+    e.param = flat_params_.flat_slice(e.offset, n).view(held);
+    e.grad = flat_grads_.flat_slice(e.offset, n).view(held);
   }
 }
 
@@ -82,20 +154,31 @@ void ParamRegistry::initialize(std::uint64_t seed) {
         e.param.fill(1.0f);
         break;
       case ParamInit::kNormal: {
-        // fill_normal takes 2 draws per element: start at the entry's place in the model.
-        Philox gen(seed, /*stream=*/0, 2 * static_cast<std::uint64_t>(e.offset));
-        fill_normal(e.param, gen, 0.0f, e.init_std);
+        // fill_normal takes 2 draws per element: each held run of the full tensor starts at
+        // its own place in the whole model, so a shard holds exactly the full tensor's values.
+        std::int64_t k = 0;
+        for (const ElementRange& run : held_elements(e.shape, e.holding)) {
+          Tensor part = e.param.flat_slice(k, run.count);
+          Philox gen(seed, /*stream=*/0, 2 * static_cast<std::uint64_t>(e.init_offset + run.begin));
+          fill_normal(part, gen, 0.0f, e.init_std);
+          k += run.count;
+        }
         break;
       }
     }
   }
 }
 
-const ParamEntry& ParamRegistry::at(std::string_view name) const {
-  for (const ParamEntry& e : entries_) {
-    if (e.name == name) return e;
+std::size_t ParamRegistry::index_of(std::string_view name) const {
+  const auto it = index_.find(std::string(name));
+  if (it == index_.end()) {
+    throw InputError("ParamRegistry: no parameter named '" + std::string(name) + "'");
   }
-  throw InputError("ParamRegistry: no parameter named '" + std::string(name) + "'");
+  return it->second;
+}
+
+const ParamEntry& ParamRegistry::at(std::string_view name) const {
+  return entries_[index_of(name)];
 }
 
 ParamEntry& ParamRegistry::at(std::string_view name) {
@@ -118,33 +201,82 @@ void ParamRegistry::zero_grad() {
   if (flat_grads_.defined()) flat_grads_.zero();
 }
 
-ParamRegistry make_gpt2_registry(const GptConfig& config) {
+ParamRegistry make_gpt2_registry(const GptConfig& config, const GptStage& stage,
+                                 const TensorShard& tp) {
   config.validate();
+  if (!stage.whole()) gpt_stage(config, stage.index, stage.count);  // InputError if impossible
+  if (tp.size < 1 || tp.rank < 0 || tp.rank >= tp.size) {
+    throw InputError("tensor parallel: rank " + std::to_string(tp.rank) + " of " +
+                     std::to_string(tp.size) + " does not exist");
+  }
+  for (const auto& [what, n] : {std::pair<const char*, std::int64_t>{"n_head", config.n_head},
+                                {"4 x n_embd", 4 * config.n_embd},
+                                {"vocab_size", config.vocab_size}}) {
+    if (n % tp.size != 0) {
+      throw InputError("tensor parallel: tp " + std::to_string(tp.size) + " does not divide " +
+                       what + " = " + std::to_string(n));
+    }
+  }
+  auto split = [&](ParamSplit how, int groups = 1) {
+    ParamHolding h;
+    h.stage = stage.index;
+    if (tp.size == 1) return h;
+    h.split = how;
+    h.shard = tp.rank;
+    h.num_shards = tp.size;
+    h.column_groups = groups;
+    return h;
+  };
   const std::int64_t c = config.n_embd;
   constexpr float kStd = 0.02f;
   // Residual projections are scaled down so the residual stream's variance does not grow with
   // depth (GPT-2 paper, section 2.3): 2 n_layer of them add into it.
   const float proj_std = static_cast<float>(0.02 / std::sqrt(2.0 * double(config.n_layer)));
   ParamRegistry r;
-  r.add("wte.weight", {config.vocab_size, c}, true, ParamInit::kNormal, kStd);
-  r.add("wpe.weight", {config.n_positions, c}, true, ParamInit::kNormal, kStd);
+  // Every parameter of the whole model is walked in order, so that each keeps its place in the
+  // whole model (init_offset) whichever of them this stage registers.
+  std::int64_t whole_offset = 0;
+  bool included = true;
+  auto add = [&](const std::string& name, Shape shape, bool decay, ParamInit init, float std,
+                 const ParamHolding& holding) {
+    const std::int64_t n = shape_numel(shape);
+    if (included) r.add(name, std::move(shape), decay, init, std, holding, whole_offset);
+    whole_offset += n;
+  };
+  const ParamHolding whole = split(ParamSplit::kReplicated);
   auto layernorm = [&](const std::string& p) {
-    r.add(p + ".weight", {c}, false, ParamInit::kOnes);
-    r.add(p + ".bias", {c}, false, ParamInit::kZeros);
+    add(p + ".weight", {c}, false, ParamInit::kOnes, 0.0f, whole);
+    add(p + ".bias", {c}, false, ParamInit::kZeros, 0.0f, whole);
   };
-  auto linear = [&](const std::string& p, std::int64_t in, std::int64_t out, float std) {
-    r.add(p + ".weight", {in, out}, true, ParamInit::kNormal, std);
-    r.add(p + ".bias", {out}, false, ParamInit::kZeros);
+  // Column-parallel: weight and bias split by output columns. Row-parallel: the weight by
+  // input rows, the bias whole (added once, after the all-reduce of the partial products).
+  auto column_linear = [&](const std::string& p, std::int64_t in, std::int64_t out, float std,
+                           int groups) {
+    add(p + ".weight", {in, out}, true, ParamInit::kNormal, std, split(ParamSplit::kColumns, groups));
+    add(p + ".bias", {out}, false, ParamInit::kZeros, 0.0f, split(ParamSplit::kColumns, groups));
   };
+  auto row_linear = [&](const std::string& p, std::int64_t in, std::int64_t out, float std) {
+    add(p + ".weight", {in, out}, true, ParamInit::kNormal, std, split(ParamSplit::kRows));
+    add(p + ".bias", {out}, false, ParamInit::kZeros, 0.0f, whole);
+  };
+  // wte is the embedding (first stage) and the tied LM head (last stage): held by both.
+  included = stage.is_first() || stage.is_last();
+  ParamHolding wte = split(ParamSplit::kVocab);
+  wte.tied_copy = !stage.is_first();
+  add("wte.weight", {config.vocab_size, c}, true, ParamInit::kNormal, kStd, wte);
+  included = stage.is_first();
+  add("wpe.weight", {config.n_positions, c}, true, ParamInit::kNormal, kStd, whole);
   for (std::int64_t l = 0; l < config.n_layer; ++l) {
+    included = l >= stage.first_block && l < stage.end(config);
     const std::string h = "h." + std::to_string(l);
     layernorm(h + ".ln_1");
-    linear(h + ".attn.c_attn", c, 3 * c, kStd);
-    linear(h + ".attn.c_proj", c, c, proj_std);
+    column_linear(h + ".attn.c_attn", c, 3 * c, kStd, 3);  // q | k | v, each by heads
+    row_linear(h + ".attn.c_proj", c, c, proj_std);
     layernorm(h + ".ln_2");
-    linear(h + ".mlp.c_fc", c, 4 * c, kStd);
-    linear(h + ".mlp.c_proj", 4 * c, c, proj_std);
+    column_linear(h + ".mlp.c_fc", c, 4 * c, kStd, 1);
+    row_linear(h + ".mlp.c_proj", 4 * c, c, proj_std);
   }
+  included = stage.is_last();
   layernorm("ln_f");
   return r;
 }

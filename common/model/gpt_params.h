@@ -8,6 +8,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "model/mlp.h"  // NamedTensor
@@ -53,18 +54,67 @@ struct ParamHolding {
   std::int64_t shard = 0;  // this rank's slice along the split dimension
   std::int64_t num_shards = 1;
   int stage = 0;  // the pipeline stage that owns the parameter
+  // kColumns: the output columns form this many equal groups, each split alike (c_attn's
+  // q | k | v: 3, so that a rank holds the q, k and v columns of its own heads).
+  int column_groups = 1;
+  // A second copy of a shared parameter: the tied LM head's wte on the last pipeline stage,
+  // when the first stage (which owns wte) is another one. Its gradient is summed with the
+  // owner's each step, and it is counted once (on the owner) in the gradient norm.
+  bool tied_copy = false;
+};
+
+// A pipeline stage of GPT-2: a contiguous range of blocks, the embedding (wte, wpe) on the
+// first stage, the final LayerNorm, the tied LM head (wte again) and the loss on the last.
+// One stage of one holds the whole model. The split rule (gpt_stage): as ring_chunk splits a
+// buffer, the n_layer blocks are shared out as evenly as possible, the first n_layer % count
+// stages taking one block more (the last stage also carries the head, the largest GEMM).
+struct GptStage {
+  int index = 0, count = 1;
+  std::int64_t first_block = 0;
+  std::int64_t end_block = -1;  // one past the last block; -1: n_layer (the whole stack)
+  bool is_first() const { return index == 0; }
+  bool is_last() const { return index == count - 1; }
+  bool whole() const { return count == 1; }
+  std::int64_t blocks(const GptConfig& c) const;  // how many blocks this stage runs
+  std::int64_t end(const GptConfig& c) const { return end_block < 0 ? c.n_layer : end_block; }
+};
+// Stage `index` of `count` by the rule above. InputError naming the numbers when count < 1,
+// index is outside [0, count) or count > n_layer (a stage would have no block to run).
+GptStage gpt_stage(const GptConfig& config, int index, int count);
+
+// The shape this rank stores of a parameter whose full shape is `full` (dimension 0 split for
+// kRows and kVocab, the last dimension for kColumns). std::invalid_argument when the split
+// does not divide the dimension.
+Shape held_shape(const Shape& full, const ParamHolding& h);
+
+// A run of elements of the full (unsharded) tensor in row-major order.
+struct ElementRange {
+  std::int64_t begin = 0, count = 0;
+  bool operator==(const ElementRange&) const = default;
+};
+// Which elements of the full tensor this rank's tensor holds, in the order it stores them
+// (so element k of the held tensor is the k-th element of these ranges).
+std::vector<ElementRange> held_elements(const Shape& full, const ParamHolding& h);
+
+// A tensor-parallel rank's place (chapter 6): rank `rank` of `size`.
+struct TensorShard {
+  int rank = 0, size = 1;
 };
 
 enum class ParamInit : std::uint8_t { kNormal, kZeros, kOnes };
 
 struct ParamEntry {
   std::string name;  // Hugging Face name: "h.3.attn.c_attn.weight"
-  Shape shape;       // the full, unsharded shape
+  Shape shape;       // the full, unsharded shape (param and grad: held_shape(shape, holding))
   ParamHolding holding;
   bool weight_decay;  // 2-D weights (and embeddings) only: never biases or LayerNorm
   ParamInit init;
   float init_std;       // kNormal only
-  std::int64_t offset;  // first element in the flat buffers (also the Philox draw index / 2)
+  std::int64_t offset;  // first element in this registry's flat buffers
+  // First element in the whole model's flat order (make_gpt2_registry of one stage): the
+  // Philox draw index / 2 of the initialisation, so a stage, whatever the split, starts from
+  // the very values the whole model does.
+  std::int64_t init_offset;
   Tensor param;         // this rank's values in the working dtype, kParameters
   Tensor grad;          // same shape and dtype, kGradients
 };
@@ -72,14 +122,16 @@ struct ParamEntry {
 class ParamRegistry {
  public:
   // Registers a parameter (names must be unique; InputError otherwise). Tensors are views
-  // made by allocate(); until then param and grad are undefined.
+  // made by allocate(); until then param and grad are undefined. init_offset < 0: the
+  // parameter's place in this registry (a registry of the whole model).
   ParamEntry& add(std::string name, Shape shape, bool weight_decay, ParamInit init,
-                  float init_std = 0.0f, ParamHolding holding = {});
+                  float init_std = 0.0f, ParamHolding holding = {}, std::int64_t init_offset = -1);
   // One flat kParameters and one flat kGradients buffer (gradients zeroed) of `dtype`; each
   // entry's param and grad become views at its offset.
   void allocate(DType dtype);
-  // kNormal: element i of the parameter at `offset` is Philox(seed) normal draw offset + i
-  // (draws 2 (offset + i), 2 (offset + i) + 1), so any slice can be initialised alone. FP32
+  // kNormal: element i of the parameter at `init_offset` is Philox(seed) normal draw
+  // init_offset + i (draws 2 (init_offset + i), 2 (init_offset + i) + 1), so any slice, and
+  // any pipeline stage, can be initialised alone. FP32
   // values rounded to the dtype: a bf16 model holds exactly the rounded fp32 one.
   void initialize(std::uint64_t seed);
 
@@ -87,6 +139,9 @@ class ParamRegistry {
   std::span<ParamEntry> entries() { return entries_; }
   const ParamEntry& at(std::string_view name) const;  // InputError naming the missing name
   ParamEntry& at(std::string_view name);
+  bool contains(std::string_view name) const { return index_.contains(std::string(name)); }
+  // The entry's position in entries(); InputError naming a missing name.
+  std::size_t index_of(std::string_view name) const;
   std::int64_t numel() const { return numel_; }
   const Tensor& flat_params() const { return flat_params_; }
   const Tensor& flat_grads() const { return flat_grads_; }
@@ -98,13 +153,21 @@ class ParamRegistry {
 
  private:
   std::vector<ParamEntry> entries_;
+  std::unordered_map<std::string, std::size_t> index_;  // name -> entry: add and at in O(1)
   std::int64_t numel_ = 0;
   Tensor flat_params_, flat_grads_;
 };
 
-// The GPT-2 parameters in Hugging Face order, with GPT-2's initialisation (REFERENCE.md):
+// The GPT-2 parameters in Hugging Face order, with GPT-2's initialisation (docs/REFERENCE.md, GPT-2 layout and initialisation):
 // weights N(0, 0.02), attn.c_proj and mlp.c_proj N(0, 0.02 / sqrt(2 n_layer)), biases 0,
-// LayerNorm weight 1. Registered, not yet allocated.
-ParamRegistry make_gpt2_registry(const GptConfig& config);
+// LayerNorm weight 1. Registered, not yet allocated. A stage registers only what it runs
+// (GptStage), in the same order, with the whole model's init offsets. With tp.size > 1 the
+// holdings are Megatron-LM's split (Shoeybi et al. 2019): c_attn and c_fc by output columns
+// (c_attn by heads: q, k and v columns of the rank's heads), attn.c_proj and mlp.c_proj by
+// input rows (their biases whole: added once, after the reduction), wte by vocabulary rows,
+// wpe and LayerNorms replicated. InputError when tp does not divide n_head, 4 n_embd or the
+// vocabulary (the vocabulary padding is chapter 6's).
+ParamRegistry make_gpt2_registry(const GptConfig& config, const GptStage& stage = {},
+                                 const TensorShard& tp = {});
 
 }  // namespace mixpar

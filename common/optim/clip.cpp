@@ -20,9 +20,8 @@ double clip_coefficient(double total_norm, double max_norm) {
   return coef > 1.0 ? 1.0 : coef;
 }
 
-double clip_grad_norm(std::span<const Tensor> grads, double max_norm) {
-  const double total = global_grad_norm(grads);
-  const double coef = clip_coefficient(total, max_norm);
+double clip_to_norm(std::span<const Tensor> grads, double total_norm, double max_norm) {
+  const double coef = clip_coefficient(total_norm, max_norm);
   // PyTorch always multiplies; by exactly 1 that changes no value, so only the rest run.
   if (coef != 1.0) {
     for (const Tensor& g : grads) {
@@ -30,6 +29,12 @@ double clip_grad_norm(std::span<const Tensor> grads, double max_norm) {
       ops::scale(handle, coef);
     }
   }
+  return coef;
+}
+
+double clip_grad_norm(std::span<const Tensor> grads, double max_norm) {
+  const double total = global_grad_norm(grads);
+  clip_to_norm(grads, total, max_norm);
   return total;
 }
 

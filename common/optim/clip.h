@@ -18,6 +18,11 @@ double global_grad_norm(std::span<const Tensor> grads);
 // max_norm / (total_norm + 1e-6), clamped to <= 1. NaN stays NaN (as torch.clamp).
 double clip_coefficient(double total_norm, double max_norm);
 
+// Multiplies every gradient by clip_coefficient(total_norm, max_norm): the clipping half of
+// clip_grad_norm, for a norm measured elsewhere (over the shards of many ranks). Returns the
+// coefficient.
+double clip_to_norm(std::span<const Tensor> grads, double total_norm, double max_norm);
+
 // Multiplies every gradient by clip_coefficient(global_grad_norm(grads), max_norm) and returns
 // the norm measured before clipping. A coefficient of exactly 1 leaves the grads untouched;
 // a non-finite norm is not an error: the grads become NaN (inf norm: 0 * inf), as in PyTorch.

@@ -1,5 +1,5 @@
 // DistributedDataParallel on the local backend: N ranks with batch B equal one rank with batch
-// N*B step for step (FP32; N = 2 and 4; tolerances in ddp_scenarios.h), with loss and grad norm
+// N*B step for step (FP32; N = 2 and 4; tolerances in ddp_tolerances.h), with loss and grad norm
 // global and identical on every rank; accumulation sends nothing until the last micro-step;
 // the unscale order of source article A section 7.1 (docs/SOURCES.md) is harmless with an
 // agreed decision; replicas are checked.
@@ -11,6 +11,7 @@
 #include "ch04_ddp/ddp_scenarios.h"
 #include "comm/local_backend.h"
 #include "io/token_loader.h"
+#include "ops/compute_threads.h"
 #include "util/json.h"
 
 namespace mixpar::ch04 {
@@ -94,7 +95,7 @@ TEST(Ddp, WithTheModelsHookEveryBucketLeavesWhileBackwardRuns) {
   const LessonConfig cfg;
   const Tokens tokens = lesson_tokens(cfg.data_seed);
   run_local(2, [&](Communicator& c) {
-    set_compute_threads(1);
+    ops::set_compute_threads(1);
     GptModel model(cfg.model);
     DdpConfig d;
     d.reducer.bucket_cap_bytes = 16 << 10;

@@ -155,8 +155,14 @@ TEST(TrainGptCli, SavesAHuggingFaceDirectoryAndSamples) {
 
 TEST(TrainGptCli, BadParallelConfigIsOneLineAndExitCode2) {
   TempDir d;
-  expect_one_line_error(d, kTiny + "--ranks 2 --dp 4", "--dp 4 does not match the 2 ranks");
-  expect_one_line_error(d, kTiny + "--dp 2", "--dp 2 does not match the 1 rank");
+  expect_one_line_error(d, kTiny + "--ranks 2 --dp 4",
+                        "--dp 4 x --tp 1 x --pp 1 = 4 ranks, but the run has 2");
+  expect_one_line_error(d, kTiny + "--dp 2", "--dp 2 x --tp 1 x --pp 1 = 2 ranks, but the run has 1");
+  expect_one_line_error(d, kTiny + "--ranks 4 --tp 2 --pp 2 --dp 2",
+                        "--dp 2 x --tp 2 x --pp 2 = 8 ranks, but the run has 4");
+  expect_one_line_error(d, kTiny + "--ranks 2 --tp 2", "--tp 2: tensor-parallel layers are");
+  expect_one_line_error(d, kTiny + "--ranks 2 --pp 2", "--pp 2: pipeline schedules are");
+  expect_one_line_error(d, kTiny + "--tp 0", "--tp");
   expect_one_line_error(d, kTiny + "--ranks 2 --global-batch 6",
                         "--global-batch 6 is not a multiple of --batch x --dp = 2 x 2 = 4");
   expect_one_line_error(d, kTiny + "--grad-accum 2 --global-batch 8",
@@ -200,7 +206,7 @@ TEST(TrainGptCli, RanksFlagLogsTheLossesOfOneRankWithTheWholeBatch) {
       EXPECT_GE(j.at(key).as_double(), 0.0) << key;
     }
   }
-  EXPECT_NE(r.out.find("parallel: data parallel over 2 ranks"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("parallel: dp 2 x tp 1 x pp 1 grid over 2 ranks"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("| compute "), std::string::npos) << r.out;
   EXPECT_NE(test::read_bytes(d.file("trace.json")).find("\"pid\":1"), std::string::npos);
 }
@@ -237,7 +243,8 @@ TEST(TrainGptMpi, ProcessesLogTheLossesOfOneRankWithTheWholeBatch) {
                                       " --trace " + d.file("trace.json"));
     ASSERT_EQ(r.code, 0) << r.err;
     expect_same_losses(many, one);
-    EXPECT_NE(r.out.find("parallel: data parallel over " + std::to_string(np) +
+    const std::string n = std::to_string(np);
+    EXPECT_NE(r.out.find("parallel: dp " + n + " x tp 1 x pp 1 grid over " + n +
                          " ranks (MPI, one process per rank)"),
               std::string::npos)
         << r.out;

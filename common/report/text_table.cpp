@@ -1,11 +1,9 @@
 // TextTable: column widths are measured over all rows before anything is printed.
-#include "text_table.h"
+#include "report/text_table.h"
 
 #include <algorithm>
-#include <cstdarg>
-#include <cstdio>
 
-namespace mixpar::ch01 {
+namespace mixpar {
 
 TextTable::TextTable(std::vector<std::string> header, int indent) : indent_(indent) {
   rows_.push_back(std::move(header));
@@ -36,17 +34,4 @@ std::string TextTable::str() const {
   return out;
 }
 
-std::string fmt(const char* format, ...) {
-  va_list args;
-  va_start(args, format);
-  va_list copy;
-  va_copy(copy, args);
-  const int n = std::vsnprintf(nullptr, 0, format, copy);
-  va_end(copy);
-  std::string out(n > 0 ? static_cast<std::size_t>(n) : 0, '\0');
-  if (n > 0) std::vsnprintf(out.data(), out.size() + 1, format, args);
-  va_end(args);
-  return out;
-}
-
-}  // namespace mixpar::ch01
+}  // namespace mixpar

@@ -10,7 +10,7 @@
 
 #include "comm/communicator.h"
 
-namespace mixpar::ch04 {
+namespace mixpar {
 
 // Microseconds on the machine's monotonic clock: comparable across the threads of a process
 // and across the processes of one machine (MPI ranks on a laptop).
@@ -35,4 +35,4 @@ void write_chrome_trace(const std::string& path, std::span<const TraceSpan> span
 // rank sends its spans to rank 0 as text, so it works alike across threads and processes.
 std::vector<TraceSpan> gather_spans(Communicator& comm, std::vector<TraceSpan> mine);
 
-}  // namespace mixpar::ch04
+}  // namespace mixpar

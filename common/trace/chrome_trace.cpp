@@ -1,6 +1,6 @@
 // Chrome trace JSON by hand: the format is a flat list of events, and names are ours (no
 // characters to escape but quotes and backslashes, handled anyway).
-#include "chrome_trace.h"
+#include "trace/chrome_trace.h"
 
 #include <algorithm>
 #include <chrono>
@@ -13,7 +13,7 @@
 
 #include "io/atomic_file.h"
 
-namespace mixpar::ch04 {
+namespace mixpar {
 namespace {
 
 std::string quoted(const std::string& s) {
@@ -137,4 +137,4 @@ void write_chrome_trace(const std::string& path, std::span<const TraceSpan> span
   write_file_atomic(path, chrome_trace_json(spans));
 }
 
-}  // namespace mixpar::ch04
+}  // namespace mixpar

@@ -7,9 +7,10 @@
 #include <string>
 #include <vector>
 
-#include "ch01_fp_formats/text_table.h"
+#include "report/format.h"
+#include "report/text_table.h"
 
-namespace mixpar::ch01 {
+namespace mixpar {
 
 // One claim of a lesson, with what was expected and what was measured.
 struct Claim {
@@ -44,4 +45,4 @@ class ClaimTable {
   int failures_ = 0;
 };
 
-}  // namespace mixpar::ch01
+}  // namespace mixpar
