@@ -1,0 +1,150 @@
+#include "ch07_pipeline/bubble.h"
+
+#include <algorithm>
+#include <map>
+
+namespace mixpar::ch07 {
+namespace {
+
+bool is_compute(const TimedAction& a) { return a.action.work != Work::kTransfer; }
+
+char glyph(Work w) {
+  switch (w) {
+    case Work::kForward: return 'F';
+    case Work::kBackward:
+    case Work::kBackwardInput: return 'B';
+    case Work::kBackwardWeight: return 'W';
+    case Work::kTransfer: break;
+  }
+  return '?';
+}
+
+}  // namespace
+
+double bubble_fraction(const Timeline& t) {
+  if (t.makespan == 0 || t.ranks.empty()) return 0.0;
+  std::int64_t busy = 0;
+  for (const auto& rank : t.ranks) {
+    for (const TimedAction& a : rank) {
+      if (is_compute(a)) busy += a.end - a.start;
+    }
+  }
+  const double capacity = double(t.makespan) * double(t.ranks.size());
+  return (capacity - double(busy)) / capacity;
+}
+
+double bubble_formula(ScheduleKind kind, const PipelineLayout& l) {
+  const double p = l.pp, m = l.micro_batches, v = l.virtual_stages;
+  switch (kind) {
+    case ScheduleKind::kAfab:
+    case ScheduleKind::kOneFOneB: return (p - 1) / (m + p - 1);
+    case ScheduleKind::kInterleaved: return (p - 1) / (v * m + p - 1);
+    case ScheduleKind::kZbH1: return (p - 1) / (3 * m + p - 1);
+  }
+  return 0.0;
+}
+
+std::string bubble_formula_text(ScheduleKind kind) {
+  switch (kind) {
+    case ScheduleKind::kAfab:
+    case ScheduleKind::kOneFOneB: return "(p-1)/(m+p-1)";
+    case ScheduleKind::kInterleaved: return "(p-1)/(v*m+p-1)";
+    case ScheduleKind::kZbH1: return "(p-1)(T_F+T_B-T_W)/(m(T_F+T_B+T_W)+(p-1)(T_F+T_B-T_W))";
+  }
+  return "";
+}
+
+std::vector<int> peak_activations(const Timeline& t) {
+  std::vector<int> out;
+  for (const auto& rank : t.ranks) {
+    // +1 at a forward's start, -1 at the end of the action that frees it.
+    std::vector<std::pair<std::int64_t, int>> events;
+    const bool split = std::any_of(rank.begin(), rank.end(), [](const TimedAction& a) {
+      return a.action.work == Work::kBackwardWeight;
+    });
+    for (const TimedAction& a : rank) {
+      if (a.action.work == Work::kForward) events.push_back({a.start, +1});
+      const Work frees = split ? Work::kBackwardWeight : Work::kBackward;
+      if (a.action.work == frees) events.push_back({a.end, -1});
+    }
+    // At equal times the release comes first: a buffer freed at t is free for a start at t.
+    std::sort(events.begin(), events.end());
+    int held = 0, peak = 0;
+    for (const auto& [at, d] : events) {
+      held += d;
+      peak = std::max(peak, held);
+    }
+    out.push_back(peak);
+  }
+  return out;
+}
+
+int expected_peak_activations(ScheduleKind kind, const PipelineLayout& l, int rank) {
+  const int m = l.micro_batches, p = l.pp;
+  switch (kind) {
+    case ScheduleKind::kAfab: return m;
+    case ScheduleKind::kOneFOneB: return std::min(p - rank, m);
+    // Qi et al.: every rank holds as many as 1F1B's first rank (its B's in flight plus the
+    // W's it delays), so the peak over the ranks is 1F1B's.
+    case ScheduleKind::kZbH1: return std::min(p, m);
+    case ScheduleKind::kInterleaved:
+      return std::min(warmup_forwards(kind, l, rank) + 1, m * l.virtual_stages);
+  }
+  return 0;
+}
+
+std::string gantt(const Timeline& t, const PipelineLayout& l) {
+  const auto width = static_cast<std::size_t>(t.makespan);
+  std::string out;
+  for (std::size_t r = 0; r < t.ranks.size(); ++r) {
+    std::string work(width, '.'), mb(width, ' '), chunk(width, ' ');
+    for (const TimedAction& a : t.ranks[r]) {
+      if (!is_compute(a)) continue;
+      for (std::int64_t u = a.start; u < a.end; ++u) {
+        work[std::size_t(u)] = glyph(a.action.work);
+        mb[std::size_t(u)] = char('0' + a.action.micro_batch % 10);
+        chunk[std::size_t(u)] = char('0' + a.action.chunk % 10);
+      }
+    }
+    const std::string label = "rank " + std::to_string(r);
+    out += "  " + label + "  |" + work + "|\n";
+    out += "  " + std::string(label.size(), ' ') + "  |" + mb + "| micro-batch\n";
+    if (l.virtual_stages > 1) {
+      out += "  " + std::string(label.size(), ' ') + "  |" + chunk + "| chunk\n";
+    }
+  }
+  return out;
+}
+
+Json timeline_json(const PipelinePlan& plan, const Timeline& t) {
+  Json j = Json::object();
+  const PipelineLayout& l = plan.layout;
+  j.set("schedule", std::string(schedule_name(plan.kind)));
+  j.set("pp", l.pp);
+  j.set("micro_batches", l.micro_batches);
+  j.set("virtual_stages", l.virtual_stages);
+  j.set("bubble_fraction", bubble_fraction(t));
+  j.set("formula", bubble_formula_text(plan.kind));
+  j.set("formula_value", bubble_formula(plan.kind, l));
+  j.set("makespan", t.makespan);
+  Json peaks = Json::array();
+  for (int v : peak_activations(t)) peaks.push_back(v);
+  j.set("peak_activations", std::move(peaks));
+  Json ranks = Json::array();
+  for (const auto& rank : t.ranks) {
+    Json acts = Json::array();
+    for (const TimedAction& a : rank) {
+      if (!is_compute(a)) continue;
+      Json e = Json::object();
+      e.set("action", describe(a.action, l));
+      e.set("start", a.start);
+      e.set("end", a.end);
+      acts.push_back(std::move(e));
+    }
+    ranks.push_back(std::move(acts));
+  }
+  j.set("ranks", std::move(ranks));
+  return j;
+}
+
+}  // namespace mixpar::ch07

@@ -1,0 +1,44 @@
+// What a unit-cost timeline says about a schedule: the bubble (the idle share of p ranks x the
+// makespan) beside its formula, the micro-batches each rank holds at once, a text Gantt chart
+// and the JSON the demo prints (docs/REFERENCE.md, Pipeline bubbles).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ch07_pipeline/schedule_simulator.h"
+#include "util/json.h"
+
+namespace mixpar::ch07 {
+
+// idle / (p x makespan): 1 - (compute time over all ranks) / (p x makespan).
+double bubble_fraction(const Timeline& t);
+
+// The formula of the schedule's bubble as a fraction of the step, with unit costs
+// T_F = 1, T_B = 2 (B = W = 1 split):
+//   afab, 1f1b    (p - 1) / (m + p - 1)
+//   interleaved   (p - 1) / (v m + p - 1)
+//   zb-h1         (p - 1)(T_F + T_B - T_W) / (m (T_F + T_B + T_W) + (p - 1)(T_F + T_B - T_W))
+//                 = (p - 1) / (3 m + p - 1)
+double bubble_formula(ScheduleKind kind, const PipelineLayout& l);
+std::string bubble_formula_text(ScheduleKind kind);
+
+// Micro-batch activations each rank holds at once, by rank: one from the start of a forward
+// to the end of its backward (of its W when the backward is split). On an interleaved rank
+// each counts one chunk's activations (1/v of a stage's).
+std::vector<int> peak_activations(const Timeline& t);
+// What the papers state for rank r: afab m; 1f1b min(p - r, m); zb-h1 min(p, m) on every
+// rank (held until W: 1F1B's first-rank peak); interleaved min(warm-up + 1, m v) chunks.
+int expected_peak_activations(ScheduleKind kind, const PipelineLayout& l, int rank);
+
+// One row per rank, one character per time unit: F, B (two units), W, '.' idle; under each
+// row the micro-batch of every unit (mod 10), and the chunk when v > 1.
+std::string gantt(const Timeline& t, const PipelineLayout& l);
+
+// {"schedule", "pp", "micro_batches", "virtual_stages", "bubble_fraction", "formula",
+//  "formula_value", "makespan", "peak_activations": [by rank],
+//  "ranks": [[{"action", "start", "end"}, ...] by rank]} (compute actions only).
+Json timeline_json(const PipelinePlan& plan, const Timeline& t);
+
+}  // namespace mixpar::ch07
