@@ -59,8 +59,15 @@ GptStage resolved(const GptConfig& c, GptStage s) {
 GptModel::GptModel(GptConfig config, GptOptions options)
     : config_(config),
       options_(options),
-      registry_(make_gpt2_registry(config_, options_.stage)) {
+      registry_(make_gpt2_registry(config_, options_.stage, options_.tp)) {
   check_dtype(options_.dtype);
+  if (options_.tp.size > 1 && (options_.tp_ops == nullptr ||
+                               options_.tp_ops->size() != options_.tp.size ||
+                               options_.tp_ops->rank() != options_.tp.rank)) {
+    throw std::invalid_argument("GptModel: tp rank " + std::to_string(options_.tp.rank) +
+                                " of " + std::to_string(options_.tp.size) +
+                                " needs the tp group's collectives (GptOptions::tp_ops)");
+  }
   options_.stage = resolved(config_, options_.stage);
   registry_.allocate(options_.dtype);
   registry_.initialize(options_.seed);
@@ -71,14 +78,15 @@ GptModel::GptModel(GptConfig config, GptOptions options)
 }
 
 void GptModel::ensure_buffers(std::int64_t B, std::int64_t T) {
-  const std::int64_t C = config_.n_embd, H = config_.n_head, V = config_.vocab_size;
+  const std::int64_t C = config_.n_embd, H = config_.n_head, V = vocab_shard();
+  const std::int64_t tp = options_.tp.size;
   const DType dt = options_.dtype, st = stats_dtype(dt);
   constexpr MemCategory kAct = MemCategory::kActivations;
   const auto n = static_cast<std::size_t>(local_blocks());
   cur().resid.resize(n + 1);
   for (Tensor& t : cur().resid) ensure_tensor(t, {B, T, C}, dt, kAct);
   cur().acts.resize(options_.recompute ? std::min<std::size_t>(n, 1) : n);
-  for (GptBlockActs& a : cur().acts) a.ensure(B, T, C, H, dt);
+  for (GptBlockActs& a : cur().acts) a.ensure(B, T, C, H, dt, tp);
   if (options_.stage.is_last()) {  // the head's buffers: the last stage's only
     ensure_tensor(cur().lnf, {B, T, C}, dt, kAct);
     ensure_tensor(cur().lnf_mean, {B * T}, st, kAct);
@@ -86,7 +94,7 @@ void GptModel::ensure_buffers(std::int64_t B, std::int64_t T) {
     ensure_tensor(cur().logits, {B, T, V}, dt, kAct);
     ensure_tensor(cur().lse, {B * T}, st, kAct);
   }
-  ws_.ensure(B, T, C, H, dt);
+  ws_.ensure(B, T, C, H, dt, tp);
 }
 
 GptBlockActs& GptModel::acts_of(std::int64_t layer) {
@@ -151,13 +159,18 @@ double GptModel::forward(std::span<const std::int32_t> tokens,
   cur().ready_for_backward = false;
   ensure_buffers(B, T);
   if (stage.is_first()) {
-    layers::embedding_forward(cur().tokens, param("wte.weight"), 0, &param("wpe.weight"),
+    // Vocab parallel: each rank embeds the tokens of its rows (zeros for the others) and tp
+    // rank 0 alone adds the positions; one all-reduce SUM completes every row.
+    const bool positions = tp() == nullptr || options_.tp.rank == 0;
+    layers::embedding_forward(cur().tokens, param("wte.weight"), vocab_begin(),
+                              positions ? &param("wpe.weight") : nullptr,
                               cur().resid[0]);  // [B, T, C]
+    if (tp() != nullptr) tp()->embedding_sum(cur().resid[0]);
   }
   for (std::int64_t l = 0; l < local_blocks(); ++l) {
     const auto i = static_cast<std::size_t>(l);
     gpt_block_forward(w_[i], config_.n_head, cur().resid[i], acts_of(l), &cur().resid[i + 1],
-                      ws_.proj);
+                      ws_.proj, tp());
   }
   if (!stage.is_last()) {
     cur().ready_for_backward = true;  // from output_grad(), which the next stage sends back
@@ -168,8 +181,13 @@ double GptModel::forward(std::span<const std::int32_t> tokens,
                             cur().lnf, cur().lnf_mean, cur().lnf_rstd);
   Tensor logits2d = rows2d(cur().logits);                      // [B*T, V]
   ops::matmul(rows2d(cur().lnf), wte, logits2d, false, true);  // lnf wte^T: the tied LM head
+  if (tp() != nullptr) mask_vocab_padding(logits2d, config_.vocab_size - vocab_begin(), *tp());
   if (cur().targets.empty()) return std::numeric_limits<double>::quiet_NaN();
   cur().ready_for_backward = true;
+  if (tp() != nullptr) {  // this rank's [B*T, V / tp] logits, never the whole row
+    return vocab_parallel_loss(logits2d, cur().targets, vocab_begin(), *tp(), cur().ce_stats,
+                               cur().lse);
+  }
   // The two steps of crossentropy_forward, with statistics buffers kept between steps.
   layers::crossentropy_stats(logits2d, cur().targets, 0, cur().ce_stats);
   return layers::crossentropy_loss(cur().ce_stats, cur().lse);
@@ -196,10 +214,11 @@ void GptModel::backward(float loss_scale, bool accumulate, int slot) {
 void GptModel::backward_head(float loss_scale, bool accumulate) {
   Tensor logits2d = rows2d(cur().logits), dlnf = rows2d(ws_.dsmall);
   Tensor lnf2d = rows2d(cur().lnf);
-  layers::crossentropy_backward(logits2d, cur().targets, 0, cur().lse, loss_scale,
-                                logits2d);  // in place
+  layers::crossentropy_backward(logits2d, cur().targets, vocab_begin(), cur().lse, loss_scale,
+                                logits2d);  // in place; no communication
   Tensor dwte = grad("wte.weight");
   ops::matmul(logits2d, param("wte.weight"), dlnf);  // d(lnf) [B*T, C] = dlogits wte
+  if (tp() != nullptr) tp()->head_backward(ws_.dsmall);  // the head's f: sum the vocab shards
   ops::matmul(logits2d, lnf2d, dwte, true, false, ops::Accumulation::kFP32, 1.0f,
               accumulate ? 1.0f : 0.0f);  // d(wte) [V, C] (+)= dlogits^T lnf
   ws_.dres.zero();                        // layernorm_backward adds into it
@@ -217,9 +236,9 @@ void GptModel::backward_blocks(bool accumulate) {
     GptBlockActs& a = acts_of(l);
     // Recompute: the same function on the same input gives bit-identical activations.
     if (options_.recompute) {
-      gpt_block_forward(w_[i], config_.n_head, cur().resid[i], a, nullptr, ws_.proj);
+      gpt_block_forward(w_[i], config_.n_head, cur().resid[i], a, nullptr, ws_.proj, tp());
     }
-    gpt_block_backward(w_[i], dw_[i], config_.n_head, cur().resid[i], a, ws_, accumulate);
+    gpt_block_backward(w_[i], dw_[i], config_.n_head, cur().resid[i], a, ws_, accumulate, tp());
     // The block's 12 parameters.
     report_ready(entry_index("h." + std::to_string(first_block() + l) + ".ln_1.weight"), 12);
     if (!options_.keep_buffers && !options_.recompute) a.release();  // the ledger falls here
@@ -234,7 +253,8 @@ void GptModel::backward_embedding(bool accumulate) {
   // head gradient is summed in by the pipeline).
   const bool onto_head = options_.stage.is_last();
   if (!onto_head && !accumulate) dwte.zero();
-  layers::embedding_backward(cur().tokens, ws_.dres, 0, dwte, &dwpe, /*accumulate=*/true);
+  layers::embedding_backward(cur().tokens, ws_.dres, vocab_begin(), dwte, &dwpe,
+                             /*accumulate=*/true);
   report_ready(entry_index("wpe.weight"), 1);
   report_ready(entry_index("wte.weight"), 1);
 }

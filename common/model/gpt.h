@@ -16,6 +16,7 @@
 #include "model/gpt_block.h"
 #include "model/gpt_params.h"
 #include "model/layers.h"
+#include "model/tensor_parallel.h"
 #include "tensor/tensor.h"
 
 namespace mixpar {
@@ -34,6 +35,12 @@ struct GptOptions {
   // The pipeline stage this model runs (chapter 7): its blocks, plus the embedding on the
   // first stage and the final LayerNorm, tied head and loss on the last. Default: everything.
   GptStage stage;
+  // Tensor parallel (chapter 6): this rank's place in the tp group, and the group's
+  // collectives (tp.size > 1 needs tp_ops of that size; it must outlive the model). The
+  // registry holds Megatron's shards (make_gpt2_registry with tp), the vocabulary padded to
+  // padded_vocab(V, tp.size); tp.size 1: the unsplit model, no collective.
+  TensorShard tp;
+  TensorParallelOps* tp_ops = nullptr;
 };
 
 class GptModel {
@@ -88,7 +95,13 @@ class GptModel {
   // Frees one slot's activations (its backward ran; a pipeline frees it before the next).
   void release_slot(int slot);
   const GptStage& stage() const { return options_.stage; }
-  // logits [B, T, V] of the last forward, in the working dtype. Backward overwrites them
+  // The vocabulary rows [vocab_begin(), + vocab_shard()) this rank holds of the padded wte
+  // (all of V on one rank).
+  std::int64_t vocab_shard() const { return padded_vocab(config_.vocab_size, options_.tp.size) /
+                                            options_.tp.size; }
+  std::int64_t vocab_begin() const { return options_.tp.rank * vocab_shard(); }
+  // logits [B, T, V] of the last forward (this rank's [B, T, vocab_shard()] with tensor
+  // parallelism, padded columns -inf), in the working dtype. Backward overwrites them
   // with their gradient (in place, as llm.c does: one [B*T, V] buffer instead of two).
   const Tensor& logits() const { return cur().logits; }
 
@@ -129,6 +142,8 @@ class GptModel {
   std::size_t entry_index(std::string_view name) const;
   std::int64_t first_block() const { return options_.stage.first_block; }
   std::int64_t local_blocks() const { return options_.stage.blocks(config_); }
+  // The tp group's collectives, or null on one rank (the unsplit code path).
+  TensorParallelOps* tp() const { return options_.tp.size > 1 ? options_.tp_ops : nullptr; }
 
   GptConfig config_;
   GptOptions options_;

@@ -27,6 +27,20 @@ DType stats_dtype(DType working) { return working == DType::kF64 ? DType::kF64 :
 // [B, T, n] as the 2-D [B*T, n] the linear layers take (a view: same storage).
 Tensor rows2d(const Tensor& t) { return t.view({t.dim(0) * t.dim(1), t.dim(2)}); }
 
+// y = x w + b of a row-parallel layer. One rank (tp null): the fused linear. Tensor parallel:
+// each rank's x [N, in / tp] times its rows of w gives a partial y; g (all-reduce SUM) adds the
+// partials, and the whole bias is added once, after the reduction (Shoeybi et al. 2019, sec. 3).
+void row_parallel_forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y,
+                          TensorParallelOps* tp) {
+  if (tp == nullptr) {
+    ops::linear_forward(x, w, &b, y);
+    return;
+  }
+  ops::linear_forward(x, w, nullptr, y);
+  tp->g_forward(y);
+  ops::bias_add(y, b);
+}
+
 }  // namespace
 
 void ensure_tensor(Tensor& t, const Shape& shape, DType dtype, MemCategory category) {
@@ -43,46 +57,50 @@ GptBlockWeights gpt_block_grads(const ParamRegistry& r, std::int64_t layer) {
 }
 
 void GptBlockActs::ensure(std::int64_t B, std::int64_t T, std::int64_t C, std::int64_t H,
-                          DType dtype) {
+                          DType dtype, std::int64_t tp) {
   constexpr MemCategory kAct = MemCategory::kActivations;
   const DType st = stats_dtype(dtype);
-  for (Tensor* t : {&ln1, &atty, &res2, &ln2}) ensure_tensor(*t, {B, T, C}, dtype, kAct);
+  for (Tensor* t : {&ln1, &res2, &ln2}) ensure_tensor(*t, {B, T, C}, dtype, kAct);
+  ensure_tensor(atty, {B, T, C / tp}, dtype, kAct);
   for (Tensor* t : {&ln1_mean, &ln1_rstd, &ln2_mean, &ln2_rstd})
     ensure_tensor(*t, {B * T}, st, kAct);
-  ensure_tensor(qkv, {B, T, 3 * C}, dtype, kAct);
-  ensure_tensor(att, {B, H, T, T}, dtype, kAct);
-  ensure_tensor(fch, {B, T, 4 * C}, dtype, kAct);
-  ensure_tensor(fch_gelu, {B, T, 4 * C}, dtype, kAct);
+  ensure_tensor(qkv, {B, T, 3 * C / tp}, dtype, kAct);
+  ensure_tensor(att, {B, H / tp, T, T}, dtype, kAct);
+  ensure_tensor(fch, {B, T, 4 * C / tp}, dtype, kAct);
+  ensure_tensor(fch_gelu, {B, T, 4 * C / tp}, dtype, kAct);
 }
 
 void GptBlockActs::release() { *this = GptBlockActs{}; }
 
 std::size_t GptBlockActs::bytes(std::int64_t B, std::int64_t T, std::int64_t C, std::int64_t H,
-                                DType dtype) {
-  // ln1, atty, res2, ln2: C each; qkv 3C; fch, fch_gelu 4C each: 15 C per token.
-  const std::int64_t values = B * T * 15 * C + B * H * T * T;
+                                DType dtype, std::int64_t tp) {
+  // ln1, atty, res2, ln2: C each; qkv 3C; fch, fch_gelu 4C each: 15 C per token. Split by tp:
+  // atty, qkv, fch, fch_gelu (12 C) and the H attention maps.
+  const std::int64_t values = B * T * (3 * C + 12 * C / tp) + B * (H / tp) * T * T;
   return static_cast<std::size_t>(values) * dtype_size(dtype) +
          static_cast<std::size_t>(4 * B * T) * dtype_size(stats_dtype(dtype));
 }
 
 void GptBlockWorkspace::ensure(std::int64_t B, std::int64_t T, std::int64_t C, std::int64_t H,
-                               DType dtype) {
+                               DType dtype, std::int64_t tp) {
   constexpr MemCategory kWs = MemCategory::kOther;
   for (Tensor* t : {&proj, &dres, &dsmall}) ensure_tensor(*t, {B, T, C}, dtype, kWs);
-  ensure_tensor(dbig, {B, T, 4 * C}, dtype, kWs);
-  ensure_tensor(datt, {B, H, T, T}, dtype, kWs);
+  ensure_tensor(dbig, {B, T, 4 * C / tp}, dtype, kWs);
+  ensure_tensor(datt, {B, H / tp, T, T}, dtype, kWs);
 }
 
 void GptBlockWorkspace::release() { *this = GptBlockWorkspace{}; }
 
 void gpt_block_forward(const GptBlockWeights& w, std::int64_t n_head, const Tensor& x,
-                       GptBlockActs& a, Tensor* out, Tensor& proj) {
-  // Attention branch: res2 = x + c_proj(attention(c_attn(ln_1(x)))).
+                       GptBlockActs& a, Tensor* out, Tensor& proj, TensorParallelOps* tp) {
+  const std::int64_t heads = tp == nullptr ? n_head : n_head / tp->size();  // this rank's
+  // Attention branch: res2 = x + c_proj(attention(c_attn(ln_1(x)))). With tp, f (identity
+  // forward) stands before c_attn and g after attn.c_proj.
   layers::layernorm_forward(x, w.ln1_w, w.ln1_b, a.ln1, a.ln1_mean, a.ln1_rstd);  // [B, T, C]
   Tensor qkv2d = rows2d(a.qkv), proj2d = rows2d(proj);
-  ops::linear_forward(rows2d(a.ln1), w.attn_w, &w.attn_b, qkv2d);              // qkv [B*T, 3C]
-  layers::attention_forward(a.qkv, n_head, a.atty, a.att);                     // atty [B, T, C]
-  ops::linear_forward(rows2d(a.atty), w.attn_proj_w, &w.attn_proj_b, proj2d);  // [B*T, C]
+  ops::linear_forward(rows2d(a.ln1), w.attn_w, &w.attn_b, qkv2d);  // qkv [B*T, 3C / tp]
+  layers::attention_forward(a.qkv, heads, a.atty, a.att);          // atty [B, T, C / tp]
+  row_parallel_forward(rows2d(a.atty), w.attn_proj_w, w.attn_proj_b, proj2d, tp);  // [B*T, C]
   layers::residual_forward(x, proj, a.res2);
   // MLP branch: out = res2 + c_proj(gelu(c_fc(ln_2(res2)))).
   layers::layernorm_forward(a.res2, w.ln2_w, w.ln2_b, a.ln2, a.ln2_mean, a.ln2_rstd);
@@ -90,30 +108,36 @@ void gpt_block_forward(const GptBlockWeights& w, std::int64_t n_head, const Tens
   ops::linear_forward(rows2d(a.ln2), w.fc_w, &w.fc_b, fch2d);  // fch [B*T, 4C]
   layers::gelu_forward(a.fch, a.fch_gelu);
   if (out == nullptr) return;
-  ops::linear_forward(rows2d(a.fch_gelu), w.fc_proj_w, &w.fc_proj_b, proj2d);  // [B*T, C]
+  row_parallel_forward(rows2d(a.fch_gelu), w.fc_proj_w, w.fc_proj_b, proj2d, tp);  // [B*T, C]
   layers::residual_forward(a.res2, proj, *out);
 }
 
 void gpt_block_backward(const GptBlockWeights& w, GptBlockWeights& g, std::int64_t n_head,
                         const Tensor& x, const GptBlockActs& a, GptBlockWorkspace& ws,
-                        bool accumulate) {
+                        bool accumulate, TensorParallelOps* tp) {
   const bool acc = accumulate;
+  const std::int64_t heads = tp == nullptr ? n_head : n_head / tp->size();
   Tensor dres = rows2d(ws.dres), dsmall = rows2d(ws.dsmall), dbig = rows2d(ws.dbig);
   // dqkv [B, T, 3C] borrows dbig's storage: d(fch) is dead by the time dqkv is written.
   Tensor dqkv = ws.dbig.flat_slice(0, a.qkv.numel()).view(a.qkv.shape());
+  // d(atty) [B, T, C / tp] in dsmall's storage (all of it when tp = 1).
+  Tensor datty = ws.dsmall.flat_slice(0, a.atty.numel()).view(a.atty.shape());
+  Tensor datty2d = rows2d(datty);
   // MLP branch. dres = d(out) flows to res2 unchanged (skip path); ln_2 adds its share.
   ops::linear_backward(rows2d(a.fch_gelu), w.fc_proj_w, dres, &dbig, g.fc_proj_w, &g.fc_proj_b,
                        acc);
   layers::gelu_backward(a.fch, ws.dbig, ws.dbig);  // d(fch) [B, T, 4C]
   ops::linear_backward(rows2d(a.ln2), w.fc_w, dbig, &dsmall, g.fc_w, &g.fc_b, acc);  // d(ln2)
+  if (tp != nullptr) tp->f_backward(ws.dsmall);  // f: each rank's c_fc gave a partial d(ln2)
   layers::layernorm_backward(ws.dsmall, a.res2, w.ln2_w, a.ln2_mean, a.ln2_rstd, ws.dres, g.ln2_w,
                              g.ln2_b, acc);  // dres = d(res2)
   // Attention branch. dres flows to x unchanged; ln_1 adds its share.
-  ops::linear_backward(rows2d(a.atty), w.attn_proj_w, dres, &dsmall, g.attn_proj_w, &g.attn_proj_b,
-                       acc);  // d(atty) [B*T, C]
-  layers::attention_backward(ws.dsmall, a.qkv, a.att, n_head, dqkv, ws.datt);
+  ops::linear_backward(rows2d(a.atty), w.attn_proj_w, dres, &datty2d, g.attn_proj_w,
+                       &g.attn_proj_b, acc);  // d(atty) [B*T, C / tp]; g's backward: identity
+  layers::attention_backward(datty, a.qkv, a.att, heads, dqkv, ws.datt);
   Tensor dqkv2d = rows2d(dqkv);
   ops::linear_backward(rows2d(a.ln1), w.attn_w, dqkv2d, &dsmall, g.attn_w, &g.attn_b, acc);
+  if (tp != nullptr) tp->f_backward(ws.dsmall);  // f: a partial d(ln1) from each rank's heads
   layers::layernorm_backward(ws.dsmall, x, w.ln1_w, a.ln1_mean, a.ln1_rstd, ws.dres, g.ln1_w,
                              g.ln1_b, acc);  // dres = d(x)
 }

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "model/gpt_params.h"
+#include "model/tensor_parallel.h"
 #include "tensor/tensor.h"
 
 namespace mixpar {
@@ -30,6 +31,8 @@ GptBlockWeights gpt_block_grads(const ParamRegistry& r, std::int64_t layer);
 
 // What a block's backward reads, in the working dtype (statistics in FP32, f64 for f64), all
 // MemCategory::kActivations. Per token: 15 C values + H T attention probabilities (+ 4 stats).
+// A tensor-parallel rank (tp > 1) holds its share of the split ones: qkv, atty, fch, fch_gelu
+// and att are divided by tp; ln1, res2, ln2 and the statistics are whole (3 C + 12 C / tp).
 struct GptBlockActs {
   Tensor ln1, ln1_mean, ln1_rstd;  // [B, T, C], [B*T], [B*T]
   Tensor qkv;                      // [B, T, 3C]
@@ -41,12 +44,13 @@ struct GptBlockActs {
   Tensor fch_gelu;                 // [B, T, 4C] GELU output (input of mlp.c_proj)
 
   // (Re)allocates unless already of this shape and dtype.
-  void ensure(std::int64_t B, std::int64_t T, std::int64_t C, std::int64_t H, DType dtype);
+  void ensure(std::int64_t B, std::int64_t T, std::int64_t C, std::int64_t H, DType dtype,
+              std::int64_t tp = 1);
   void release();
   bool allocated() const { return ln1.defined(); }
   // Bytes held for (B, T, C, H) in dtype: what ensure() charges to the ledger.
   static std::size_t bytes(std::int64_t B, std::int64_t T, std::int64_t C, std::int64_t H,
-                           DType dtype);
+                           DType dtype, std::int64_t tp = 1);
 };
 
 // Scratch of forward and backward, MemCategory::kOther: nothing in it outlives a call.
@@ -58,20 +62,28 @@ struct GptBlockWorkspace {
                   // of elements also serve as dqkv [B, T, 3C]
   Tensor datt;    // [B, H, T, T] gradient of the attention scores
 
-  void ensure(std::int64_t B, std::int64_t T, std::int64_t C, std::int64_t H, DType dtype);
+  // tp > 1: dbig and datt hold this rank's share (4 C / tp columns, H / tp heads).
+  void ensure(std::int64_t B, std::int64_t T, std::int64_t C, std::int64_t H, DType dtype,
+              std::int64_t tp = 1);
   void release();
 };
 
 // Runs the block on x [B, T, C]; fills a. out [B, T, C] = the block's output; when out is null
 // (recompute before backward) the MLP's c_proj and residual add are skipped: backward does not
 // read their output. proj is the c_proj scratch [B, T, C].
+// tp (tensor parallel, chapter 6): w holds this rank's shards (registry with a TensorShard),
+// n_head is the model's; the rank runs n_head / tp heads and its share of the MLP, and calls
+// tp's g after each row-parallel layer, whose bias is added once, after the reduction.
 void gpt_block_forward(const GptBlockWeights& w, std::int64_t n_head, const Tensor& x,
-                       GptBlockActs& a, Tensor* out, Tensor& proj);
+                       GptBlockActs& a, Tensor* out, Tensor& proj,
+                       TensorParallelOps* tp = nullptr);
 
 // Backward of the block given its input x and the activations of its forward. On entry ws.dres
 // holds d(out); on return d(x). Gradients go to g (overwritten, or added when accumulate).
+// tp: f's backward (the all-reduce of each column-parallel layer's input gradient) before
+// each LayerNorm backward.
 void gpt_block_backward(const GptBlockWeights& w, GptBlockWeights& g, std::int64_t n_head,
                         const Tensor& x, const GptBlockActs& a, GptBlockWorkspace& ws,
-                        bool accumulate);
+                        bool accumulate, TensorParallelOps* tp = nullptr);
 
 }  // namespace mixpar

@@ -128,7 +128,7 @@ ParamEntry& ParamRegistry::add(std::string name, Shape shape, bool weight_decay,
   index_.emplace(name, entries_.size());
   entries_.push_back(ParamEntry{std::move(name), std::move(shape), holding, weight_decay, init,
                                 init_std, numel_, init_offset < 0 ? numel_ : init_offset,
-                                Tensor(), Tensor()});
+                                Tensor(), Tensor(), /*init_rows=*/-1});
   numel_ += n;
   return entries_.back();
 }
@@ -156,11 +156,23 @@ void ParamRegistry::initialize(std::uint64_t seed) {
       case ParamInit::kNormal: {
         // fill_normal takes 2 draws per element: each held run of the full tensor starts at
         // its own place in the whole model, so a shard holds exactly the full tensor's values.
+        // Elements past init_rows (padding) are zeros and take no draw.
+        const std::int64_t drawn =
+            e.init_rows < 0 ? shape_numel(e.shape) : e.init_rows * (shape_numel(e.shape) /
+                                                                    e.shape.front());
         std::int64_t k = 0;
         for (const ElementRange& run : held_elements(e.shape, e.holding)) {
-          Tensor part = e.param.flat_slice(k, run.count);
-          Philox gen(seed, /*stream=*/0, 2 * static_cast<std::uint64_t>(e.init_offset + run.begin));
-          fill_normal(part, gen, 0.0f, e.init_std);
+          const std::int64_t n = std::clamp<std::int64_t>(drawn - run.begin, 0, run.count);
+          if (n > 0) {
+            Tensor part = e.param.flat_slice(k, n);
+            Philox gen(seed, /*stream=*/0,
+                       2 * static_cast<std::uint64_t>(e.init_offset + run.begin));
+            fill_normal(part, gen, 0.0f, e.init_std);
+          }
+          if (n < run.count) {
+            Tensor pad = e.param.flat_slice(k + n, run.count - n);
+            pad.zero();
+          }
           k += run.count;
         }
         break;
@@ -201,6 +213,11 @@ void ParamRegistry::zero_grad() {
   if (flat_grads_.defined()) flat_grads_.zero();
 }
 
+std::int64_t padded_vocab(std::int64_t vocab, int tp) {
+  if (tp <= 1) return vocab;
+  return (vocab + tp - 1) / tp * tp;
+}
+
 ParamRegistry make_gpt2_registry(const GptConfig& config, const GptStage& stage,
                                  const TensorShard& tp) {
   config.validate();
@@ -210,8 +227,7 @@ ParamRegistry make_gpt2_registry(const GptConfig& config, const GptStage& stage,
                      std::to_string(tp.size) + " does not exist");
   }
   for (const auto& [what, n] : {std::pair<const char*, std::int64_t>{"n_head", config.n_head},
-                                {"4 x n_embd", 4 * config.n_embd},
-                                {"vocab_size", config.vocab_size}}) {
+                                {"4 x n_embd", 4 * config.n_embd}}) {
     if (n % tp.size != 0) {
       throw InputError("tensor parallel: tp " + std::to_string(tp.size) + " does not divide " +
                        what + " = " + std::to_string(n));
@@ -263,7 +279,14 @@ ParamRegistry make_gpt2_registry(const GptConfig& config, const GptStage& stage,
   included = stage.is_first() || stage.is_last();
   ParamHolding wte = split(ParamSplit::kVocab);
   wte.tied_copy = !stage.is_first();
-  add("wte.weight", {config.vocab_size, c}, true, ParamInit::kNormal, kStd, wte);
+  // Padded to a multiple of tp: the padding rows are zeros and take no place in the whole
+  // model's init order (wpe and the blocks start where they do unpadded).
+  const std::int64_t vocab = padded_vocab(config.vocab_size, tp.size);
+  if (included) {
+    r.add("wte.weight", {vocab, c}, true, ParamInit::kNormal, kStd, wte, whole_offset).init_rows =
+        config.vocab_size;
+  }
+  whole_offset += config.vocab_size * c;
   included = stage.is_first();
   add("wpe.weight", {config.n_positions, c}, true, ParamInit::kNormal, kStd, whole);
   for (std::int64_t l = 0; l < config.n_layer; ++l) {

@@ -101,6 +101,13 @@ struct TensorShard {
   int rank = 0, size = 1;
 };
 
+// The vocabulary a tensor-parallel wte holds: vocab rounded up to a multiple of tp, so that
+// every rank holds the same number of rows (at most tp - 1 padding rows in all; the CPU engine
+// has no tensor-core tile to align them to). tp = 1: the vocabulary itself, no padding. The
+// padding rows are zeros and their logits are masked (chapter 6), so they never change the
+// loss or a gradient.
+std::int64_t padded_vocab(std::int64_t vocab, int tp);
+
 enum class ParamInit : std::uint8_t { kNormal, kZeros, kOnes };
 
 struct ParamEntry {
@@ -117,6 +124,9 @@ struct ParamEntry {
   std::int64_t init_offset;
   Tensor param;         // this rank's values in the working dtype, kParameters
   Tensor grad;          // same shape and dtype, kGradients
+  // kNormal: only the first init_rows rows of the full tensor are drawn; the rows after them
+  // are padding (a tensor-parallel wte's padded vocabulary), initialised to zeros. -1: all.
+  std::int64_t init_rows = -1;
 };
 
 class ParamRegistry {
@@ -165,8 +175,9 @@ class ParamRegistry {
 // holdings are Megatron-LM's split (Shoeybi et al. 2019): c_attn and c_fc by output columns
 // (c_attn by heads: q, k and v columns of the rank's heads), attn.c_proj and mlp.c_proj by
 // input rows (their biases whole: added once, after the reduction), wte by vocabulary rows,
-// wpe and LayerNorms replicated. InputError when tp does not divide n_head, 4 n_embd or the
-// vocabulary (the vocabulary padding is chapter 6's).
+// wpe and LayerNorms replicated. wte's full shape is [padded_vocab(V, tp), C], its padding
+// rows zeros, and the parameters after it keep the unpadded model's init offsets. InputError
+// when tp does not divide n_head or 4 n_embd.
 ParamRegistry make_gpt2_registry(const GptConfig& config, const GptStage& stage = {},
                                  const TensorShard& tp = {});
 
