@@ -38,6 +38,9 @@ class Schedule {
   virtual ScheduleResult run_step(GptModel& model, const std::function<TokenBatch()>& next_batch,
                                   GradSync& sync, float loss_scale, int rank,
                                   std::vector<TraceSpan>& spans) = 0;
+  // After the gradient sync's finish(): what the schedule still combines across its stages
+  // (chapter 7: the tied wte's copies on the first and last stage). Nothing by default.
+  virtual void after_sync(GptModel& /*model*/) {}
 };
 
 class SingleStage final : public Schedule {
