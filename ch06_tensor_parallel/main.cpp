@@ -24,7 +24,8 @@ using namespace mixpar::ch06;
 constexpr double kTol = 1e-4;
 
 const std::vector<std::string> kBugs = {"no-f-backward", "norm-counts-replicas",
-                                        "unmasked-padding", "heads-not-dividing"};
+                                        "unmasked-padding", "unsummed-layernorm",
+                                        "heads-not-dividing"};
 
 ArgParser make_parser() {
   ArgParser a("ch06_tensor_parallel",
@@ -44,15 +45,18 @@ void print_equivalence(int steps, ClaimTable& checks) {
                "max |d weight|"});
   t.add({"tp 1 (one device)", fmt("%.6f", one.loss.front()), fmt("%.6f", one.loss.back()), "-",
          "-", "-"});
-  for (int vocab : {64, 61}) {
+  for (int vocab : {64, 61, 0}) {  // 0: V 64 with sequence parallelism
     TpRunConfig v = c;
-    v.model.vocab_size = vocab;
-    const TpRunResult base = vocab == 64 ? one : train_tensor_parallel(v);
+    v.model.vocab_size = vocab == 0 ? 64 : vocab;
+    v.sequence_parallel = vocab == 0;
+    const TpRunResult base = vocab != 61 ? one : train_tensor_parallel(v);
     for (int tp : {2, 4}) {
       v.tp = tp;
       const TpRunResult r = train_tensor_parallel(v);
-      const std::string name = fmt("tp %d, V %d (padded to %lld)", tp, vocab,
-                                   static_cast<long long>(padded_vocab(vocab, tp)));
+      const std::string name =
+          vocab == 0 ? fmt("tp %d + SP, V 64", tp)
+                     : fmt("tp %d, V %d (padded to %lld)", tp, vocab,
+                           static_cast<long long>(padded_vocab(vocab, tp)));
       const double dl = max_abs_difference(base.loss, r.loss);
       const double dn = max_abs_difference(base.grad_norm, r.grad_norm);
       const double dw = max_weight_difference(base, r);
@@ -62,8 +66,9 @@ void print_equivalence(int steps, ClaimTable& checks) {
                                       std::to_string(steps) + " steps",
                                   dw, kTol),
                   tolerance_claim(name + " equals tp 1: losses", dl, kTol)});
-      if (tp == 2 && vocab == 64) {
-        checks.add({yes_claim("tp replicas of LayerNorms, biases, wpe stay bit-identical",
+      if (tp == 2 && vocab != 61) {
+        checks.add({yes_claim(std::string(vocab == 0 ? "SP: " : "") +
+                                  "tp replicas of LayerNorms, biases, wpe stay bit-identical",
                               r.replica_drift == 0.0)});
       }
     }
@@ -85,6 +90,7 @@ void print_traffic(ClaimTable& checks) {
   TextTable t({"tp", "region", "calls", "elements", "bytes sent (rank 0)", "formula"});
   for (int tp : {2, 4}) {
     c.tp = tp;
+    c.sequence_parallel = false;
     const TpRunResult r = train_tensor_parallel(c);
     const double ring = 2.0 * (tp - 1) / tp;  // all-reduce bytes per rank / buffer
     struct Row {
@@ -113,10 +119,30 @@ void print_traffic(ClaimTable& checks) {
                    m.calls == w.calls && m.elements == w.elements && bytes_ok}});
     }
   }
+  // Sequence parallel: an all-gather and a reduce-scatter in place of each all-reduce.
+  c.tp = 2;
+  const TpRunResult plain = train_tensor_parallel(c);
+  c.sequence_parallel = true;
+  const TpRunResult sp = train_tensor_parallel(c);
+  for (const char* region : {"block forward", "block backward", "block backward re-gather",
+                             "embedding", "embedding backward", "head forward",
+                             "head backward", "head backward re-gather",
+                             "replicated gradients", "loss"}) {
+    const TpRegionTraffic& m = sp.traffic.at(region);
+    t.add({"2 + SP", region, std::to_string(m.calls), std::to_string(m.elements),
+           format_bytes(m.bytes_sent), ""});
+  }
+  for (const char* region : {"block forward", "block backward"}) {
+    const std::size_t a = plain.traffic.at(region).bytes_sent, b = sp.traffic.at(region).bytes_sent;
+    checks.add({{fmt("SP %s: all-gathers + reduce-scatters send what the all-reduces did",
+                     region),
+                 format_bytes(a), format_bytes(b), a == b}});
+  }
   std::printf(
       "\n== 2. Traffic per micro-batch, from the tp communicator (B %lld, T %lld, C %lld, "
       "%lld blocks, f32)\n%s"
-      "   Bytes are the ring's 2 (tp - 1) / tp of each buffer per rank.\n",
+      "   Bytes are the ring's 2 (tp - 1) / tp of each buffer per rank for an all-reduce,\n"
+      "   (tp - 1) / tp for an all-gather or a reduce-scatter (elements: the gathered size).\n",
       static_cast<long long>(B), static_cast<long long>(T), static_cast<long long>(C),
       static_cast<long long>(L), t.str().c_str());
 }
@@ -124,11 +150,14 @@ void print_traffic(ClaimTable& checks) {
 void print_memory(ClaimTable& checks) {
   // 16-bit activations (bf16), as Korthikanti et al. count them; per layer = the ledger's
   // activation peak of a 2-block model minus that of a 1-block one.
-  TextTable t({"tp", "per layer (ledger)", "formula", "sbh(8 + 24/t) + 2as^2b/t + 16sb"});
-  for (int tp : {1, 2, 4}) {
+  TextTable t({"tp", "per layer (ledger)", "formula", "terms"});
+  for (int run = 0; run < 5; ++run) {
+    const int tp = run < 3 ? 1 << run : 1 << (run - 2);  // 1, 2, 4, then 2, 4 with SP
+    const bool seq = run >= 3;
     TpRunConfig c;
     c.steps = 1;
     c.tp = tp;
+    c.sequence_parallel = seq;
     c.dtype = DType::kBF16;
     c.model.n_layer = 2;
     const std::size_t two = train_tensor_parallel(c).activation_peak;
@@ -136,14 +165,21 @@ void print_memory(ClaimTable& checks) {
     const std::size_t one = train_tensor_parallel(c).activation_peak;
     const double s = double(c.T), b = double(c.B), h = double(c.model.n_embd);
     const double a = double(c.model.n_head), tt = tp;
-    const double formula = s * b * h * (8 + 24 / tt) + 2 * a * s * s * b / tt + 16 * s * b;
+    // Without SP the LayerNorm / residual region (8 sbh) and the statistics stay whole.
+    const double region = seq ? 8 * s * b * h / tt : 8 * s * b * h;
+    const double stats = seq ? 16 * s * b / tt : 16 * s * b;
+    const double split = 24 * s * b * h / tt, maps = 2 * a * s * s * b / tt;
+    const double formula = region + split + maps + stats;
     const std::size_t measured = two - one;
-    t.add({std::to_string(tp), format_bytes(measured), fmt("%.0f B", formula),
-           fmt("%.0f + %.0f + %.0f", s * b * h * (8 + 24 / tt), 2 * a * s * s * b / tt,
-               16 * s * b)});
-    checks.add({{fmt("tp %d: activation bytes per layer = sbh(8 + 24/t) + 2as^2b/t + 16sb", tp),
-                 fmt("%.0f", formula), std::to_string(measured),
-                 double(measured) == formula}});
+    const std::string name = seq ? fmt("%d + SP", tp) : std::to_string(tp);
+    t.add({name, format_bytes(measured), fmt("%.0f B", formula),
+           fmt("%s %.0f + 24sbh/t %.0f + 2as^2b/t %.0f + %s %.0f", seq ? "8sbh/t" : "8sbh", region,
+               split, maps, seq ? "16sb/t" : "16sb", stats)});
+    checks.add({{seq ? fmt("tp %d + SP: activation bytes per layer = sbh(32 + 2as/h)/t + 16sb/t",
+                           tp)
+                     : fmt("tp %d: activation bytes per layer = sbh(8 + 24/t) + 2as^2b/t + 16sb",
+                           tp),
+                 fmt("%.0f", formula), std::to_string(measured), double(measured) == formula}});
   }
   std::printf(
       "\n== 3. Activation memory per layer and rank (bf16, s %d, b %d, h 32, a 4)\n%s"
@@ -151,7 +187,8 @@ void print_memory(ClaimTable& checks) {
       "   two dropout masks (2 sbh) and the attention dropout (3as^2b) go: sbh(32 + 2as/h).\n"
       "   With tp the LayerNorm and residual region (x, ln_1, res2, ln_2: 8 sbh) stays whole,\n"
       "   qkv, attention output, c_fc and GELU output (24 sbh) and the maps split; 16sb is the\n"
-      "   LayerNorms' FP32 mean and rstd.\n",
+      "   LayerNorms' FP32 mean and rstd. Sequence parallel splits the region and the statistics\n"
+      "   too: sbh(32 + 2as/h)/t + 16sb/t, Korthikanti's sbh(34 + 5as/h)/t without dropout.\n",
       16, 2, t.str().c_str());
 }
 
@@ -197,6 +234,19 @@ void print_bug(const std::string& bug, int steps, ClaimTable& checks) {
                 dl);
     checks.add({{"unmasked-padding: tp 2 no longer equals tp 1", fmt("> %.0e", 10 * kTol),
                  fmt("%.2e", dl), dl > 10 * kTol}});
+  } else if (bug == "unsummed-layernorm") {
+    c.tp = 2;
+    c.sequence_parallel = true;
+    const TpRunResult good = train_tensor_parallel(c);
+    c.bugs.unsummed_replicated = true;
+    const TpRunResult bad = train_tensor_parallel(c);
+    std::printf("\n-- unsummed-layernorm: sequence parallel, the LayerNorm and row-parallel bias\n"
+                "   gradients (partial: this rank's rows only) not summed over tp\n"
+                "   max |difference| between the tp replicas: %.2e (summed: %.2e)\n",
+                bad.replica_drift, good.replica_drift);
+    checks.add({{"unsummed-layernorm: the tp replicas of the LayerNorms drift apart",
+                 fmt("> %.0e", 10 * kTol), fmt("%.2e", bad.replica_drift),
+                 bad.replica_drift > 10 * kTol && good.replica_drift == 0.0}});
   } else if (bug == "heads-not-dividing") {
     c.tp = 3;  // 4 heads
     std::string error;

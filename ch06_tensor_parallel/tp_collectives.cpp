@@ -45,6 +45,19 @@ void TpCollectives::head_backward(Tensor& input_grad) {
   counted("head backward", input_grad, [&] { ch06::f_backward(tp_, input_grad); });
 }
 
+void TpCollectives::all_gather_rows(const Tensor& part, Tensor& full, const char* region) {
+  counted(region, full, [&] { tp_.all_gather(part, full); });
+}
+
+void TpCollectives::reduce_scatter_rows(const Tensor& full, Tensor& part, const char* region) {
+  counted(region, full, [&] { tp_.reduce_scatter(full, part, ReduceOp::kSum); });
+}
+
+void TpCollectives::sum_replicated_grads(Tensor& grads) {
+  if (bugs_.unsummed_replicated) return;  // the bug: each replica keeps its rows' share
+  counted("replicated gradients", grads, [&] { tp_.all_reduce(grads, ReduceOp::kSum); });
+}
+
 double TpCollectives::take_seconds() { return std::exchange(seconds_, 0.0); }
 
 }  // namespace mixpar::ch06

@@ -17,6 +17,7 @@ namespace mixpar::ch06 {
 struct TpBugs {
   bool skip_f_backward = false;  // f without its backward all-reduce
   bool unmasked_padding = false;  // padded vocabulary logits left in the softmax
+  bool unsummed_replicated = false;  // sequence parallel: LayerNorm gradients not summed
 };
 
 // What one region of the model sent over the tp group: bytes (from the communicator's own
@@ -39,10 +40,15 @@ class TpCollectives final : public TensorParallelOps {
   void loss_max(Tensor& row_max) override;
   void loss_sum(Tensor& per_row) override;
   void head_backward(Tensor& input_grad) override;
+  void all_gather_rows(const Tensor& part, Tensor& full, const char* region) override;
+  void reduce_scatter_rows(const Tensor& full, Tensor& part, const char* region) override;
+  void sum_replicated_grads(Tensor& grads) override;
   bool mask_padded_logits() const override { return !bugs_.unmasked_padding; }
 
   // By region: "block forward" (g), "block backward" (f), "embedding", "loss" (max, sums),
-  // "head backward" (the LM head's f).
+  // "head backward" (the LM head's f); with sequence parallelism also "block backward
+  // re-gather", "head forward", "head backward re-gather", "embedding backward" and
+  // "replicated gradients".
   const std::map<std::string, TpRegionTraffic>& traffic() const { return traffic_; }
   void reset_traffic() { traffic_.clear(); }
   // Seconds spent inside the collectives since the last take.

@@ -61,6 +61,7 @@ void run_rank(const TpRunConfig& c, Communicator* tp_comm, TpRunResult& out, std
   o.seed = c.seed;
   o.tp = TensorShard{rank, size};
   o.tp_ops = ops.get();
+  o.sequence_parallel = c.sequence_parallel;
   GptModel model(c.model, o);
   std::vector<Tensor> params, grads;
   std::vector<bool> decay;

@@ -19,6 +19,7 @@ struct TpRunConfig {
   std::int64_t B = 2, T = 16;
   int steps = 10;
   int tp = 1;
+  bool sequence_parallel = false;  // with tp > 1
   DType dtype = DType::kF32;
   std::uint64_t seed = 7;
   double lr = 1e-3;

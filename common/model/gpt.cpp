@@ -6,8 +6,10 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "model/layers.h"
+#include "ops/elementwise.h"
 #include "ops/matmul.h"
 #include "util/errors.h"
 
@@ -83,18 +85,21 @@ void GptModel::ensure_buffers(std::int64_t B, std::int64_t T) {
   const DType dt = options_.dtype, st = stats_dtype(dt);
   constexpr MemCategory kAct = MemCategory::kActivations;
   const auto n = static_cast<std::size_t>(local_blocks());
+  // Sequence parallel: the residual stream and the LayerNorms hold this rank's rows only.
+  const Shape rows = sp() ? Shape{1, B * T / tp, C} : Shape{B, T, C};
+  const std::int64_t nrows = sp() ? B * T / tp : B * T;
   cur().resid.resize(n + 1);
-  for (Tensor& t : cur().resid) ensure_tensor(t, {B, T, C}, dt, kAct);
+  for (Tensor& t : cur().resid) ensure_tensor(t, rows, dt, kAct);
   cur().acts.resize(options_.recompute ? std::min<std::size_t>(n, 1) : n);
-  for (GptBlockActs& a : cur().acts) a.ensure(B, T, C, H, dt, tp);
+  for (GptBlockActs& a : cur().acts) a.ensure(B, T, C, H, dt, tp, sp());
   if (options_.stage.is_last()) {  // the head's buffers: the last stage's only
-    ensure_tensor(cur().lnf, {B, T, C}, dt, kAct);
-    ensure_tensor(cur().lnf_mean, {B * T}, st, kAct);
-    ensure_tensor(cur().lnf_rstd, {B * T}, st, kAct);
+    ensure_tensor(cur().lnf, rows, dt, kAct);
+    ensure_tensor(cur().lnf_mean, {nrows}, st, kAct);
+    ensure_tensor(cur().lnf_rstd, {nrows}, st, kAct);
     ensure_tensor(cur().logits, {B, T, V}, dt, kAct);
     ensure_tensor(cur().lse, {B * T}, st, kAct);
   }
-  ws_.ensure(B, T, C, H, dt, tp);
+  ws_.ensure(B, T, C, H, dt, tp, sp());
 }
 
 GptBlockActs& GptModel::acts_of(std::int64_t layer) {
@@ -157,20 +162,30 @@ double GptModel::forward(std::span<const std::int32_t> tokens,
   cur().tokens.assign(tokens.begin(), tokens.end());
   cur().targets.assign(targets.begin(), targets.end());
   cur().ready_for_backward = false;
+  if (sp() && (B * T) % options_.tp.size != 0) {
+    throw InputError("sequence parallel: B x T = " + std::to_string(B * T) +
+                     " rows do not split over tp " + std::to_string(options_.tp.size));
+  }
   ensure_buffers(B, T);
   if (stage.is_first()) {
     // Vocab parallel: each rank embeds the tokens of its rows (zeros for the others) and tp
     // rank 0 alone adds the positions; one all-reduce SUM completes every row.
     const bool positions = tp() == nullptr || options_.tp.rank == 0;
+    // Sequence parallel: a reduce-scatter instead, leaving each rank its rows.
+    Tensor& embedded = sp() ? ws_.proj : cur().resid[0];
     layers::embedding_forward(cur().tokens, param("wte.weight"), vocab_begin(),
                               positions ? &param("wpe.weight") : nullptr,
-                              cur().resid[0]);  // [B, T, C]
-    if (tp() != nullptr) tp()->embedding_sum(cur().resid[0]);
+                              embedded);  // [B, T, C]
+    if (sp()) {
+      tp()->reduce_scatter_rows(embedded, cur().resid[0], "embedding");
+    } else if (tp() != nullptr) {
+      tp()->embedding_sum(cur().resid[0]);
+    }
   }
   for (std::int64_t l = 0; l < local_blocks(); ++l) {
     const auto i = static_cast<std::size_t>(l);
     gpt_block_forward(w_[i], config_.n_head, cur().resid[i], acts_of(l), &cur().resid[i + 1],
-                      ws_.proj, tp());
+                      ws_.proj, tp(), sp() ? &ws_ : nullptr);
   }
   if (!stage.is_last()) {
     cur().ready_for_backward = true;  // from output_grad(), which the next stage sends back
@@ -179,8 +194,11 @@ double GptModel::forward(std::span<const std::int32_t> tokens,
   const Tensor& wte = param("wte.weight");
   layers::layernorm_forward(cur().resid.back(), param("ln_f.weight"), param("ln_f.bias"),
                             cur().lnf, cur().lnf_mean, cur().lnf_rstd);
-  Tensor logits2d = rows2d(cur().logits);                      // [B*T, V]
-  ops::matmul(rows2d(cur().lnf), wte, logits2d, false, true);  // lnf wte^T: the tied LM head
+  Tensor logits2d = rows2d(cur().logits);  // [B*T, V]
+  // Sequence parallel: the head reads every row of ln_f's output, gathered (f-bar).
+  if (sp()) tp()->all_gather_rows(cur().lnf, ws_.gathered, "head forward");
+  const Tensor& lnf = sp() ? ws_.gathered : cur().lnf;
+  ops::matmul(rows2d(lnf), wte, logits2d, false, true);  // lnf wte^T: the tied LM head
   if (tp() != nullptr) mask_vocab_padding(logits2d, config_.vocab_size - vocab_begin(), *tp());
   if (cur().targets.empty()) return std::numeric_limits<double>::quiet_NaN();
   cur().ready_for_backward = true;
@@ -213,18 +231,39 @@ void GptModel::backward(float loss_scale, bool accumulate, int slot) {
 
 void GptModel::backward_head(float loss_scale, bool accumulate) {
   Tensor logits2d = rows2d(cur().logits), dlnf = rows2d(ws_.dsmall);
-  Tensor lnf2d = rows2d(cur().lnf);
+  Tensor lnf2d = rows2d(sp() ? ws_.gathered : cur().lnf);
   layers::crossentropy_backward(logits2d, cur().targets, vocab_begin(), cur().lse, loss_scale,
                                 logits2d);  // in place; no communication
   Tensor dwte = grad("wte.weight");
   ops::matmul(logits2d, param("wte.weight"), dlnf);  // d(lnf) [B*T, C] = dlogits wte
-  if (tp() != nullptr) tp()->head_backward(ws_.dsmall);  // the head's f: sum the vocab shards
+  if (sp()) {  // f-bar's backward: this rank's rows of the vocab shards' sum; lnf regathered
+    tp()->reduce_scatter_rows(ws_.dsmall, ws_.dlocal, "head backward");
+    tp()->all_gather_rows(cur().lnf, ws_.gathered, "head backward re-gather");
+  } else if (tp() != nullptr) {
+    tp()->head_backward(ws_.dsmall);  // the head's f: sum the vocab shards
+  }
   ops::matmul(logits2d, lnf2d, dwte, true, false, ops::Accumulation::kFP32, 1.0f,
               accumulate ? 1.0f : 0.0f);  // d(wte) [V, C] (+)= dlogits^T lnf
   ws_.dres.zero();                        // layernorm_backward adds into it
   Tensor dw = grad("ln_f.weight"), db = grad("ln_f.bias");
-  layers::layernorm_backward(ws_.dsmall, cur().resid.back(), param("ln_f.weight"),
-                             cur().lnf_mean, cur().lnf_rstd, ws_.dres, dw, db, accumulate);
+  if (sp()) {  // ln_f's gradient from this rank's rows, summed over tp
+    const std::int64_t C = config_.n_embd;
+    Tensor part = ws_.replicated.flat_slice(0, 2 * C);
+    Tensor pw = part.flat_slice(0, C), pb = part.flat_slice(C, C);
+    layers::layernorm_backward(ws_.dlocal, cur().resid.back(), param("ln_f.weight"),
+                               cur().lnf_mean, cur().lnf_rstd, ws_.dres, pw, pb);
+    tp()->sum_replicated_grads(part);
+    for (auto [from, to] : {std::pair<Tensor*, Tensor*>{&pw, &dw}, {&pb, &db}}) {
+      if (accumulate) {
+        ops::axpy(1.0, *from, *to);
+      } else {
+        to->copy_from(*from);
+      }
+    }
+  } else {
+    layers::layernorm_backward(ws_.dsmall, cur().resid.back(), param("ln_f.weight"),
+                               cur().lnf_mean, cur().lnf_rstd, ws_.dres, dw, db, accumulate);
+  }
   report_ready(entry_index("ln_f.weight"), 2);
   // A last stage without the embedding holds wte only as the head: final already.
   if (!options_.stage.is_first()) report_ready(entry_index("wte.weight"), 1);
@@ -236,9 +275,11 @@ void GptModel::backward_blocks(bool accumulate) {
     GptBlockActs& a = acts_of(l);
     // Recompute: the same function on the same input gives bit-identical activations.
     if (options_.recompute) {
-      gpt_block_forward(w_[i], config_.n_head, cur().resid[i], a, nullptr, ws_.proj, tp());
+      gpt_block_forward(w_[i], config_.n_head, cur().resid[i], a, nullptr, ws_.proj, tp(),
+                        sp() ? &ws_ : nullptr);
     }
-    gpt_block_backward(w_[i], dw_[i], config_.n_head, cur().resid[i], a, ws_, accumulate, tp());
+    gpt_block_backward(w_[i], dw_[i], config_.n_head, cur().resid[i], a, ws_, accumulate, tp(),
+                       sp());
     // The block's 12 parameters.
     report_ready(entry_index("h." + std::to_string(first_block() + l) + ".ln_1.weight"), 12);
     if (!options_.keep_buffers && !options_.recompute) a.release();  // the ledger falls here
@@ -253,8 +294,10 @@ void GptModel::backward_embedding(bool accumulate) {
   // head gradient is summed in by the pipeline).
   const bool onto_head = options_.stage.is_last();
   if (!onto_head && !accumulate) dwte.zero();
-  layers::embedding_backward(cur().tokens, ws_.dres, vocab_begin(), dwte, &dwpe,
-                             /*accumulate=*/true);
+  // Sequence parallel: every row's gradient, gathered (the reduce-scatter's backward).
+  if (sp()) tp()->all_gather_rows(ws_.dres, ws_.gathered, "embedding backward");
+  layers::embedding_backward(cur().tokens, sp() ? ws_.gathered : ws_.dres, vocab_begin(), dwte,
+                             &dwpe, /*accumulate=*/true);
   report_ready(entry_index("wpe.weight"), 1);
   report_ready(entry_index("wte.weight"), 1);
 }

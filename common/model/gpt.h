@@ -41,6 +41,10 @@ struct GptOptions {
   // padded_vocab(V, tp.size); tp.size 1: the unsplit model, no collective.
   TensorShard tp;
   TensorParallelOps* tp_ops = nullptr;
+  // Sequence parallel (with tp > 1; Korthikanti et al. 2022): the LayerNorm and residual
+  // regions hold this rank's B T / tp rows (B T must divide by tp); stage_input(),
+  // stage_output(), output_grad() and input_grad() are then those rows, [1, B T / tp, C].
+  bool sequence_parallel = false;
 };
 
 class GptModel {
@@ -144,6 +148,7 @@ class GptModel {
   std::int64_t local_blocks() const { return options_.stage.blocks(config_); }
   // The tp group's collectives, or null on one rank (the unsplit code path).
   TensorParallelOps* tp() const { return options_.tp.size > 1 ? options_.tp_ops : nullptr; }
+  bool sp() const { return tp() != nullptr && options_.sequence_parallel; }
 
   GptConfig config_;
   GptOptions options_;

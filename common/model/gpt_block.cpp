@@ -3,8 +3,10 @@
 #include "model/gpt_block.h"
 
 #include <string>
+#include <vector>
 
 #include "model/layers.h"
+#include "ops/elementwise.h"
 #include "ops/linear.h"
 
 namespace mixpar {
@@ -41,6 +43,32 @@ void row_parallel_forward(const Tensor& x, const Tensor& w, const Tensor& b, Ten
   ops::bias_add(y, b);
 }
 
+// Sequence parallel: a LayerNorm output's rows, gathered into ws.gathered [B T, C] (f-bar).
+Tensor gather_rows(const Tensor& rows, GptBlockWorkspace& ws, TensorParallelOps& tp,
+                   const char* region) {
+  tp.all_gather_rows(rows, ws.gathered, region);
+  return rows2d(ws.gathered);
+}
+
+// Sequence parallel: y_rows [N / tp, C] = this rank's rows of (sum over tp of x w) + b (g-bar:
+// reduce-scatter; the bias added once, on the rows). full [N, C] holds the partial product.
+void row_parallel_sp_forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& full,
+                             Tensor& y_rows, TensorParallelOps& tp) {
+  ops::linear_forward(x, w, nullptr, full);
+  tp.reduce_scatter_rows(full, y_rows, "block forward");
+  Tensor y2d = rows2d(y_rows);
+  ops::bias_add(y2d, b);
+}
+
+// g (+)= the tp sum of part, for the replicated parameters of a sequence-parallel region.
+void add_replicated(const Tensor& part, Tensor& g, bool accumulate) {
+  if (accumulate) {
+    ops::axpy(1.0, part, g);
+  } else {
+    g.copy_from(part);
+  }
+}
+
 }  // namespace
 
 void ensure_tensor(Tensor& t, const Shape& shape, DType dtype, MemCategory category) {
@@ -57,13 +85,14 @@ GptBlockWeights gpt_block_grads(const ParamRegistry& r, std::int64_t layer) {
 }
 
 void GptBlockActs::ensure(std::int64_t B, std::int64_t T, std::int64_t C, std::int64_t H,
-                          DType dtype, std::int64_t tp) {
+                          DType dtype, std::int64_t tp, bool sp) {
   constexpr MemCategory kAct = MemCategory::kActivations;
   const DType st = stats_dtype(dtype);
-  for (Tensor* t : {&ln1, &res2, &ln2}) ensure_tensor(*t, {B, T, C}, dtype, kAct);
+  const Shape rows = sp ? Shape{1, B * T / tp, C} : Shape{B, T, C};  // the LayerNorm regions
+  for (Tensor* t : {&ln1, &res2, &ln2}) ensure_tensor(*t, rows, dtype, kAct);
   ensure_tensor(atty, {B, T, C / tp}, dtype, kAct);
   for (Tensor* t : {&ln1_mean, &ln1_rstd, &ln2_mean, &ln2_rstd})
-    ensure_tensor(*t, {B * T}, st, kAct);
+    ensure_tensor(*t, {sp ? B * T / tp : B * T}, st, kAct);
   ensure_tensor(qkv, {B, T, 3 * C / tp}, dtype, kAct);
   ensure_tensor(att, {B, H / tp, T, T}, dtype, kAct);
   ensure_tensor(fch, {B, T, 4 * C / tp}, dtype, kAct);
@@ -73,27 +102,55 @@ void GptBlockActs::ensure(std::int64_t B, std::int64_t T, std::int64_t C, std::i
 void GptBlockActs::release() { *this = GptBlockActs{}; }
 
 std::size_t GptBlockActs::bytes(std::int64_t B, std::int64_t T, std::int64_t C, std::int64_t H,
-                                DType dtype, std::int64_t tp) {
+                                DType dtype, std::int64_t tp, bool sp) {
   // ln1, atty, res2, ln2: C each; qkv 3C; fch, fch_gelu 4C each: 15 C per token. Split by tp:
-  // atty, qkv, fch, fch_gelu (12 C) and the H attention maps.
-  const std::int64_t values = B * T * (3 * C + 12 * C / tp) + B * (H / tp) * T * T;
+  // atty, qkv, fch, fch_gelu (12 C) and the H attention maps; by sp also ln1, res2, ln2 (3 C)
+  // and the statistics.
+  const std::int64_t whole = sp ? 3 * C / tp : 3 * C, stats = sp ? 4 * B * T / tp : 4 * B * T;
+  const std::int64_t values = B * T * (whole + 12 * C / tp) + B * (H / tp) * T * T;
   return static_cast<std::size_t>(values) * dtype_size(dtype) +
-         static_cast<std::size_t>(4 * B * T) * dtype_size(stats_dtype(dtype));
+         static_cast<std::size_t>(stats) * dtype_size(stats_dtype(dtype));
 }
 
 void GptBlockWorkspace::ensure(std::int64_t B, std::int64_t T, std::int64_t C, std::int64_t H,
-                               DType dtype, std::int64_t tp) {
+                               DType dtype, std::int64_t tp, bool sp) {
   constexpr MemCategory kWs = MemCategory::kOther;
-  for (Tensor* t : {&proj, &dres, &dsmall}) ensure_tensor(*t, {B, T, C}, dtype, kWs);
+  for (Tensor* t : {&proj, &dsmall}) ensure_tensor(*t, {B, T, C}, dtype, kWs);
+  ensure_tensor(dres, sp ? Shape{1, B * T / tp, C} : Shape{B, T, C}, dtype, kWs);
   ensure_tensor(dbig, {B, T, 4 * C / tp}, dtype, kWs);
   ensure_tensor(datt, {B, H / tp, T, T}, dtype, kWs);
+  if (sp) {
+    ensure_tensor(gathered, {B, T, C}, dtype, kWs);
+    ensure_tensor(dlocal, {1, B * T / tp, C}, dtype, kWs);
+    ensure_tensor(replicated, {6 * C}, dtype, kWs);
+  }
 }
 
 void GptBlockWorkspace::release() { *this = GptBlockWorkspace{}; }
 
 void gpt_block_forward(const GptBlockWeights& w, std::int64_t n_head, const Tensor& x,
-                       GptBlockActs& a, Tensor* out, Tensor& proj, TensorParallelOps* tp) {
+                       GptBlockActs& a, Tensor* out, Tensor& proj, TensorParallelOps* tp,
+                       GptBlockWorkspace* sp) {
   const std::int64_t heads = tp == nullptr ? n_head : n_head / tp->size();  // this rank's
+  if (tp != nullptr && sp != nullptr) {  // sequence parallel: x, res2 and out are our rows
+    layers::layernorm_forward(x, w.ln1_w, w.ln1_b, a.ln1, a.ln1_mean, a.ln1_rstd);
+    Tensor qkv2d = rows2d(a.qkv), proj2d = rows2d(proj);
+    ops::linear_forward(gather_rows(a.ln1, *sp, *tp, "block forward"), w.attn_w, &w.attn_b,
+                        qkv2d);
+    layers::attention_forward(a.qkv, heads, a.atty, a.att);
+    row_parallel_sp_forward(rows2d(a.atty), w.attn_proj_w, w.attn_proj_b, proj2d, sp->dlocal,
+                            *tp);
+    layers::residual_forward(x, sp->dlocal, a.res2);
+    layers::layernorm_forward(a.res2, w.ln2_w, w.ln2_b, a.ln2, a.ln2_mean, a.ln2_rstd);
+    Tensor fch2d = rows2d(a.fch);
+    ops::linear_forward(gather_rows(a.ln2, *sp, *tp, "block forward"), w.fc_w, &w.fc_b, fch2d);
+    layers::gelu_forward(a.fch, a.fch_gelu);
+    if (out == nullptr) return;
+    row_parallel_sp_forward(rows2d(a.fch_gelu), w.fc_proj_w, w.fc_proj_b, proj2d, sp->dlocal,
+                            *tp);
+    layers::residual_forward(a.res2, sp->dlocal, *out);
+    return;
+  }
   // Attention branch: res2 = x + c_proj(attention(c_attn(ln_1(x)))). With tp, f (identity
   // forward) stands before c_attn and g after attn.c_proj.
   layers::layernorm_forward(x, w.ln1_w, w.ln1_b, a.ln1, a.ln1_mean, a.ln1_rstd);  // [B, T, C]
@@ -112,11 +169,64 @@ void gpt_block_forward(const GptBlockWeights& w, std::int64_t n_head, const Tens
   layers::residual_forward(a.res2, proj, *out);
 }
 
+namespace {
+
+// Sequence-parallel backward: on entry ws.dres [1, N / tp, C] holds d(out) of this rank's rows;
+// on return d(x) of them. g-bar's backward gathers the rows of the gradient before each
+// row-parallel layer, f-bar's reduce-scatters the partial LayerNorm-output gradients after
+// each column-parallel one, and the LayerNorm outputs are gathered again for the weight
+// gradients (kept as rows only: the region's activations are divided by tp). The replicated
+// parameters' gradients come from this rank's rows alone: one sum over tp completes them.
+void gpt_block_backward_sp(const GptBlockWeights& w, GptBlockWeights& g, std::int64_t heads,
+                           const Tensor& x, const GptBlockActs& a, GptBlockWorkspace& ws,
+                           bool acc, TensorParallelOps& tp) {
+  const std::int64_t C = x.dim(2);
+  Tensor dres = rows2d(ws.dres), dsmall = rows2d(ws.dsmall), dbig = rows2d(ws.dbig);
+  Tensor dqkv = ws.dbig.flat_slice(0, a.qkv.numel()).view(a.qkv.shape());
+  Tensor datty = ws.dsmall.flat_slice(0, a.atty.numel()).view(a.atty.shape());
+  Tensor datty2d = rows2d(datty);
+  // [ln_1 w | ln_1 b | attn.c_proj b | ln_2 w | ln_2 b | mlp.c_proj b], this rank's rows' part.
+  std::vector<Tensor> part;
+  for (std::int64_t k = 0; k < 6; ++k) part.push_back(ws.replicated.flat_slice(k * C, C));
+  // MLP branch.
+  ops::bias_grad(dres, part[5]);
+  tp.all_gather_rows(ws.dres, ws.gathered, "block backward");  // g-bar's backward
+  ops::linear_backward(rows2d(a.fch_gelu), w.fc_proj_w, rows2d(ws.gathered), &dbig, g.fc_proj_w,
+                       nullptr, acc);
+  layers::gelu_backward(a.fch, ws.dbig, ws.dbig);
+  ops::linear_backward(gather_rows(a.ln2, ws, tp, "block backward re-gather"), w.fc_w, dbig,
+                       &dsmall, g.fc_w, &g.fc_b, acc);
+  tp.reduce_scatter_rows(ws.dsmall, ws.dlocal, "block backward");  // f-bar's backward
+  layers::layernorm_backward(ws.dlocal, a.res2, w.ln2_w, a.ln2_mean, a.ln2_rstd, ws.dres,
+                             part[3], part[4]);  // dres = d(res2)
+  // Attention branch.
+  ops::bias_grad(dres, part[2]);
+  tp.all_gather_rows(ws.dres, ws.gathered, "block backward");
+  ops::linear_backward(rows2d(a.atty), w.attn_proj_w, rows2d(ws.gathered), &datty2d,
+                       g.attn_proj_w, nullptr, acc);
+  layers::attention_backward(datty, a.qkv, a.att, heads, dqkv, ws.datt);
+  Tensor dqkv2d = rows2d(dqkv);
+  ops::linear_backward(gather_rows(a.ln1, ws, tp, "block backward re-gather"), w.attn_w, dqkv2d,
+                       &dsmall, g.attn_w, &g.attn_b, acc);
+  tp.reduce_scatter_rows(ws.dsmall, ws.dlocal, "block backward");
+  layers::layernorm_backward(ws.dlocal, x, w.ln1_w, a.ln1_mean, a.ln1_rstd, ws.dres, part[0],
+                             part[1]);  // dres = d(x)
+  tp.sum_replicated_grads(ws.replicated);
+  Tensor* whole[6] = {&g.ln1_w, &g.ln1_b, &g.attn_proj_b, &g.ln2_w, &g.ln2_b, &g.fc_proj_b};
+  for (std::size_t k = 0; k < 6; ++k) add_replicated(part[k], *whole[k], acc);
+}
+
+}  // namespace
+
 void gpt_block_backward(const GptBlockWeights& w, GptBlockWeights& g, std::int64_t n_head,
                         const Tensor& x, const GptBlockActs& a, GptBlockWorkspace& ws,
-                        bool accumulate, TensorParallelOps* tp) {
+                        bool accumulate, TensorParallelOps* tp, bool sp) {
   const bool acc = accumulate;
   const std::int64_t heads = tp == nullptr ? n_head : n_head / tp->size();
+  if (tp != nullptr && sp) {
+    gpt_block_backward_sp(w, g, heads, x, a, ws, acc, *tp);
+    return;
+  }
   Tensor dres = rows2d(ws.dres), dsmall = rows2d(ws.dsmall), dbig = rows2d(ws.dbig);
   // dqkv [B, T, 3C] borrows dbig's storage: d(fch) is dead by the time dqkv is written.
   Tensor dqkv = ws.dbig.flat_slice(0, a.qkv.numel()).view(a.qkv.shape());

@@ -32,7 +32,8 @@ GptBlockWeights gpt_block_grads(const ParamRegistry& r, std::int64_t layer);
 // What a block's backward reads, in the working dtype (statistics in FP32, f64 for f64), all
 // MemCategory::kActivations. Per token: 15 C values + H T attention probabilities (+ 4 stats).
 // A tensor-parallel rank (tp > 1) holds its share of the split ones: qkv, atty, fch, fch_gelu
-// and att are divided by tp; ln1, res2, ln2 and the statistics are whole (3 C + 12 C / tp).
+// and att are divided by tp; ln1, res2, ln2 and the statistics are whole (3 C + 12 C / tp),
+// or with sequence parallelism (sp) this rank's B T / tp rows of them, [1, B T / tp, C].
 struct GptBlockActs {
   Tensor ln1, ln1_mean, ln1_rstd;  // [B, T, C], [B*T], [B*T]
   Tensor qkv;                      // [B, T, 3C]
@@ -45,12 +46,12 @@ struct GptBlockActs {
 
   // (Re)allocates unless already of this shape and dtype.
   void ensure(std::int64_t B, std::int64_t T, std::int64_t C, std::int64_t H, DType dtype,
-              std::int64_t tp = 1);
+              std::int64_t tp = 1, bool sp = false);
   void release();
   bool allocated() const { return ln1.defined(); }
   // Bytes held for (B, T, C, H) in dtype: what ensure() charges to the ledger.
   static std::size_t bytes(std::int64_t B, std::int64_t T, std::int64_t C, std::int64_t H,
-                           DType dtype, std::int64_t tp = 1);
+                           DType dtype, std::int64_t tp = 1, bool sp = false);
 };
 
 // Scratch of forward and backward, MemCategory::kOther: nothing in it outlives a call.
@@ -62,9 +63,15 @@ struct GptBlockWorkspace {
                   // of elements also serve as dqkv [B, T, 3C]
   Tensor datt;    // [B, H, T, T] gradient of the attention scores
 
-  // tp > 1: dbig and datt hold this rank's share (4 C / tp columns, H / tp heads).
+  // Sequence parallel only: the gathered rows of a LayerNorm output or of a gradient
+  // [B, T, C]; a reduce-scattered gradient of this rank's rows [1, B T / tp, C]; the partial
+  // gradients of the block's replicated parameters, summed over tp in one call [6 C].
+  Tensor gathered, dlocal, replicated;
+
+  // tp > 1: dbig and datt hold this rank's share (4 C / tp columns, H / tp heads); sp: dres
+  // holds this rank's rows [1, B T / tp, C], and the three above are allocated.
   void ensure(std::int64_t B, std::int64_t T, std::int64_t C, std::int64_t H, DType dtype,
-              std::int64_t tp = 1);
+              std::int64_t tp = 1, bool sp = false);
   void release();
 };
 
@@ -74,9 +81,11 @@ struct GptBlockWorkspace {
 // tp (tensor parallel, chapter 6): w holds this rank's shards (registry with a TensorShard),
 // n_head is the model's; the rank runs n_head / tp heads and its share of the MLP, and calls
 // tp's g after each row-parallel layer, whose bias is added once, after the reduction.
+// sp (sequence parallel, with tp): x, out and the LayerNorm activations are this rank's rows;
+// sp's gathered and dlocal are the block's scratch.
 void gpt_block_forward(const GptBlockWeights& w, std::int64_t n_head, const Tensor& x,
                        GptBlockActs& a, Tensor* out, Tensor& proj,
-                       TensorParallelOps* tp = nullptr);
+                       TensorParallelOps* tp = nullptr, GptBlockWorkspace* sp = nullptr);
 
 // Backward of the block given its input x and the activations of its forward. On entry ws.dres
 // holds d(out); on return d(x). Gradients go to g (overwritten, or added when accumulate).
@@ -84,6 +93,6 @@ void gpt_block_forward(const GptBlockWeights& w, std::int64_t n_head, const Tens
 // each LayerNorm backward.
 void gpt_block_backward(const GptBlockWeights& w, GptBlockWeights& g, std::int64_t n_head,
                         const Tensor& x, const GptBlockActs& a, GptBlockWorkspace& ws,
-                        bool accumulate, TensorParallelOps* tp = nullptr);
+                        bool accumulate, TensorParallelOps* tp = nullptr, bool sp = false);
 
 }  // namespace mixpar

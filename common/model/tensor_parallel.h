@@ -17,6 +17,17 @@
 //   head_backward   the LM head's input gradient (the head is column-parallel over the
 //                   vocabulary: its f): all-reduce SUM
 // Every call is collective over the tp group, in the same order on every rank.
+//
+// Sequence parallel (Korthikanti et al. 2022, section 4.2.2; GptOptions::sequence_parallel):
+// the LayerNorm and residual regions hold this rank's N / tp rows of the [N = B T, C]
+// activations. f becomes an all-gather of those rows before each column-parallel layer
+// (reduce-scatter of the gradient backward), g a reduce-scatter after each row-parallel layer
+// (all-gather of the gradient backward), and the gradients of the parameters those regions
+// use (LayerNorms, row-parallel biases) are partial sums over the rows, summed over tp:
+//   all_gather_rows      part [N / tp, C] of every rank -> full [N, C], rank r's rows r N / tp..
+//   reduce_scatter_rows  full [N, C] partial sums -> this rank's rows of their sum
+//   sum_replicated_grads the tp replicas' partial gradients -> their sum (all-reduce SUM)
+// region names the place for the traffic record ("block forward", "embedding", ...).
 #pragma once
 
 #include "tensor/tensor.h"
@@ -34,6 +45,9 @@ class TensorParallelOps {
   virtual void loss_max(Tensor& row_max) = 0;
   virtual void loss_sum(Tensor& per_row) = 0;
   virtual void head_backward(Tensor& input_grad) = 0;
+  virtual void all_gather_rows(const Tensor& part, Tensor& full, const char* region) = 0;
+  virtual void reduce_scatter_rows(const Tensor& full, Tensor& part, const char* region) = 0;
+  virtual void sum_replicated_grads(Tensor& grads) = 0;
   // false only to reproduce chapter 6's failure mode: padded vocabulary logits left in the
   // softmax (they must be masked to -inf).
   virtual bool mask_padded_logits() const { return true; }

@@ -149,3 +149,64 @@ TEST(TensorParallelFailure, HeadsThatDoNotDivideByTpAreRefusedBeforeAnyCompute) 
 
 }  // namespace
 }  // namespace mixpar::ch06
+
+namespace mixpar::ch06 {
+namespace {
+
+// Sequence parallelism: the LayerNorm and residual regions split along the B x T rows.
+TEST(SequenceParallelGpt, Tp2And4WithSequenceParallelEqualOneDeviceOverTenSteps) {
+  const TpRunResult one = train_tensor_parallel(base(1));
+  for (int tp : {2, 4}) {
+    TpRunConfig c = base(tp);
+    c.sequence_parallel = true;
+    const TpRunResult split = train_tensor_parallel(c);
+    expect_equal_runs(one, split, tp == 2 ? "tp 2 + SP" : "tp 4 + SP");
+    EXPECT_EQ(split.replica_drift, 0.0) << "the replicated gradients are summed over tp";
+  }
+}
+
+TEST(SequenceParallelTraffic, AllGathersAndReduceScattersMoveWhatTheAllReducesDid) {
+  TpRunConfig c = base(2);
+  const TpRunResult plain = train_tensor_parallel(c);
+  c.sequence_parallel = true;
+  const TpRunResult sp = train_tensor_parallel(c);
+  const std::int64_t btc = c.B * c.T * c.model.n_embd, L = c.model.n_layer;
+  for (const char* region : {"block forward", "block backward"}) {
+    // One all-gather and one reduce-scatter of B T C in place of each all-reduce.
+    EXPECT_EQ(sp.traffic.at(region).calls, 2 * plain.traffic.at(region).calls) << region;
+    EXPECT_EQ(sp.traffic.at(region).elements, 4 * L * btc) << region;
+    EXPECT_EQ(sp.traffic.at(region).bytes_sent, plain.traffic.at(region).bytes_sent) << region;
+  }
+  EXPECT_EQ(sp.traffic.at("embedding").bytes_sent, plain.traffic.at("embedding").bytes_sent / 2)
+      << "a reduce-scatter is half an all-reduce";
+  EXPECT_EQ(sp.traffic.at("block backward re-gather").calls, 2 * L);
+}
+
+TEST(SequenceParallelMemory, ActivationsPerLayerAreDividedByTp) {
+  // bf16, per layer (2 blocks minus 1): sbh(32 + 2as/h) / t + 16 sb / t exactly.
+  for (int tp : {2, 4}) {
+    TpRunConfig c = base(tp);
+    c.sequence_parallel = true;
+    c.steps = 1;
+    c.dtype = DType::kBF16;
+    const std::size_t two = train_tensor_parallel(c).activation_peak;
+    c.model.n_layer = 1;
+    const std::size_t one = train_tensor_parallel(c).activation_peak;
+    const double s = c.T, b = c.B, h = c.model.n_embd, a = c.model.n_head;
+    EXPECT_EQ(double(two - one), (s * b * h * 32 + 2 * a * s * s * b + 16 * s * b) / tp)
+        << "tp " << tp;
+  }
+}
+
+TEST(SequenceParallelFailure, LayerNormGradientsNotSummedMakeTheTpReplicasDriftApart) {
+  TpRunConfig c = base(2);
+  c.sequence_parallel = true;
+  c.bugs.unsummed_replicated = true;
+  const TpRunResult bad = train_tensor_parallel(c);
+  std::printf("SP without the LayerNorm gradient sum: tp replicas differ by %.2e\n",
+              bad.replica_drift);
+  EXPECT_GT(bad.replica_drift, 10 * kWeightTol);
+}
+
+}  // namespace
+}  // namespace mixpar::ch06
