@@ -1,0 +1,480 @@
+#include "ch07_pipeline/pipeline_lesson.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <mutex>
+
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
+
+#include "ch07_pipeline/bubble.h"
+#include "parallel/count_once.h"
+#include "parallel/replicas.h"
+#include "random/philox.h"
+#include "report/format.h"
+#include "report/text_table.h"
+#include "tensor/ledger.h"
+#include "util/errors.h"
+
+namespace mixpar::ch07 {
+namespace {
+
+void one_thread() {
+#if defined(_OPENMP)
+  omp_set_num_threads(1);  // GEMM blocking, hence rounding, depends on the thread count
+#endif
+}
+
+GptOptions options_for(const GptStage& st) {
+  GptOptions o;
+  o.seed = 3;
+  o.stage = st;
+  return o;
+}
+
+std::vector<float> values(const Tensor& t) {
+  const float* p = t.data_as<float>();
+  return {p, p + t.numel()};
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// 8 blocks, 16 wide, 2 heads, 8 positions, 32 tokens: every layout of the lesson (p v <= 8).
+GptConfig small_gpt() { return {8, 2, 16, 8, 32}; }
+
+// Largest |a - b| over the largest |b|: how far apart two gradients are, relative to size.
+double relative_gap(const std::vector<float>& a, const std::vector<float>& b) {
+  double worst = 0, scale = 0;
+  for (std::size_t i = 0; i < b.size(); ++i) {
+    worst = std::max(worst, std::abs(double(a[i]) - double(b[i])));
+    scale = std::max(scale, std::abs(double(b[i])));
+  }
+  return scale > 0 ? worst / scale : worst;
+}
+
+bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+}  // namespace
+
+std::vector<TokenBatch> lesson_batches(const GptConfig& c, int m, std::int64_t B, std::int64_t T,
+                                       std::uint64_t seed) {
+  Philox g(seed);
+  std::vector<TokenBatch> out;
+  for (int k = 0; k < m; ++k) {
+    TokenBatch b;
+    b.B = B;
+    b.T = T;
+    for (std::int64_t i = 0; i < B * T; ++i) {
+      b.inputs.push_back(static_cast<std::int32_t>(g.next_u32() % c.vocab_size));
+      b.targets.push_back(static_cast<std::int32_t>(g.next_u32() % c.vocab_size));
+    }
+    out.push_back(std::move(b));
+  }
+  return out;
+}
+
+OneDevice one_device(const GptConfig& c, const std::vector<TokenBatch>& batches) {
+  one_thread();
+  GptModel whole(c, options_for({}));
+  OneDevice r;
+  const float seed = 1.0f / static_cast<float>(batches.size());
+  for (std::size_t k = 0; k < batches.size(); ++k) {
+    const TokenBatch& b = batches[k];
+    r.loss_sum += whole.forward(b.inputs, b.targets, b.B, b.T);
+    whole.backward(seed, k > 0);
+  }
+  double sq = 0;
+  for (const ParamEntry& e : whole.registry().entries()) {
+    r.grads[e.name] = values(e.grad);
+    for (float v : r.grads[e.name]) sq += double(v) * double(v);
+  }
+  r.grad_norm = std::sqrt(sq);
+  return r;
+}
+
+GptPipelineRun run_gpt_pipeline(const GptConfig& c, const PipelinePlan& plan,
+                                const std::vector<TokenBatch>& batches,
+                                const GptPipelineOptions& opts) {
+  const PipelineLayout& l = plan.layout;
+  if (opts.preflight) preflight(plan);
+  GptPipelineRun out;
+  out.peak_activation_bytes.resize(std::size_t(l.pp));
+  out.pp_bytes_sent.resize(std::size_t(l.pp));
+  out.compute_s.resize(std::size_t(l.pp));
+  std::mutex mu;
+  run_local(l.pp, [&](Communicator& world) {
+    one_thread();
+    const int r = world.rank();
+    std::vector<GptModel> chunks;
+    for (int ch = 0; ch < l.virtual_stages; ++ch) {
+      chunks.emplace_back(c, options_for(gpt_stage(c, l.stage_of(r, ch), l.stages())));
+    }
+    std::vector<GptModel*> ptrs;
+    for (GptModel& g : chunks) ptrs.push_back(&g);
+    // The tied wte lives on chunk 0 of the first rank and the last chunk of the last rank.
+    std::unique_ptr<Communicator> embedding = world.split(r == 0 || r == l.pp - 1 ? 0 : -1, r);
+    GptModel& wte_holder = r == 0 ? chunks.front() : chunks.back();
+    MemoryLedger& ledger = current_ledger();
+    const std::size_t before = ledger.live(MemCategory::kActivations);
+    const float seed = opts.divide_loss_by_m ? 1.0f / float(l.micro_batches) : 1.0f;
+    double loss_sum = 0, compute_s = 0, step_s = 0;
+    std::size_t sent = 0;
+    for (int step = 0; step < opts.sgd_steps; ++step) {
+      ledger.reset_peaks();
+      world.traffic().reset();
+      GptStageWork work(ptrs, plan, r, batches, seed);
+      std::vector<TraceSpan> spans;
+      world.barrier();
+      const auto t0 = std::chrono::steady_clock::now();
+      compute_s = execute(plan.ranks[std::size_t(r)], l, world, work, spans, r);
+      step_s = seconds_since(t0);
+      sent = world.traffic().total().bytes_sent;
+      if (opts.sum_tied_embedding) sum_tied_embedding_grads(wte_holder, embedding.get());
+      loss_sum = work.loss_sum();
+      if (opts.lr > 0) {
+        for (GptModel& g : chunks) {
+          for (const ParamEntry& e : g.registry().entries()) {
+            Tensor param = e.param;  // a handle on the registry's storage
+            float* p = param.data_as<float>();
+            const float* d = e.grad.data_as<float>();
+            for (std::int64_t i = 0; i < e.param.numel(); ++i) p[i] -= opts.lr * d[i];
+          }
+        }
+      }
+    }
+    // The norm over every stage: each rank's counted squares (the last stage's wte copy is
+    // not counted), summed over the pipeline.
+    double mine = 0;
+    for (GptModel& g : chunks) {
+      std::vector<Tensor> grads;
+      for (const ParamEntry& e : g.registry().entries()) grads.push_back(e.grad);
+      mine += counted_sum_of_squares(grads, norm_counted(g.registry().entries(), {r, 0, 0, r}));
+    }
+    Tensor total = Tensor::empty({1}, DType::kF64, MemCategory::kCommBuffers);
+    total.data_as<double>()[0] = mine;
+    world.all_reduce(total);
+    std::lock_guard<std::mutex> lock(mu);
+    out.peak_activation_bytes[std::size_t(r)] = ledger.peak(MemCategory::kActivations) - before;
+    out.pp_bytes_sent[std::size_t(r)] = sent;
+    out.compute_s[std::size_t(r)] = compute_s;
+    out.step_s = std::max(out.step_s, step_s);
+    out.grad_norm = std::sqrt(total.data_as<double>()[0]);
+    if (r == 0) out.first_stage_norm = std::sqrt(mine);
+    if (r == l.pp - 1) out.loss_sum = loss_sum;
+    for (GptModel& g : chunks) {
+      for (const ParamEntry& e : g.registry().entries()) {
+        if (!e.holding.tied_copy) out.grads[e.name] = values(e.grad);
+      }
+    }
+    if (r == 0) out.wte_hash_first = weights_hash(wte_holder.param("wte.weight"));
+    if (r == l.pp - 1) out.wte_hash_last = weights_hash(wte_holder.param("wte.weight"));
+  }, opts.local);
+  return out;
+}
+
+Section schedule_section(ScheduleKind kind, const PipelineLayout& l) {
+  const PipelinePlan plan = make_plan(kind, l);
+  preflight(plan);
+  const PlayResult unit = play(plan, SendMode::kEager);
+  Section s;
+  s.title = std::string(schedule_name(kind)) + ": p " + num(l.pp) + ", m " +
+            num(l.micro_batches) + (l.virtual_stages > 1 ? ", v " + num(l.virtual_stages) : "") +
+            " (F, B, W, . idle; T_F = 1, T_B = 2, B = W = 1 split)";
+  const double measured = bubble_fraction(unit.timeline), formula = bubble_formula(kind, l);
+  const std::vector<int> peaks = peak_activations(unit.timeline);
+  std::string peak_text, want_text;
+  bool peaks_ok = true;
+  for (int r = 0; r < l.pp; ++r) {
+    const int want = expected_peak_activations(kind, l, r);
+    peak_text += (r ? " " : "") + num(peaks[std::size_t(r)]);
+    want_text += (r ? " " : "") + num(want);
+    peaks_ok = peaks_ok && peaks[std::size_t(r)] == want;
+  }
+  s.text = gantt(unit.timeline, l) +
+           fmt("  bubble_fraction %.4f, formula %s = %.4f; peak activations by rank: %s\n",
+               measured, bubble_formula_text(kind).c_str(), formula, peak_text.c_str());
+  const bool formula_applies = kind != ScheduleKind::kZbH1 || l.micro_batches >= l.pp;
+  if (formula_applies) {
+    s.claims.push_back({fmt("%s p%d m%d: bubble = %s", std::string(schedule_name(kind)).c_str(),
+                            l.pp, l.micro_batches, bubble_formula_text(kind).c_str()),
+                        fmt("%.4f", formula), fmt("%.4f", measured),
+                        std::abs(measured - formula) < 1e-12});
+  }
+  s.claims.push_back({fmt("%s p%d m%d: peak activations by rank as the paper states",
+                          std::string(schedule_name(kind)).c_str(), l.pp, l.micro_batches),
+                      want_text, peak_text, peaks_ok});
+  return s;
+}
+
+Section schedules_side_by_side(int p, int m) {
+  Section s;
+  s.title = fmt("The four schedules side by side: p %d, m %d (v 2 for interleaved)", p, m);
+  TextTable t({"schedule", "warm-up F (rank 0..p-1)", "bubble", "formula", "peak act. by rank",
+               "runs with rendezvous sends"});
+  for (ScheduleKind k : {ScheduleKind::kAfab, ScheduleKind::kOneFOneB, ScheduleKind::kInterleaved,
+                         ScheduleKind::kZbH1}) {
+    const PipelineLayout l{p, m, k == ScheduleKind::kInterleaved ? 2 : 1};
+    if (k == ScheduleKind::kInterleaved && m % p != 0) continue;
+    const PipelinePlan plan = make_plan(k, l);
+    const PlayResult unit = play(plan, SendMode::kEager);
+    std::string warm, peaks;
+    for (int r = 0; r < p; ++r) {
+      warm += (r ? " " : "") + num(warmup_forwards(k, l, r));
+      peaks += (r ? " " : "") + num(peak_activations(unit.timeline)[std::size_t(r)]);
+    }
+    t.add({std::string(schedule_name(k)), warm, fmt("%.4f", bubble_fraction(unit.timeline)),
+           fmt("%.4f", bubble_formula(k, l)), peaks,
+           survives_rendezvous_sends(plan) ? "yes" : "no (needs buffered sends)"});
+  }
+  s.text = t.str();
+  const PipelineLayout l{p, m, 1};
+  const double zb = bubble_fraction(play(make_plan(ScheduleKind::kZbH1, l), SendMode::kEager).timeline);
+  const double ofob =
+      bubble_fraction(play(make_plan(ScheduleKind::kOneFOneB, l), SendMode::kEager).timeline);
+  if (m >= p) {  // the claim is for a pipeline that fills
+    s.claims.push_back({"ZB-H1's bubble is below half of 1F1B's", fmt("< %.4f", ofob / 2),
+                        fmt("%.4f", zb), zb < ofob / 2});
+  }
+  return s;
+}
+
+Section bubble_sweep(int p) {
+  Section s;
+  s.title = fmt("Bubble against m at p %d: the unit-cost timeline beside the formulas", p);
+  TextTable t({"m", "afab", "1f1b", "(p-1)/(m+p-1)", "interleaved v2", "(p-1)/(2m+p-1)", "zb-h1",
+               "(p-1)/(3m+p-1)"});
+  bool ok = true;
+  for (int m : {1, 2, 4, 8, 16, 32}) {
+    auto measured = [&](ScheduleKind k, int v) {
+      const PipelineLayout l{p, m, v};
+      const double b = bubble_fraction(play(make_plan(k, l), SendMode::kEager).timeline);
+      const bool applies = k != ScheduleKind::kZbH1 || m >= p;
+      ok = ok && (!applies || std::abs(b - bubble_formula(k, l)) < 1e-12);
+      return fmt("%.4f", b);
+    };
+    const std::string inter = m % p == 0 ? measured(ScheduleKind::kInterleaved, 2) : "-";
+    t.add({num(m), measured(ScheduleKind::kAfab, 1), measured(ScheduleKind::kOneFOneB, 1),
+           fmt("%.4f", bubble_formula(ScheduleKind::kOneFOneB, {p, m, 1})), inter,
+           fmt("%.4f", bubble_formula(ScheduleKind::kInterleaved, {p, m, 2})),
+           measured(ScheduleKind::kZbH1, 1),
+           fmt("%.4f", bubble_formula(ScheduleKind::kZbH1, {p, m, 1}))});
+  }
+  s.text = t.str() + "  (zb-h1's formula holds once the pipeline fills, m >= p)\n";
+  s.claims.push_back(yes_claim(fmt("p %d: every timeline's bubble equals its formula", p), ok));
+  return s;
+}
+
+Section gpt_runs_equal_one_device() {
+  Section s;
+  const GptConfig c = small_gpt();
+  s.title = "GPT-2 stages (8 blocks, 16 wide) on the runtime, local threads, against one device";
+  TextTable t({"schedule", "p", "m", "v", "loss", "bitwise params", "wte gap / max|g|",
+               "norm over all stages / one device", "rank 0's norm alone"});
+  bool loss_ok = true, bits_ok = true, norm_ok = true, partial_low = true;
+  double worst_wte = 0;
+  for (ScheduleKind k : {ScheduleKind::kAfab, ScheduleKind::kOneFOneB, ScheduleKind::kInterleaved}) {
+    for (int p : {2, 4}) {
+      const int m = 4, v = k == ScheduleKind::kInterleaved ? 2 : 1;
+      const auto bs = lesson_batches(c, m);
+      const OneDevice ref = one_device(c, bs);
+      const GptPipelineRun run = run_gpt_pipeline(c, make_plan(k, {p, m, v}), bs);
+      int bitwise = 0, total = 0;
+      for (const auto& [name, g] : ref.grads) {
+        if (name == "wte.weight") continue;
+        ++total;
+        bitwise += bitwise_equal(run.grads.at(name), g) ? 1 : 0;
+      }
+      const double gap = relative_gap(run.grads.at("wte.weight"), ref.grads.at("wte.weight"));
+      loss_ok = loss_ok && run.loss_sum == ref.loss_sum;
+      bits_ok = bits_ok && bitwise == total;
+      worst_wte = std::max(worst_wte, gap);
+      norm_ok = norm_ok && std::abs(run.grad_norm / ref.grad_norm - 1) <= 1e-6;
+      partial_low = partial_low && run.first_stage_norm < 0.999 * ref.grad_norm;
+      t.add({std::string(schedule_name(k)), num(p), num(m), num(v),
+             run.loss_sum == ref.loss_sum ? "bitwise" : "differs", fmt("%d / %d", bitwise, total),
+             fmt("%.1e", gap), fmt("%.9f", run.grad_norm / ref.grad_norm),
+             fmt("%.3f x", run.first_stage_norm / ref.grad_norm)});
+    }
+  }
+  s.text = t.str() +
+           "  Every stage accumulates its micro-batches in one device's order: every gradient\n"
+           "  but wte bit for bit. wte's two halves (embedding on the first stage, head on the\n"
+           "  last) are summed once per step, not in place per micro-batch: rounding apart.\n";
+  s.claims.push_back(yes_claim("the pipeline's loss equals one device's, bit for bit", loss_ok));
+  s.claims.push_back(yes_claim("every gradient but the tied wte equals one device's bit for bit", bits_ok));
+  s.claims.push_back(tolerance_claim("tied wte gradient (first + last stage) vs one device, "
+                                     "largest gap / largest |g|", worst_wte, 1e-6));
+  s.claims.push_back(yes_claim("the norm over every stage is one device's (to 1e-6)", norm_ok));
+  s.claims.push_back(yes_claim("a norm of the first stage alone is too small", partial_low));
+  return s;
+}
+
+Section measured_bubble(int p, int m) {
+  Section s;
+  // Wider blocks, so compute outweighs the hand-offs between threads.
+  const GptConfig c{4, 4, 128, 64, 256};
+  s.title = fmt("The bubble of real runs: p %d, m %d, GPT-2 4 x 128 wide, B x T = 4 x 64, "
+                "threads of this process", p, m);
+  TextTable t({"schedule", "step (ms)", "compute by rank (ms)", "measured bubble",
+               "unit-cost bubble", "formula"});
+  const auto bs = lesson_batches(c, m, 4, 64);
+  for (ScheduleKind k : {ScheduleKind::kAfab, ScheduleKind::kOneFOneB}) {
+    const PipelinePlan plan = make_plan(k, {p, m, 1});
+    GptPipelineOptions o;
+    o.sgd_steps = 2;  // the first step allocates
+    const GptPipelineRun run = run_gpt_pipeline(c, plan, bs, o);
+    double busy = 0;
+    std::string by_rank;
+    for (int r = 0; r < p; ++r) {
+      busy += run.compute_s[std::size_t(r)];
+      by_rank += (r ? " " : "") + fmt("%.1f", run.compute_s[std::size_t(r)] * 1e3);
+    }
+    const double measured = 1 - busy / (double(p) * run.step_s);
+    t.add({std::string(schedule_name(k)), fmt("%.1f", run.step_s * 1e3), by_rank,
+           fmt("%.3f", measured),
+           fmt("%.3f", bubble_fraction(play(plan, SendMode::kEager).timeline)),
+           fmt("%.3f", bubble_formula(k, plan.layout))});
+  }
+  s.text = t.str() +
+           "  measured = 1 - (compute over the ranks) / (p x step): the last stage's head and\n"
+           "  loss make its forward and backward longer than the others', a hand-off between\n"
+           "  threads is not free, and other processes take cores: wall-clock figures, shown,\n"
+           "  not checked (the README records them with the machine's load).\n";
+  return s;
+}
+
+PipelinePlan receive_before_send(PipelinePlan plan) {
+  for (RankProgram& prog : plan.ranks) {
+    RankProgram out;
+    for (const Action& a : prog) {
+      if (a.work == Work::kTransfer && a.transfers.size() == 2) {
+        for (const Transfer& t : {a.transfers[1], a.transfers[0]}) {
+          out.push_back(Action{Work::kTransfer, -1, 0, {t}});
+        }
+      } else {
+        out.push_back(a);
+      }
+    }
+    prog = std::move(out);
+  }
+  return plan;
+}
+
+std::vector<std::string> bug_names() {
+  return {"deadlock", "loss-not-divided", "tied-not-summed", "few-micro-batches",
+          "too-many-stages"};
+}
+
+Section bug_section(const std::string& name) {
+  Section s;
+  const GptConfig c = small_gpt();
+  if (name == "deadlock") {
+    s.title = "--bug deadlock: 1F1B with every send-and-receive split, receive first";
+    const PipelinePlan bad = receive_before_send(make_plan(ScheduleKind::kOneFOneB, {2, 4, 1}));
+    std::string refused;
+    try {
+      preflight(bad);
+    } catch (const ScheduleRefused& e) {
+      refused = e.what();
+    }
+    std::string report;
+    GptPipelineOptions o;
+    o.preflight = false;
+    try {
+      run_gpt_pipeline(c, bad, lesson_batches(c, 4), o);
+    } catch (const CommError& e) {
+      report = e.what();
+    }
+    s.text = "  pre-flight (before any compute):\n    " + refused +
+             "\n  the same lists run unchecked, as the communicator reports them:\n    " +
+             report.substr(0, report.find('\n', 400)) + "\n";
+    s.claims.push_back(yes_claim("the pre-flight check refuses it, naming ranks 0 and 1",
+                                 refused.find("rank 0") != std::string::npos &&
+                                     refused.find("rank 1") != std::string::npos));
+    s.claims.push_back(yes_claim("run unchecked, the communicator reports a deadlock",
+                                 report.find("deadlock") != std::string::npos));
+  } else if (name == "loss-not-divided") {
+    s.title = "--bug loss-not-divided: the last stage seeds each backward with 1, not 1/m";
+    TextTable t({"m", "norm (correct)", "norm (bug)", "ratio", "clip 1.5 x correct fires"});
+    bool ok = true;
+    for (int m : {2, 4, 8}) {
+      const auto bs = lesson_batches(c, m);
+      const PipelinePlan plan = make_plan(ScheduleKind::kOneFOneB, {2, m, 1});
+      GptPipelineOptions bug;
+      bug.divide_loss_by_m = false;
+      const double good = run_gpt_pipeline(c, plan, bs).grad_norm;
+      const double bad = run_gpt_pipeline(c, plan, bs, bug).grad_norm;
+      const double clip = 1.5 * good;
+      ok = ok && std::abs(bad / good - m) < 1e-4 * m && bad > clip;
+      t.add({num(m), fmt("%.5f", good), fmt("%.5f", bad), fmt("%.4f", bad / good),
+             bad > clip ? "yes (every step)" : "no"});
+    }
+    s.text = t.str();
+    s.claims.push_back(yes_claim("without the division the gradients are m times too large "
+                                 "and clipping fires", ok));
+  } else if (name == "tied-not-summed") {
+    s.title = "--bug tied-not-summed: the two wte copies step on their own halves of the gradient";
+    GptPipelineOptions good, bug;
+    good.sgd_steps = bug.sgd_steps = 3;
+    good.lr = bug.lr = 0.1f;
+    bug.sum_tied_embedding = false;
+    const auto bs = lesson_batches(c, 4);
+    const PipelinePlan plan = make_plan(ScheduleKind::kOneFOneB, {4, 4, 1});
+    const GptPipelineRun a = run_gpt_pipeline(c, plan, bs, good);
+    const GptPipelineRun b = run_gpt_pipeline(c, plan, bs, bug);
+    TextTable t({"run", "wte hash, first stage", "wte hash, last stage", "equal"});
+    t.add({"summed over the embedding group", fmt("%016llx", (unsigned long long)a.wte_hash_first),
+           fmt("%016llx", (unsigned long long)a.wte_hash_last),
+           a.wte_hash_first == a.wte_hash_last ? "yes" : "no"});
+    t.add({"not summed (bug)", fmt("%016llx", (unsigned long long)b.wte_hash_first),
+           fmt("%016llx", (unsigned long long)b.wte_hash_last),
+           b.wte_hash_first == b.wte_hash_last ? "yes" : "no"});
+    s.text = t.str() + "  (3 SGD steps, lr 0.1, p 4, m 4)\n";
+    s.claims.push_back(yes_claim("summed: the copies stay bit-identical", a.wte_hash_first == a.wte_hash_last));
+    s.claims.push_back(yes_claim("not summed: the hash shows the copies drifted",
+                                 b.wte_hash_first != b.wte_hash_last));
+  } else if (name == "few-micro-batches") {
+    s.title = "--bug few-micro-batches: m = 2 < p = 4 runs, and the pre-flight summary says the cost";
+    const PipelinePlan plan = make_plan(ScheduleKind::kOneFOneB, {4, 2, 1});
+    const auto bs = lesson_batches(c, 2);
+    const GptPipelineRun run = run_gpt_pipeline(c, plan, bs);
+    const OneDevice ref = one_device(c, bs);
+    const std::string summary = preflight_summary(plan);
+    s.text = "  " + summary + "\n";
+    s.claims.push_back(yes_claim("it runs, with one device's loss", run.loss_sum == ref.loss_sum));
+    s.claims.push_back(yes_claim("the summary states the bubble (60%)",
+                                 summary.find("60%") != std::string::npos));
+  } else if (name == "too-many-stages") {
+    s.title = "--bug too-many-stages: more stages than blocks, or chunks without a block each";
+    auto error_of = [&](int p, int v) {
+      try {
+        for (int st = 0; st < p * v; ++st) gpt_stage(c, st, p * v);
+      } catch (const InputError& e) {
+        return std::string(e.what());
+      }
+      return std::string("accepted");
+    };
+    const std::string many = error_of(16, 1), chunks = error_of(4, 4);
+    s.text = "  p 16 on 8 blocks:        " + many + "\n  p 4 x v 4 on 8 blocks:   " + chunks +
+             "\n  (uneven splits run: 8 blocks on p 3 give " + num(gpt_stage(c, 0, 3).blocks(c)) +
+             " " + num(gpt_stage(c, 1, 3).blocks(c)) + " " + num(gpt_stage(c, 2, 3).blocks(c)) +
+             " blocks, the first stages one more)\n";
+    s.claims.push_back(yes_claim("16 stages of 8 blocks: an input error naming both",
+                                 many.find("16 stages for 8 blocks") != std::string::npos));
+    s.claims.push_back(yes_claim("4 x 4 chunks of 8 blocks: an input error naming both",
+                                 chunks.find("16 stages for 8 blocks") != std::string::npos));
+  } else {
+    throw InputError("--bug: '" + name + "' is not one of all|none|deadlock|loss-not-divided|"
+                     "tied-not-summed|few-micro-batches|too-many-stages");
+  }
+  return s;
+}
+
+}  // namespace mixpar::ch07

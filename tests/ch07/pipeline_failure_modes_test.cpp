@@ -1,0 +1,71 @@
+// The failure modes of chapter 7, each as the demo's --bug shows it: what goes wrong, and what
+// catches it.
+#include <gtest/gtest.h>
+
+#include "ch07_pipeline/pipeline_lesson.h"
+#include "util/errors.h"
+
+namespace mixpar::ch07 {
+namespace {
+
+void expect_claims_hold(const Section& s) {
+  ASSERT_FALSE(s.claims.empty()) << s.title;
+  for (const Claim& k : s.claims) {
+    EXPECT_TRUE(k.ok) << s.title << ": " << k.claim << " (expected " << k.expected
+                      << ", measured " << k.measured << ")\n" << s.text;
+  }
+}
+
+TEST(PipelineFailure, ReceiveBeforeSendIsRefusedBeforeComputeNamingBothRanks) {
+  const PipelinePlan bad = receive_before_send(make_plan(ScheduleKind::kOneFOneB, {2, 4, 1}));
+  try {
+    preflight(bad);
+    FAIL() << "a deadlocking plan passed the pre-flight check";
+  } catch (const ScheduleRefused& e) {
+    EXPECT_EQ(e.problem.rank_a + e.problem.rank_b, 1) << e.what();  // ranks 0 and 1
+    EXPECT_NE(std::string(e.what()).find("deadlock"), std::string::npos) << e.what();
+    EXPECT_NE(e.problem.action_a.find("recv"), std::string::npos) << e.what();
+  }
+  // The check is an input error: train_gpt exits 2 before any compute.
+  EXPECT_THROW(preflight(bad), InputError);
+}
+
+TEST(PipelineFailure, UncheckedTheDeadlockIsTheCommunicatorsReport) {
+  expect_claims_hold(bug_section("deadlock"));
+}
+
+TEST(PipelineFailure, LossNotDividedByMMakesGradientsMTimesTooLargeAndClippingFires) {
+  expect_claims_hold(bug_section("loss-not-divided"));
+}
+
+TEST(PipelineFailure, TiedEmbeddingNotSummedDriftsAndTheHashShowsIt) {
+  expect_claims_hold(bug_section("tied-not-summed"));
+}
+
+TEST(PipelineFailure, FewerMicroBatchesThanStagesRunsWithTheBubbleStated) {
+  expect_claims_hold(bug_section("few-micro-batches"));
+}
+
+TEST(PipelineFailure, MoreStagesThanBlocksIsAnInputErrorNamingTheNumbers) {
+  expect_claims_hold(bug_section("too-many-stages"));
+}
+
+TEST(PipelineFailure, AMismatchedMessageIsRefusedNamingSenderAndReceiver) {
+  PipelinePlan plan = make_plan(ScheduleKind::kAfab, {2, 2, 1});
+  // Rank 1 receives micro-batch 1's activation where micro-batch 0's arrives.
+  for (Action& a : plan.ranks[1]) {
+    if (a.work == Work::kTransfer && !a.transfers[0].send) {
+      a.transfers[0].micro_batch = 1;
+      break;
+    }
+  }
+  try {
+    preflight(plan);
+    FAIL() << "a mismatched receive passed";
+  } catch (const ScheduleRefused& e) {
+    EXPECT_NE(std::string(e.what()).find("mismatch: rank 0 sends"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace mixpar::ch07
