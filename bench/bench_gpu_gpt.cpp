@@ -70,6 +70,11 @@ struct RunResult {
 
 RunResult run_model(GpuAttention attention, bool fuse, std::int64_t B, std::int64_t T,
                     int warmup, int steps, bool profile) {
+  // Each run's peak is its own: the previous run's cached blocks go back to the driver and
+  // the high-water mark restarts (otherwise the second run reports the larger of the two).
+  MIXPAR_CUDA_CHECK(cudaDeviceSynchronize());
+  device_allocator().empty_cache();
+  device_allocator().reset_peak();
   const GptConfig config = GptConfig::gpt2_small();
   GpuGptOptions options;
   options.dtype = DType::kBF16;
@@ -124,8 +129,13 @@ RunResult run_model(GpuAttention attention, bool fuse, std::int64_t B, std::int6
     }
   }
   const AllocatorStats a = device_allocator().stats();
-  std::printf("  device memory: %.2f GiB reserved at peak\n",
+  std::printf("  device memory: %.2f GiB reserved at peak (this run)\n",
               double(a.peak_reserved) / double(std::size_t{1} << 30));
+  // Whether the epilogues ran: a declined one silently costs the unfused kernels' time.
+  const EpilogueStats::Counts e = model.blas().epilogue_stats();
+  std::printf("  cuBLASLt epilogues: %lld fused calls, %lld declined%s%s\n",
+              static_cast<long long>(e.total_fused()), static_cast<long long>(e.total_declined()),
+              e.first_decline.empty() ? "" : "; first: ", e.first_decline.c_str());
   return r;
 }
 

@@ -84,11 +84,13 @@ struct NcclCommunicator::Impl {
   int rank = 0;
   double timeout = 300.0;
   void* scratch = nullptr;  // one float: barrier()'s all-reduce
+  cudaEvent_t produced = nullptr;  // the default stream's work so far (order_after_producers)
 
   ~Impl() {
     // Teardown cannot report: failures here leave nothing worse than a leaked handle.
     if (comm) (void)ncclCommDestroy(comm);
     if (scratch) (void)cudaFree(scratch);
+    if (produced) (void)cudaEventDestroy(produced);
     if (stream) (void)cudaStreamDestroy(stream);
   }
 
@@ -98,7 +100,19 @@ struct NcclCommunicator::Impl {
     timeout = timeout_s;
     MIXPAR_COMM_CUDA(cudaSetDevice(device));
     MIXPAR_COMM_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    MIXPAR_COMM_CUDA(cudaEventCreateWithFlags(&produced, cudaEventDisableTiming));
     MIXPAR_COMM_CUDA(cudaMalloc(&scratch, sizeof(float)));
+  }
+
+  // The stream is non-blocking (NCCL's advice: it must not serialise with unrelated work), so
+  // it does not wait for the legacy default stream by itself, on which common/tensor's copies
+  // and kernels run and which every blocking stream (the engine's) is ordered with. Before a
+  // call reads or writes a tensor, the stream waits for an event recorded there: the tensor's
+  // producers are done first (on the device; the host does not block). After the call wait()
+  // drains the stream, so consumers and the caching allocator's reuse are ordered too.
+  void order_after_producers() {
+    MIXPAR_COMM_CUDA(cudaEventRecord(produced, cudaStreamLegacy));
+    MIXPAR_COMM_CUDA(cudaStreamWaitEvent(stream, produced, 0));
   }
 
   // Blocks until the stream's work is done; NCCL errors and the deadline abort the comm.
@@ -213,6 +227,7 @@ void NcclCommunicator::send(const Tensor& t, int dst, int tag) {
   (void)tag;  // NCCL matches messages by order between a pair, not by tag
   require_device(t, "send");
   MIXPAR_COMM_CUDA(cudaSetDevice(impl_->device));
+  impl_->order_after_producers();
   MIXPAR_COMM_NCCL(ncclSend(t.data(), t.nbytes(), ncclUint8, dst, impl_->comm, impl_->stream));
   impl_->wait("send(to " + std::to_string(dst) + ")");
   traffic_.record("send", t.nbytes(), 0);
@@ -222,6 +237,7 @@ void NcclCommunicator::recv(Tensor& t, int src, int tag) {
   (void)tag;
   require_device(t, "recv");
   MIXPAR_COMM_CUDA(cudaSetDevice(impl_->device));
+  impl_->order_after_producers();
   MIXPAR_COMM_NCCL(ncclRecv(t.data(), t.nbytes(), ncclUint8, src, impl_->comm, impl_->stream));
   impl_->wait("recv(from " + std::to_string(src) + ")");
   traffic_.record("recv", 0, t.nbytes());
@@ -232,6 +248,7 @@ void NcclCommunicator::sendrecv(const Tensor& send_t, int dst, Tensor& recv_t, i
   require_device(send_t, "sendrecv");
   require_device(recv_t, "sendrecv");
   MIXPAR_COMM_CUDA(cudaSetDevice(impl_->device));
+  impl_->order_after_producers();
   MIXPAR_COMM_NCCL(ncclGroupStart());
   MIXPAR_COMM_NCCL(
       ncclSend(send_t.data(), send_t.nbytes(), ncclUint8, dst, impl_->comm, impl_->stream));
@@ -246,6 +263,7 @@ void NcclCommunicator::sendrecv(const Tensor& send_t, int dst, Tensor& recv_t, i
 
 void NcclCommunicator::barrier() {
   MIXPAR_COMM_CUDA(cudaSetDevice(impl_->device));
+  impl_->order_after_producers();
   MIXPAR_COMM_NCCL(ncclAllReduce(impl_->scratch, impl_->scratch, 1, ncclFloat32, ncclSum,
                                  impl_->comm, impl_->stream));
   impl_->wait("barrier()");
@@ -255,6 +273,7 @@ void NcclCommunicator::barrier() {
 void NcclCommunicator::broadcast(Tensor& t, int root) {
   require_device(t, "broadcast");
   MIXPAR_COMM_CUDA(cudaSetDevice(impl_->device));
+  impl_->order_after_producers();
   MIXPAR_COMM_NCCL(ncclBroadcast(t.data(), t.data(), t.nbytes(), ncclUint8, root, impl_->comm,
                                  impl_->stream));
   impl_->wait("broadcast(root " + std::to_string(root) + ")");
@@ -266,6 +285,7 @@ void NcclCommunicator::broadcast(Tensor& t, int root) {
 void NcclCommunicator::all_reduce(Tensor& t, ReduceOp op) {
   require_device(t, "all_reduce");
   MIXPAR_COMM_CUDA(cudaSetDevice(impl_->device));
+  impl_->order_after_producers();
   MIXPAR_COMM_NCCL(ncclAllReduce(t.data(), t.data(), static_cast<std::size_t>(t.numel()),
                                  nccl_type(t.dtype()), nccl_op(op), impl_->comm, impl_->stream));
   impl_->wait("all_reduce(" + std::to_string(t.numel()) + " x " +
@@ -283,6 +303,7 @@ void NcclCommunicator::reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op
                                 " ranks (same dtype)");
   }
   MIXPAR_COMM_CUDA(cudaSetDevice(impl_->device));
+  impl_->order_after_producers();
   MIXPAR_COMM_NCCL(ncclReduceScatter(in.data(), out.data(), static_cast<std::size_t>(out.numel()),
                                      nccl_type(out.dtype()), nccl_op(op), impl_->comm,
                                      impl_->stream));
@@ -300,6 +321,7 @@ void NcclCommunicator::all_gather(const Tensor& in, Tensor& out) {
                                 " ranks (same dtype)");
   }
   MIXPAR_COMM_CUDA(cudaSetDevice(impl_->device));
+  impl_->order_after_producers();
   MIXPAR_COMM_NCCL(ncclAllGather(in.data(), out.data(), in.nbytes(), ncclUint8, impl_->comm,
                                  impl_->stream));
   impl_->wait("all_gather(" + std::to_string(in.numel()) + ")");

@@ -21,8 +21,14 @@ void attention_forward(Blas& blas, const DeviceTensor& qkv, std::int64_t n_head,
 void attention_backward(Blas& blas, const DeviceTensor& dout, const DeviceTensor& qkv,
                         const DeviceTensor& att, std::int64_t n_head, DeviceTensor& dqkv);
 
-// The fused kernels are compiled for GPT-2's head size, 64 (every GPT-2 model has it).
+// The fused kernels are compiled for head sizes 64 (every GPT-2 model) and 128.
 bool flash_attention_supported(std::int64_t head_dim);
+// Dynamic shared memory per block of the fused kernels at a supported head size, in bytes:
+// above 48 KiB a kernel needs the opt-in (and a device that offers it, 227 KiB on Hopper).
+struct FlashSmem {
+  std::size_t forward = 0, dkdv = 0, dq = 0;
+};
+FlashSmem flash_attention_smem(std::int64_t head_dim);
 // out [B, T, C] in qkv's dtype; lse [B, H, T] f32: each row's log-sum-exp of the scaled scores,
 // all backward needs besides qkv and out.
 void flash_attention_forward(const DeviceTensor& qkv, std::int64_t n_head, DeviceTensor& out,

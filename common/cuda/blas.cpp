@@ -4,6 +4,7 @@
 #include "cuda/blas.h"
 
 #include <climits>
+#include <cstdio>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -123,9 +124,15 @@ std::string cache_key(const GemmCall& c, const ColumnMajorGemm& g) {
   return k;
 }
 
-// Statuses with which cuBLASLt says "not this combination": the caller falls back.
-bool unsupported(cublasStatus_t s) {
-  return s == CUBLAS_STATUS_NOT_SUPPORTED || s == CUBLAS_STATUS_INVALID_VALUE;
+// The status with which cuBLASLt says "not this combination": the caller falls back. Any
+// other failure (INVALID_VALUE: null or conflicting arguments) is a bug and throws.
+bool unsupported(cublasStatus_t s) { return s == CUBLAS_STATUS_NOT_SUPPORTED; }
+
+std::string describe(const GemmCall& c, const ColumnMajorGemm& g) {
+  return "m " + std::to_string(g.m) + ", n " + std::to_string(g.n) + ", k " +
+         std::to_string(g.k) + ", " + std::string(dtype_name(c.in_type)) + " -> " +
+         std::string(dtype_name(c.out_type)) + ", alignment " +
+         std::to_string(common_alignment(c)) + " B";
 }
 
 }  // namespace
@@ -135,8 +142,15 @@ Blas::Blas(cudaStream_t stream) : stream_(stream) {
   MIXPAR_CUBLASLT_CHECK(cublasLtCreate(&lt_));
   workspace_ = DeviceTensor::empty({static_cast<std::int64_t>(kWorkspaceBytes)}, DType::kE4M3,
                                    MemCategory::kOther);  // 1-byte elements: raw bytes
-  MIXPAR_CUBLAS_CHECK(cublasSetWorkspace(handle_, workspace_.data(), kWorkspaceBytes));
+  bind_stream_and_workspace();
+}
+
+// cublasSetStream resets the handle's workspace to cuBLAS's own pool (cuBLAS documentation,
+// cublasSetStream), so the stream goes first and our workspace after it, every time: otherwise
+// cuBLAS allocates behind the caching allocator and the ledger.
+void Blas::bind_stream_and_workspace() {
   MIXPAR_CUBLAS_CHECK(cublasSetStream(handle_, stream_));
+  MIXPAR_CUBLAS_CHECK(cublasSetWorkspace(handle_, workspace_.data(), kWorkspaceBytes));
 }
 
 Blas::~Blas() {
@@ -146,7 +160,7 @@ Blas::~Blas() {
 
 void Blas::set_stream(cudaStream_t stream) {
   stream_ = stream;
-  MIXPAR_CUBLAS_CHECK(cublasSetStream(handle_, stream_));
+  bind_stream_and_workspace();
 }
 
 void Blas::gemm(const GemmCall& c) {
@@ -196,19 +210,38 @@ bool Blas::gemm_lt(const GemmCall& c) {
                                                             &returned);
     if (!unsupported(s)) MIXPAR_CUBLASLT_CHECK(s);
     cached.found = s == CUBLAS_STATUS_SUCCESS && returned > 0;
-    if (cached.found) cached.algo = result.algo;
+    if (cached.found) {
+      cached.algo = result.algo;
+    } else {
+      cached.why = "the heuristic returned " +
+                   std::string(s == CUBLAS_STATUS_SUCCESS ? "no algorithm (CUBLAS_STATUS_SUCCESS)"
+                                                          : cublasGetStatusName(s));
+    }
   }
-  if (!cached.found) return false;
+  if (!cached.found) return decline(c, g, cached.why);
   const cublasStatus_t s =
       cublasLtMatmul(lt_, raw, &c.alpha, c.b, la.get(), c.a, lb.get(), &c.beta, c.out, lc.get(),
                      c.out, lc.get(), &cached.algo, workspace_.data(), kWorkspaceBytes, stream_);
   if (unsupported(s)) {
-    // Rejected before anything ran; the unfused path reports any real argument error.
-    cached.found = false;  // and this key is not tried again
-    return false;
+    // Rejected before anything ran: this key is not tried again.
+    cached.found = false;
+    cached.why = std::string("cublasLtMatmul returned ") + cublasGetStatusName(s);
+    return decline(c, g, cached.why);
   }
   MIXPAR_CUBLASLT_CHECK(s);
+  epilogue_stats_.on_fused(c.epilogue);
   return true;
+}
+
+bool Blas::decline(const GemmCall& c, const ColumnMajorGemm& g, const std::string& why) {
+  const std::string what = describe(c, g) + ": " + why;
+  if (epilogue_stats_.on_declined(c.epilogue, what)) {
+    std::fprintf(stderr,
+                 "mixpar cuda: cuBLASLt declined the %s epilogue (%s); the unfused path runs "
+                 "instead (further declines are counted, not printed)\n",
+                 epilogue_name(c.epilogue), what.c_str());
+  }
+  return false;
 }
 
 void matmul(Blas& blas, const DeviceTensor& a, const DeviceTensor& b, DeviceTensor& out,

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "cuda/device_tensor.h"
+#include "cuda/epilogue_stats.h"
 #include "cuda/gemm_args.h"
 
 namespace mixpar::cuda {
@@ -20,16 +21,6 @@ namespace mixpar::cuda {
 enum class MathMode : std::uint8_t {
   kFp32,  // f32 operands multiplied in full FP32 (16-bit operands: tensor cores, FP32 sums)
   kTf32,  // f32 operands rounded to TF32 (10-bit mantissa) on the tensor cores, FP32 sums
-};
-
-// Epilogues in row-major terms (out [M, N] = op(a) op(b)):
-enum class Epilogue : std::uint8_t {
-  kNone,
-  kBias,          // out = acc + bias[col]                          (CUBLASLT_EPILOGUE_BIAS)
-  kGeluAuxBias,   // aux = acc + bias[col]; out = gelu(aux)         (GELU_AUX_BIAS)
-  kDGeluBGrad,    // out = acc * gelu'(aux); bias_grad = sum over rows of out (DGELU_BGRAD)
-  kBiasGradOfB,   // bias_grad [N] = sum over K of op(b): for dW = x^T dy it is db = colsum(dy).
-                  // cuBLASLt's BGRADA: the row-major b is the library's first operand.
 };
 
 struct GemmCall {
@@ -75,30 +66,40 @@ class Blas {
   Blas& operator=(const Blas&) = delete;
 
   cudaStream_t stream() const { return stream_; }
+  // Binds the handles to `stream` and sets the workspace again (cublasSetStream drops it).
   void set_stream(cudaStream_t stream);
 
   // cublasGemmStridedBatchedEx; the epilogue must be kNone. Throws CudaError on failure.
   void gemm(const GemmCall& call);
   // cublasLtMatmul with call.epilogue (batch must be 1). Returns false, having run nothing,
-  // when cuBLASLt offers no algorithm for this combination (dtype, epilogue, alignment);
-  // the caller then runs the unfused sequence. Other failures throw.
+  // when cuBLASLt offers no algorithm for this combination (CUBLAS_STATUS_NOT_SUPPORTED, or
+  // no heuristic result: dtype, epilogue, alignment); the caller then runs the unfused
+  // sequence. Every call is counted in epilogue_stats(), and the first decline is written to
+  // stderr with its status. Argument errors (CUBLAS_STATUS_INVALID_VALUE) and other failures
+  // throw: they are bugs, not a missing fusion.
   bool gemm_lt(const GemmCall& call);
+  EpilogueStats::Counts epilogue_stats() const { return epilogue_stats_.counts(); }
+  void reset_epilogue_stats() { epilogue_stats_.reset(); }
 
   cublasHandle_t handle() const { return handle_; }
   cublasLtHandle_t lt_handle() const { return lt_; }
   static constexpr std::size_t kWorkspaceBytes = std::size_t{32} << 20;
 
  private:
+  void bind_stream_and_workspace();
   struct CachedAlgo {
     bool tried = false;  // the heuristic ran for this key
     bool found = false;  // and offered an algorithm (false: the caller falls back, every time)
     cublasLtMatmulAlgo_t algo{};
+    std::string why;  // when not found: the status that declined it
   };
+  bool decline(const GemmCall& c, const ColumnMajorGemm& g, const std::string& why);
   cudaStream_t stream_;
   cublasHandle_t handle_ = nullptr;
   cublasLtHandle_t lt_ = nullptr;
   DeviceTensor workspace_;
   std::map<std::string, CachedAlgo> algo_cache_;
+  EpilogueStats epilogue_stats_;
 };
 
 // ops::matmul on 2-D device tensors: out [M, N] = alpha op(a) op(b) + beta out; a and b of one

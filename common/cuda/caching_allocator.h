@@ -24,13 +24,27 @@ inline constexpr std::size_t kMinBlockBytes = 512;
 inline constexpr std::size_t kSmallLimitBytes = std::size_t{1} << 20;
 std::size_t size_class(std::size_t bytes);
 
+// A stream as the allocator sees it: an opaque handle (cudaStream_t in the CUDA backend).
+// nullptr is the legacy default stream, which every blocking stream synchronises with.
+using StreamHandle = void*;
+// An event a backend recorded on a stream (cudaEvent_t in the CUDA backend).
+using EventHandle = void*;
+
 // Where blocks come from. allocate returns nullptr when the device is out of memory; the
 // allocator then returns its cached blocks to the backend and tries once more.
+//
+// The event calls order reuse across streams: record_event marks the point of `stream`
+// after the freed block's last use, wait_event makes `stream` wait for it (on the device, the
+// host does not block), release_event hands the event back once the wait is enqueued. A
+// backend without streams keeps the defaults (no events, nothing to wait for).
 class MemoryBackend {
  public:
   virtual ~MemoryBackend() = default;
   virtual void* allocate(std::size_t bytes) = 0;
   virtual void release(void* p, std::size_t bytes) = 0;
+  virtual EventHandle record_event(StreamHandle /*stream*/) { return nullptr; }
+  virtual void wait_event(StreamHandle /*stream*/, EventHandle /*event*/) {}
+  virtual void release_event(EventHandle /*event*/) {}
 };
 
 struct AllocatorStats {
@@ -42,6 +56,8 @@ struct AllocatorStats {
   std::int64_t backend_allocations = 0;
   std::int64_t backend_releases = 0;
   std::int64_t cache_hits = 0;  // allocations served from a free list
+  std::int64_t stream_waits = 0;  // reuses that waited for the block's last stream (an event)
+  std::int64_t ledger_errors = 0;  // frees the ledger refused (reported on stderr, not thrown)
 };
 
 // Thread-safe. The ledger is charged with the bytes *requested*, under the caller's category,
@@ -49,9 +65,17 @@ struct AllocatorStats {
 // the memory bill exactly as CPU tensors do. Rounding waste and cached blocks are the
 // allocator's own business and show in stats() instead.
 //
-// Stream semantics: a released block may be handed out again at once. That is safe when all
-// work runs on one stream (the GPT engine's case): whatever the new owner enqueues runs after
-// the old owner's kernels. With several streams a block would need an event before reuse.
+// Stream semantics (PyTorch's caching allocator does the same with record_stream): a block
+// remembers the stream it was last used on (the allocating stream, or mark_used_on's). Freeing
+// it records an event there; reusing it on another stream first makes that stream wait for
+// the event, so the new owner's work never overtakes the old owner's kernels. Reuse on the
+// same non-default stream needs no wait (stream order), and a request prefers such a block.
+// The legacy default stream (nullptr) always waits: blocking streams are ordered with it, not
+// with each other, and work tagged nullptr may have run on any of them.
+//
+// Ledgers: a live block keeps a pointer to the ledger it is charged to, so a ledger must
+// outlive its device blocks, or be detached first with forget_ledger (ScopedDeviceLedger in
+// device_tensor.h does it at the end of its scope).
 class CachingAllocator {
  public:
   explicit CachingAllocator(std::unique_ptr<MemoryBackend> backend);
@@ -61,9 +85,18 @@ class CachingAllocator {
 
   // A block of at least `bytes` (nullptr for 0 bytes, charging nothing). Throws
   // std::runtime_error naming the sizes when the backend fails even with an empty cache.
-  void* allocate(std::size_t bytes, MemCategory category, MemoryLedger& ledger);
-  // p from allocate (nullptr is ignored); credits the ledger it was charged to.
+  void* allocate(std::size_t bytes, MemCategory category, MemoryLedger& ledger,
+                 StreamHandle stream = nullptr);
+  // p from allocate (nullptr is ignored); credits the ledger it was charged to and records an
+  // event on the block's last stream. Throws std::logic_error for a pointer not from here; a
+  // ledger that refuses the credit is counted (stats().ledger_errors) and reported on stderr.
   void deallocate(void* p);
+  // p's work runs on `stream` from now on (a buffer handed to another stream's consumer, once
+  // that stream is ordered after the producer): its free records the event there.
+  void mark_used_on(void* p, StreamHandle stream);
+  // Live blocks charged to `ledger` are charged to no ledger from now on (their frees credit
+  // nothing); returns how many there were. For a ledger about to die before its blocks.
+  std::size_t forget_ledger(const MemoryLedger& ledger);
   // Returns every cached block to the backend (torch.cuda.empty_cache()).
   void empty_cache();
 
@@ -75,7 +108,13 @@ class CachingAllocator {
     std::size_t class_bytes;
     std::size_t requested;
     MemCategory category;
-    MemoryLedger* ledger;
+    MemoryLedger* ledger;  // null once forgotten
+    StreamHandle stream;
+  };
+  struct Cached {
+    void* p;
+    StreamHandle stream;  // where it was last used
+    EventHandle event;    // recorded there at the free (null: the backend has no events)
   };
   void* take_from_backend(std::size_t class_bytes);  // with mu_ held
   void empty_cache_locked();
@@ -83,7 +122,7 @@ class CachingAllocator {
   mutable std::mutex mu_;
   std::unique_ptr<MemoryBackend> backend_;
   std::unordered_map<void*, Live> live_;
-  std::map<std::size_t, std::vector<void*>> free_;  // class bytes -> cached blocks
+  std::map<std::size_t, std::vector<Cached>> free_;  // class bytes -> cached blocks
   AllocatorStats stats_;
 };
 

@@ -3,6 +3,7 @@
 // staged, so the host buffer may be freed right after it.
 #include "cuda/device_tensor.h"
 
+#include <cstdio>
 #include <stdexcept>
 #include <string>
 
@@ -11,26 +12,31 @@
 
 namespace mixpar::cuda {
 
-DeviceBlock::DeviceBlock(std::size_t n, MemCategory c, CachingAllocator& a, MemoryLedger& ledger)
-    : allocator(&a), ptr(a.allocate(n, c, ledger)), bytes(n), category(c) {}
+DeviceBlock::DeviceBlock(std::size_t n, MemCategory c, CachingAllocator& a, MemoryLedger& ledger,
+                         cudaStream_t stream)
+    : allocator(&a), ptr(a.allocate(n, c, ledger, stream)), bytes(n), category(c) {}
 
 DeviceBlock::~DeviceBlock() {
   try {
-    allocator->deallocate(ptr);
-  } catch (...) {
-    // A destructor must not throw; deallocate only throws on a pointer it never handed out.
+    allocator->deallocate(ptr);  // ledger refusals are counted and reported by the allocator
+  } catch (const std::exception& e) {
+    // A destructor must not throw. What is left (a pointer the allocator does not know, or a
+    // CUDA error recording the free's event) is a real fault: said, not swallowed.
+    std::fprintf(stderr, "mixpar cuda: freeing a %zu-byte device block failed: %s\n", bytes,
+                 e.what());
   }
 }
 
 DeviceTensor DeviceTensor::empty(Shape shape, DType dtype, MemCategory category,
-                                 CachingAllocator* allocator, MemoryLedger* ledger) {
+                                 CachingAllocator* allocator, MemoryLedger* ledger,
+                                 cudaStream_t stream) {
   DeviceTensor t;
   t.numel_ = shape_numel(shape);
   t.shape_ = std::move(shape);
   t.dtype_ = dtype;
   t.block_ = std::make_shared<DeviceBlock>(t.nbytes(), category,
                                            allocator ? *allocator : device_allocator(),
-                                           ledger ? *ledger : current_ledger());
+                                           ledger ? *ledger : current_ledger(), stream);
   return t;
 }
 
@@ -58,6 +64,11 @@ MemCategory DeviceTensor::category() const {
 void* DeviceTensor::data() const {
   if (!block_) throw std::logic_error("undefined device tensor");
   return static_cast<char*>(block_->ptr) + offset_bytes_;
+}
+
+void DeviceTensor::mark_used_on(cudaStream_t stream) const {
+  if (!block_) throw std::logic_error("undefined device tensor");
+  block_->allocator->mark_used_on(block_->ptr, stream);
 }
 
 float* DeviceTensor::f32() const {
@@ -161,7 +172,7 @@ DeviceIds DeviceIds::upload(std::span<const std::int32_t> ids, cudaStream_t stre
   DeviceIds d;
   d.size_ = static_cast<std::int64_t>(ids.size());
   d.block_ = std::make_shared<DeviceBlock>(ids.size_bytes(), category, device_allocator(),
-                                           current_ledger());
+                                           current_ledger(), stream);
   if (!ids.empty()) {
     MIXPAR_CUDA_CHECK(cudaMemcpyAsync(d.block_->ptr, ids.data(), ids.size_bytes(),
                                       cudaMemcpyHostToDevice, stream));
@@ -174,10 +185,23 @@ const std::int32_t* DeviceIds::data() const {
   return static_cast<const std::int32_t*>(block_->ptr);
 }
 
-void ensure_device_tensor(DeviceTensor& t, const Shape& shape, DType dtype, MemCategory category) {
+void ensure_device_tensor(DeviceTensor& t, const Shape& shape, DType dtype, MemCategory category,
+                          cudaStream_t stream) {
   if (t.defined() && t.shape() == shape && t.dtype() == dtype && t.category() == category) return;
   t = DeviceTensor();
-  t = DeviceTensor::empty(shape, dtype, category);
+  t = DeviceTensor::empty(shape, dtype, category, nullptr, nullptr, stream);
+}
+
+ScopedDeviceLedger::ScopedDeviceLedger(int rank) : ledger_(rank), scope_(ledger_) {}
+
+ScopedDeviceLedger::~ScopedDeviceLedger() {
+  const std::size_t outliving = device_allocator().forget_ledger(ledger_);
+  if (outliving > 0) {
+    std::fprintf(stderr,
+                 "mixpar cuda: %zu device blocks outlive their scoped ledger (rank %d); their "
+                 "frees will not be credited to it\n",
+                 outliving, ledger_.rank());
+  }
 }
 
 }  // namespace mixpar::cuda

@@ -16,11 +16,12 @@
 
 namespace mixpar::cuda {
 
-// Bytes from a CachingAllocator, returned to it when the last handle goes.
+// Bytes from a CachingAllocator, returned to it when the last handle goes (the allocator
+// orders their reuse after the work of `stream`, their last stream: caching_allocator.h).
 struct DeviceBlock {
   DeviceBlock(std::size_t bytes, MemCategory category, CachingAllocator& allocator,
-              MemoryLedger& ledger);
-  ~DeviceBlock();
+              MemoryLedger& ledger, cudaStream_t stream = nullptr);
+  ~DeviceBlock();  // never throws; an allocator error is reported on stderr
   DeviceBlock(const DeviceBlock&) = delete;
   DeviceBlock& operator=(const DeviceBlock&) = delete;
 
@@ -34,9 +35,11 @@ class DeviceTensor {
  public:
   DeviceTensor() = default;  // undefined
 
-  // Uninitialised. allocator/ledger default to device_allocator() and current_ledger().
+  // Uninitialised. allocator/ledger default to device_allocator() and current_ledger();
+  // `stream` is the stream its work runs on (nullptr: the legacy default stream).
   static DeviceTensor empty(Shape shape, DType dtype, MemCategory category = MemCategory::kOther,
-                            CachingAllocator* allocator = nullptr, MemoryLedger* ledger = nullptr);
+                            CachingAllocator* allocator = nullptr, MemoryLedger* ledger = nullptr,
+                            cudaStream_t stream = nullptr);
   // A copy of a CPU tensor, same shape and dtype.
   static DeviceTensor from_host(const Tensor& host, MemCategory category = MemCategory::kOther,
                                 cudaStream_t stream = nullptr);
@@ -52,6 +55,9 @@ class DeviceTensor {
 
   void* data() const;
   float* f32() const;  // data() checked to be f32
+  // The block's work runs on `stream` from now on (its views' too): freeing it records the
+  // allocator's event there. Call it once `stream` is ordered after the work so far.
+  void mark_used_on(cudaStream_t stream) const;
   double* f64() const;
 
   DeviceTensor view(Shape shape) const;                               // same elements
@@ -98,6 +104,25 @@ class DeviceIds {
 
 // t becomes an uninitialised device tensor of this shape, dtype and category unless it already
 // is one (freed first, so the old and new buffer are never both on the ledger).
-void ensure_device_tensor(DeviceTensor& t, const Shape& shape, DType dtype, MemCategory category);
+void ensure_device_tensor(DeviceTensor& t, const Shape& shape, DType dtype, MemCategory category,
+                          cudaStream_t stream = nullptr);
+
+// A MemoryLedger that is this thread's current ledger for its lifetime (LedgerScope) and that,
+// at its end, detaches the device blocks still charged to it (CachingAllocator::forget_ledger,
+// on device_allocator()): a DeviceTensor that outlives it then frees without touching a dead
+// ledger. How many blocks outlived it is printed on stderr (a leak the owner should see).
+class ScopedDeviceLedger {
+ public:
+  explicit ScopedDeviceLedger(int rank = 0);
+  ~ScopedDeviceLedger();
+  ScopedDeviceLedger(const ScopedDeviceLedger&) = delete;
+  ScopedDeviceLedger& operator=(const ScopedDeviceLedger&) = delete;
+  MemoryLedger& get() { return ledger_; }
+  MemoryLedger* operator->() { return &ledger_; }
+
+ private:
+  MemoryLedger ledger_;
+  LedgerScope scope_;
+};
 
 }  // namespace mixpar::cuda

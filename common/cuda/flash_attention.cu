@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "cuda/attention.h"
 #include "cuda/check.h"
@@ -21,7 +22,32 @@ namespace {
 
 constexpr int kTile = 32;      // query rows and key rows per tile
 constexpr int kThreads = 128;  // 4 threads per tile row: thread t owns row t / 4
-constexpr int kHeadDim = 64;   // GPT-2's head size; the only one instantiated
+
+// Shared memory per block: kTile-row tiles of D + 1 floats (the +1 pad spreads rows over
+// banks), kTile x (kTile + 1) tiles of P or dS, and kTile row statistics. The arrays are
+// dynamic: static __shared__ arrays stop at 48 KiB per block, and the dK/dV kernel needs
+// 41 KiB at D = 64 but 73 KiB at D = 128 (GPT-3 style heads). Above 48 KiB the kernel opts in
+// (cudaFuncAttributeMaxDynamicSharedMemorySize), up to the device's limit (227 KiB on Hopper).
+constexpr std::size_t tile_floats(int D) { return static_cast<std::size_t>(kTile) * (D + 1); }
+constexpr std::size_t square_floats() { return static_cast<std::size_t>(kTile) * (kTile + 1); }
+constexpr std::size_t forward_smem(int D) {
+  return sizeof(float) * (3 * tile_floats(D) + square_floats());
+}
+constexpr std::size_t dkdv_smem(int D) {
+  return sizeof(float) * (4 * tile_floats(D) + 2 * square_floats() + 2 * kTile);
+}
+constexpr std::size_t dq_smem(int D) {
+  return sizeof(float) * (4 * tile_floats(D) + square_floats() + 2 * kTile);
+}
+constexpr std::size_t kStaticSmemLimit = 48 * 1024;
+
+// The next `rows` rows of W floats of the block's dynamic shared memory.
+template <int W>
+__device__ __forceinline__ auto carve(float*& p, int rows) -> float (*)[W] {
+  float(*r)[W] = reinterpret_cast<float(*)[W]>(p);
+  p += rows * W;
+  return r;
+}
 
 struct FlashDims {
   int T, H;
@@ -97,8 +123,12 @@ __device__ __forceinline__ float quad_sum(float v) {
 template <class T, int D>
 __global__ void __launch_bounds__(kThreads) flash_forward_kernel(const T* qkv, T* out, float* lse,
                                                                   FlashDims f) {
-  __shared__ float qs[kTile][D + 1], ks[kTile][D + 1], vs[kTile][D + 1];
-  __shared__ float ps[kTile][kTile + 1];
+  extern __shared__ float4 flash_smem[];
+  float* sp = reinterpret_cast<float*>(flash_smem);
+  float(*qs)[D + 1] = carve<D + 1>(sp, kTile);
+  float(*ks)[D + 1] = carve<D + 1>(sp, kTile);
+  float(*vs)[D + 1] = carve<D + 1>(sp, kTile);
+  float(*ps)[kTile + 1] = carve<kTile + 1>(sp, kTile);
   const int tile = blockIdx.x, b = blockIdx.y / f.H, h = blockIdx.y % f.H;
   const std::int64_t ld = 3 * f.C;
   const T* base = qkv + static_cast<std::int64_t>(b) * f.T * ld;
@@ -186,9 +216,16 @@ template <class T, int D>
 __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(const T* qkv, const T* dout,
                                                                const float* lse, const float* dsum,
                                                                T* dqkv, FlashDims f) {
-  __shared__ float ks[kTile][D + 1], vs[kTile][D + 1], qs[kTile][D + 1], dos[kTile][D + 1];
-  __shared__ float ps[kTile][kTile + 1], dss[kTile][kTile + 1];
-  __shared__ float lse_s[kTile], dsum_s[kTile];
+  extern __shared__ float4 flash_smem[];
+  float* sp = reinterpret_cast<float*>(flash_smem);
+  float(*ks)[D + 1] = carve<D + 1>(sp, kTile);
+  float(*vs)[D + 1] = carve<D + 1>(sp, kTile);
+  float(*qs)[D + 1] = carve<D + 1>(sp, kTile);
+  float(*dos)[D + 1] = carve<D + 1>(sp, kTile);
+  float(*ps)[kTile + 1] = carve<kTile + 1>(sp, kTile);
+  float(*dss)[kTile + 1] = carve<kTile + 1>(sp, kTile);
+  float* lse_s = sp;
+  float* dsum_s = sp + kTile;
   const int jt = blockIdx.x, b = blockIdx.y / f.H, h = blockIdx.y % f.H;
   const std::int64_t ld = 3 * f.C;
   const T* base = qkv + static_cast<std::int64_t>(b) * f.T * ld;
@@ -245,9 +282,15 @@ template <class T, int D>
 __global__ void __launch_bounds__(kThreads) flash_dq_kernel(const T* qkv, const T* dout,
                                                              const float* lse, const float* dsum,
                                                              T* dqkv, FlashDims f) {
-  __shared__ float qs[kTile][D + 1], dos[kTile][D + 1], ks[kTile][D + 1], vs[kTile][D + 1];
-  __shared__ float dss[kTile][kTile + 1];
-  __shared__ float lse_s[kTile], dsum_s[kTile];
+  extern __shared__ float4 flash_smem[];
+  float* sp = reinterpret_cast<float*>(flash_smem);
+  float(*qs)[D + 1] = carve<D + 1>(sp, kTile);
+  float(*dos)[D + 1] = carve<D + 1>(sp, kTile);
+  float(*ks)[D + 1] = carve<D + 1>(sp, kTile);
+  float(*vs)[D + 1] = carve<D + 1>(sp, kTile);
+  float(*dss)[kTile + 1] = carve<kTile + 1>(sp, kTile);
+  float* lse_s = sp;
+  float* dsum_s = sp + kTile;
   const int it = blockIdx.x, b = blockIdx.y / f.H, h = blockIdx.y % f.H;
   const std::int64_t ld = 3 * f.C;
   const T* base = qkv + static_cast<std::int64_t>(b) * f.T * ld;
@@ -296,8 +339,7 @@ FlashDims check_flash(const DeviceTensor& qkv, std::int64_t n_head, const char* 
   const std::int64_t C = qkv.dim(2) / 3, D = C / n_head;
   if (!flash_attention_supported(D)) {
     throw std::invalid_argument(std::string(op) + ": head size " + std::to_string(D) +
-                                " (the fused kernels are built for " + std::to_string(kHeadDim) +
-                                ")");
+                                " (the fused kernels are built for 64 and 128)");
   }
   if (qkv.dim(1) > (1 << 30) || qkv.dim(0) * n_head > 65535) {
     throw std::invalid_argument(std::string(op) + ": B * H must be <= 65535 and T < 2^30");
@@ -317,7 +359,46 @@ void check_like(const DeviceTensor& t, const Shape& shape, DType dt, const char*
 
 }  // namespace
 
-bool flash_attention_supported(std::int64_t head_dim) { return head_dim == kHeadDim; }
+bool flash_attention_supported(std::int64_t head_dim) { return head_dim == 64 || head_dim == 128; }
+
+FlashSmem flash_attention_smem(std::int64_t head_dim) {
+  if (!flash_attention_supported(head_dim)) {
+    throw std::invalid_argument("flash_attention_smem: head size " + std::to_string(head_dim));
+  }
+  const int D = static_cast<int>(head_dim);
+  return {forward_smem(D), dkdv_smem(D), dq_smem(D)};
+}
+
+namespace {
+
+// f(std::integral_constant<int, D>) for the head size D of f's dims (64 or 128: check_flash).
+template <class F>
+void dispatch_head_dim(const FlashDims& f, F&& fn) {
+  if (f.C / f.H == 128) {
+    fn(std::integral_constant<int, 128>{});
+  } else {
+    fn(std::integral_constant<int, 64>{});
+  }
+}
+
+// Lets `kernel` take `bytes` of dynamic shared memory: above the 48 KiB default it must opt in,
+// and the device must offer that much (an InputError-like refusal here beats a launch error).
+template <class Kernel>
+void allow_smem(Kernel kernel, std::size_t bytes, const char* op) {
+  if (bytes <= kStaticSmemLimit) return;
+  int device = 0, optin = 0;
+  MIXPAR_CUDA_CHECK(cudaGetDevice(&device));
+  MIXPAR_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  if (bytes > static_cast<std::size_t>(optin)) {
+    throw std::invalid_argument(std::string(op) + ": needs " + std::to_string(bytes) +
+                                " bytes of shared memory per block; the device offers " +
+                                std::to_string(optin));
+  }
+  MIXPAR_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(bytes)));
+}
+
+}  // namespace
 
 void flash_attention_forward(const DeviceTensor& qkv, std::int64_t n_head, DeviceTensor& out,
                              DeviceTensor& lse, cudaStream_t stream) {
@@ -330,9 +411,14 @@ void flash_attention_forward(const DeviceTensor& qkv, std::int64_t n_head, Devic
   const dim3 grid(static_cast<unsigned>(ceil_div(f.T, kTile)), static_cast<unsigned>(B * f.H));
   detail::dispatch_working_type(qkv.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
-    flash_forward_kernel<T, kHeadDim><<<grid, kThreads, 0, stream>>>(
-        static_cast<const T*>(qkv.data()), static_cast<T*>(out.data()), lse.f32(), f);
-    MIXPAR_CUDA_CHECK_LAUNCH();
+    dispatch_head_dim(f, [&](auto dim) {
+      constexpr int D = decltype(dim)::value;
+      const std::size_t smem = forward_smem(D);
+      allow_smem(flash_forward_kernel<T, D>, smem, op);
+      flash_forward_kernel<T, D><<<grid, kThreads, smem, stream>>>(
+          static_cast<const T*>(qkv.data()), static_cast<T*>(out.data()), lse.f32(), f);
+      MIXPAR_CUDA_CHECK_LAUNCH();
+    });
   });
 }
 
@@ -356,15 +442,20 @@ void flash_attention_backward(const DeviceTensor& dout, const DeviceTensor& qkv,
     const T* pg = static_cast<const T*>(dout.data());
     T* pd = static_cast<T*>(dqkv.data());
     const LaunchConfig cfg = launch_rows(rows, 8);
-    flash_dsum_kernel<T, kHeadDim><<<cfg.grid, cfg.block, 0, stream>>>(
-        pg, static_cast<const T*>(out.data()), dsum.f32(), rows, f);
-    MIXPAR_CUDA_CHECK_LAUNCH();
-    flash_dkdv_kernel<T, kHeadDim><<<grid, kThreads, 0, stream>>>(pq, pg, lse.f32(), dsum.f32(),
-                                                                 pd, f);
-    MIXPAR_CUDA_CHECK_LAUNCH();
-    flash_dq_kernel<T, kHeadDim><<<grid, kThreads, 0, stream>>>(pq, pg, lse.f32(), dsum.f32(), pd,
-                                                               f);
-    MIXPAR_CUDA_CHECK_LAUNCH();
+    dispatch_head_dim(f, [&](auto dim) {
+      constexpr int D = decltype(dim)::value;
+      flash_dsum_kernel<T, D><<<cfg.grid, cfg.block, 0, stream>>>(
+          pg, static_cast<const T*>(out.data()), dsum.f32(), rows, f);
+      MIXPAR_CUDA_CHECK_LAUNCH();
+      allow_smem(flash_dkdv_kernel<T, D>, dkdv_smem(D), op);
+      flash_dkdv_kernel<T, D><<<grid, kThreads, dkdv_smem(D), stream>>>(pq, pg, lse.f32(),
+                                                                        dsum.f32(), pd, f);
+      MIXPAR_CUDA_CHECK_LAUNCH();
+      allow_smem(flash_dq_kernel<T, D>, dq_smem(D), op);
+      flash_dq_kernel<T, D><<<grid, kThreads, dq_smem(D), stream>>>(pq, pg, lse.f32(),
+                                                                    dsum.f32(), pd, f);
+      MIXPAR_CUDA_CHECK_LAUNCH();
+    });
   });
 }
 

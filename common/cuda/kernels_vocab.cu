@@ -3,6 +3,7 @@
 // _backward). The loss never materialises B x T x V in FP32: one block per row reads the
 // logits in the working dtype, keeps [N] statistics, and writes dlogits over the logits.
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <numeric>
 #include <stdexcept>
@@ -24,14 +25,23 @@ namespace {
 constexpr int kRowThreads = 256;  // threads per row of the cross-entropy kernels
 
 // ---- embedding forward: out [B*T, C] = wte[token] + wpe[t], t = row % T, summed in FP32.
+// Token ids are checked on the host, but the kernels do not trust them: an id outside wte's
+// `rows` would read (or, backward, write) outside the table, an illegal address that poisons
+// the CUDA context for the rest of the process. Such a row becomes NaN instead: the loss is
+// NaN, loud, and the context survives.
 template <class T>
 __global__ void embedding_forward_kernel(const std::int32_t* tokens, const T* wte, const T* wpe,
-                                         T* out, std::int64_t n, std::int64_t T_, std::int64_t C) {
+                                         T* out, std::int64_t n, std::int64_t T_, std::int64_t C,
+                                         std::int64_t rows) {
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
   for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += stride) {
     const std::int64_t row = i / C, c = i % C;
     const std::int64_t id = tokens[row];
+    if (id < 0 || id >= rows) {
+      out[i] = from_float<T>(NAN);
+      continue;
+    }
     out[i] = from_float<T>(to_float(wte[id * C + c]) + to_float(wpe[(row % T_) * C + c]));
   }
 }
@@ -40,11 +50,12 @@ __global__ void embedding_forward_kernel(const std::int32_t* tokens, const T* wt
 template <class T>
 __global__ void embedding_dwte_kernel(const std::int32_t* token, const std::int32_t* offset,
                                       const std::int32_t* position, const T* dout, T* dwte,
-                                      std::int64_t C) {
+                                      std::int64_t C, std::int64_t rows) {
   const std::int64_t c = static_cast<std::int64_t>(blockIdx.y) * blockDim.x + threadIdx.x;
   if (c >= C) return;
   const std::int64_t u = blockIdx.x;
   const std::int64_t id = token[u];
+  if (id < 0 || id >= rows) return;  // no row to add into (the forward made it NaN)
   float acc = to_float(dwte[id * C + c]);
   for (std::int32_t p = offset[u]; p < offset[u + 1]; ++p) {
     acc += to_float(dout[static_cast<std::int64_t>(position[p]) * C + c]);
@@ -100,8 +111,10 @@ __global__ void crossentropy_forward_kernel(const T* logits, const std::int32_t*
   for (std::int64_t j = threadIdx.x; j < V; j += blockDim.x) se += expf(to_float(row[j]) - mx);
   se = block_sum(se, smem);
   if (threadIdx.x == 0) {
+    const std::int64_t target = targets[blockIdx.x];
     lse[blockIdx.x] = mx + logf(se);
-    target_logit[blockIdx.x] = to_float(row[targets[blockIdx.x]]);
+    // A target outside [0, V) has no logit: NaN, not a read past the row.
+    target_logit[blockIdx.x] = target >= 0 && target < V ? to_float(row[target]) : NAN;
   }
 }
 
@@ -132,8 +145,9 @@ __global__ void crossentropy_backward_kernel(const T* logits, const std::int32_t
   const std::int64_t r = blockIdx.x;
   const T* row = logits + r * ld;
   T* drow = dlogits + r * ld;
-  const float l = lse[r];
   const std::int64_t target = targets[r];
+  // A target outside [0, V): the row's gradient is NaN (the loss already is).
+  const float l = target >= 0 && target < V ? lse[r] : NAN;
   for (std::int64_t j = threadIdx.x; j < ld; j += blockDim.x) {
     float d = 0.f;
     if (j < V) {
@@ -186,7 +200,7 @@ void embedding_forward(const DeviceIds& tokens, const DeviceTensor& wte, const D
     using T = decltype(tag);
     embedding_forward_kernel<T><<<cfg.grid, cfg.block, 0, stream>>>(
         tokens.data(), static_cast<const T*>(wte.data()), static_cast<const T*>(wpe.data()),
-        static_cast<T*>(out.data()), out.numel(), out.dim(1), out.dim(2));
+        static_cast<T*>(out.data()), out.numel(), out.dim(1), out.dim(2), wte.dim(0));
     MIXPAR_CUDA_CHECK_LAUNCH();
   });
 }
@@ -238,7 +252,7 @@ void embedding_backward(const EmbeddingBuckets& buckets, const DeviceTensor& dou
                       static_cast<unsigned>(ceil_div(C, 128)));
       embedding_dwte_kernel<T><<<grid, 128, 0, stream>>>(
           buckets.token.data(), buckets.offset.data(), buckets.position.data(),
-          static_cast<const T*>(dout.data()), static_cast<T*>(dwte.data()), C);
+          static_cast<const T*>(dout.data()), static_cast<T*>(dwte.data()), C, dwte.dim(0));
       MIXPAR_CUDA_CHECK_LAUNCH();
     }
     if (dwpe == nullptr) return;
@@ -274,6 +288,10 @@ void crossentropy_mean(const DeviceTensor& lse, const DeviceTensor& target_logit
   check_f32(target_logit, lse.numel(), op, "target_logit");
   if (!loss.defined() || loss.dtype() != DType::kF64 || loss.numel() != 1) {
     throw std::invalid_argument(std::string(op) + ": 'loss' must be f64 [1]");
+  }
+  if (lse.numel() == 0) {
+    // The kernel would divide by N = 0; the mean over no rows is undefined, not 0.
+    throw std::invalid_argument(std::string(op) + ": the mean cross-entropy of an empty batch");
   }
   crossentropy_mean_kernel<<<1, 1024, 0, stream>>>(lse.f32(), target_logit.f32(), loss.f64(),
                                                    lse.numel());

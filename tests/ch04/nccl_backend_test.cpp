@@ -43,6 +43,45 @@ TEST(Nccl, OneRankFromAFileIsTheIdentityAndRefusesCpuTensors) {
   std::remove(path.c_str());
 }
 
+// Everything one GPU allows: every collective of a one-rank communicator is the identity (a
+// copy for reduce-scatter and all-gather), on tensors whose producers ran on the default
+// stream just before (the communicator's non-blocking stream must wait for them), and a split.
+TEST(Nccl, OneRankRunsEveryCollectiveAndSplitOnOneGpu) {
+  MIXPAR_NEEDS_GPUS(1);
+  const std::string path = "/tmp/mixpar_nccl_id1_" + std::to_string(::getpid());
+  std::remove(path.c_str());
+  auto c = NcclCommunicator::create_from_file(path, 0, 1);
+  std::remove(path.c_str());
+  EXPECT_EQ(c->size(), 1);
+  EXPECT_EQ(c->backend(), "nccl");
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+    const Tensor host = rank_data(0, 4099, dt);
+    Tensor d = on_gpu(host);
+    c->all_reduce(d, ReduceOp::kMax);
+    EXPECT_TRUE(same_bits(on_cpu(d), host)) << dtype_name(dt);
+    c->broadcast(d, 0);
+    EXPECT_TRUE(same_bits(on_cpu(d), host)) << dtype_name(dt);
+    Tensor rs = Tensor::empty({4099}, dt, MemCategory::kOther, Device::kCUDA);
+    c->reduce_scatter(d, rs);
+    EXPECT_TRUE(same_bits(on_cpu(rs), host)) << dtype_name(dt);
+    Tensor ag = Tensor::empty({4099}, dt, MemCategory::kOther, Device::kCUDA);
+    c->all_gather(rs, ag);
+    EXPECT_TRUE(same_bits(on_cpu(ag), host)) << dtype_name(dt);
+  }
+  c->barrier();
+  EXPECT_EQ(c->traffic().totals("barrier").bytes_sent, 0u);
+  auto sub = c->split(0, 0);
+  ASSERT_NE(sub, nullptr);
+  EXPECT_EQ(sub->size(), 1);
+  const Tensor host = rank_data(0, 17, DType::kF32);
+  Tensor d = on_gpu(host);
+  sub->all_reduce(d);
+  EXPECT_TRUE(same_bits(on_cpu(d), host));
+  // A wrong size is refused before anything is enqueued.
+  Tensor small = Tensor::empty({3}, DType::kF32, MemCategory::kOther, Device::kCUDA);
+  EXPECT_THROW(c->reduce_scatter(d, small), std::invalid_argument);
+}
+
 TEST(Nccl, TwoGpusMatchTheLocalBackend) {
   MIXPAR_NEEDS_GPUS(2);
   run_local(2, [](Communicator& local) {

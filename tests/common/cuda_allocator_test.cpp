@@ -9,6 +9,7 @@
 #include <set>
 #include <stdexcept>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "cuda/caching_allocator.h"
@@ -39,8 +40,21 @@ class FakeBackend final : public MemoryBackend {
     held_ -= bytes;
     ++releases;
   }
+  // Events: distinct fake handles; every record and wait is logged, live ones counted.
+  EventHandle record_event(StreamHandle stream) override {
+    recorded.push_back(stream);
+    ++live_events;
+    return reinterpret_cast<EventHandle>(static_cast<std::uintptr_t>(recorded.size()));
+  }
+  void wait_event(StreamHandle stream, EventHandle event) override {
+    waits.push_back({stream, event});
+  }
+  void release_event(EventHandle /*event*/) override { --live_events; }
   std::size_t held() const { return held_; }
   int allocations = 0, releases = 0;
+  std::vector<StreamHandle> recorded;                      // stream of each recorded event
+  std::vector<std::pair<StreamHandle, EventHandle>> waits;  // (waiting stream, event)
+  int live_events = 0;
 
  private:
   std::size_t capacity_, held_ = 0;
@@ -189,7 +203,122 @@ TEST(CudaAllocatorLogic, ConcurrentUseKeepsTheBooksBalanced) {
   EXPECT_LE(f.backend->allocations, 4 * 7);  // at most one block per class per thread
 }
 
+StreamHandle fake_stream(int i) { return reinterpret_cast<StreamHandle>(std::uintptr_t(0x100 * i)); }
+EventHandle event_no(std::size_t i) { return reinterpret_cast<EventHandle>(std::uintptr_t(i)); }
+
+TEST(CudaAllocatorLogic, ReuseOnAnotherStreamWaitsForTheEventOfTheLastOne) {
+  Fixture f;
+  const StreamHandle a = fake_stream(1), b = fake_stream(2);
+  void* p = f.allocator->allocate(4000, MemCategory::kActivations, f.ledger, a);
+  f.allocator->deallocate(p);
+  ASSERT_EQ(f.backend->recorded.size(), 1u);
+  EXPECT_EQ(f.backend->recorded[0], a);  // the free records on the block's stream
+  void* q = f.allocator->allocate(4000, MemCategory::kActivations, f.ledger, b);
+  EXPECT_EQ(q, p);
+  ASSERT_EQ(f.backend->waits.size(), 1u);
+  EXPECT_EQ(f.backend->waits[0].first, b);  // b waits for the event recorded on a
+  EXPECT_EQ(f.backend->waits[0].second, event_no(1));
+  EXPECT_EQ(f.allocator->stats().stream_waits, 1);
+  EXPECT_EQ(f.backend->live_events, 0);  // released once the wait is enqueued
+  f.allocator->deallocate(q);
+}
+
+TEST(CudaAllocatorLogic, ReuseOnTheSameStreamNeedsNoWaitAndIsPreferred) {
+  Fixture f;
+  const StreamHandle a = fake_stream(1), b = fake_stream(2);
+  void* pa = f.allocator->allocate(4000, MemCategory::kOther, f.ledger, a);
+  void* pb = f.allocator->allocate(4000, MemCategory::kOther, f.ledger, b);
+  f.allocator->deallocate(pa);
+  f.allocator->deallocate(pb);  // newest: a plain LIFO would hand pb to stream a
+  void* again = f.allocator->allocate(4000, MemCategory::kOther, f.ledger, a);
+  EXPECT_EQ(again, pa);
+  EXPECT_TRUE(f.backend->waits.empty());
+  EXPECT_EQ(f.allocator->stats().stream_waits, 0);
+  f.allocator->deallocate(again);
+  f.allocator->empty_cache();
+  EXPECT_EQ(f.backend->live_events, 0);  // cached blocks' events go back with them
+}
+
+TEST(CudaAllocatorLogic, TheDefaultStreamAlwaysWaitsAndMarkUsedOnMovesTheEvent) {
+  Fixture f;
+  const StreamHandle nccl = fake_stream(3);
+  void* p = f.allocator->allocate(100, MemCategory::kCommBuffers, f.ledger);  // legacy stream
+  f.allocator->deallocate(p);
+  void* q = f.allocator->allocate(100, MemCategory::kCommBuffers, f.ledger);
+  ASSERT_EQ(q, p);
+  // Work tagged with the legacy stream may have run on any blocking stream: wait anyway.
+  ASSERT_EQ(f.backend->waits.size(), 1u);
+  EXPECT_EQ(f.backend->waits[0].first, nullptr);
+  f.allocator->mark_used_on(q, nccl);  // handed to a non-blocking stream's consumer
+  f.allocator->deallocate(q);
+  EXPECT_EQ(f.backend->recorded.back(), nccl);
+  EXPECT_THROW(f.allocator->mark_used_on(q, nccl), std::logic_error);  // freed
+}
+
+TEST(CudaAllocatorLogic, AForgottenLedgerIsNeverCreditedAndRefusalsAreCounted) {
+  Fixture f;
+  void* kept = nullptr;
+  {
+    MemoryLedger scoped;
+    kept = f.allocator->allocate(1000, MemCategory::kParameters, scoped);
+    void* freed = f.allocator->allocate(1000, MemCategory::kParameters, scoped);
+    f.allocator->deallocate(freed);
+    EXPECT_EQ(f.allocator->forget_ledger(scoped), 1u);  // only `kept` is still live
+  }
+  f.allocator->deallocate(kept);  // the scoped ledger is gone: nothing may touch it
+  EXPECT_EQ(f.allocator->stats().ledger_errors, 0);
+  EXPECT_EQ(f.allocator->stats().in_use, 0u);
+  // A ledger that refuses the credit: the block still returns to the cache, the error is counted.
+  MemoryLedger other;
+  const std::size_t cached_before = f.allocator->stats().cached;
+  void* p = f.allocator->allocate(512, MemCategory::kGradients, other);
+  other.on_free(MemCategory::kGradients, Device::kCUDA, 512);  // someone else's bad bookkeeping
+  f.allocator->deallocate(p);
+  EXPECT_EQ(f.allocator->stats().ledger_errors, 1);
+  EXPECT_EQ(f.allocator->stats().cached, cached_before + 512u);
+}
+
 #if MIXPAR_HAVE_CUDA
+
+TEST(CudaAllocator, ReuseAcrossANonBlockingStreamWaitsForTheOldOwner) {
+  if (!mixpar::cuda_available()) GTEST_SKIP() << mixpar::cuda_unavailable_reason();
+  cudaStream_t nb = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&nb, cudaStreamNonBlocking), cudaSuccess);
+  device_allocator().empty_cache();  // no older block of this class to be handed out instead
+  const std::int64_t waits_before = device_allocator().stats().stream_waits;
+  void* first = nullptr;
+  {
+    DeviceTensor t = DeviceTensor::empty({1 << 20}, DType::kF32, MemCategory::kOther, nullptr,
+                                         nullptr, nb);
+    first = t.data();
+    t.fill_bytes(0x11, nb);
+  }
+  DeviceTensor u = DeviceTensor::empty({1 << 20}, DType::kF32);  // the legacy stream
+  EXPECT_EQ(u.data(), first);
+  EXPECT_EQ(device_allocator().stats().stream_waits, waits_before + 1);
+  u.fill_bytes(0x22);  // ordered after the 0x11 fill by the event: every byte ends 0x22
+  const Tensor back = u.to_host();
+  const auto* bytes = static_cast<const unsigned char*>(back.data());
+  std::size_t wrong = 0;
+  for (std::size_t i = 0; i < back.nbytes(); ++i) wrong += bytes[i] != 0x22;
+  EXPECT_EQ(wrong, 0u);
+  u = DeviceTensor();
+  ASSERT_EQ(cudaStreamSynchronize(nb), cudaSuccess);
+  ASSERT_EQ(cudaStreamDestroy(nb), cudaSuccess);
+}
+
+TEST(CudaAllocator, AScopedDeviceLedgerDetachesTheTensorsThatOutliveIt) {
+  if (!mixpar::cuda_available()) GTEST_SKIP() << mixpar::cuda_unavailable_reason();
+  const std::int64_t errors_before = device_allocator().stats().ledger_errors;
+  DeviceTensor outliving;
+  {
+    ScopedDeviceLedger ledger;
+    outliving = DeviceTensor::empty({256}, DType::kF32, MemCategory::kActivations);
+    EXPECT_EQ(ledger->live(MemCategory::kActivations, Device::kCUDA), 1024u);
+  }
+  outliving = DeviceTensor();  // its ledger is gone: the free must not touch it
+  EXPECT_EQ(device_allocator().stats().ledger_errors, errors_before);
+}
 
 TEST(CudaAllocator, DeviceTensorsComeFromTheCacheAndChargeTheLedger) {
   if (!mixpar::cuda_available()) GTEST_SKIP() << mixpar::cuda_unavailable_reason();

@@ -34,6 +34,42 @@ inline Tolerance tolerance_for(DType dt, double scale = 1.0) {
   }
 }
 
+// Unit roundoff u of dt (half an ulp of 1): 2^-24 f32, 2^-11 f16, 2^-8 bf16.
+inline double unit_roundoff(DType dt) {
+  switch (dt) {
+    case DType::kF32: return std::ldexp(1.0, -24);
+    case DType::kF16: return std::ldexp(1.0, -11);
+    case DType::kBF16: return std::ldexp(1.0, -8);
+    default: return std::ldexp(1.0, -53);
+  }
+}
+
+// Two FP32 evaluations of one sum of n terms, in different orders (or one with FMAs), are
+// each within gamma_{n+2} ~ (n + 2) u32 of the exact sum in units of sum |terms| = magnitude
+// (Higham, "Accuracy and Stability of Numerical Algorithms", 3.1; the +2 covers a scale and a
+// bias), then each rounds once into dt: they differ by at most
+//   atol 2 (n + 2) u32 magnitude,  rtol 2 u(dt)
+// the bound the CPU's GEMM tests use (ops_matmul_test.cpp). With all_close's per-element
+// scale, pass magnitude 1 and the per-element sums |terms| as the scale.
+inline Tolerance sum_tolerance(DType dt, std::int64_t n, double magnitude = 1.0) {
+  return {2.0 * static_cast<double>(n + 2) * unit_roundoff(DType::kF32) * magnitude,
+          2.0 * unit_roundoff(dt)};
+}
+
+// A log-sum-exp over n scores, each a dot product of D terms scaled by 1/sqrt(D), computed in
+// FP32 (flash attention's online softmax over `tiles` key tiles) against FP64: each score errs
+// by the dot's gamma_D D^-1/2 sum|q_d k_d| <= gamma_D D^{1/2} max|q| max|k|, which shifts the
+// lse by as much; the running sum errs by (n + 2 tiles + 2) u32 relative (each tile's
+// rescale adds an exp and a multiply), the same in absolute terms after the log; the final
+// m + log(l) rounds once more (2 u32 of |lse|).
+inline Tolerance lse_tolerance(std::int64_t D, std::int64_t n, std::int64_t tiles,
+                               double max_q = 1.0, double max_k = 1.0) {
+  const double u = unit_roundoff(DType::kF32);
+  const double dot = static_cast<double>(D + 2) * u * std::sqrt(static_cast<double>(D)) * max_q *
+                     max_k;
+  return {dot + static_cast<double>(n + 2 * tiles + 2) * u, 2.0 * u};
+}
+
 // Bit-identical: the GPU performs the CPU's FP32 operations in the CPU's order.
 inline constexpr Tolerance kExact{0, 0};
 
