@@ -162,13 +162,18 @@ void BucketReducer::reduce_bucket(std::size_t i) {
   Tensor grads = flat_grads_.flat_slice(buckets_[i].begin, buckets_[i].count);
   Tensor work = staging_[i].defined() ? staging_[i] : grads;
   if (staging_[i].defined()) work.copy_from(grads);
-  all_reduce_with(config_.algo, comm_, work, ReduceOp::kSum, config_.ring);
-  if (divisor_ != 1.0) ops::scale(work, 1.0 / divisor_);
+  if (config_.bucket_op) {
+    config_.bucket_op(i, work, divisor_);
+  } else {
+    all_reduce_with(config_.algo, comm_, work, ReduceOp::kSum, config_.ring);
+    if (divisor_ != 1.0) ops::scale(work, 1.0 / divisor_);
+  }
   if (staging_[i].defined()) grads.copy_from(work, Saturation::kNoSat);
   const double end = trace_now_us();
   std::lock_guard lock(mu_);
   comm_seconds_ += (end - start) * 1e-6;
-  spans_.push_back({"all_reduce bucket " + std::to_string(i) + " (" +
+  spans_.push_back({std::string(config_.bucket_op ? "reduce_scatter" : "all_reduce") +
+                        " bucket " + std::to_string(i) + " (" +
                         format_bytes(work.nbytes()) + ")",
                     "comm", comm_.rank(), config_.overlap ? 1 : 0, start, end - start});
 }

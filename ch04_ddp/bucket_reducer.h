@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <mutex>
 #include <span>
 #include <thread>
@@ -44,6 +45,10 @@ struct ReducerConfig {
   // A communication thread reduces each bucket as soon as it is complete. false: every bucket
   // is reduced on the caller's thread in finish() (the no-overlap baseline).
   bool overlap = true;
+  // What is done with bucket i once its gradients are final: empty, all-reduce `work` (the
+  // FP32 staging copy, or the gradients themselves) and divide it by `divisor`. Chapter 5's
+  // ZeRO reduce-scatters instead, leaving each rank the mean of its own shard.
+  std::function<void(std::size_t bucket, Tensor& work, double divisor)> bucket_op;
 };
 
 // One rank's reducer. The communicator is used by the communication thread between begin()

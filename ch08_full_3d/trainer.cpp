@@ -37,13 +37,18 @@ GptOptions model_options(const TrainerConfig& c) {
   return o;
 }
 
-ch03::MixedPrecisionConfig optimizer_config(const TrainerConfig& c, const GptModel& model) {
+ch03::MixedPrecisionConfig optimizer_config(const TrainerConfig& c, const GptModel& model,
+                                            const ch05::ZeroStage1* zero) {
   ch03::MixedPrecisionConfig m;
   m.optimizer = ch03::OptimizerKind::kAdamW;
   m.adamw = AdamWConfig{c.schedule.lr, c.beta1, c.beta2, c.eps, c.weight_decay};
   // GPT-2's two param groups: 2-D weights decay, biases and LayerNorm gains do not.
-  for (const ParamEntry& e : model.registry().entries()) {
-    m.weight_decay_mask.push_back(e.weight_decay);
+  if (zero != nullptr) {
+    m.weight_decay_mask = zero->shard_weight_decay();  // by piece of this rank's shard
+  } else {
+    for (const ParamEntry& e : model.registry().entries()) {
+      m.weight_decay_mask.push_back(e.weight_decay);
+    }
   }
   m.max_grad_norm = c.grad_clip;
   // Only fp16 needs a scaler: bf16 has FP32's exponent range, so small gradients survive.
@@ -73,10 +78,36 @@ std::unique_ptr<GradSync> make_grad_sync(GptModel& model, const ParallelGrid* gr
   if (grid == nullptr || grid->dp().size() == 1) return std::make_unique<LocalGradients>();
   Communicator& dp = grid->dp();
   sync_initial_weights(dp, model.registry().flat_params(), c.init_sync);
-  auto sync = std::make_unique<ch04::BucketedAllReduce>(dp, model.registry(), reducer_config(c),
-                                                        ch04::model_reports_grad_ready());
+  std::unique_ptr<GradSync> sync;
+  if (c.zero_stage >= 1) {
+    ch05::ZeroConfig z;
+    z.stage = c.zero_stage;
+    z.bucket_cap_bytes = reducer_config(c).bucket_cap_bytes;
+    z.overlap = c.overlap;
+    sync = std::make_unique<ch05::ZeroStage1>(dp, model.registry(), z);
+  } else {
+    sync = std::make_unique<ch04::BucketedAllReduce>(dp, model.registry(), reducer_config(c),
+                                                     ch04::model_reports_grad_ready());
+  }
   verify_replicas(dp, model.registry().flat_params());
   return sync;
+}
+
+// The second factory point: what the optimizer steps. DDP and one device: every parameter.
+// ZeRO: this rank's pieces of the flat partition, so its masters and moments are 1/dp of them.
+std::vector<Tensor> optimizer_params(const GptModel& model, const ch05::ZeroStage1* zero) {
+  return zero != nullptr ? zero->shard_params() : tensors_of(model.parameters());
+}
+std::vector<Tensor> optimizer_grads(const GptModel& model, const ch05::ZeroStage1* zero) {
+  return zero != nullptr ? zero->shard_grads() : tensors_of(model.gradients());
+}
+
+// Who counts an entry in the norm. Under ZeRO every dp rank counts the shards it owns (the
+// chain of ZeroStage1::counted_sum_of_squares), so the dp coordinate no longer decides.
+std::vector<bool> counted_entries(const GptModel& model, GridCoord at,
+                                  const ch05::ZeroStage1* zero) {
+  if (zero != nullptr) at.dp = 0;
+  return norm_counted(model.registry().entries(), at);
 }
 
 // The tp x pp placement of this rank's model (today every rank holds the whole model).
@@ -104,11 +135,12 @@ Trainer::Trainer(TrainerConfig config, TrainingData data, Communicator* world)
       grid_(make_grid(world_, config_)),
       model_(config_.model, stage_options(model_options(config_), grid_.get())),
       sync_(make_grad_sync(model_, grid_.get(), config_)),
-      optimizer_(tensors_of(model_.parameters()), tensors_of(model_.gradients()),
-                 optimizer_config(config_, model_)),
+      zero_(dynamic_cast<ch05::ZeroStage1*>(sync_.get())),
+      optimizer_(optimizer_params(model_, zero_), optimizer_grads(model_, zero_),
+                 optimizer_config(config_, model_, zero_)),
       reductions_(grid_.get()),
       schedule_(std::make_unique<SingleStage>(static_cast<int>(config_.grad_accum))),
-      norm_counted_(norm_counted(model_.registry().entries(), coord())),
+      norm_counted_(counted_entries(model_, coord(), zero_)),
       // Replica d reads rows d*B .. (d+1)*B-1 of each global window of dp*B*T+1 tokens: the
       // tp and pp ranks of one replica read the same rows.
       loader_(data_.tokens, config_.batch, config_.seq, config_.data_order, config_.seed,
@@ -120,7 +152,8 @@ Trainer::Trainer(TrainerConfig config, TrainingData data, Communicator* world)
   }
   // Every element once, over the world: on a single device exactly global_grad_norm.
   optimizer_.set_grad_norm_fn([this](std::span<const Tensor> grads32) {
-    return reductions_.grad_norm(counted_sum_of_squares(grads32, norm_counted_));
+    return reductions_.grad_norm(zero_ ? zero_->counted_sum_of_squares(grads32, norm_counted_)
+                                       : counted_sum_of_squares(grads32, norm_counted_));
   });
   if (!config_.init_from.empty()) {
     load_initial_weights();  // every rank reads the same directory
@@ -183,6 +216,7 @@ std::vector<RankMetrics> Trainer::gather_rank_metrics() {
 }
 
 std::vector<NamedTensor> Trainer::master_weights() const {
+  if (zero_) throw std::logic_error("Trainer::master_weights: ZeRO holds the masters in shards");
   std::vector<NamedTensor> out;
   const auto entries = model_.registry().entries();
   for (std::size_t i = 0; i < entries.size(); ++i) {
@@ -212,7 +246,10 @@ void Trainer::load_initial_weights() {
 
 ch03::StepReport Trainer::optimizer_step(double lr) {
   optimizer_.set_lr(lr);
-  return optimizer_.step();
+  const ch03::StepReport rep = optimizer_.step();
+  // Every rank skipped or every rank stepped (the found-inf vote is the world's).
+  if (zero_ && rep.taken) zero_->gather_params();
+  return rep;
 }
 
 StepStats Trainer::train_step() {

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "ch03_master_weights/mixed_precision_optimizer.h"
+#include "ch05_zero/zero_sync.h"
 #include "comm/communicator.h"
 #include "comm/parallel_grid.h"
 #include "io/token_loader.h"
@@ -134,6 +135,9 @@ class Trainer {
   // Before the optimizer: making the replicas equal must reach the working copy before the
   // optimizer copies it into the FP32 masters.
   std::unique_ptr<GradSync> sync_;
+  // sync_ when it is chapter 5's ZeRO (null otherwise): the optimizer then steps this rank's
+  // shard only, and the updated shards are all-gathered after each step.
+  ch05::ZeroStage1* zero_;
   ch03::MixedPrecisionOptimizer optimizer_;
   StepReductions reductions_;
   std::unique_ptr<Schedule> schedule_;

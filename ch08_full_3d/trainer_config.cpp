@@ -116,6 +116,8 @@ void add_parallel_flags(ArgParser& a, const TrainerConfig& d) {
       .option("allreduce", "backend",
               "backend|ring|naive: the communicator's all-reduce or chapter 4's hand-built ones")
       .flag("no-overlap", "reduce every bucket after backward, on the compute thread")
+      .option("zero-stage", "0",
+              "0|1|2|3: ZeRO (chapter 5); 0 = DDP, 1 = masters and moments sharded over dp")
       .option("trace", "", "write every rank's compute and communication spans as Chrome trace "
                            "JSON (Perfetto opens it)")
       .option("check-replicas-every", num(d.check_replicas_every),
@@ -229,6 +231,10 @@ void read_parallel(const ArgParser& a, TrainerConfig& c) {
                 : algo == "naive" ? ch04::AllReduceAlgo::kNaive
                                   : ch04::AllReduceAlgo::kBackend;
   c.overlap = !a.get_flag("no-overlap");
+  const std::int64_t zero = a.get_int("zero-stage");
+  check_range(zero >= 0 && zero <= 3,
+              "--zero-stage " + num(zero) + " is not a ZeRO stage: one of 0, 1, 2, 3");
+  c.zero_stage = static_cast<int>(zero);
   c.trace = a.given("trace") ? a.get("trace") : "";
   c.comm_timeout = a.get_double("comm-timeout");
   c.check_replicas_every = non_negative(a, "check-replicas-every");
@@ -268,6 +274,18 @@ void validate_parallel(const TrainerConfig& c) {
   check_range(c.bucket_mb > 0 && c.bucket_mb <= 65536, "--bucket-mb must be in (0, 65536]");
   check_range(c.comm_timeout > 0 && std::isfinite(c.comm_timeout),
               "--comm-timeout must be a positive number of seconds");
+  const std::string zero = "--zero-stage " + num(static_cast<std::int64_t>(c.zero_stage));
+  check_range(c.zero_stage >= 0 && c.zero_stage <= 3, zero + " is not a ZeRO stage: 0-3");
+  // Stages 2 and 3 release the full gradients and parameters between uses, which needs a
+  // model whose buffers can be absent; chapter 5 builds stage 1.
+  check_range(c.zero_stage <= 1 || c.dp == 1,
+              zero + ": stages 2 and 3 are not built yet; use --zero-stage 1 (or 0)");
+  // The masters and moments of stage 1 live in shards: written and read whole, they would
+  // have to be gathered first.
+  check_range(c.zero_stage == 0 || c.dp == 1 ||
+                  (c.save.empty() && c.checkpoint_dir.empty() && c.init_from.empty()),
+              zero + " shards the FP32 masters and moments: --save, --checkpoint-dir and "
+                     "--init-from need --zero-stage 0");
   check_range(c.trace.empty() || c.distributed(),
               "--trace records the ranks' compute and communication: it needs --ranks N > 1 "
               "or --backend mpi");
@@ -414,6 +432,7 @@ Json to_json(const TrainerConfig& c) {
   j.set("pp", static_cast<std::int64_t>(c.pp));
   j.set("bucket_mb", c.bucket_mb);
   j.set("allreduce", ch04::algo_name(c.allreduce));
+  if (c.zero_stage != 0) j.set("zero_stage", static_cast<std::int64_t>(c.zero_stage));
   return j;
 }
 

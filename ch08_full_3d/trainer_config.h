@@ -69,6 +69,10 @@ struct TrainerConfig {
   ch04::InitSync init_sync = ch04::InitSync::kBroadcast;
   ch04::AllReduceAlgo allreduce = ch04::AllReduceAlgo::kBackend;
   bool overlap = true;        // reduce buckets on a communication thread during backward
+  // ZeRO (chapter 5): 0 = DDP; 1 = FP32 masters and Adam moments sharded over the dp ranks,
+  // gradients reduce-scattered into their owner's shard, parameters all-gathered after the
+  // step. With dp = 1 every stage is stage 0.
+  int zero_stage = 0;
   std::string trace;          // Chrome trace JSON of every rank's spans, written at the end
   std::int64_t check_replicas_every = 100;  // compare every rank's weights hash (0: at start)
   double comm_timeout = 300;  // a rank blocked this long in one call aborts the run

@@ -1,0 +1,242 @@
+// ch05_zero: ZeRO's memory bill (the paper's 7.5B-parameter, 64-GPU column from chapter 3's
+// calculator beside a small GPT's ledger), the bytes each rank sends, ZeRO stage 1 against
+// DDP bit for bit, and the failure modes (--bug shows one alone). A failed claim exits with 1,
+// a bad flag with 2.
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "ch03_master_weights/memory_calculator.h"
+#include "ch05_zero/zero_lesson.h"
+#include "report/claim_table.h"
+#include "report/format.h"
+#include "report/text_table.h"
+#include "tensor/ledger.h"
+#include "util/cli.h"
+#include "util/errors.h"
+
+namespace {
+
+using namespace mixpar;
+using namespace mixpar::ch05;
+
+std::size_t at(const RankResult& r, MemCategory c) { return r.mem[static_cast<std::size_t>(c)]; }
+
+void print_paper_column(ClaimTable& checks) {
+  std::printf(
+      "\n== 1. Model states per GPU, mixed precision with Adam (ZeRO paper, Table 1 column\n"
+      "   Psi = 7.5B, N_d = 64): (2+2+12)P, (2+2+12/N)P, (2+14/N)P, 16P/N, from mixpar-mem's\n"
+      "   calculator (1 GB = 1e9 bytes)\n");
+  const double expected[] = {120.0, 31.4, 16.6, 1.9};
+  TextTable t({"stage", "params", "grads", "masters", "moments", "total", "paper"});
+  for (int stage = 0; stage <= 3; ++stage) {
+    const mem::ModelStates s = mem::model_states(7'500'000'000, mem::Precision::kFp16,
+                                                   mem::Optimizer::kAdamW, stage, 64);
+    auto gb = [](std::int64_t b) { return fmt("%.2f GB", static_cast<double>(b) / 1e9); };
+    t.add({std::to_string(stage), gb(s.parameters), gb(s.gradients), gb(s.master_params),
+           gb(s.optimizer_state), gb(s.total()), fmt("%.1f GB", expected[stage])});
+    const double total = static_cast<double>(s.total()) / 1e9;
+    checks.add({{fmt("stage %d: the paper's %.1f GB (rounded as the paper rounds)", stage,
+                     expected[stage]),
+                 fmt("%.1f", expected[stage]), fmt("%.2f", total),
+                 std::fabs(total - expected[stage]) < 0.06}});
+  }
+  std::printf("%s", t.str().c_str());
+}
+
+void print_measured_bill(ClaimTable& checks) {
+  std::printf(
+      "\n== 2. A small GPT (2 layers, width 32, bf16 + FP32 masters + AdamW), each rank's ledger\n"
+      "   after training: DDP keeps everything on every rank; ZeRO-1 keeps 1/N of the masters\n"
+      "   and moments, and of the FP32 gradient copy that unscaling needs (4P/N more)\n");
+  TextTable t({"run", "rank", "P", "owned", "params", "grads (16-bit + FP32)", "masters",
+               "moments", "model states"});
+  for (int n : {2, 4}) {
+    for (int stage : {0, 1}) {
+      LessonSetup s;
+      s.ranks = n;
+      s.zero_stage = stage;
+      const std::vector<RankResult> runs = run_lesson(s);
+      bool ok = true;
+      std::int64_t owned_sum = 0;
+      for (int r = 0; r < n; ++r) {
+        const RankResult& x = runs[std::size_t(r)];
+        const std::size_t p = static_cast<std::size_t>(x.params);
+        const std::size_t o = static_cast<std::size_t>(x.owned);
+        const std::size_t grads = at(x, MemCategory::kGradients);
+        const std::size_t states = at(x, MemCategory::kParameters) + grads +
+                                   at(x, MemCategory::kMasterParams) +
+                                   at(x, MemCategory::kOptimizerState);
+        t.add({fmt("%s N=%d", stage ? "ZeRO-1" : "DDP", n), std::to_string(r),
+               std::to_string(x.params), std::to_string(x.owned),
+               format_bytes(at(x, MemCategory::kParameters)), format_bytes(grads),
+               format_bytes(at(x, MemCategory::kMasterParams)),
+               format_bytes(at(x, MemCategory::kOptimizerState)), format_bytes(states)});
+        // (2 + 2 + 12/N) P, plus the FP32 gradient copy: 4 o with o the owned elements.
+        ok = ok && at(x, MemCategory::kParameters) == 2 * p && grads == 2 * p + 4 * o &&
+             at(x, MemCategory::kMasterParams) == 4 * o &&
+             at(x, MemCategory::kOptimizerState) == 8 * o;
+        owned_sum += x.owned;
+      }
+      if (stage == 1) {
+        checks.add({yes_claim(fmt("ZeRO-1, N=%d: every rank holds 2P + 2P + 4o + 12o bytes, "
+                                  "o its shard; the shards sum to P", n),
+                              ok && owned_sum == runs[0].params)});
+      } else {
+        checks.add({yes_claim(fmt("DDP, N=%d: every rank holds 2P + (2+4)P + 12P bytes", n),
+                              ok)});
+      }
+    }
+  }
+  std::printf("%s", t.str().c_str());
+}
+
+void print_traffic(ClaimTable& checks) {
+  std::printf(
+      "\n== 3. Bytes each rank sends per step (fp32 run): DDP's all-reduce 2(N-1)/N x 4P,\n"
+      "   ZeRO-1's reduce-scatter + all-gather (N-1)/N x 4P' each, P' = P padded per bucket\n"
+      "   to a multiple of N (3 ranks: padding; DDP's ring is then within two elements of its\n"
+      "   formula, communicator.h). With bf16 parameters the all-gather moves 2 bytes a parameter,\n"
+      "   the gradients still 4 (chapter 4's FP32 reduction): 6P(N-1)/N in all.\n");
+  TextTable t({"run", "P", "P'", "rank 0 sends", "formula", "ratio"});
+  for (int n : {2, 3, 4}) {
+    for (int stage : {0, 1}) {
+      LessonSetup s;
+      s.ranks = n;
+      s.zero_stage = stage;
+      s.dtype = DType::kF32;
+      s.steps = 2;
+      const RankResult x = run_lesson(s)[0];
+      const double p = static_cast<double>(stage ? x.padded : x.params);
+      const double formula = 2.0 * (n - 1) / n * 4.0 * p;
+      // Sent between the step's first forward and the end of the sync, and by the all-gather:
+      // the loss, found-inf and norm reductions come on top (a few 8-byte messages).
+      const double measured = static_cast<double>(x.sent_per_step);
+      t.add({fmt("%s N=%d", stage ? "ZeRO-1" : "DDP", n), std::to_string(x.params),
+             std::to_string(x.padded), fmt("%.0f B", measured), fmt("%.0f B", formula),
+             fmt("%.4f", measured / formula)});
+      if (stage == 1) {
+        checks.add({{fmt("ZeRO-1 N=%d sends 2(N-1)/N x 4P' bytes per step", n),
+                     fmt("%.0f", formula), fmt("%.0f", measured), measured == formula}});
+      }
+    }
+  }
+  std::printf("%s", t.str().c_str());
+}
+
+void print_bitwise(ClaimTable& checks) {
+  std::printf(
+      "\n== 4. ZeRO-1 against DDP on the same ranks, 6 steps, clipping active (max norm 0.05):\n"
+      "   the same loss, norm, coefficient and weights hash at every step\n");
+  TextTable t({"dtype", "N", "steps clipped", "last loss (DDP)", "last loss (ZeRO-1)",
+               "steps equal"});
+  for (DType d : {DType::kF32, DType::kBF16, DType::kF16}) {
+    for (int n : {2, 4}) {
+      LessonSetup s;
+      s.ranks = n;
+      s.dtype = d;
+      s.zero_stage = 0;
+      const RankResult a = run_lesson(s)[0];
+      s.zero_stage = 1;
+      const RankResult b = run_lesson(s)[0];
+      int equal = 0, clipped = 0;
+      for (std::size_t k = 0; k < a.steps.size(); ++k) {
+        const StepRecord& x = a.steps[k];
+        const StepRecord& y = b.steps[k];
+        equal += x.loss == y.loss && x.weights_hash == y.weights_hash &&
+                 x.skipped == y.skipped && (x.skipped || (x.grad_norm == y.grad_norm &&
+                                                          x.clip_coef == y.clip_coef));
+        clipped += x.clip_coef < 1.0;
+      }
+      t.add({std::string(dtype_name(d)), std::to_string(n), std::to_string(clipped),
+             fmt("%.9f", a.steps.back().loss), fmt("%.9f", b.steps.back().loss),
+             fmt("%d / %zu", equal, a.steps.size())});
+      checks.add({yes_claim(fmt("%s N=%d: ZeRO-1 == DDP bit for bit, every step, clipped",
+                                std::string(dtype_name(d)).c_str(), n),
+                            equal == int(a.steps.size()) && clipped > 0)});
+    }
+  }
+  std::printf("%s", t.str().c_str());
+}
+
+void print_bug(ZeroBug bug, int n, ClaimTable& checks) {
+  LessonSetup s;
+  s.ranks = n;
+  s.zero_stage = 0;
+  const std::vector<RankResult> ddp = run_lesson(s);
+  s.zero_stage = 1;
+  s.bug = bug;
+  // An overflow is what a loss scaler checks for: fp16.
+  if (bug == ZeroBug::kUnsharedOverflow) s.dtype = DType::kF16;
+  const std::vector<RankResult> z = run_lesson(s);
+  if (bug == ZeroBug::kLocalNorm) {
+    std::printf(
+        "\n== Failure: clipping each shard by its own norm (N=%d). Each rank's coefficient is\n"
+        "   max_norm / its shard's norm: they differ, and the gathered model parts from DDP's\n",
+        n);
+    TextTable t({"step", "DDP coef", "rank 0 coef", "rank 1 coef", "hash == DDP's"});
+    int parted = -1;
+    bool differ = false;
+    for (std::size_t k = 0; k < ddp[0].steps.size(); ++k) {
+      const bool same = z[0].steps[k].weights_hash == ddp[0].steps[k].weights_hash;
+      if (!same && parted < 0) parted = static_cast<int>(k) + 1;
+      differ = differ || z[0].steps[k].clip_coef != z[1].steps[k].clip_coef;
+      t.add({std::to_string(k + 1), fmt("%.6f", ddp[0].steps[k].clip_coef),
+             fmt("%.6f", z[0].steps[k].clip_coef), fmt("%.6f", z[1].steps[k].clip_coef),
+             same ? "yes" : "no"});
+    }
+    std::printf("%s   the replica hash parts from DDP's at step %d\n", t.str().c_str(), parted);
+    checks.add({yes_claim("local-norm: the ranks' coefficients differ and the hash parts from "
+                          "DDP's at step 1",
+                          differ && parted == 1)});
+  } else if (bug == ZeroBug::kUnsharedOverflow) {
+    std::printf(
+        "\n== Failure: an overflow in rank %d's shard, the found-inf vote left out (N=%d): that\n"
+        "   rank skips (no norm, no step, no all-gather) while the others go on: they wait for\n"
+        "   it in the norm's chain or the all-gather, and the communicator names the calls\n",
+        n - 1, n);
+    const std::string& e = z[0].error;
+    std::printf("   every rank fails with: %s\n", e.empty() ? "(nothing)" : e.c_str());
+    checks.add({yes_claim("unshared-overflow: the next collective disagrees and every rank "
+                          "fails with a CommError instead of training on",
+                          !e.empty())});
+  }
+}
+
+ArgParser make_parser() {
+  ArgParser a("ch05_zero",
+              "ZeRO stage 1: the FP32 masters and Adam moments sharded over the data-parallel\n"
+              "ranks, gradients reduce-scattered, parameters all-gathered: DDP's result, bit\n"
+              "for bit, in 1/N of the optimizer memory.");
+  a.option("bug", "all", "all | none | local-norm | unshared-overflow")
+      .option("ranks", "2", "ranks of the failure modes (threads of this process), 2..8");
+  return a;
+}
+
+int run(int argc, char** argv) {
+  ArgParser args = make_parser();
+  args.parse(argc, argv);
+  const std::string bug = args.get_choice("bug", {"all", "none", "local-norm",
+                                                  "unshared-overflow"});
+  const auto n = static_cast<int>(args.get_int("ranks"));
+  if (n < 2 || n > 8) throw InputError("--ranks must be in [2, 8], got " + std::to_string(n));
+  std::printf("== ch05: ZeRO stage 1 (local backend, ranks as threads)\n");
+  ClaimTable checks;
+  if (bug == "all" || bug == "none") {
+    print_paper_column(checks);
+    print_measured_bill(checks);
+    print_traffic(checks);
+    print_bitwise(checks);
+  }
+  if (bug != "none") {
+    for (ZeroBug b : {ZeroBug::kLocalNorm, ZeroBug::kUnsharedOverflow}) {
+      if (bug == "all" || bug == bug_name(b)) print_bug(b, n, checks);
+    }
+  }
+  return checks.print() == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) { return mixpar::run_main(argc, argv, run); }

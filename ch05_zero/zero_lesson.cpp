@@ -1,0 +1,168 @@
+#include "ch05_zero/zero_lesson.h"
+
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <mutex>
+
+#include "ch03_master_weights/mixed_precision_optimizer.h"
+#include "ch04_ddp/bucketed_allreduce.h"
+#include "ch05_zero/zero_sync.h"
+#include "comm/local_backend.h"
+#include "comm/parallel_grid.h"
+#include "model/gpt.h"
+#include "parallel/count_once.h"
+#include "parallel/replicas.h"
+#include "parallel/schedule.h"
+#include "parallel/step_reductions.h"
+#include "random/philox.h"
+#include "util/errors.h"
+
+namespace mixpar::ch05 {
+namespace {
+
+constexpr std::string_view kBugNames[] = {"none", "local-norm", "unshared-overflow"};
+
+// Rank r's rows of step k: B sequences of T + 1 pseudo-random tokens (inputs, targets).
+TokenBatch lesson_batch(const LessonSetup& s, int step, int rank) {
+  Philox g(1000003ULL * static_cast<std::uint64_t>(step) + static_cast<std::uint64_t>(rank));
+  TokenBatch b;
+  b.B = s.batch;
+  b.T = s.seq;
+  b.step = step;
+  for (std::int64_t i = 0; i < s.batch; ++i) {
+    std::vector<std::int32_t> row(static_cast<std::size_t>(s.seq + 1));
+    for (auto& t : row) t = static_cast<std::int32_t>(g.next_u32() % 64);
+    b.inputs.insert(b.inputs.end(), row.begin(), row.end() - 1);
+    b.targets.insert(b.targets.end(), row.begin() + 1, row.end());
+  }
+  return b;
+}
+
+ch03::MixedPrecisionConfig optimizer_config(const LessonSetup& s, std::vector<bool> decays) {
+  ch03::MixedPrecisionConfig m;
+  m.adamw = AdamWConfig{1e-2, 0.9, 0.95, 1e-8, 0.1};
+  m.weight_decay_mask = std::move(decays);
+  m.max_grad_norm = s.max_grad_norm;
+  m.scaler = s.dtype == DType::kF16 ? ch02::pytorch_config() : ch02::no_scaling_config();
+  return m;
+}
+
+std::size_t sent(const Communicator& c) {
+  std::size_t n = 0;
+  for (const char* op : {"all_reduce", "reduce_scatter", "all_gather"}) {
+    n += c.traffic().totals(op).bytes_sent;
+  }
+  return n;
+}
+
+void run_rank(const LessonSetup& s, Communicator& comm, RankResult& out) {
+  ParallelGrid grid(comm, GridShape{comm.size(), 1, 1});
+  GptOptions o;
+  o.dtype = s.dtype;
+  o.seed = 1;
+  GptModel model(s.model, o);
+  ParamRegistry& reg = model.registry();
+  std::unique_ptr<GradSync> sync;
+  ZeroStage1* zero = nullptr;
+  if (s.zero_stage >= 1) {
+    ZeroConfig z;
+    z.bucket_cap_bytes = s.bucket_cap_bytes;
+    auto zs = std::make_unique<ZeroStage1>(grid.dp(), reg, z);
+    zero = zs.get();
+    sync = std::move(zs);
+  } else {
+    ch04::ReducerConfig r;
+    r.bucket_cap_bytes = s.bucket_cap_bytes;
+    sync = std::make_unique<ch04::BucketedAllReduce>(grid.dp(), reg, r);
+  }
+  model.set_grad_ready_hook([&](std::size_t e) { sync->grad_ready(e); });
+  std::vector<bool> decays;
+  for (const ParamEntry& e : reg.entries()) decays.push_back(e.weight_decay);
+  ch03::MixedPrecisionOptimizer opt(
+      zero ? zero->shard_params() : tensors_of(model.parameters()),
+      zero ? zero->shard_grads() : tensors_of(model.gradients()),
+      optimizer_config(s, zero ? zero->shard_weight_decay() : decays));
+  StepReductions red(&grid);
+  GridCoord at = grid.coord();
+  if (zero) at.dp = 0;  // every shard is counted by its owner
+  const std::vector<bool> counted = norm_counted(reg.entries(), at);
+  if (s.bug != ZeroBug::kUnsharedOverflow) {
+    opt.set_found_inf_reducer([&](bool f) { return red.found_inf(f); });
+  }
+  opt.set_grad_norm_fn([&](std::span<const Tensor> g) {
+    if (zero && s.bug == ZeroBug::kLocalNorm) {
+      return std::sqrt(zero->local_sum_of_squares(g, counted));  // the mistake
+    }
+    return red.grad_norm(zero ? zero->counted_sum_of_squares(g, counted)
+                              : counted_sum_of_squares(g, counted));
+  });
+  SingleStage schedule(1);
+  std::vector<TraceSpan> spans;
+  std::size_t grad_bytes = 0;  // sent by the gradient and parameter collectives alone
+  for (int k = 0; k < s.steps; ++k) {
+    const std::size_t before = sent(grid.dp());
+    sync->begin_step();
+    const ScheduleResult r = schedule.run_step(
+        model, [&] { return lesson_batch(s, k, comm.rank()); }, *sync, opt.loss_scale(),
+        comm.rank(), spans);
+    sync->finish();
+    grad_bytes += sent(grid.dp()) - before;
+    if (s.bug == ZeroBug::kUnsharedOverflow && k == 2 && comm.rank() == comm.size() - 1) {
+      // An overflow in the last rank's part of the gradients (its shard, under ZeRO).
+      Tensor g = zero ? zero->shard_grads().front() : reg.flat_grads();
+      g.flat_slice(0, 1).fill(std::numeric_limits<float>::infinity());
+    }
+    StepRecord rec;
+    rec.loss = red.loss(r.loss_sum);
+    const ch03::StepReport rep = opt.step();
+    const std::size_t before_gather = sent(grid.dp());
+    if (zero && rep.taken) zero->gather_params();
+    grad_bytes += sent(grid.dp()) - before_gather;
+    rec.grad_norm = rep.grad_norm;
+    rec.clip_coef = rep.clip_coef;
+    rec.skipped = !rep.taken;
+    rec.weights_hash = weights_hash(reg.flat_params());
+    out.steps.push_back(rec);
+  }
+  out.sent_per_step = grad_bytes / static_cast<std::size_t>(s.steps);
+  const MemoryLedger& ledger = current_ledger();
+  for (MemCategory c : kAllMemCategories) out.mem[static_cast<std::size_t>(c)] = ledger.live(c);
+  out.params = reg.numel();
+  if (zero) {
+    out.padded = zero->partition().padded_elements();
+    out.owned = zero->partition().owned_elements(comm.rank());
+  } else {
+    out.padded = out.owned = reg.numel();
+  }
+}
+
+}  // namespace
+
+std::string_view bug_name(ZeroBug b) { return kBugNames[static_cast<int>(b)]; }
+
+ZeroBug parse_bug(std::string_view text) {
+  for (int i = 0; i < 3; ++i) {
+    if (text == kBugNames[i]) return static_cast<ZeroBug>(i);
+  }
+  throw InputError("unknown bug '" + std::string(text) +
+                   "': one of none|local-norm|unshared-overflow");
+}
+
+std::vector<RankResult> run_lesson(const LessonSetup& s) {
+  std::vector<RankResult> out(static_cast<std::size_t>(s.ranks));
+  std::mutex mu;
+  try {
+    run_local(s.ranks, [&](Communicator& comm) {
+      RankResult& mine = out[static_cast<std::size_t>(comm.rank())];
+      run_rank(s, comm, mine);
+    });
+  } catch (const std::exception& e) {
+    // A broken collective fails every rank (CommError names the rank and the calls).
+    std::lock_guard lock(mu);
+    for (RankResult& r : out) r.error = e.what();
+  }
+  return out;
+}
+
+}  // namespace mixpar::ch05

@@ -1,0 +1,90 @@
+// ZeRO stage 1 as the trainer's GradSync (Rajbhandari et al. 2020, "ZeRO: memory optimizations
+// toward training trillion parameter models"; docs/REFERENCE.md, ZeRO). The dp replicas keep
+// the whole 16-bit model but each steps only its shard of the FP32 masters and Adam moments:
+//
+//   backward      chapter 4's buckets leave as they become final, but each is REDUCE-SCATTERED
+//                 (zero_partition.h): rank r receives the mean of its shard only, (N-1)/N of
+//                 the bucket sent instead of the all-reduce's 2(N-1)/N;
+//   optimizer     chapter 3's MixedPrecisionOptimizer over this rank's pieces (shard_params,
+//                 shard_grads): unscale, inf check, clip and AdamW on 1/N of the parameters;
+//   after a step  every rank's updated shard ALL-GATHERED into every replica's working copy,
+//                 (N-1)/N of the parameters: 2P(N-1)/N per step in all, DDP's volume.
+//
+// Bit-identical to DDP on the same ranks: every element is summed rank 0 .. N-1 in FP32 by
+// reduce_scatter as by all_reduce (communicator.h), divided by the same N x micro-batches and
+// rounded to the working dtype the same way; AdamW is elementwise; and the gradient norm is
+// summed in the very order one device sums it (counted_sum_of_squares: a chain along the
+// shards), so the clip coefficient, and everything after it, has the same bits.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "ch04_ddp/bucket_reducer.h"
+#include "ch05_zero/zero_partition.h"
+#include "comm/communicator.h"
+#include "model/gpt_params.h"
+#include "parallel/grad_sync.h"
+
+namespace mixpar::ch05 {
+
+struct ZeroConfig {
+  int stage = 1;
+  std::size_t bucket_cap_bytes = std::size_t{25} << 20;
+  std::int64_t align = 1;  // each bucket padded to a multiple of dp x align elements
+  bool overlap = true;     // reduce-scatter on a communication thread during backward
+};
+
+class ZeroStage1 final : public GradSync {
+ public:
+  // dp: the replicas' communicator; registry: this rank's model (allocated). The
+  // communication thread uses dp between last_backward_starts() and finish() only.
+  ZeroStage1(Communicator& dp, ParamRegistry& registry, ZeroConfig config);
+
+  std::string describe() const override;
+  bool averages() const override { return true; }
+  void last_backward_starts(int micro_batches) override;
+  void grad_ready(std::size_t entry) override;
+  double finish() override;
+  double take_comm_seconds() override;
+  std::vector<TraceSpan> take_spans() override;
+
+  const ZeroPartition& partition() const { return partition_; }
+  // Views of the working copy and of the (reduced) gradients at this rank's pieces, in order:
+  // what the optimizer is built on. Its masters and moments are then 1/N of the model's.
+  std::vector<Tensor> shard_params() const;
+  std::vector<Tensor> shard_grads() const;
+  // Per piece: its parameter's weight-decay flag.
+  std::vector<bool> shard_weight_decay() const;
+
+  // Collective over dp: the sum of squares of the counted entries' gradients, each entry
+  // folded element by element in flat order and the entries added in registry order, exactly
+  // as counted_sum_of_squares sums a whole model on one device. grads32: this rank's FP32
+  // shard gradients, one per piece. The running sums travel along the owners (a chain of
+  // 16-byte messages); the total is returned on the last owner and 0 elsewhere, so the
+  // world's sum (StepReductions::grad_norm) is the total, unchanged.
+  double counted_sum_of_squares(std::span<const Tensor> grads32,
+                                const std::vector<bool>& counted) const;
+  // This rank's shard sum alone, with no other rank's: the local-norm clipping mistake.
+  double local_sum_of_squares(std::span<const Tensor> grads32,
+                              const std::vector<bool>& counted) const;
+  // Collective over dp: every rank's shard of the working copy all-gathered into every
+  // replica, bucket by bucket (after the optimizer stepped).
+  void gather_params();
+
+ private:
+  void reduce_scatter_bucket(std::size_t b, Tensor& work, double divisor);
+
+  Communicator& dp_;
+  ParamRegistry& registry_;
+  ZeroConfig config_;
+  ZeroPartition partition_;
+  Tensor rs_in_, rs_out_;  // reduce-scatter scratch (FP32 or the gradients' dtype)
+  Tensor ag_in_, ag_out_;  // all-gather scratch in the working dtype
+  std::unique_ptr<ch04::BucketReducer> reducer_;
+  bool open_ = false;
+};
+
+}  // namespace mixpar::ch05

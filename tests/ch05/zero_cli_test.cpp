@@ -1,0 +1,120 @@
+// train_gpt --zero-stage as a user runs it: a stage that is not 0-3, or one not built, is one
+// line and exit code 2 before any compute; --zero-stage 1 on 2 local ranks logs DDP's losses
+// and norms bit for bit, and so do 2 and 4 MPI processes (the MPI backend's default rank-order
+// reduction: the same kernel in the same order).
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <sstream>
+
+#include "../ch08/ch08_test_util.h"
+#include "util/json.h"
+
+#ifndef MIXPAR_TRAIN_GPT_PATH
+#error "MIXPAR_TRAIN_GPT_PATH must name the train_gpt binary"
+#endif
+
+namespace mixpar::ch08 {
+namespace {
+
+using test::TempDir;
+
+const std::string kRun =
+    "--n-layer 2 --n-head 2 --n-embd 16 --seq 8 --batch 2 --threads 1 --steps 8 "
+    "--data-order sequential --eval-every 0 --grad-clip 0.05 --bucket-mb 0.004 --dtype bf16 ";
+
+struct CliRun {
+  int code = -1;
+  std::string out, err;
+};
+
+CliRun run_shell(const TempDir& dir, const std::string& cmd) {
+  const int status =
+      std::system((cmd + " > " + dir.file("stdout") + " 2> " + dir.file("stderr")).c_str());
+  CliRun r;
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = test::read_bytes(dir.file("stdout"));
+  r.err = test::read_bytes(dir.file("stderr"));
+  return r;
+}
+
+CliRun train_gpt(const TempDir& dir, const std::string& args) {
+  return run_shell(dir, std::string(MIXPAR_TRAIN_GPT_PATH) + " " + args);
+}
+
+std::vector<Json> read_jsonl(const std::string& path) {
+  std::istringstream in(test::read_bytes(path));
+  std::vector<Json> out;
+  for (std::string line; std::getline(in, line);) out.push_back(Json::parse(line, path));
+  return out;
+}
+
+// The JSONL numbers are shortest round-trip decimals: equal text, equal bits.
+void expect_same_bits(const std::string& a, const std::string& b) {
+  const std::vector<Json> x = read_jsonl(a), y = read_jsonl(b);
+  ASSERT_EQ(x.size(), y.size());
+  ASSERT_FALSE(x.empty());
+  int clipped = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    for (const char* key : {"loss", "grad_norm", "clip_coef"}) {
+      EXPECT_EQ(x[i].at(key).as_double(), y[i].at(key).as_double()) << key << " step " << i + 1;
+    }
+    clipped += x[i].at("clip_coef").as_double() < 1.0;
+  }
+  EXPECT_GT(clipped, 0);
+}
+
+void expect_one_line_error(const TempDir& dir, const std::string& args, const std::string& part) {
+  const CliRun r = train_gpt(dir, args);
+  EXPECT_EQ(r.code, 2) << args << "\n" << r.err;
+  EXPECT_EQ(r.out, "") << args;
+  EXPECT_TRUE(r.err.starts_with("train_gpt: error: ")) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_NE(r.err.find(part), std::string::npos) << "want '" << part << "' in: " << r.err;
+}
+
+TEST(TrainGptZero, BadStagesAreOneLineAndExitCode2) {
+  TempDir d;
+  expect_one_line_error(d, kRun + "--zero-stage 4", "--zero-stage 4 is not a ZeRO stage");
+  expect_one_line_error(d, kRun + "--zero-stage -1", "--zero-stage -1 is not a ZeRO stage");
+  expect_one_line_error(d, kRun + "--ranks 2 --zero-stage 2", "not built yet");
+  expect_one_line_error(d, kRun + "--ranks 2 --zero-stage 1 --save " + d.file("out"),
+                        "need --zero-stage 0");
+}
+
+TEST(TrainGptZero, StageOneLogsDdpsLossesBitForBit) {
+  TempDir d;
+  ASSERT_EQ(train_gpt(d, kRun + "--ranks 2 --log-jsonl " + d.file("ddp.jsonl")).code, 0);
+  const CliRun r =
+      train_gpt(d, kRun + "--ranks 2 --zero-stage 1 --log-jsonl " + d.file("zero.jsonl"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  expect_same_bits(d.file("zero.jsonl"), d.file("ddp.jsonl"));
+  EXPECT_NE(r.out.find("ZeRO stage 1"), std::string::npos) << r.out;
+}
+
+#if defined(MIXPAR_MPIEXEC)
+std::string mpirun(int np) {
+  return "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader "
+         "OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversubscribe=1 " +
+         std::string(MIXPAR_MPIEXEC) + " --oversubscribe -np " + std::to_string(np) + " " +
+         MIXPAR_TRAIN_GPT_PATH + " --backend mpi ";
+}
+
+TEST(TrainGptZeroMpi, ProcessesLogTheLocalRanksLossesBitForBit) {
+  TempDir d;
+  for (int np : {2, 4}) {
+    SCOPED_TRACE("mpirun -np " + std::to_string(np));
+    const std::string n = std::to_string(np);
+    const std::string local = d.file("local" + n + ".jsonl"), mpi = d.file("mpi" + n + ".jsonl");
+    ASSERT_EQ(train_gpt(d, kRun + "--ranks " + n + " --log-jsonl " + local).code, 0);
+    const CliRun r = run_shell(d, mpirun(np) + kRun + "--zero-stage 1 --log-jsonl " + mpi);
+    ASSERT_EQ(r.code, 0) << r.err;
+    expect_same_bits(mpi, local);  // ZeRO-1 over MPI against DDP on local ranks
+  }
+}
+#endif
+
+}  // namespace
+}  // namespace mixpar::ch08

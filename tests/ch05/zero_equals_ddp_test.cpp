@@ -1,0 +1,200 @@
+// ZeRO stage 1 in chapter 8's trainer against chapter 4's DDP on the same ranks: for fp32, bf16
+// and fp16 with the loss scaler, N = 2 and 4, 10 steps with clipping active, every step's loss,
+// gradient norm and clip coefficient and the final weights have the same bits. Also: each rank
+// holds 1/N of the masters and moments (the ledger), each rank sends (N-1)/N of the padded
+// gradients and of the parameters per step (the communicator), dp = 1 is stage 0, and the bad
+// configurations are one-line InputErrors.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "../ch08/ch08_test_util.h"
+#include "comm/local_backend.h"
+#include "trainer.h"
+
+namespace mixpar::ch08 {
+namespace {
+
+using test::random_data;
+using test::tiny_config;
+
+TrainerConfig zero_config(int ranks, int stage, DType dtype) {
+  TrainerConfig c = tiny_config();
+  c.data_order = DataOrder::kSequential;
+  c.steps = 10;
+  c.schedule = LrSchedule{LrScheduleKind::kCosine, 1e-2, 1e-3, 2, 10};
+  c.ranks = c.dp = ranks;
+  c.threads = 1;
+  c.dtype = dtype;
+  c.zero_stage = stage;
+  c.grad_clip = 0.05;     // below the tiny model's norms: every step clips
+  c.bucket_mb = 0.004;    // about 4 KiB: several buckets, parameters cut between owners
+  c.grad_accum = 2;
+  if (dtype == DType::kF16) c.loss_scale = 524288.0;  // 2^19 overflows: skips, halvings
+  return c;
+}
+
+struct RankRun {
+  std::vector<StepStats> steps;
+  std::vector<unsigned char> weights;  // the working copy after the last step
+  std::vector<std::size_t> mem;        // by ledger category
+  std::size_t reduce_scatter_bytes = 0, all_gather_bytes = 0, all_reduce_bytes = 0;
+  std::vector<std::vector<float>> masters;  // the FP32 tensors this rank's optimizer steps
+};
+
+std::vector<RankRun> run(const TrainerConfig& c) {
+  const TrainingData data = random_data(4096);
+  std::vector<RankRun> out(static_cast<std::size_t>(c.ranks));
+  run_local(c.ranks, [&](Communicator& comm) {
+    Trainer t(c, data, &comm);
+    RankRun& r = out[static_cast<std::size_t>(comm.rank())];
+    while (t.step() < c.steps) r.steps.push_back(t.train_step());
+    r.weights = test::bytes_of(t.model().registry().flat_params());
+    const RankMetrics m = t.gather_rank_metrics()[static_cast<std::size_t>(comm.rank())];
+    r.mem.assign(m.mem.begin(), m.mem.end());
+    const TrafficRecorder& tr = t.grid()->dp().traffic();
+    r.reduce_scatter_bytes = tr.totals("reduce_scatter").bytes_sent;
+    r.all_gather_bytes = tr.totals("all_gather").bytes_sent;
+    r.all_reduce_bytes = tr.totals("all_reduce").bytes_sent;
+    for (const Tensor& p : t.optimizer().stepped_params()) r.masters.push_back(p.to_floats());
+  });
+  return out;
+}
+
+struct Layout {
+  int ranks;
+  DType dtype;
+};
+
+class ZeroStage1Equals : public ::testing::TestWithParam<Layout> {};
+
+TEST_P(ZeroStage1Equals, DdpBitForBitWithClippingAndTheScaler) {
+  const Layout l = GetParam();
+  const std::vector<RankRun> ddp = run(zero_config(l.ranks, 0, l.dtype));
+  const std::vector<RankRun> zero = run(zero_config(l.ranks, 1, l.dtype));
+  int clipped = 0, skipped = 0;
+  for (int r = 0; r < l.ranks; ++r) {
+    const RankRun& a = ddp[std::size_t(r)];
+    const RankRun& b = zero[std::size_t(r)];
+    ASSERT_EQ(a.steps.size(), b.steps.size());
+    for (std::size_t s = 0; s < a.steps.size(); ++s) {
+      EXPECT_EQ(a.steps[s].loss, b.steps[s].loss) << "rank " << r << " step " << s;
+      EXPECT_EQ(a.steps[s].skipped, b.steps[s].skipped) << "rank " << r << " step " << s;
+      EXPECT_EQ(a.steps[s].loss_scale, b.steps[s].loss_scale) << "rank " << r << " step " << s;
+      if (a.steps[s].skipped) {
+        skipped += r == 0;
+        continue;
+      }
+      EXPECT_EQ(a.steps[s].grad_norm, b.steps[s].grad_norm) << "rank " << r << " step " << s;
+      EXPECT_EQ(a.steps[s].clip_coef, b.steps[s].clip_coef) << "rank " << r << " step " << s;
+      clipped += r == 0 && a.steps[s].clip_coef < 1.0;
+    }
+    EXPECT_EQ(a.weights, b.weights) << "rank " << r << ": working copies differ";
+  }
+  EXPECT_GE(clipped, 5) << "clipping must be active";
+  if (l.dtype == DType::kF16) {
+    EXPECT_GE(skipped, 1) << "the scaler must skip a step";
+  }
+  // The masters too: each piece a rank steps equals DDP's master at the same flat elements.
+  TrainerConfig c = zero_config(l.ranks, 1, l.dtype);
+  ParamRegistry reg = make_gpt2_registry(c.model);
+  reg.allocate(l.dtype);
+  const std::size_t cap = static_cast<std::size_t>(c.bucket_mb * 1024.0 * 1024.0);
+  for (int r = 0; r < l.ranks; ++r) {
+    const ch05::ZeroPartition part(reg.entries(), l.dtype, cap, l.ranks, r);
+    const auto& pieces = part.pieces();
+    ASSERT_EQ(pieces.size(), zero[std::size_t(r)].masters.size());
+    for (std::size_t i = 0; i < pieces.size(); ++i) {
+      const std::vector<float>& full = ddp[std::size_t(r)].masters[pieces[i].entry];
+      const std::vector<float>& mine = zero[std::size_t(r)].masters[i];
+      ASSERT_EQ(mine.size(), std::size_t(pieces[i].count));
+      EXPECT_EQ(0, std::memcmp(mine.data(), full.data() + pieces[i].entry_offset,
+                               mine.size() * sizeof(float)))
+          << "rank " << r << " piece " << i;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, ZeroStage1Equals,
+                         ::testing::Values(Layout{2, DType::kF32}, Layout{4, DType::kF32},
+                                           Layout{2, DType::kBF16}, Layout{4, DType::kBF16},
+                                           Layout{2, DType::kF16}, Layout{4, DType::kF16}),
+                         [](const ::testing::TestParamInfo<Layout>& p) {
+                           return std::string(dtype_name(p.param.dtype)) + "_N" +
+                                  std::to_string(p.param.ranks);
+                         });
+
+TEST(ZeroStage1, EachRankHoldsItsShardOfTheMastersAndMoments) {
+  for (int n : {2, 4}) {
+    const TrainerConfig c = zero_config(n, 1, DType::kBF16);
+    const std::vector<RankRun> ddp = run(zero_config(n, 0, DType::kBF16));
+    const std::vector<RankRun> zero = run(c);
+    ParamRegistry reg = make_gpt2_registry(c.model);
+    reg.allocate(DType::kBF16);
+    const std::size_t cap = static_cast<std::size_t>(c.bucket_mb * 1024.0 * 1024.0);
+    const auto master = static_cast<std::size_t>(MemCategory::kMasterParams);
+    const auto moments = static_cast<std::size_t>(MemCategory::kOptimizerState);
+    const auto params = static_cast<std::size_t>(MemCategory::kParameters);
+    for (int r = 0; r < n; ++r) {
+      const ch05::ZeroPartition part(reg.entries(), DType::kBF16, cap, n, r);
+      const auto owned = static_cast<std::size_t>(part.owned_elements(r));
+      const auto p = static_cast<std::size_t>(reg.numel());
+      EXPECT_EQ(ddp[std::size_t(r)].mem[master], 4 * p);
+      EXPECT_EQ(zero[std::size_t(r)].mem[master], 4 * owned);  // 4P/N
+      EXPECT_EQ(ddp[std::size_t(r)].mem[moments], 8 * p);
+      EXPECT_EQ(zero[std::size_t(r)].mem[moments], 8 * owned);  // 8P/N
+      EXPECT_EQ(zero[std::size_t(r)].mem[params], 2 * p);       // the whole 16-bit model
+    }
+  }
+}
+
+TEST(ZeroStage1, SendsTheGradientsAndTheParametersOnceEach) {
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    for (int n : {2, 4}) {
+      const TrainerConfig c = zero_config(n, 1, dtype);
+      const std::vector<RankRun> zero = run(c);
+      ParamRegistry reg = make_gpt2_registry(c.model);
+      reg.allocate(dtype);
+      const ch05::ZeroPartition part(reg.entries(), dtype,
+                                     static_cast<std::size_t>(c.bucket_mb * 1024.0 * 1024.0), n,
+                                     0);
+      const auto padded = static_cast<std::size_t>(part.padded_elements());
+      const std::size_t steps = static_cast<std::size_t>(c.steps);
+      for (int r = 0; r < n; ++r) {
+        const RankRun& z = zero[std::size_t(r)];
+        // Gradients reduce-scattered in FP32 (chapter 4's staging), parameters all-gathered in
+        // the working dtype: (N-1)/N of the padded buffer each, every step.
+        EXPECT_EQ(z.reduce_scatter_bytes, steps * padded / std::size_t(n) * (n - 1) * 4);
+        // Plus the replica check at the start: one 8-byte hash to each other rank.
+        EXPECT_EQ(z.all_gather_bytes,
+                  steps * padded / std::size_t(n) * (n - 1) * dtype_size(dtype) + 8 * (n - 1));
+        EXPECT_LT(padded - reg.numel(), part.buckets().size() * std::size_t(n));
+      }
+    }
+  }
+}
+
+TEST(ZeroStage1, OneReplicaIsStageZero) {
+  TrainerConfig c = zero_config(1, 1, DType::kBF16);
+  TrainerConfig d = zero_config(1, 0, DType::kBF16);
+  const TrainingData data = random_data(4096);
+  Trainer a(c, data), b(d, data);
+  for (int s = 0; s < 4; ++s) EXPECT_EQ(a.train_step().loss, b.train_step().loss);
+  EXPECT_EQ(test::bytes_of(a.model().registry().flat_params()),
+            test::bytes_of(b.model().registry().flat_params()));
+}
+
+TEST(ZeroStage1, BadStagesAreInputErrors) {
+  TrainerConfig c = zero_config(2, 4, DType::kF32);
+  EXPECT_NE(test::input_error_of([&] { validate(c); }).find("--zero-stage 4"), std::string::npos);
+  c.zero_stage = 2;
+  EXPECT_NE(test::input_error_of([&] { validate(c); }).find("not built yet"), std::string::npos);
+  c.zero_stage = 1;
+  c.save = "out";
+  EXPECT_NE(test::input_error_of([&] { validate(c); }).find("--save"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace mixpar::ch08
