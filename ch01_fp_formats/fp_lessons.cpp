@@ -143,8 +143,8 @@ MemoryLesson memory_lesson(double params) {
   }
   m.fp16_param_bytes = params * static_cast<double>(dtype_size(DType::kF16));
   m.total_bytes = params * m.bytes_per_param;
-  // Seed 000's figures for 7B, quoted to be corrected: it took FP16 as 1 byte per
-  // parameter (7 GB) and so arrived at 7 + 7 + 84 = 98 GB.
+  // Article A's figures for 7B (docs/SOURCES.md), quoted to be corrected: it took FP16 as 1
+  // byte per parameter (7 GB) and so arrived at 7 + 7 + 84 = 98 GB.
   m.article_param_bytes = 7e9;
   m.article_total_bytes = 98e9;
   return m;

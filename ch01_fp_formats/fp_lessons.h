@@ -77,21 +77,21 @@ struct AccumulationLesson {
 AccumulationLesson accumulation_lesson(double value = 0.1, int count = 10000);
 double predicted_stall(DType accumulator, double value);
 
-// FP8 range: the seed article's "±4.3e1" against the implementation's maxima, and what
-// saturating and non-saturating casts do with values beyond them.
+// FP8 range: source article C's (docs/SOURCES.md) "±4.3e1" against the implementation's
+// maxima, and what saturating and non-saturating casts do with values beyond them.
 struct Fp8Cast {
   double input;
   Encoded e4m3_sat, e4m3_nosat, e5m2_sat, e5m2_nosat;
 };
 struct Fp8Lesson {
-  double article_claimed_max;  // 4.3e1, as printed in seed article 004
+  double article_claimed_max;  // 4.3e1, as printed in article C
   double e4m3_max, e5m2_max;   // from format_info
   std::vector<Fp8Cast> casts;
 };
 Fp8Lesson fp8_lesson();
 
 // Memory: bytes for a model's parameters in FP16 and for mixed-precision Adam, from the
-// element sizes of each stored tensor, against the seed article's figures.
+// element sizes of each stored tensor, against article A's figures (docs/SOURCES.md).
 struct MemoryComponent {
   std::string name;
   DType dtype;
@@ -103,8 +103,8 @@ struct MemoryLesson {
   double fp16_param_bytes;
   double bytes_per_param;  // sum over components
   double total_bytes;
-  double article_param_bytes;  // seed 000: "7B with FP16 params = 7 GB"
-  double article_total_bytes;  // seed 000: 98 GB for mixed-precision Adam
+  double article_param_bytes;  // article A: "7B with FP16 params = 7 GB"
+  double article_total_bytes;  // article A: 98 GB for mixed-precision Adam
 };
 MemoryLesson memory_lesson(double params = 7e9);
 

@@ -195,7 +195,7 @@ void section_gemm(Checks& checks, int m, int n, int k, GemmInputs inputs) {
 }
 
 void section_fp8(Checks& checks) {
-  heading("8. FP8: the range the seed article got wrong; saturating vs non-saturating casts");
+  heading("8. FP8: the range article C got wrong; saturating vs non-saturating casts");
   const Fp8Lesson f = fp8_lesson();
   TextTable t({"x", "e4m3 (sat)", "e4m3 (nosat)", "e5m2 (sat)", "e5m2 (nosat)"});
   for (const Fp8Cast& c : f.casts) {
@@ -203,8 +203,8 @@ void section_fp8(Checks& checks) {
            exact_num(c.e5m2_sat.stored), exact_num(c.e5m2_nosat.stored)});
   }
   std::printf("%s", t.str().c_str());
-  checks.expect("E4M3 max (article 004: +-4.3e1)", "448", exact_num(f.e4m3_max), f.e4m3_max == 448);
-  checks.expect("E5M2 max (article 004: +-4.3e1)", "57344", exact_num(f.e5m2_max),
+  checks.expect("E4M3 max (article C: +-4.3e1)", "448", exact_num(f.e4m3_max), f.e4m3_max == 448);
+  checks.expect("E5M2 max (article C: +-4.3e1)", "57344", exact_num(f.e5m2_max),
                 f.e5m2_max == 57344);
   const double hundred = encode(DType::kE4M3, 100).stored;
   checks.expect("100 > 43 is a finite E4M3 value", "finite", exact_num(hundred),
@@ -225,7 +225,7 @@ void section_fp8(Checks& checks) {
 }
 
 void section_memory(Checks& checks) {
-  heading("9. Memory for 7B parameters: the seed article's 7 GB and 98 GB, recomputed");
+  heading("9. Memory for 7B parameters: article A's 7 GB and 98 GB, recomputed");
   const MemoryLesson m = memory_lesson(7e9);
   TextTable t({"tensor", "bytes/param", "for 7e9 params"});
   for (const MemoryComponent& c : m.components) {
@@ -233,11 +233,11 @@ void section_memory(Checks& checks) {
   }
   t.add({"total (mixed-precision Adam)", exact_num(m.bytes_per_param), gb(m.total_bytes)});
   std::printf("%s", t.str().c_str());
-  checks.expect("7B params in FP16 (article 000: 7 GB)", "14 GB", gb(m.fp16_param_bytes),
+  checks.expect("7B params in FP16 (article A: 7 GB)", "14 GB", gb(m.fp16_param_bytes),
                 m.fp16_param_bytes == 14e9 && m.fp16_param_bytes != m.article_param_bytes);
   checks.expect("mixed-precision Adam bytes/param", "16", exact_num(m.bytes_per_param),
                 m.bytes_per_param == 16);
-  checks.expect("7B with mixed-precision Adam (article 000: 98 GB)", "112 GB", gb(m.total_bytes),
+  checks.expect("7B with mixed-precision Adam (article A: 98 GB)", "112 GB", gb(m.total_bytes),
                 m.total_bytes == 112e9 && m.total_bytes != m.article_total_bytes);
   checks.flush();
 }

@@ -28,8 +28,8 @@ struct LossScalerConfig {
   double growth_factor = 2.0;           // > 1
   double backoff_factor = 0.5;          // in (0, 1)
   std::int64_t growth_interval = 2000;  // clean steps in a row before growing (>= 1)
-  // PyTorch has neither bound (it only refuses to grow to inf); seed 000 caps at ~2^24,
-  // DeepSpeed and Megatron floor at 1.
+  // PyTorch has neither bound (it only refuses to grow to inf); source article A
+  // (docs/SOURCES.md) caps at ~2^24, DeepSpeed and Megatron floor at 1.
   double max_scale = std::numeric_limits<double>::infinity();
   double min_scale = 0.0;
   // Overflows tolerated before the scale drops: 1 = PyTorch (drop on every overflow);
@@ -40,7 +40,7 @@ struct LossScalerConfig {
   bool consecutive_hysteresis = false;
 };
 
-// Presets with each framework's defaults (REFERENCE.md; sources in README.md).
+// Presets with each framework's defaults (docs/REFERENCE.md, Loss scaling; sources in README.md).
 LossScalerConfig pytorch_config();    // 2^16, interval 2000, no bounds, hysteresis 1
 LossScalerConfig deepspeed_config();  // 2^16 (initial_scale_power 16), window 1000, min 1, hyst 2
 LossScalerConfig megatron_config();   // 2^32, window 1000, min 1, hysteresis 2

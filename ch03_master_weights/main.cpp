@@ -115,7 +115,7 @@ void print_calculator(Checks& checks) {
       mem::model_states(175'000'000'000, mem::Precision::kFp32, mem::Optimizer::kAdamW);
   std::printf(
       "\n== The same calculator at scale (mixpar-mem)\n"
-      "  7B, mixed precision AdamW: %g GB (seed 000: 98 GB, taking 7e9 x 2 B as 7 GB twice)\n"
+      "  7B, mixed precision AdamW: %g GB (article A: 98 GB, taking 7e9 x 2 B as 7 GB twice)\n"
       "  GPT-3 175B, FP32 AdamW: params %g + grads %g + m,v %g = %g GB\n",
       b7.total() / 1e9, g3.parameters / 1e9, g3.gradients / 1e9, g3.optimizer_state / 1e9,
       g3.total() / 1e9);

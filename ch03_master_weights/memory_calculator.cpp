@@ -302,9 +302,10 @@ std::string zero_saving_note(const TrainingSetup& setup, const MemoryBill& bill)
   const bool mixed_adam =
       setup.precision != Precision::kFp32 && setup.optimizer == Optimizer::kAdamW;
   if (mixed_adam && l.zero_stage <= 2) {
-    note += std::string(l.zero_stage == 1 ? ": (2+2+12/N)P" : ": (2+14/N)P") + "; seed 004's \"" +
+    note += std::string(l.zero_stage == 1 ? ": (2+2+12/N)P" : ": (2+14/N)P") + "; the \"" +
             (l.zero_stage == 1 ? "4x" : "8x") +
-            "\" is the ZeRO paper's limit as N grows, not the saving at N = " + num(l.dp);
+            "\" of articles B and C is the ZeRO paper's limit as N grows, not the saving at N = " +
+            num(l.dp);
   } else if (mixed_adam) {
     note += ": 16P/N";
   }
@@ -321,13 +322,13 @@ std::vector<std::string> bill_notes(const TrainingSetup& setup, const MemoryBill
   const bool seven_b = bill.model_params == 7'000'000'000;
   if (seven_b && mixed_adam) {
     notes.push_back(
-        "seed 000 puts 7B mixed-precision Adam at 98 GB because it counts \"7 GB for FP16 "
+        "article A puts 7B mixed-precision Adam at 98 GB because it counts \"7 GB for FP16 "
         "weights\"; 7e9 x 2 B = 14 GB (and 14 GB of 16-bit gradients): 2+2+4+4+4 = 16 B/param "
-        "= 112 GB, as seed 003 says");
+        "= 112 GB, as article B says");
   }
   if (seven_b && mixed_adam && l.zero_stage == 1 && l.dp == 8 && l.tp == 1 && l.pp == 1) {
     notes.push_back(
-        "seed 000's ZeRO-1 example says 25 GB/GPU on 8 GPUs; with 14 GB of 16-bit weights it is "
+        "article A's ZeRO-1 example says 25 GB/GPU on 8 GPUs; with 14 GB of 16-bit weights it is "
         "14 + 14 + 84/8 = 38.5 GB");
   }
   if (l.zero_stage > 0 && l.dp > 1) notes.push_back(zero_saving_note(setup, bill));

@@ -121,8 +121,9 @@ struct MemoryBill {
 void validate(const TrainingSetup& setup);
 // validate(), then the bill of the worst pipeline stage.
 MemoryBill compute_bill(const TrainingSetup& setup);
-// Notes for the reader: corrections to the seed articles that this configuration touches,
-// the exact ZeRO saving, and the fp32-activation assumption (empty when none apply).
+// Notes for the reader: corrections to the source articles (docs/SOURCES.md) that this
+// configuration touches, the exact ZeRO saving, and the fp32-activation assumption (empty when
+// none apply).
 std::vector<std::string> bill_notes(const TrainingSetup& setup, const MemoryBill& bill);
 
 }  // namespace mixpar::mem

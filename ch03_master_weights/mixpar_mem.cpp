@@ -17,7 +17,8 @@ namespace {
 using namespace mixpar;
 using namespace mixpar::mem;
 
-constexpr double kGB = 1e9;  // decimal GB, as the ZeRO paper and the seed articles count
+// Decimal GB, as the ZeRO paper and the source articles (docs/SOURCES.md) count.
+constexpr double kGB = 1e9;
 
 const char* const kShapeFlags[] = {"n-layer",    "n-embd", "n-head",
                                    "vocab-size", "seq",    "micro-batch"};

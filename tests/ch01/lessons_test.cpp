@@ -1,6 +1,6 @@
 // Lesson tests: each failure mode of the formats shows its symptom (inf, zero, a swamped
-// update, a stalled sum), the range table matches the reference, and the seed articles'
-// FP8 range and 7B memory figures are shown to be wrong by computation.
+// update, a stalled sum), the range table matches the reference, and the source articles'
+// (docs/SOURCES.md) FP8 range and 7B memory figures are shown to be wrong by computation.
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -96,7 +96,7 @@ TEST(LossScaler, ConsecutiveHysteresisRefillsOnEveryCleanStep) {
 
 TEST(LossScaler, CapStopsGrowthAndFloorStopsBackoff) {
   LossScalerConfig c = small(4, 1);
-  c.max_scale = 16;  // seed 000's practice (2^24 there), scaled down for the test
+  c.max_scale = 16;  // article A's practice (2^24 there, docs/SOURCES.md), scaled down
   c.min_scale = 2;   // DeepSpeed/Megatron floor (1 there)
   LossScaler s(c);
   EXPECT_EQ(trajectory(s, "....xxxx."), (std::vector<float>{8, 16, 16, 16, 8, 4, 2, 2, 4}));

@@ -1,5 +1,5 @@
-// Chapter 3's memory calculator against the numbers of its sources: the seed articles'
-// corrected bills, the ZeRO paper's 7.5B-on-64-GPUs example, GPT-2 124M's parameter count,
+// Chapter 3's memory calculator against the numbers of its sources: the source articles'
+// (docs/SOURCES.md) corrected bills, the ZeRO paper's 7.5B-on-64-GPUs example, GPT-2 124M's parameter count,
 // Korthikanti et al.'s activation formulas on a shape small enough to add by hand, and the
 // mixpar-mem tool itself (exit code 2 on bad flags, --json equal to the library).
 #include "ch03_master_weights/memory_calculator.h"
@@ -78,7 +78,7 @@ TEST(StateBytes, SgdMomentumKeepsOneFp32Buffer) {
 
 TEST(Bill, SevenBillionMixedAdamIs112GBNot98) {
   const MemoryBill b = compute_bill(params_setup(7'000'000'000, Precision::kBf16));
-  EXPECT_EQ(b.states.parameters, 14 * kGB);  // not the seed's "7 GB for FP16 weights"
+  EXPECT_EQ(b.states.parameters, 14 * kGB);  // not article A's "7 GB for FP16 weights"
   EXPECT_EQ(b.states.gradients, 14 * kGB);
   EXPECT_EQ(b.states.master_params, 28 * kGB);
   EXPECT_EQ(b.states.optimizer_state, 56 * kGB);
