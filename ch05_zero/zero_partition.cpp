@@ -55,8 +55,8 @@ ZeroPartition::ZeroPartition(std::span<const ParamEntry> entries, DType dtype,
     if (run.owner != rank) continue;
     for (std::size_t e = 0; e < entries.size(); ++e) {
       const std::int64_t lo = std::max(run.begin, entries[e].offset);
-      const std::int64_t hi =
-          std::min(run.begin + run.count, entries[e].offset + shape_numel(entries[e].shape));
+      const std::int64_t held = shape_numel(held_shape(entries[e].shape, entries[e].holding));
+      const std::int64_t hi = std::min(run.begin + run.count, entries[e].offset + held);
       if (lo < hi) pieces_.push_back({e, lo - entries[e].offset, lo, hi - lo});
     }
   }

@@ -45,8 +45,8 @@ struct OwnedRun {
 
 class ZeroPartition {
  public:
-  // entries: laid out back to back in `dtype` (a registry's). InputError when dp < 1 or
-  // align < 1.
+  // entries: laid out back to back in `dtype` (a registry's: each entry's held elements,
+  // held_shape). InputError when dp < 1 or align < 1.
   ZeroPartition(std::span<const ParamEntry> entries, DType dtype, std::size_t bucket_cap_bytes,
                 int dp, int rank, std::int64_t align = 1);
 

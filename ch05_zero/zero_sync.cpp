@@ -153,7 +153,8 @@ double ZeroStage1::counted_sum_of_squares(std::span<const Tensor> grads32,
       if (!counted[p.entry]) continue;
       if (p.entry_offset == 0) s[0] = 0.0;
       s[0] = fold_squares(s[0], grads32[next]);
-      if (p.entry_offset + p.count == shape_numel(entries[p.entry].shape)) s[1] += s[0];
+      const ParamEntry& e = entries[p.entry];
+      if (p.entry_offset + p.count == shape_numel(held_shape(e.shape, e.holding))) s[1] += s[0];
     }
     if (k + 1 < runs.size()) dp_.send(state, runs[k + 1].owner, kNormTag);
   }
