@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "../ch08/ch08_test_util.h"
+#include "ch03_master_weights/memory_calculator.h"
 #include "comm/local_backend.h"
 #include "trainer.h"
 
@@ -146,6 +147,32 @@ TEST(ZeroStage1, EachRankHoldsItsShardOfTheMastersAndMoments) {
       EXPECT_EQ(ddp[std::size_t(r)].mem[moments], 8 * p);
       EXPECT_EQ(zero[std::size_t(r)].mem[moments], 8 * owned);  // 8P/N
       EXPECT_EQ(zero[std::size_t(r)].mem[params], 2 * p);       // the whole 16-bit model
+    }
+  }
+}
+
+// mixpar-mem's model_states (chapter 3's calculator) against rank 0's ledger after a real run
+// with one bucket (rank 0 then owns ceil(P/N) elements, the calculator's shard): parameters,
+// masters and moments to the byte; the ledger's gradients add the FP32 copy unscaling needs,
+// 4 bytes per element the optimizer steps (P under DDP, the shard under ZeRO-1).
+TEST(ZeroStage1, MixparMemAgreesWithTheLedger) {
+  for (int stage : {0, 1}) {
+    for (int n : {2, 4}) {
+      TrainerConfig c = zero_config(n, stage, DType::kBF16);
+      c.bucket_mb = 25;
+      const RankRun r = run(c)[0];
+      ParamRegistry reg = make_gpt2_registry(c.model);
+      const mem::ModelStates s = mem::model_states(reg.numel(), mem::Precision::kBf16,
+                                                   mem::Optimizer::kAdamW, stage, n);
+      const std::int64_t stepped = stage == 0 ? reg.numel() : (reg.numel() + n - 1) / n;
+      auto at = [&](MemCategory k) {
+        return static_cast<std::int64_t>(r.mem[static_cast<std::size_t>(k)]);
+      };
+      SCOPED_TRACE("stage " + std::to_string(stage) + ", N = " + std::to_string(n));
+      EXPECT_EQ(at(MemCategory::kParameters), s.parameters);
+      EXPECT_EQ(at(MemCategory::kMasterParams), s.master_params);
+      EXPECT_EQ(at(MemCategory::kOptimizerState), s.optimizer_state);
+      EXPECT_EQ(at(MemCategory::kGradients), s.gradients + 4 * stepped);
     }
   }
 }
