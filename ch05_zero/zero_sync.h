@@ -52,6 +52,9 @@ class ZeroStage1 final : public GradSync {
   std::vector<TraceSpan> take_spans() override;
 
   const ZeroPartition& partition() const { return partition_; }
+  // Buckets whose reduce-scatter was handed to the communication thread while the last
+  // backward still ran (chapter 4's overlap), in the last step.
+  std::size_t buckets_sent_during_backward() const { return reducer_->ready_before_finish(); }
   // Views of the working copy and of the (reduced) gradients at this rank's pieces, in order:
   // what the optimizer is built on. Its masters and moments are then 1/N of the model's.
   std::vector<Tensor> shard_params() const;

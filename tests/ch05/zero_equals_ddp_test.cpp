@@ -203,6 +203,26 @@ TEST(ZeroStage1, SendsTheGradientsAndTheParametersOnceEach) {
   }
 }
 
+TEST(ZeroStage1, BucketsAreReduceScatteredWhileBackwardRuns) {
+  const TrainerConfig c = zero_config(2, 1, DType::kBF16);
+  const TrainingData data = random_data(4096);
+  std::vector<std::size_t> during(2), buckets(2);
+  run_local(2, [&](Communicator& comm) {
+    Trainer t(c, data, &comm);
+    t.train_step();
+    const auto* z = dynamic_cast<const ch05::ZeroStage1*>(&t.grad_sync());
+    ASSERT_NE(z, nullptr);
+    during[std::size_t(comm.rank())] = z->buckets_sent_during_backward();
+    buckets[std::size_t(comm.rank())] = z->partition().buckets().size();
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_GE(buckets[std::size_t(r)], 4u);
+    // Every bucket but the last (wte and wpe, final after the embedding's backward) leaves
+    // before backward returns.
+    EXPECT_GE(during[std::size_t(r)], buckets[std::size_t(r)] - 2) << "rank " << r;
+  }
+}
+
 TEST(ZeroStage1, OneReplicaIsStageZero) {
   TrainerConfig c = zero_config(1, 1, DType::kBF16);
   TrainerConfig d = zero_config(1, 0, DType::kBF16);
