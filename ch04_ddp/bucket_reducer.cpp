@@ -18,7 +18,7 @@ std::vector<Bucket> make_buckets(std::span<const ParamEntry> entries, DType dtyp
   Bucket current;
   for (std::size_t k = entries.size(); k-- > 0;) {
     const ParamEntry& e = entries[k];
-    const std::int64_t n = shape_numel(e.shape);
+    const std::int64_t n = shape_numel(held_shape(e.shape, e.holding));  // a tp shard's own
     if (current.entries.empty()) current.begin = e.offset + n;
     if (e.offset + n != current.begin) {
       throw std::invalid_argument("make_buckets: '" + e.name +

@@ -122,7 +122,8 @@ void print_preflight(Trainer& t, std::FILE* out) {
 std::int64_t context_of(const TrainerConfig& c) { return std::min(c.seq, c.model.n_positions); }
 
 double print_eval(Trainer& t, std::FILE* out) {
-  const AdditionScore s = evaluate_addition(t.model(), t.data().heldout, context_of(t.config()));
+  const AdditionScore s =
+      evaluate_addition(t.eval_model(), t.data().heldout, context_of(t.config()));
   std::fprintf(out, "eval step %lld: held-out accuracy %.1f%% (%lld/%lld)",
                static_cast<long long>(t.step()), 100.0 * s.accuracy,
                static_cast<long long>(s.correct), static_cast<long long>(s.total));
@@ -154,7 +155,7 @@ void print_sample(Trainer& t, std::FILE* out) {
   for (unsigned char ch : prompt) ids.push_back(ch);
   const bool bytes = !c.data.ends_with(".bin");  // a shard holds BPE ids we cannot decode
   const std::vector<std::int32_t> gen =
-      generate(t.model(), ids, c.sample, context_of(c), bytes ? 256 : c.model.vocab_size,
+      generate(t.eval_model(), ids, c.sample, context_of(c), bytes ? 256 : c.model.vocab_size,
                c.temperature, c.seed);
   const std::string how = c.temperature > 0 ? strf("temperature %g, seed %llu", c.temperature,
                                                    static_cast<unsigned long long>(c.seed))
@@ -228,6 +229,8 @@ bool train_steps(RankRun& run) {
         c.log_jsonl.empty() ? std::vector<RankMetrics>{} : t.gather_rank_metrics();
     const bool checkpoint_now = due(s.step, c.checkpoint_every);
     const std::string saved = checkpoint_now ? t.save_checkpoint() : std::string();
+    evaluated = c.builtin_data() && (due(s.step, c.eval_every) || s.step == c.steps);
+    if (evaluated) t.prepare_eval_model();  // collective: a tp model is gathered on rank 0
     if (!run.lead()) continue;
     eta.add(s.seconds);
     if (s.step % c.print_every == 0 || s.step == c.steps || s.skipped) {
@@ -237,7 +240,6 @@ bool train_steps(RankRun& run) {
       std::fflush(run.out);
     }
     std::optional<double> acc;
-    evaluated = c.builtin_data() && (due(s.step, c.eval_every) || s.step == c.steps);
     if (evaluated) acc = print_eval(t, run.out);
     if (run.log) run.log->write(step_json(s, memory_snapshot(current_ledger()), acc, by_rank));
     if (checkpoint_now) std::fprintf(run.out, "checkpoint: %s\n", saved.c_str());
@@ -268,7 +270,7 @@ void finish(Trainer& t, bool evaluated, std::FILE* out) {
   }
   if (c.sample > 0) print_sample(t, out);
   if (!c.dump_logits.empty()) {
-    dump_logits(t.model(), probe_tokens(t), c.dump_logits);
+    dump_logits(t.eval_model(), probe_tokens(t), c.dump_logits);
     std::fprintf(out, "logits: %s\n", c.dump_logits.c_str());
   }
 }
@@ -304,6 +306,10 @@ void run_rank(const TrainerConfig& c, const TrainingData& data, Communicator* co
     }
   }
   final_checkpoint(t, start_step, out);
+  if ((c.builtin_data() && !evaluated) || !c.save.empty() || c.sample > 0 ||
+      !c.dump_logits.empty()) {
+    t.prepare_eval_model();  // what finish() reads, gathered by every rank of a tp model
+  }
   if (run.lead()) finish(t, evaluated, out);
 }
 

@@ -16,6 +16,8 @@
 
 #include "ch04_ddp/bucketed_allreduce.h"
 #include "ch04_ddp/ddp.h"
+#include "ch06_tensor_parallel/tp_collectives.h"
+#include "ch06_tensor_parallel/tp_gather.h"
 #include "model/gpt_hf.h"
 #include "parallel/count_once.h"
 #include "parallel/replicas.h"
@@ -110,10 +112,22 @@ std::vector<bool> counted_entries(const GptModel& model, GridCoord at,
   return norm_counted(model.registry().entries(), at);
 }
 
-// The tp x pp placement of this rank's model (today every rank holds the whole model).
-GptOptions stage_options(GptOptions o, const ParallelGrid* grid) {
+// Chapter 6's tensor-parallel collectives over the grid's tp group, when there is one.
+std::unique_ptr<TensorParallelOps> make_tp_ops(const ParallelGrid* grid) {
+  if (grid == nullptr || grid->shape().tp == 1) return nullptr;
+  return std::make_unique<ch06::TpCollectives>(grid->tp());
+}
+
+// The tp x pp placement of this rank's model: its tp shard (Megatron's split, chapter 6).
+GptOptions stage_options(GptOptions o, const ParallelGrid* grid, TensorParallelOps* tp_ops,
+                         bool sequence_parallel) {
   if (grid != nullptr && grid->shape().pp > 1) {
     throw std::logic_error("Trainer: pipeline stages need chapter 7's schedules");
+  }
+  if (tp_ops != nullptr) {
+    o.tp = TensorShard{grid->coord().tp, grid->shape().tp};
+    o.tp_ops = tp_ops;
+    o.sequence_parallel = sequence_parallel;
   }
   return o;
 }
@@ -133,7 +147,9 @@ Trainer::Trainer(TrainerConfig config, TrainingData data, Communicator* world)
       data_(std::move(data)),
       world_(world),
       grid_(make_grid(world_, config_)),
-      model_(config_.model, stage_options(model_options(config_), grid_.get())),
+      tp_ops_(make_tp_ops(grid_.get())),
+      model_(config_.model, stage_options(model_options(config_), grid_.get(), tp_ops_.get(),
+                                           config_.sequence_parallel)),
       sync_(make_grad_sync(model_, grid_.get(), config_)),
       zero_(dynamic_cast<ch05::ZeroStage1*>(sync_.get())),
       optimizer_(optimizer_params(model_, zero_), optimizer_grads(model_, zero_),
@@ -226,7 +242,31 @@ std::vector<NamedTensor> Trainer::master_weights() const {
 }
 
 void Trainer::save_hf(const std::string& dir) const {
-  save_gpt_hf(dir, config_.model, master_weights());
+  if (tp_ops_ && eval_masters_.empty()) {
+    throw std::logic_error("Trainer::save_hf of a tp model before prepare_eval_model");
+  }
+  save_gpt_hf(dir, config_.model, tp_ops_ ? eval_masters_ : master_weights());
+}
+
+void Trainer::prepare_eval_model() {
+  if (!tp_ops_) return;
+  // Every tp group gathers its shards (the FP32 masters); rank 0 keeps them, and a whole
+  // model in the working dtype holding them rounded, as the working copy holds them.
+  std::vector<NamedTensor> full = ch06::gather_full_tensors(
+      grid_->tp(), model_.registry(), tensors_of(master_weights()), config_.model.vocab_size);
+  if (rank() != 0) return;
+  if (!eval_model_) eval_model_ = std::make_unique<GptModel>(config_.model, model_options(config_));
+  for (const NamedTensor& w : full) {
+    Tensor p = eval_model_->param(w.name);
+    p.copy_from(w.tensor);
+  }
+  eval_masters_ = std::move(full);
+}
+
+GptModel& Trainer::eval_model() {
+  if (!tp_ops_) return model_;
+  if (!eval_model_) throw std::logic_error("Trainer::eval_model before prepare_eval_model");
+  return *eval_model_;
 }
 
 void Trainer::recast_working_copy() {

@@ -103,12 +103,18 @@ class Trainer {
   const TrainerConfig& config() const { return config_; }
   const TrainingData& data() const { return data_; }
   GptModel& model() { return model_; }
+  // The model rank 0 evaluates, samples and dumps logits with: the trained model itself, or
+  // with tp > 1 a whole copy of it that prepare_eval_model() gathers from the tp shards
+  // (chapter 6; collective: every rank calls it at the same points, a no-op when tp = 1).
+  void prepare_eval_model();
+  GptModel& eval_model();
   const ch03::MixedPrecisionOptimizer& optimizer() const { return optimizer_; }
   const TokenLoader& loader() const { return loader_; }
 
   // FP32 weights under their HF names: the masters (16-bit runs) or the model itself (fp32).
   std::vector<NamedTensor> master_weights() const;
   // The final model as a Hugging Face directory (FP32 masters: no precision thrown away).
+  // With tp > 1 the full, unpadded tensors of the last prepare_eval_model().
   void save_hf(const std::string& dir) const;
 
   // Collective when distributed: writes a checkpoint of the current step into
@@ -131,6 +137,12 @@ class Trainer {
   TrainingData data_;
   Communicator* world_;
   std::unique_ptr<ParallelGrid> grid_;
+  // Chapter 6's collectives over the grid's tp group (null unless tp > 1): before the model,
+  // which calls them.
+  std::unique_ptr<TensorParallelOps> tp_ops_;
+  // tp > 1, rank 0: the whole model gathered for evaluation, and its FP32 masters for --save.
+  std::unique_ptr<GptModel> eval_model_;
+  std::vector<NamedTensor> eval_masters_;
   GptModel model_;
   // Before the optimizer: making the replicas equal must reach the working copy before the
   // optimizer copies it into the FP32 masters.

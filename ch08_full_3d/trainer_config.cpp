@@ -108,6 +108,8 @@ void add_parallel_flags(ArgParser& a, const TrainerConfig& d) {
               "data-parallel degree (default: the ranks / (tp x pp); dp x tp x pp must equal "
               "the ranks)")
       .option("tp", "1", "tensor-parallel degree (chapter 6)")
+      .flag("sequence-parallel",
+            "with --tp > 1: LayerNorm and residual regions split along the sequence (chapter 6)")
       .option("pp", "1", "pipeline-parallel degree: stages (chapter 7)")
       .option("bucket-mb", num(d.bucket_mb), "gradient bucket cap in MiB (PyTorch's 25)")
       .option("init-sync", "broadcast",
@@ -217,6 +219,7 @@ void read_parallel(const ArgParser& a, TrainerConfig& c) {
     check_range(v <= 1024, std::string("--") + flag + " " + num(v) + " is not a rank count");
     *degree = static_cast<int>(v);
   }
+  c.sequence_parallel = a.get_flag("sequence-parallel");
   c.dp = default_dp(c);
   if (a.given("dp")) {
     const std::int64_t dp = positive(a, "dp");
@@ -262,11 +265,26 @@ void validate_parallel(const TrainerConfig& c) {
               "--dp " + dp + " x --tp " + tp + " x --pp " + pp + " = " +
                   num(static_cast<std::int64_t>(c.dp) * c.tp * c.pp) + " ranks, but the run has " +
                   ranks + " (--ranks, or mpirun's -np): every rank has one place in the grid");
-  // The grid has room for them (ParallelGrid, the trainer's seams); the layers and schedules
-  // are chapters 6 and 7.
-  check_range(c.tp == 1, "--tp " + tp +
-                             ": tensor-parallel layers are chapter 6's and not built yet; "
-                             "use --tp 1");
+  // Tensor parallel (chapter 6): Megatron's split needs whole heads and whole MLP columns on
+  // each rank (the vocabulary is padded to a multiple of tp, so it need not divide).
+  const std::string heads = num(c.model.n_head), mlp = num(4 * c.model.n_embd);
+  check_range(c.model.n_head % c.tp == 0,
+              "--tp " + tp + " does not divide n_head = " + heads +
+                  ": each tp rank holds whole attention heads");
+  check_range(4 * c.model.n_embd % c.tp == 0,
+              "--tp " + tp + " does not divide the MLP width 4 x n_embd = " + mlp);
+  check_range(!c.sequence_parallel || c.tp > 1,
+              "--sequence-parallel splits the LayerNorm regions over the tp ranks: it needs "
+              "--tp > 1");
+  check_range(!c.sequence_parallel || (c.batch * c.seq) % c.tp == 0,
+              "--sequence-parallel: --batch x --seq = " + num(c.batch * c.seq) +
+                  " rows do not split over --tp " + tp);
+  check_range(c.tp == 1 || c.zero_stage == 0,
+              "--tp " + tp + " with --zero-stage " + num(static_cast<std::int64_t>(c.zero_stage)) +
+                  ": ZeRO over tensor-parallel shards is not built; use --zero-stage 0");
+  check_range(c.tp == 1 || c.init_from.empty(),
+              "--tp " + tp + " with --init-from: loading a Hugging Face directory into tp shards "
+                             "is not built (a tp run starts from the very weights of --tp 1)");
   check_range(c.pp == 1, "--pp " + pp +
                              ": pipeline schedules are chapter 7's and not built yet; use --pp 1");
   check_range(c.global_batch == 0 || c.global_batch == c.sequences_per_step(),
@@ -429,6 +447,7 @@ Json to_json(const TrainerConfig& c) {
   j.set("backend", std::string(comm_backend_name(c.backend)));
   j.set("ranks", static_cast<std::int64_t>(c.ranks));
   j.set("tp", static_cast<std::int64_t>(c.tp));
+  if (c.sequence_parallel) j.set("sequence_parallel", true);
   j.set("pp", static_cast<std::int64_t>(c.pp));
   j.set("bucket_mb", c.bucket_mb);
   j.set("allreduce", ch04::algo_name(c.allreduce));

@@ -64,6 +64,9 @@ struct TrainerConfig {
   // The rank grid (common/comm/parallel_grid.h): dp x tp x pp == ranks, tp fastest.
   int dp = 1;     // data-parallel degree: model replicas
   int tp = 1;     // tensor-parallel degree (chapter 6)
+  // Sequence parallelism (chapter 6, with tp > 1): LayerNorm and residual regions split along
+  // the batch x sequence rows.
+  bool sequence_parallel = false;
   int pp = 1;     // pipeline stages (chapter 7)
   double bucket_mb = 25.0;  // gradient bucket cap (PyTorch's bucket_cap_mb)
   ch04::InitSync init_sync = ch04::InitSync::kBroadcast;

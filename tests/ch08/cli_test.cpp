@@ -160,7 +160,7 @@ TEST(TrainGptCli, BadParallelConfigIsOneLineAndExitCode2) {
   expect_one_line_error(d, kTiny + "--dp 2", "--dp 2 x --tp 1 x --pp 1 = 2 ranks, but the run has 1");
   expect_one_line_error(d, kTiny + "--ranks 4 --tp 2 --pp 2 --dp 2",
                         "--dp 2 x --tp 2 x --pp 2 = 8 ranks, but the run has 4");
-  expect_one_line_error(d, kTiny + "--ranks 2 --tp 2", "--tp 2: tensor-parallel layers are");
+  expect_one_line_error(d, kTiny + "--ranks 3 --tp 3", "--tp 3 does not divide n_head = 2");
   expect_one_line_error(d, kTiny + "--ranks 2 --pp 2", "--pp 2: pipeline schedules are");
   expect_one_line_error(d, kTiny + "--tp 0", "--tp");
   expect_one_line_error(d, kTiny + "--ranks 2 --global-batch 6",
