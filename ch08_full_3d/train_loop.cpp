@@ -67,9 +67,10 @@ std::string parallel_line(Trainer& t) {
                                ? std::string("rank 0's initial weights broadcast")
                                : std::string("one seed on every rank, checked by hash");
   return strf(
-      "parallel: dp %d x tp %d x pp %d grid over %d ranks (%s) | %s of %lld sequences | %s",
+      "parallel: dp %d x tp %d x pp %d grid over %d ranks (%s) | %s of %lld sequences | %s%s",
       c.dp, c.tp, c.pp, c.ranks, where.c_str(), t.grad_sync().describe().c_str(),
-      static_cast<long long>(c.sequences_per_step()), init.c_str());
+      static_cast<long long>(c.sequences_per_step()), init.c_str(),
+      c.pp > 1 ? ("\npipeline: " + t.schedule().describe()).c_str() : "");
 }
 
 std::string precision_line(const TrainerConfig& c) {

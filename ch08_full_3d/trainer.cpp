@@ -18,6 +18,8 @@
 #include "ch04_ddp/ddp.h"
 #include "ch06_tensor_parallel/tp_collectives.h"
 #include "ch06_tensor_parallel/tp_gather.h"
+#include "ch07_pipeline/pipeline_runtime.h"
+#include "ch07_pipeline/stage_gather.h"
 #include "model/gpt_hf.h"
 #include "parallel/count_once.h"
 #include "parallel/replicas.h"
@@ -83,7 +85,6 @@ std::unique_ptr<GradSync> make_grad_sync(GptModel& model, const ParallelGrid* gr
   std::unique_ptr<GradSync> sync;
   if (c.zero_stage >= 1) {
     ch05::ZeroConfig z;
-    z.stage = c.zero_stage;
     z.bucket_cap_bytes = reducer_config(c).bucket_cap_bytes;
     z.overlap = c.overlap;
     sync = std::make_unique<ch05::ZeroStage1>(dp, model.registry(), z);
@@ -121,15 +122,31 @@ std::unique_ptr<TensorParallelOps> make_tp_ops(const ParallelGrid* grid) {
 // The tp x pp placement of this rank's model: its tp shard (Megatron's split, chapter 6).
 GptOptions stage_options(GptOptions o, const ParallelGrid* grid, TensorParallelOps* tp_ops,
                          bool sequence_parallel) {
-  if (grid != nullptr && grid->shape().pp > 1) {
-    throw std::logic_error("Trainer: pipeline stages need chapter 7's schedules");
-  }
   if (tp_ops != nullptr) {
     o.tp = TensorShard{grid->coord().tp, grid->shape().tp};
     o.tp_ops = tp_ops;
     o.sequence_parallel = sequence_parallel;
   }
   return o;
+}
+
+// Chapter 7: with pp > 1 this rank runs stage coord.pp of the model (gpt_stage's split rule).
+GptOptions with_pipeline_stage(GptOptions o, const GptConfig& model, const ParallelGrid* grid) {
+  if (grid != nullptr && grid->shape().pp > 1) {
+    o.stage = gpt_stage(model, grid->coord().pp, grid->shape().pp);
+  }
+  return o;
+}
+
+// The one place a schedule is chosen: one stage running every micro-batch forward then
+// backward, or chapter 7's pipeline executing this rank's action list over the pp group (the
+// plan checked by the pre-flight play before any compute).
+std::unique_ptr<Schedule> make_schedule(const TrainerConfig& c, const ParallelGrid* grid) {
+  const int m = static_cast<int>(c.grad_accum);
+  if (grid == nullptr || grid->shape().pp == 1) return std::make_unique<SingleStage>(m);
+  return std::make_unique<ch07::PipelineSchedule>(
+      ch07::parse_schedule(c.pipeline_schedule), ch07::PipelineLayout{c.pp, m, c.virtual_stages},
+      *grid);
 }
 
 }  // namespace
@@ -148,14 +165,15 @@ Trainer::Trainer(TrainerConfig config, TrainingData data, Communicator* world)
       world_(world),
       grid_(make_grid(world_, config_)),
       tp_ops_(make_tp_ops(grid_.get())),
-      model_(config_.model, stage_options(model_options(config_), grid_.get(), tp_ops_.get(),
-                                           config_.sequence_parallel)),
+      model_(config_.model,
+             stage_options(with_pipeline_stage(model_options(config_), config_.model, grid_.get()),
+                           grid_.get(), tp_ops_.get(), config_.sequence_parallel)),
       sync_(make_grad_sync(model_, grid_.get(), config_)),
       zero_(dynamic_cast<ch05::ZeroStage1*>(sync_.get())),
       optimizer_(optimizer_params(model_, zero_), optimizer_grads(model_, zero_),
                  optimizer_config(config_, model_, zero_)),
       reductions_(grid_.get()),
-      schedule_(std::make_unique<SingleStage>(static_cast<int>(config_.grad_accum))),
+      schedule_(make_schedule(config_, grid_.get())),
       norm_counted_(counted_entries(model_, coord(), zero_)),
       // Replica d reads rows d*B .. (d+1)*B-1 of each global window of dp*B*T+1 tokens: the
       // tp and pp ranks of one replica read the same rows.
@@ -242,13 +260,29 @@ std::vector<NamedTensor> Trainer::master_weights() const {
 }
 
 void Trainer::save_hf(const std::string& dir) const {
-  if (tp_ops_ && eval_masters_.empty()) {
-    throw std::logic_error("Trainer::save_hf of a tp model before prepare_eval_model");
+  const bool gathered = tp_ops_ || pipelined();
+  if (gathered && eval_masters_.empty()) {
+    throw std::logic_error("Trainer::save_hf of a tp or pp model before prepare_eval_model");
   }
-  save_gpt_hf(dir, config_.model, tp_ops_ ? eval_masters_ : master_weights());
+  save_gpt_hf(dir, config_.model, gathered ? eval_masters_ : master_weights());
 }
 
 void Trainer::prepare_eval_model() {
+  if (pipelined()) {
+    // Chapter 7: every pipeline gathers its stages' FP32 masters on its first stage.
+    std::vector<NamedTensor> full = ch07::gather_stages(
+        grid_->pp(), config_.model, model_.registry(), tensors_of(master_weights()));
+    if (rank() != 0) return;
+    if (!eval_model_) {
+      eval_model_ = std::make_unique<GptModel>(config_.model, model_options(config_));
+    }
+    for (const NamedTensor& w : full) {
+      Tensor p = eval_model_->param(w.name);
+      p.copy_from(w.tensor);
+    }
+    eval_masters_ = std::move(full);
+    return;
+  }
   if (!tp_ops_) return;
   // Every tp group gathers its shards (the FP32 masters); rank 0 keeps them, and a whole
   // model in the working dtype holding them rounded, as the working copy holds them.
@@ -264,7 +298,7 @@ void Trainer::prepare_eval_model() {
 }
 
 GptModel& Trainer::eval_model() {
-  if (!tp_ops_) return model_;
+  if (!tp_ops_ && !pipelined()) return model_;
   if (!eval_model_) throw std::logic_error("Trainer::eval_model before prepare_eval_model");
   return *eval_model_;
 }
@@ -303,6 +337,7 @@ StepStats Trainer::train_step() {
       model_, [this] { return loader_.next(); }, *sync_, s.loss_scale, rank(), spans_);
   const double w0 = trace_now_us();
   const double waited = sync_->finish();  // every gradient of this rank synchronised
+  schedule_->after_sync(model_);          // a pipeline sums the tied wte's two copies
   if (grid_) spans_.push_back({"wait for gradients", "exposed", rank(), 0, w0, waited * 1e6});
   times_.compute_s += r.compute_s;
   times_.exposed_s += waited;

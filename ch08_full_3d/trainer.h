@@ -85,6 +85,8 @@ class Trainer {
   int rank() const { return world_ ? world_->rank() : 0; }
   int world() const { return world_ ? world_->size() : 1; }
   bool distributed() const { return grid_ != nullptr; }
+  // pp > 1: this rank holds one stage of the model (chapter 7).
+  bool pipelined() const { return grid_ != nullptr && grid_->shape().pp > 1; }
   // The grid and this rank's place in it (null on a single device).
   const ParallelGrid* grid() const { return grid_.get(); }
   GridCoord coord() const { return grid_ ? grid_->coord() : GridCoord{}; }

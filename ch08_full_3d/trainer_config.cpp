@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "ch04_ddp/ring_allreduce.h"
+#include "ch07_pipeline/pipeline_schedule.h"
 #include "model/gpt_hf.h"
 #include "report/format.h"
 #include "util/errors.h"
@@ -111,6 +112,11 @@ void add_parallel_flags(ArgParser& a, const TrainerConfig& d) {
       .flag("sequence-parallel",
             "with --tp > 1: LayerNorm and residual regions split along the sequence (chapter 6)")
       .option("pp", "1", "pipeline-parallel degree: stages (chapter 7)")
+      .option("schedule", d.pipeline_schedule,
+              "afab|1f1b|interleaved|zb-h1: the pipeline schedule of --pp > 1, with "
+              "--grad-accum micro-batches per step")
+      .option("virtual-stages", num(static_cast<std::int64_t>(d.virtual_stages)),
+              "model chunks per rank of an interleaved pipeline")
       .option("bucket-mb", num(d.bucket_mb), "gradient bucket cap in MiB (PyTorch's 25)")
       .option("init-sync", "broadcast",
               "broadcast|seed: rank 0's initial weights broadcast, or one seed trusted and "
@@ -220,6 +226,10 @@ void read_parallel(const ArgParser& a, TrainerConfig& c) {
     *degree = static_cast<int>(v);
   }
   c.sequence_parallel = a.get_flag("sequence-parallel");
+  c.pipeline_schedule = a.get_choice("schedule", {"afab", "1f1b", "interleaved", "zb-h1"});
+  const std::int64_t chunks = positive(a, "virtual-stages");
+  check_range(chunks <= 64, "--virtual-stages " + num(chunks) + " is not a chunk count");
+  c.virtual_stages = static_cast<int>(chunks);
   c.dp = default_dp(c);
   if (a.given("dp")) {
     const std::int64_t dp = positive(a, "dp");
@@ -256,6 +266,37 @@ void resolve_global_batch(TrainerConfig& c) {
 
 void validate_single(const TrainerConfig& c);  // below, beside validate()
 
+// Pipeline parallel (chapter 7): a block for every stage (every chunk), the schedule's
+// constraints on m (--grad-accum), and what train_gpt's pipeline does not run yet.
+void validate_pipeline(const TrainerConfig& c) {
+  const std::string pp = num(static_cast<std::int64_t>(c.pp));
+  const std::string v = num(static_cast<std::int64_t>(c.virtual_stages));
+  check_range(c.pp > 1 || c.virtual_stages == 1, "--virtual-stages " + v + " needs --pp > 1");
+  if (c.pp == 1) return;
+  check_range(static_cast<std::int64_t>(c.pp) * c.virtual_stages <= c.model.n_layer,
+              "--pp " + pp + " x --virtual-stages " + v + " = " +
+                  num(static_cast<std::int64_t>(c.pp) * c.virtual_stages) + " stages for " +
+                  num(c.model.n_layer) + " blocks: every stage needs a block to run");
+  check_range(c.grad_accum <= 1024, "--grad-accum " + num(c.grad_accum) +
+                                        ": more micro-batches than a pipeline step plans");
+  // The schedule's own constraints (interleaved: v >= 2, m a multiple of pp), named.
+  ch07::check_layout(ch07::parse_schedule(c.pipeline_schedule),
+                     {c.pp, static_cast<int>(c.grad_accum), c.virtual_stages});
+  check_range(c.virtual_stages == 1,
+              "--virtual-stages " + v + ": train_gpt holds one model chunk per rank; the "
+              "interleaved schedule runs in ch07_pipeline and the chapter's runtime");
+  check_range(c.pipeline_schedule != "zb-h1",
+              "--schedule zb-h1 needs the backward split into B and W, which the GPT model "
+              "does not offer yet: ch07_pipeline --schedule zb-h1 simulates it");
+  check_range(c.tp == 1, "--pp " + pp + " with --tp " + num(static_cast<std::int64_t>(c.tp)) +
+                             ": pipeline stages of tensor-parallel shards are not built yet");
+  check_range(c.zero_stage == 0,
+              "--pp " + pp + " with --zero-stage " + num(static_cast<std::int64_t>(c.zero_stage)) +
+                  ": ZeRO over pipeline stages is not built yet; use --zero-stage 0");
+  check_range(c.init_from.empty(), "--pp " + pp + " with --init-from: loading a Hugging Face "
+                                   "directory into pipeline stages is not built yet");
+}
+
 void validate_parallel(const TrainerConfig& c) {
   const std::string ranks = num(static_cast<std::int64_t>(c.ranks));
   const std::string dp = num(static_cast<std::int64_t>(c.dp));
@@ -285,8 +326,7 @@ void validate_parallel(const TrainerConfig& c) {
   check_range(c.tp == 1 || c.init_from.empty(),
               "--tp " + tp + " with --init-from: loading a Hugging Face directory into tp shards "
                              "is not built (a tp run starts from the very weights of --tp 1)");
-  check_range(c.pp == 1, "--pp " + pp +
-                             ": pipeline schedules are chapter 7's and not built yet; use --pp 1");
+  validate_pipeline(c);
   check_range(c.global_batch == 0 || c.global_batch == c.sequences_per_step(),
               "--global-batch " + num(c.global_batch) + " is not --batch x --grad-accum x --dp");
   check_range(c.bucket_mb > 0 && c.bucket_mb <= 65536, "--bucket-mb must be in (0, 65536]");

@@ -68,6 +68,10 @@ struct TrainerConfig {
   // the batch x sequence rows.
   bool sequence_parallel = false;
   int pp = 1;     // pipeline stages (chapter 7)
+  // Chapter 7: the schedule of a pp > 1 run (afab|1f1b|interleaved|zb-h1), grad_accum being
+  // its micro-batches m per step, and the model chunks per rank (1: train_gpt holds one).
+  std::string pipeline_schedule = "1f1b";
+  int virtual_stages = 1;
   double bucket_mb = 25.0;  // gradient bucket cap (PyTorch's bucket_cap_mb)
   ch04::InitSync init_sync = ch04::InitSync::kBroadcast;
   ch04::AllReduceAlgo allreduce = ch04::AllReduceAlgo::kBackend;

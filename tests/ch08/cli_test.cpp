@@ -161,7 +161,8 @@ TEST(TrainGptCli, BadParallelConfigIsOneLineAndExitCode2) {
   expect_one_line_error(d, kTiny + "--ranks 4 --tp 2 --pp 2 --dp 2",
                         "--dp 2 x --tp 2 x --pp 2 = 8 ranks, but the run has 4");
   expect_one_line_error(d, kTiny + "--ranks 3 --tp 3", "--tp 3 does not divide n_head = 2");
-  expect_one_line_error(d, kTiny + "--ranks 2 --pp 2", "--pp 2: pipeline schedules are");
+  expect_one_line_error(d, kTiny + "--ranks 2 --pp 2",
+                        "--pp 2 x --virtual-stages 1 = 2 stages for 1 blocks");
   expect_one_line_error(d, kTiny + "--tp 0", "--tp");
   expect_one_line_error(d, kTiny + "--ranks 2 --global-batch 6",
                         "--global-batch 6 is not a multiple of --batch x --dp = 2 x 2 = 4");

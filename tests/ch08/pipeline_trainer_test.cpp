@@ -1,0 +1,174 @@
+// The trainer as one rank of a pipeline (chapter 7's schedules on the local backend): p stages
+// with m micro-batches per step train like one device accumulating the same m micro-batches,
+// AFAB and 1F1B bit for bit alike, every rank logs the same loss and norm, and train_gpt
+// refuses a pipeline it cannot run with one line and exit code 2.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <sys/wait.h>
+#include <vector>
+
+#include "ch08_test_util.h"
+#include "comm/local_backend.h"
+#include "trainer.h"
+
+namespace mixpar::ch08 {
+namespace {
+
+using test::random_data;
+using test::TempDir;
+using test::tiny_config;
+
+TrainerConfig pipeline_config(int pp, const std::string& schedule, std::int64_t m) {
+  TrainerConfig c = tiny_config();
+  c.model = GptConfig{4, 2, 16, 8, 256};
+  c.data_order = DataOrder::kSequential;
+  c.steps = 4;
+  c.grad_accum = m;
+  c.threads = 1;
+  c.ranks = c.pp = pp;
+  c.dp = 1;
+  c.pipeline_schedule = schedule;
+  return c;
+}
+
+// Every rank's steps, by rank (a single device when c.ranks == 1).
+std::vector<std::vector<StepStats>> run(const TrainerConfig& c, const TrainingData& data) {
+  std::vector<std::vector<StepStats>> logs(static_cast<std::size_t>(c.ranks));
+  auto train = [&](Trainer& t, std::vector<StepStats>& log) {
+    while (t.step() < c.steps) log.push_back(t.train_step());
+  };
+  if (c.ranks == 1) {
+    Trainer t(c, data);
+    train(t, logs[0]);
+    return logs;
+  }
+  run_local(c.ranks, [&](Communicator& comm) {
+    Trainer t(c, data, &comm);
+    train(t, logs[static_cast<std::size_t>(comm.rank())]);
+  });
+  return logs;
+}
+
+TEST(PipelineTrainer, StagesTrainLikeOneDeviceAccumulatingTheSameMicroBatches) {
+  const TrainingData data = random_data(4096);
+  for (int pp : {2, 4}) {
+    for (std::int64_t m : {1, 3, 8}) {
+      TrainerConfig one = pipeline_config(1, "1f1b", m);
+      one.ranks = one.pp = 1;
+      const auto ref = run(one, data)[0];
+      const auto afab = run(pipeline_config(pp, "afab", m), data);
+      const auto ofob = run(pipeline_config(pp, "1f1b", m), data);
+      for (std::size_t r = 0; r < afab.size(); ++r) {
+        for (std::size_t i = 0; i < ref.size(); ++i) {
+          const std::string at = "pp " + std::to_string(pp) + " m " + std::to_string(m) +
+                                 " rank " + std::to_string(r) + " step " + std::to_string(i + 1);
+          // The same accumulation order on every stage: AFAB and 1F1B bit for bit alike.
+          EXPECT_EQ(afab[r][i].loss, ofob[r][i].loss) << at;
+          EXPECT_EQ(afab[r][i].grad_norm, ofob[r][i].grad_norm) << at;
+          // Every rank logs the last stage's loss.
+          EXPECT_EQ(afab[r][i].loss, afab.back()[i].loss) << at;
+          // Against one device: the first step's forward is the same arithmetic; after it the
+          // tied wte's gradient (two halves summed once per step) is rounding apart.
+          if (i == 0) {
+            EXPECT_EQ(afab[r][i].loss, ref[i].loss) << at;
+          }
+          EXPECT_LE(std::abs(afab[r][i].loss - ref[i].loss), 1e-6 * std::abs(ref[i].loss)) << at;
+          EXPECT_LE(std::abs(afab[r][i].grad_norm - ref[i].grad_norm), 1e-5 * ref[i].grad_norm)
+              << at;
+        }
+      }
+    }
+  }
+}
+
+// dp 2 x pp 2: the pipeline under chapter 4's bucketed all-reduce trains like dp 2 alone.
+TEST(PipelineTrainer, DataParallelPipelinesTrainLikeTheirReplicas) {
+  const TrainingData data = random_data(4096);
+  TrainerConfig dp2 = pipeline_config(2, "1f1b", 4);
+  dp2.pp = 1;
+  dp2.dp = 2;
+  TrainerConfig dp2pp2 = pipeline_config(4, "1f1b", 4);
+  dp2pp2.pp = 2;
+  dp2pp2.dp = 2;
+  const auto ref = run(dp2, data)[0];
+  const auto both = run(dp2pp2, data);
+  for (std::size_t r = 0; r < both.size(); ++r) {
+    for (std::size_t i = 0; i < ref.size(); ++i) {
+      EXPECT_LE(std::abs(both[r][i].loss - ref[i].loss), 1e-6 * std::abs(ref[i].loss))
+          << "rank " << r << " step " << i + 1;
+    }
+  }
+}
+
+// Each rank's F, B, send and receive spans, for the Chrome trace.
+TEST(PipelineTrainer, EveryRankTracesItsForwardsBackwardsSendsAndReceives) {
+  const TrainingData data = random_data(4096);
+  const TrainerConfig c = pipeline_config(2, "1f1b", 2);
+  std::vector<std::vector<std::string>> names(2);
+  run_local(2, [&](Communicator& comm) {
+    Trainer t(c, data, &comm);
+    t.train_step();
+    for (const TraceSpan& s : t.take_spans()) {
+      names[std::size_t(comm.rank())].push_back(s.name);
+    }
+  });
+  auto has = [&](int r, const std::string& n) {
+    const auto& v = names[std::size_t(r)];
+    return std::find(v.begin(), v.end(), n) != v.end();
+  };
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_TRUE(has(r, "F mb0") && has(r, "F mb1") && has(r, "B mb0") && has(r, "B mb1")) << r;
+  }
+  EXPECT_TRUE(has(0, "send act mb0 to r1"));
+  EXPECT_TRUE(has(1, "recv act mb0 from r0"));
+  EXPECT_TRUE(has(1, "send grad mb1 to r0"));
+}
+
+int exit_code_of(const TempDir& d, const std::string& args, std::string* err) {
+  const std::string cmd = std::string(MIXPAR_TRAIN_GPT_PATH) + " " + args + " > " +
+                          d.file("stdout") + " 2> " + d.file("stderr");
+  const int status = std::system(cmd.c_str());
+  *err = test::read_bytes(d.file("stderr"));
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+TEST(PipelineTrainer, PipelinesThatCannotRunAreOneLineAndExitCode2) {
+  TempDir d;
+  const std::string tiny = "--n-layer 4 --n-head 2 --n-embd 16 --seq 8 --batch 2 --threads 1 ";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--ranks 8 --pp 8", "--pp 8 x --virtual-stages 1 = 8 stages for 4 blocks"},
+      {"--ranks 4 --pp 4 --schedule interleaved --virtual-stages 2 --grad-accum 4",
+       "8 stages for 4 blocks"},
+      {"--ranks 2 --pp 2 --schedule interleaved --virtual-stages 2 --grad-accum 3",
+       "3 micro-batches, pp 2"},
+      {"--ranks 2 --pp 2 --schedule interleaved --virtual-stages 2 --grad-accum 4",
+       "train_gpt holds one model chunk per rank"},
+      {"--ranks 2 --pp 2 --schedule zb-h1", "--schedule zb-h1 needs the backward split"},
+      {"--ranks 2 --pp 2 --virtual-stages 2", "needs --schedule interleaved"},
+      {"--ranks 2 --pp 2 --schedule gpipe", "not one of afab|1f1b|interleaved|zb-h1"},
+  };
+  for (const auto& [args, part] : cases) {
+    std::string err;
+    EXPECT_EQ(exit_code_of(d, tiny + args, &err), 2) << args << "\n" << err;
+    EXPECT_NE(err.find(part), std::string::npos) << "want '" << part << "' in: " << err;
+    EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+  }
+}
+
+// m < p runs, and the pre-flight summary states what it costs.
+TEST(PipelineTrainer, FewerMicroBatchesThanStagesRunsAndThePreflightStatesTheBubble) {
+  TempDir d;
+  std::string err;
+  const std::string args = "--n-layer 4 --n-head 2 --n-embd 16 --seq 8 --batch 2 --threads 1 "
+                           "--steps 2 --ranks 4 --pp 4 --grad-accum 2 --eval-every 0";
+  EXPECT_EQ(exit_code_of(d, args, &err), 0) << err;
+  const std::string out = test::read_bytes(d.file("stdout"));
+  EXPECT_NE(out.find("fewer micro-batches than stages: each rank idles 60%"), std::string::npos)
+      << out;
+}
+
+}  // namespace
+}  // namespace mixpar::ch08
