@@ -31,7 +31,6 @@
 namespace mixpar::ch05 {
 
 struct ZeroConfig {
-  int stage = 1;
   std::size_t bucket_cap_bytes = std::size_t{25} << 20;
   std::int64_t align = 1;  // each bucket padded to a multiple of dp x align elements
   bool overlap = true;     // reduce-scatter on a communication thread during backward
