@@ -1,5 +1,6 @@
-// Everything a single-device training run is told: model shape (or a Hugging Face directory to
-// start from), data, batch, optimizer, precision, outputs. Parsed from train_gpt's flags and
+// Everything a training run is told, on one device or a dp x tp x pp grid of ranks: model
+// shape (or a Hugging Face directory to start from), data, batch, optimizer, precision,
+// parallel layout, outputs. Parsed from train_gpt's flags and
 // validated before any compute; every bad value is an InputError naming the flag (exit 2).
 #pragma once
 
