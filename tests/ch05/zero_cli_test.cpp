@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "../ch08/ch08_test_util.h"
+#include "../ch08/train_gpt_cli.h"
 #include "util/json.h"
 
 #ifndef MIXPAR_TRAIN_GPT_PATH
@@ -19,37 +20,16 @@
 namespace mixpar::ch08 {
 namespace {
 
+using test::CliRun;
+using test::expect_one_line_error;
+using test::read_jsonl;
+using test::run_shell;
 using test::TempDir;
+using test::train_gpt;
 
 const std::string kRun =
     "--n-layer 2 --n-head 2 --n-embd 16 --seq 8 --batch 2 --threads 1 --steps 8 "
     "--data-order sequential --eval-every 0 --grad-clip 0.05 --bucket-mb 0.004 --dtype bf16 ";
-
-struct CliRun {
-  int code = -1;
-  std::string out, err;
-};
-
-CliRun run_shell(const TempDir& dir, const std::string& cmd) {
-  const int status =
-      std::system((cmd + " > " + dir.file("stdout") + " 2> " + dir.file("stderr")).c_str());
-  CliRun r;
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.out = test::read_bytes(dir.file("stdout"));
-  r.err = test::read_bytes(dir.file("stderr"));
-  return r;
-}
-
-CliRun train_gpt(const TempDir& dir, const std::string& args) {
-  return run_shell(dir, std::string(MIXPAR_TRAIN_GPT_PATH) + " " + args);
-}
-
-std::vector<Json> read_jsonl(const std::string& path) {
-  std::istringstream in(test::read_bytes(path));
-  std::vector<Json> out;
-  for (std::string line; std::getline(in, line);) out.push_back(Json::parse(line, path));
-  return out;
-}
 
 // The JSONL numbers are shortest round-trip decimals: equal text, equal bits.
 void expect_same_bits(const std::string& a, const std::string& b) {
@@ -64,15 +44,6 @@ void expect_same_bits(const std::string& a, const std::string& b) {
     clipped += x[i].at("clip_coef").as_double() < 1.0;
   }
   EXPECT_GT(clipped, 0);
-}
-
-void expect_one_line_error(const TempDir& dir, const std::string& args, const std::string& part) {
-  const CliRun r = train_gpt(dir, args);
-  EXPECT_EQ(r.code, 2) << args << "\n" << r.err;
-  EXPECT_EQ(r.out, "") << args;
-  EXPECT_TRUE(r.err.starts_with("train_gpt: error: ")) << r.err;
-  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
-  EXPECT_NE(r.err.find(part), std::string::npos) << "want '" << part << "' in: " << r.err;
 }
 
 TEST(TrainGptZero, BadStagesAreOneLineAndExitCode2) {

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "ch08_test_util.h"
+#include "train_gpt_cli.h"
 #include "io/token_shard.h"
 #include "util/json.h"
 
@@ -19,34 +20,14 @@
 namespace mixpar::ch08 {
 namespace {
 
+using test::CliRun;
+using test::expect_one_line_error;
+using test::read_jsonl;
+using test::run_shell;
 using test::TempDir;
+using test::train_gpt;
 
 const std::string kTiny = "--n-layer 1 --n-head 2 --n-embd 16 --seq 8 --batch 2 --threads 1 ";
-
-struct CliRun {
-  int code = -1;
-  std::string out, err;
-};
-
-CliRun train_gpt(const TempDir& dir, const std::string& args) {
-  const std::string cmd = std::string(MIXPAR_TRAIN_GPT_PATH) + " " + args + " > " +
-                          dir.file("stdout") + " 2> " + dir.file("stderr");
-  const int status = std::system(cmd.c_str());
-  CliRun r;
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.out = test::read_bytes(dir.file("stdout"));
-  r.err = test::read_bytes(dir.file("stderr"));
-  return r;
-}
-
-void expect_one_line_error(const TempDir& dir, const std::string& args, const std::string& part) {
-  const CliRun r = train_gpt(dir, args);
-  EXPECT_EQ(r.code, 2) << args << "\n" << r.err;
-  EXPECT_EQ(r.out, "") << args;
-  EXPECT_TRUE(r.err.starts_with("train_gpt: error: ")) << r.err;
-  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
-  EXPECT_NE(r.err.find(part), std::string::npos) << "want '" << part << "' in: " << r.err;
-}
 
 TEST(TrainGptCli, BadFlagsAreOneLineAndExitCode2) {
   TempDir d;
@@ -78,13 +59,6 @@ TEST(TrainGptCli, BadDataIsOneLineAndExitCode2) {
   ids[42] = 300;
   write_token_shard(d.file("ids.bin"), ids);
   expect_one_line_error(d, kTiny + "--vocab-size 256 --data " + d.file("ids.bin"), "300");
-}
-
-std::vector<Json> read_jsonl(const std::string& path) {
-  std::istringstream in(test::read_bytes(path));
-  std::vector<Json> out;
-  for (std::string line; std::getline(in, line);) out.push_back(Json::parse(line, path));
-  return out;
 }
 
 TEST(TrainGptCli, JsonlHasEverySignalOnEveryStep) {
@@ -219,16 +193,6 @@ std::string mpirun(int np) {
          "OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversubscribe=1 " +
          std::string(MIXPAR_MPIEXEC) + " --oversubscribe -np " + std::to_string(np) + " " +
          MIXPAR_TRAIN_GPT_PATH + " --backend mpi ";
-}
-
-CliRun run_shell(const TempDir& dir, const std::string& cmd) {
-  const int status = std::system((cmd + " > " + dir.file("stdout") + " 2> " +
-                                  dir.file("stderr")).c_str());
-  CliRun r;
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.out = test::read_bytes(dir.file("stdout"));
-  r.err = test::read_bytes(dir.file("stderr"));
-  return r;
 }
 
 TEST(TrainGptMpi, ProcessesLogTheLossesOfOneRankWithTheWholeBatch) {
