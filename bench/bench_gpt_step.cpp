@@ -7,6 +7,7 @@
 #include <memory>
 #include <vector>
 
+#include "bench_data.h"
 #include "ch08_full_3d/trainer.h"
 #include "ops/compute_threads.h"
 #include "random/philox.h"
@@ -23,16 +24,7 @@ struct BenchShape {
 const BenchShape kS{{4, 4, 256, 128, 256}, 8, 128};
 const BenchShape kM{{12, 12, 768, 1024, 50257}, 4, 64};
 
-TrainingData random_tokens(std::int64_t n, std::int64_t vocab) {
-  Philox g(42);
-  std::vector<std::uint16_t> t(static_cast<std::size_t>(n));
-  for (auto& x : t)
-    x = static_cast<std::uint16_t>(g.next_u32() % static_cast<std::uint32_t>(vocab));
-  TrainingData d;
-  d.description = "random tokens";
-  d.tokens = std::make_shared<const std::vector<std::uint16_t>>(std::move(t));
-  return d;
-}
+using bench::random_tokens;
 
 TrainerConfig bench_config(const BenchShape& s, DType dtype, bool recompute) {
   TrainerConfig c;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "ch06_tensor_parallel/tp_collectives.h"
+#include "bench_data.h"
 #include "ch08_full_3d/trainer.h"
 #include "comm/local_backend.h"
 #include "ops/compute_threads.h"
@@ -22,16 +23,7 @@ namespace {
 using namespace mixpar;
 using namespace mixpar::ch08;
 
-TrainingData random_tokens(std::int64_t n, std::int64_t vocab) {
-  Philox g(42);
-  std::vector<std::uint16_t> t(static_cast<std::size_t>(n));
-  for (auto& x : t)
-    x = static_cast<std::uint16_t>(g.next_u32() % static_cast<std::uint32_t>(vocab));
-  TrainingData d;
-  d.description = "random tokens";
-  d.tokens = std::make_shared<const std::vector<std::uint16_t>>(std::move(t));
-  return d;
-}
+using bench::random_tokens;
 
 TrainerConfig bench_config(int tp) {
   TrainerConfig c;
