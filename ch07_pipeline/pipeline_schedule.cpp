@@ -3,12 +3,13 @@
 #include <algorithm>
 #include <deque>
 
+#include "report/format.h"
 #include "util/errors.h"
 
 namespace mixpar::ch07 {
 namespace {
 
-std::string num(std::int64_t v) { return std::to_string(v); }
+using mixpar::num;  // common/report/format.h: integers printed exactly
 
 Action compute(Work w, int mb, int chunk) { return Action{w, mb, chunk, {}}; }
 
