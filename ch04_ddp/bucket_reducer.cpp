@@ -52,6 +52,9 @@ BucketReducer::BucketReducer(Communicator& comm, const ParamRegistry& registry,
     staging_.push_back(stage ? Tensor::empty({buckets_[b].count}, DType::kF32,
                                              MemCategory::kCommBuffers, flat_grads_.device())
                              : Tensor());
+    if (staging_.back().defined() && config_.release_staging) {
+      staging_.back().release_storage("FP32 staging of bucket " + std::to_string(b));
+    }
   }
   if (config_.overlap) thread_ = std::thread([this] { thread_main(); });
 }
@@ -161,7 +164,10 @@ void BucketReducer::reduce_bucket(std::size_t i) {
   const double start = trace_now_us();
   Tensor grads = flat_grads_.flat_slice(buckets_[i].begin, buckets_[i].count);
   Tensor work = staging_[i].defined() ? staging_[i] : grads;
-  if (staging_[i].defined()) work.copy_from(grads);
+  if (staging_[i].defined()) {
+    work.restore_storage();  // no-op unless release_staging
+    work.copy_from(grads);
+  }
   if (config_.bucket_op) {
     config_.bucket_op(i, work, divisor_);
   } else {
@@ -169,12 +175,16 @@ void BucketReducer::reduce_bucket(std::size_t i) {
     if (divisor_ != 1.0) ops::scale(work, 1.0 / divisor_);
   }
   if (staging_[i].defined()) grads.copy_from(work, Saturation::kNoSat);
+  const std::size_t work_bytes = work.nbytes();
+  if (staging_[i].defined() && config_.release_staging) {
+    work.release_storage("FP32 staging of bucket " + std::to_string(i));
+  }
   const double end = trace_now_us();
   std::lock_guard lock(mu_);
   comm_seconds_ += (end - start) * 1e-6;
   spans_.push_back({std::string(config_.bucket_op ? "reduce_scatter" : "all_reduce") +
                         " bucket " + std::to_string(i) + " (" +
-                        format_bytes(work.nbytes()) + ")",
+                        format_bytes(work_bytes) + ")",
                     "comm", comm_.rank(), config_.overlap ? 1 : 0, start, end - start});
 }
 

@@ -42,6 +42,11 @@ struct ReducerConfig {
   // false: reduced in their own dtype, where the SUM of N scaled gradients can overflow before
   // the division by N (the fp16-reduce failure mode). FP32 gradients are reduced in place.
   bool reduce_in_fp32 = true;
+  // true: a bucket's FP32 staging copy exists only while the bucket is in flight (allocated
+  // when its reduction starts, released when its result is back in the gradients), so the
+  // ledger holds the in-flight buckets' staging instead of 4 bytes for every parameter
+  // (chapter 5's ZeRO-2). false: allocated once, kept (DDP's persistent buckets).
+  bool release_staging = false;
   // A communication thread reduces each bucket as soon as it is complete. false: every bucket
   // is reduced on the caller's thread in finish() (the no-overlap baseline).
   bool overlap = true;

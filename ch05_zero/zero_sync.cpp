@@ -31,6 +31,9 @@ double fold_squares(double acc, const Tensor& t) {
 }  // namespace
 
 ZeroStage1::ZeroStage1(Communicator& dp, ParamRegistry& registry, ZeroConfig config)
+    : ZeroStage1(dp, registry, config, false) {}
+
+ZeroStage1::ZeroStage1(Communicator& dp, ParamRegistry& registry, ZeroConfig config, bool stage2)
     : dp_(dp),
       registry_(registry),
       config_(config),
@@ -47,6 +50,7 @@ ZeroStage1::ZeroStage1(Communicator& dp, ParamRegistry& registry, ZeroConfig con
   ch04::ReducerConfig rc;
   rc.bucket_cap_bytes = config.bucket_cap_bytes;
   rc.overlap = config.overlap;
+  rc.release_staging = stage2;
   rc.bucket_op = [this](std::size_t b, Tensor& w, double divisor) {
     reduce_scatter_bucket(b, w, divisor);
   };
@@ -101,8 +105,13 @@ void ZeroStage1::reduce_scatter_bucket(std::size_t b, Tensor& work, double divis
   if (n == 0) return;  // this rank's shard of the bucket is padding only
   Tensor mine = out.flat_slice(0, n);
   if (divisor != 1.0) ops::scale(mine, 1.0 / divisor);
-  Tensor dst = work.flat_slice(z.owned_begin(dp_.rank()) - z.begin, n);
-  dst.copy_from(mine);
+  keep_mean(b, mine, work);
+}
+
+void ZeroStage1::keep_mean(std::size_t b, const Tensor& mean, Tensor& work) {
+  const ZeroBucket& z = partition_.buckets()[b];
+  Tensor dst = work.flat_slice(z.owned_begin(dp_.rank()) - z.begin, mean.numel());
+  dst.copy_from(mean);
 }
 
 std::vector<Tensor> ZeroStage1::shard_params() const {
@@ -185,6 +194,64 @@ void ZeroStage1::gather_params() {
     Tensor dst = flat.flat_slice(z.begin, z.count);
     dst.copy_from(out.flat_slice(0, z.count));
   }
+}
+
+ZeroStage2::ZeroStage2(Communicator& dp, ParamRegistry& registry, ZeroConfig config)
+    : ZeroStage1(dp, registry, config, true) {
+  std::int64_t total = 0;
+  for (const ZeroBucket& z : partition_.buckets()) {
+    shard_offset_.push_back(total);
+    total += z.shard;
+  }
+  grad_shard_ = Tensor::zeros({total}, registry.flat_grads().dtype(), MemCategory::kGradients,
+                              registry.flat_grads().device());
+  // Between steps only the shard is held.
+  registry_.flat_grads().release_storage(
+      "the full gradients, released by ZeRO-2 after the reduce-scatter (grad_shard() holds "
+      "this rank's shard)");
+}
+
+std::string ZeroStage2::describe() const {
+  std::string s = ZeroStage1::describe();
+  const std::string from = "ZeRO stage 1: gradients";
+  s.replace(0, from.size(),
+            "ZeRO stage 2: gradients kept in " + std::to_string(dp_.size()) +
+                " shards (the full buffer released after the step's last bucket),");
+  return s;
+}
+
+void ZeroStage2::begin_step() {
+  Tensor full = registry_.flat_grads();  // a handle on the registry's storage
+  full.restore_storage();
+  full.zero();
+}
+
+double ZeroStage2::finish() {
+  const double waited = ZeroStage1::finish();
+  registry_.flat_grads().release_storage(
+      "the full gradients, released by ZeRO-2 after the reduce-scatter (grad_shard() holds "
+      "this rank's shard)");
+  return waited;
+}
+
+// The mean is rounded into the working dtype here exactly as the reducer rounds stage 1's
+// staging back into the gradients (no saturation), so both stages hold the same bits.
+void ZeroStage2::keep_mean(std::size_t b, const Tensor& mean, Tensor&) {
+  Tensor dst = grad_shard_.flat_slice(shard_offset_[b], mean.numel());
+  dst.copy_from(mean, Saturation::kNoSat);
+}
+
+std::vector<Tensor> ZeroStage2::shard_grads() const {
+  const auto& buckets = partition_.buckets();
+  const int me = dp_.rank();
+  std::vector<Tensor> out;
+  for (const ShardPiece& p : partition_.pieces()) {
+    std::size_t b = 0;
+    while (!(buckets[b].begin <= p.flat && p.flat < buckets[b].begin + buckets[b].count)) ++b;
+    out.push_back(grad_shard_.flat_slice(shard_offset_[b] + p.flat - buckets[b].owned_begin(me),
+                                         p.count));
+  }
+  return out;
 }
 
 }  // namespace mixpar::ch05

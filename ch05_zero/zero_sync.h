@@ -36,7 +36,7 @@ struct ZeroConfig {
   bool overlap = true;     // reduce-scatter on a communication thread during backward
 };
 
-class ZeroStage1 final : public GradSync {
+class ZeroStage1 : public GradSync {
  public:
   // dp: the replicas' communicator; registry: this rank's model (allocated). The
   // communication thread uses dp between last_backward_starts() and finish() only.
@@ -57,7 +57,7 @@ class ZeroStage1 final : public GradSync {
   // Views of the working copy and of the (reduced) gradients at this rank's pieces, in order:
   // what the optimizer is built on. Its masters and moments are then 1/N of the model's.
   std::vector<Tensor> shard_params() const;
-  std::vector<Tensor> shard_grads() const;
+  virtual std::vector<Tensor> shard_grads() const;
   // Per piece: its parameter's weight-decay flag.
   std::vector<bool> shard_weight_decay() const;
 
@@ -76,9 +76,18 @@ class ZeroStage1 final : public GradSync {
   // replica, bucket by bucket (after the optimizer stepped).
   void gather_params();
 
+ protected:
+  // stage2: each bucket's FP32 staging exists only while the bucket is in flight.
+  ZeroStage1(Communicator& dp, ParamRegistry& registry, ZeroConfig config, bool stage2);
+  // Where bucket b's mean over the dp ranks (this rank's n owned elements, FP32 or the
+  // gradients' dtype) is kept. Stage 1: over the owned range of `work`, which the reducer
+  // rounds back into the registry's gradients.
+  virtual void keep_mean(std::size_t b, const Tensor& mean, Tensor& work);
+
  private:
   void reduce_scatter_bucket(std::size_t b, Tensor& work, double divisor);
 
+ protected:
   Communicator& dp_;
   ParamRegistry& registry_;
   ZeroConfig config_;
@@ -87,6 +96,37 @@ class ZeroStage1 final : public GradSync {
   Tensor ag_in_, ag_out_;  // all-gather scratch in the working dtype
   std::unique_ptr<ch04::BucketReducer> reducer_;
   bool open_ = false;
+};
+
+// ZeRO stage 2: stage 1 with the gradients sharded too. Each bucket's reduce-scatter leaves
+// this rank's mean in its own gradient shard (kGradients, one padded shard per bucket: P'/N
+// elements), rounded into the working dtype exactly where stage 1 rounds it; the registry's
+// full-size gradient buffer is released once the last bucket has left (finish) and comes
+// back, zeroed, before the next step's first backward (begin_step), and chapter 4's FP32
+// staging exists only for the buckets in flight. Between steps a rank holds 2P (parameters)
+// + 2P'/N (its gradient shard) + 4o (the FP32 copy unscaling needs) + 12o (masters and
+// moments): the paper's (2 + 14/N)P plus padding and the FP32 gradient copy.
+//
+// The micro-batches of a step accumulate into the full buffer and it is reduced once, after
+// the last one (DeepSpeed reduces each micro-batch into the shard instead, which needs no
+// full buffer but adds in another order): so the bits are DDP's, and the full 16-bit
+// gradient is on the ledger from the step's first backward until its last bucket leaves.
+class ZeroStage2 final : public ZeroStage1 {
+ public:
+  ZeroStage2(Communicator& dp, ParamRegistry& registry, ZeroConfig config);
+
+  std::string describe() const override;
+  void begin_step() override;
+  double finish() override;
+  std::vector<Tensor> shard_grads() const override;
+  // This rank's gradient shard: bucket by bucket, each bucket's padded shard.
+  const Tensor& grad_shard() const { return grad_shard_; }
+
+ private:
+  void keep_mean(std::size_t b, const Tensor& mean, Tensor& work) override;
+
+  Tensor grad_shard_;
+  std::vector<std::int64_t> shard_offset_;  // by bucket: its shard's first element
 };
 
 }  // namespace mixpar::ch05

@@ -7,6 +7,7 @@
 #include <limits>
 #include <new>
 #include <stdexcept>
+#include <utility>
 
 #include "tensor/device_api.h"
 
@@ -38,17 +39,21 @@ static constexpr std::size_t kCpuAlignment = 64;
 
 Storage::Storage(std::size_t bytes, Device device, MemCategory category, MemoryLedger& ledger)
     : bytes_(bytes), device_(device), category_(category), ledger_(&ledger) {
-  if (device == Device::kCPU) {
-    const std::size_t rounded = (bytes + kCpuAlignment - 1) / kCpuAlignment * kCpuAlignment;
+  allocate();
+}
+
+void Storage::allocate() {
+  if (device_ == Device::kCPU) {
+    const std::size_t rounded = (bytes_ + kCpuAlignment - 1) / kCpuAlignment * kCpuAlignment;
     data_ = rounded ? std::aligned_alloc(kCpuAlignment, rounded) : nullptr;
     if (rounded && !data_) throw std::bad_alloc();
   } else {
-    data_ = cuda_malloc(bytes);
+    data_ = cuda_malloc(bytes_);
   }
   ledger_->on_alloc(category_, device_, bytes_);
 }
 
-Storage::~Storage() {
+void Storage::free_bytes() {
   if (device_ == Device::kCPU) {
     std::free(data_);
   } else {
@@ -58,7 +63,26 @@ Storage::~Storage() {
       // A destructor must not throw; a failed cudaFree leaves the device unusable anyway.
     }
   }
+  data_ = nullptr;
   ledger_->on_free(category_, device_, bytes_);
+}
+
+Storage::~Storage() {
+  if (resident_) free_bytes();
+}
+
+void Storage::release(std::string what) {
+  if (!resident_) return;
+  free_bytes();
+  resident_ = false;
+  released_what_ = std::move(what);
+}
+
+void Storage::restore() {
+  if (resident_) return;
+  allocate();
+  resident_ = true;
+  released_what_.clear();
 }
 
 Tensor Tensor::empty(Shape shape, DType dtype, MemCategory category, Device device,
@@ -109,7 +133,22 @@ MemCategory Tensor::category() const {
 
 void* Tensor::data() const {
   if (!storage_) throw std::logic_error("undefined tensor");
+  if (!storage_->resident()) {
+    throw std::logic_error("tensor used while released: " + storage_->released_what());
+  }
   return static_cast<char*>(storage_->data()) + offset_bytes_;
+}
+
+bool Tensor::resident() const { return storage_ && storage_->resident(); }
+
+void Tensor::release_storage(std::string what) const {
+  if (!storage_) throw std::logic_error("release_storage of an undefined tensor");
+  storage_->release(std::move(what));
+}
+
+void Tensor::restore_storage() const {
+  if (!storage_) throw std::logic_error("restore_storage of an undefined tensor");
+  storage_->restore();
 }
 
 void Tensor::check_dtype(DType want, const char* what) const {

@@ -44,12 +44,27 @@ class Storage {
   MemCategory category() const { return category_; }
   MemoryLedger& ledger() const { return *ledger_; }
 
+  // Residency (ZeRO, chapter 5: gradients and parameters absent between their uses). release()
+  // frees the bytes and credits the ledger while every handle on the storage stays valid;
+  // Tensor::data() of a released storage throws naming `what`, so computing with something
+  // released is a named error, never garbage. restore() allocates again (uninitialised) and
+  // charges the ledger again. Both are no-ops when already in that state.
+  void release(std::string what);
+  void restore();
+  bool resident() const { return resident_; }
+  const std::string& released_what() const { return released_what_; }
+
  private:
+  void allocate();
+  void free_bytes();
+
   void* data_ = nullptr;
   std::size_t bytes_;
   Device device_;
   MemCategory category_;
   MemoryLedger* ledger_;
+  bool resident_ = true;
+  std::string released_what_;
 };
 
 class Tensor {
@@ -75,6 +90,10 @@ class Tensor {
   MemCategory category() const;
   std::size_t nbytes() const { return static_cast<std::size_t>(numel_) * dtype_size(dtype_); }
   bool is_cpu() const { return device() == Device::kCPU; }
+  // The storage's residency (Storage::release): shared by every view of it.
+  bool resident() const;
+  void release_storage(std::string what) const;
+  void restore_storage() const;
 
   void* data() const;
   // Typed pointer; throws if T does not match the dtype (CPU or device pointer alike).
