@@ -4,6 +4,7 @@
 
 #include "ops/checks.h"
 #include "ops/chunked.h"
+#include "ops/fixed_order.h"
 #include "ops/matrix_view.h"
 #include "ops/parallel_gemm.h"
 
@@ -51,7 +52,8 @@ void linear_forward(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y
   check_bias(*b, w.dim(1), "linear_forward");
   check_no_overlap(y, x, "linear_forward", "y", "x");
   check_no_overlap(y, w, "linear_forward", "y", "w");
-  if (any_f64({&x, &w, b, &y})) linear_fused<double>(x, w, *b, y);
+  if (fixed_order_active()) detail::gemm_fixed_order(x, w, b, y, false, false, 1.0f, 0.0f);
+  else if (any_f64({&x, &w, b, &y})) linear_fused<double>(x, w, *b, y);
   else linear_fused<float>(x, w, *b, y);
 }
 
@@ -80,6 +82,10 @@ void bias_grad(const Tensor& dy, Tensor& db, bool accumulate) {
   check_operand(db, "bias_grad", "db");
   check_2d(dy, "bias_grad", "dy");
   check_shape(db, {dy.dim(1)}, "bias_grad", "db");
+  if (fixed_order_active()) {
+    detail::bias_grad_fixed_order(dy, db, accumulate);
+    return;
+  }
   with_compute_type(any_f64({&dy, &db}), [&](auto tag) {
     using C = decltype(tag);
     const MatrixIn<C> in_dy(dy);

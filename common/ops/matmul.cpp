@@ -6,6 +6,7 @@
 #include <string>
 
 #include "ops/checks.h"
+#include "ops/fixed_order.h"
 #include "ops/matrix_view.h"
 #include "ops/parallel_gemm.h"
 
@@ -104,6 +105,8 @@ void matmul(const Tensor& a, const Tensor& b, Tensor& out, bool trans_a, bool tr
   const GemmDims d = check_matmul(a, b, out, trans_a, trans_b);
   if (acc == Accumulation::kFP16) {
     gemm_fp16_accumulate(a, b, out, d, trans_a, trans_b, alpha, beta);
+  } else if (fixed_order_active()) {
+    detail::gemm_fixed_order(a, b, nullptr, out, trans_a, trans_b, alpha, beta);
   } else if (any_f64({&a, &b, &out})) {
     gemm_eigen<double>(a, b, out, trans_a, trans_b, alpha, beta);
   } else {
