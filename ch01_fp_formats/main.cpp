@@ -14,6 +14,7 @@
 #include "report/text_table.h"
 #include "util/cli.h"
 #include "util/errors.h"
+#include "util/json_file.h"
 
 namespace {
 
@@ -242,6 +243,53 @@ void section_memory(Checks& checks) {
   checks.flush();
 }
 
+// The figure's data (scripts/figures.py draws each format on a log number line): every
+// format's edges, all positive finite FP8 values, and the accumulation stall of section 6.
+Json figure_data(const AccumulationLesson& acc) {
+  Json formats = Json::array();
+  for (DType t : kLessonFormats) {
+    const FormatInfo& f = info(t);
+    Json j = Json::object();
+    j.set("name", std::string(f.name));
+    j.set("exponent_bits", f.exponent_bits);
+    j.set("mantissa_bits", f.mantissa_bits);
+    j.set("bias", f.bias);
+    j.set("max", f.max);
+    j.set("min_normal", f.min_normal);
+    j.set("min_subnormal", f.min_subnormal);
+    j.set("epsilon", f.epsilon);
+    j.set("has_infinity", f.has_infinity);
+    if (t == DType::kE4M3 || t == DType::kE5M2) {
+      Json values = Json::array();
+      for (std::uint32_t bits = 1; bits < 0x80; ++bits) {  // sign 0, every pattern but +0
+        const double v = decode(t, bits);
+        if (std::isfinite(v)) values.push_back(v);
+      }
+      j.set("values", std::move(values));
+    }
+    formats.push_back(std::move(j));
+  }
+  Json stalls = Json::array();
+  for (const AccumulatorRun& r : acc.runs) {
+    Json j = Json::object();
+    j.set("accumulator", std::string(format_key(r.accumulator)));
+    j.set("sum", r.sum);
+    j.set("stall_step", r.stall_step);
+    j.set("predicted_stall", r.predicted_stall);
+    stalls.push_back(std::move(j));
+  }
+  Json accumulation = Json::object();
+  accumulation.set("value", acc.value);
+  accumulation.set("count", acc.count);
+  accumulation.set("exact", acc.exact);
+  accumulation.set("runs", std::move(stalls));
+  Json out = Json::object();
+  out.set("chapter", "ch01_fp_formats");
+  out.set("formats", std::move(formats));
+  out.set("accumulation", std::move(accumulation));
+  return out;
+}
+
 struct GemmShape {
   int m, n, k;
 };
@@ -267,11 +315,31 @@ int demo_main(int argc, char** argv) {
       .option("acc-value", "0.1", "the value summed in section 6 (stored in FP16)")
       .option("acc-count", "10000", "how many times it is summed")
       .option("gemm", "256x256x4096", "the GEMM of section 7, MxNxK")
-      .option("gemm-inputs", "positive", "positive ([0,1)) or signed ([-1,1)) GEMM inputs");
+      .option("gemm-inputs", "positive", "positive ([0,1)) or signed ([-1,1)) GEMM inputs")
+      .option("json", "", "also write the figure's data (formats, FP8 values) to this file");
   args.parse(argc, argv);
+  const std::string json_path =
+      args.given("json") ? checked_output_path("--json", args.get("json")) : std::string();
+  // Every flag is read and checked before the first line of the lesson is printed.
+  const double update = args.get_double("update");
+  if (!std::isfinite(update) || !(update > 0)) {
+    throw InputError("--update must be a positive finite number, got '" + args.get("update") + "'");
+  }
+  const double acc_value = args.get_double("acc-value");
+  const double acc_stored = encode(DType::kF16, acc_value).stored;
+  if (!std::isfinite(acc_value) || !(acc_value > 0) || !std::isfinite(acc_stored) ||
+      acc_stored == 0) {
+    throw InputError("--acc-value must be a positive number that FP16 holds as a finite, "
+                     "nonzero value (2^-24 .. 65504), got '" + args.get("acc-value") + "'");
+  }
   const std::int64_t count = args.get_int("acc-count");
   if (count < 1 || count > 100000000) throw InputError("--acc-count must be in 1..1e8");
   const GemmShape g = parse_gemm_shape(args.get("gemm"));
+  // The FP16-accumulating loop is scalar: 2^30 multiply-adds take a few seconds.
+  if (double(g.m) * double(g.n) * double(g.k) > std::ldexp(1.0, 30)) {
+    throw InputError("--gemm: M x N x K must be at most 2^30 (the default is 2^28), got '" +
+                     args.get("gemm") + "'");
+  }
   const GemmInputs inputs = args.get_choice("gemm-inputs", {"positive", "signed"}) == "signed"
                                 ? GemmInputs::kSigned
                                 : GemmInputs::kPositive;
@@ -282,13 +350,16 @@ int demo_main(int argc, char** argv) {
   section_overflow(checks);
   section_underflow(checks);
   section_pi(checks);
-  section_swamping(checks, args.get_double("update"));
-  section_accumulation(checks, args.get_double("acc-value"), static_cast<int>(count));
+  section_swamping(checks, update);
+  section_accumulation(checks, acc_value, static_cast<int>(count));
   section_gemm(checks, g.m, g.n, g.k, inputs);
   section_fp8(checks);
   section_memory(checks);
   std::printf("\n%d of %d claims hold%s\n", checks.count() - checks.failures(), checks.count(),
               checks.failures() ? ": see FAIL above" : "");
+  if (!json_path.empty()) {
+    write_json_file(json_path, figure_data(accumulation_lesson(acc_value, static_cast<int>(count))));
+  }
   return checks.failures() ? 1 : 0;
 }
 

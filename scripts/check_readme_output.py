@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""Runs the demos a README shows the output of, and compares with what the README prints.
+
+    python3 scripts/check_readme_output.py --bin-dir build/bin [--threads 1,2] README.md...
+
+A README marks each block of expected output it promises to reproduce with an HTML comment
+(invisible on the rendered page) on the line before the fenced block:
+
+    <!-- expected-output: ch02_loss_scaling --growth-interval 5 -->
+    <!-- expected-output: ch04_ddp --bug none | machine-dependent: ms|ran in -->
+
+The program (in --bin-dir) runs with those arguments, once per thread count of --threads
+(OMP_NUM_THREADS), and its standard output must equal the block line for line. Lines that
+match the optional `machine-dependent` regular expression (timings, throughput) are compared
+with every number replaced by '#' and runs of spaces collapsed, so their words and columns
+must still match but not their values. Exit code 0: every block reproduced; 1: a block
+differs (the first differing lines are printed) or a program failed; 2: bad arguments or a
+README without any marked block.
+"""
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+
+MARK = re.compile(r"^<!-- expected-output: (.*?)(?: \| machine-dependent: (.*?))? -->\s*$")
+NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
+
+
+def blocks(path):
+    lines = open(path, encoding="utf-8").read().split("\n")
+    out = []
+    i = 0
+    while i < len(lines):
+        m = MARK.match(lines[i])
+        if m:
+            if i + 1 >= len(lines) or not lines[i + 1].startswith("```"):
+                raise ValueError("%s:%d: the marker is not followed by a ``` block" % (path, i + 1))
+            j = i + 2
+            while j < len(lines) and not lines[j].startswith("```"):
+                j += 1
+            if j >= len(lines):
+                raise ValueError("%s:%d: the block is not closed" % (path, i + 2))
+            out.append((i + 1, m.group(1).split(), m.group(2), lines[i + 2:j]))
+            i = j
+        i += 1
+    return out
+
+
+def masked(line):
+    return " ".join(NUMBER.sub("#", line).split())
+
+
+def compare(expected, got, vary):
+    pattern = re.compile(vary) if vary else None
+    got = got.rstrip("\n").split("\n")
+    for k in range(max(len(expected), len(got))):
+        e = expected[k] if k < len(expected) else "<no line>"
+        g = got[k] if k < len(got) else "<no line>"
+        if e == g:
+            continue
+        if pattern and (pattern.search(e) or pattern.search(g)) and masked(e) == masked(g):
+            continue
+        return k, e, g
+    return None
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--bin-dir", required=True)
+    ap.add_argument("--threads", default="1,2", help="OMP_NUM_THREADS values to run with")
+    ap.add_argument("readmes", nargs="+")
+    a = ap.parse_args()
+    threads = [t for t in a.threads.split(",") if t]
+    failures = 0
+    for readme in a.readmes:
+        try:
+            found = blocks(readme)
+        except (OSError, ValueError) as e:
+            print("check_readme_output: %s" % e, file=sys.stderr)
+            return 2
+        if not found:
+            print("check_readme_output: %s has no <!-- expected-output: ... --> block" % readme,
+                  file=sys.stderr)
+            return 2
+        for line_no, argv, vary, expected in found:
+            program = os.path.join(a.bin_dir, argv[0])
+            if not os.path.isfile(program):
+                print("check_readme_output: %s does not exist (build it first)" % program,
+                      file=sys.stderr)
+                return 2
+            for t in threads:
+                env = dict(os.environ, OMP_NUM_THREADS=t)
+                p = subprocess.run([program, *argv[1:]], stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True, env=env, timeout=600)
+                where = "%s:%d (%s, OMP_NUM_THREADS=%s)" % (readme, line_no, " ".join(argv), t)
+                if p.returncode != 0:
+                    print("FAIL %s: exit code %d\n%s" % (where, p.returncode, p.stderr.strip()))
+                    failures += 1
+                    continue
+                diff = compare(expected, p.stdout, vary)
+                if diff is None:
+                    print("ok   %s: %d lines reproduced" % (where, len(expected)))
+                else:
+                    k, e, g = diff
+                    print("FAIL %s: line %d of the block differs\n  README: %s\n  output: %s"
+                          % (where, k + 1, e, g))
+                    failures += 1
+    print("all blocks reproduced" if not failures else "%d block run(s) differ" % failures)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
