@@ -13,6 +13,7 @@
 #include "scaling_lesson.h"
 #include "util/cli.h"
 #include "util/errors.h"
+#include "util/json_file.h"
 
 namespace {
 
@@ -29,15 +30,20 @@ ArgParser make_parser() {
       .option("too-large-scale", "2^40", "a static scale meant to overflow FP16")
       .option("growth-interval", "5",
               "clean steps before the dynamic scale doubles (PyTorch: 2000)")
-      .option("lr", "3e-3", "AdamW learning rate on the FP32 masters");
+      .option("lr", "3e-3", "AdamW learning rate on the FP32 masters")
+      .option("json", "", "also write each row's scale and skipped steps, step by step, here");
   return a;
 }
 
-// "2^-20" or a plain number.
+// "2^-20" or a plain number; positive and finite (nan and inf are refused, naming the flag).
 double parse_scale(const std::string& flag, const std::string& text) {
-  if (text.rfind("2^", 0) == 0)
-    return std::ldexp(1.0, static_cast<int>(parse_int(flag, text.substr(2))));
-  return parse_double(flag, text);
+  const double v = text.rfind("2^", 0) == 0
+                       ? std::ldexp(1.0, static_cast<int>(parse_int(flag, text.substr(2))))
+                       : parse_double(flag, text);
+  if (!(v > 0) || !std::isfinite(v)) {
+    throw InputError(flag + " must be a positive finite number, got '" + text + "'");
+  }
+  return v;
 }
 
 // "2^36" for powers of two, else "%g".
@@ -56,9 +62,9 @@ LessonConfig read_config(const ArgParser& a) {
   c.dynamic_growth_interval = a.get_int("growth-interval");
   c.lr = a.get_double("lr");
   if (c.steps < 1 || c.steps > 100000) throw InputError("--steps must be in [1, 100000]");
-  if (!(c.loss_weight > 0) || !std::isfinite(c.loss_weight))
-    throw InputError("--loss-weight must be positive");
-  if (!(c.lr > 0)) throw InputError("--lr must be positive");
+  if (!(c.lr > 0) || !std::isfinite(c.lr)) {
+    throw InputError("--lr must be a positive finite number, got '" + a.get("lr") + "'");
+  }
   // The schemes themselves are validated by LossScaler (InputError on a bad scale).
   for (const Scheme& s : lesson_schemes(c)) validate(s.scaler);
   return c;
@@ -96,6 +102,33 @@ void print_table(const std::vector<RowResult>& rows) {
   std::printf("%s", t.str().c_str());
 }
 
+// The figure's data (scripts/figures.py: the loss-scale trajectory with its skipped steps).
+Json figure_data(const LessonConfig& c, const std::vector<RowResult>& rows) {
+  Json out = Json::object();
+  out.set("chapter", "ch02_loss_scaling");
+  out.set("steps", c.steps);
+  out.set("growth_interval", c.dynamic_growth_interval);
+  Json list = Json::array();
+  for (const RowResult& r : rows) {
+    Json j = Json::object();
+    j.set("format", std::string(dtype_name(r.dtype)));
+    j.set("scheme", r.scheme);
+    j.set("underflowed", r.underflowed);
+    j.set("underflow_fraction", r.underflow_fraction());
+    j.set("skipped_steps", r.skipped_steps);
+    j.set("initial_loss", r.initial_loss);
+    j.set("final_loss", r.final_loss);
+    Json scale = Json::array(), skipped = Json::array();
+    for (float v : r.scale_per_step) scale.push_back(static_cast<double>(v));
+    for (bool v : r.skipped_per_step) skipped.push_back(v);
+    j.set("scale", std::move(scale));
+    j.set("skipped", std::move(skipped));
+    list.push_back(std::move(j));
+  }
+  out.set("rows", std::move(list));
+  return out;
+}
+
 void print_defaults() {
   TextTable t({"framework", "initial", "growth", "after", "backoff", "hysteresis", "min", "max"});
   const auto row = [&](const char* name, const LossScalerConfig& c) {
@@ -115,6 +148,8 @@ int run(int argc, char** argv) {
   ArgParser args = make_parser();
   args.parse(argc, argv);
   const LessonConfig c = read_config(args);
+  const std::string json_path =
+      args.given("json") ? checked_output_path("--json", args.get("json")) : std::string();
   std::printf("== ch02: keeping small gradients alive\n");
   const GradientCensus census = census_at_init(c);
   print_census(c, census);
@@ -123,6 +158,7 @@ int run(int argc, char** argv) {
   print_defaults();
   ClaimTable checks;
   checks.add(check_claims(c, census, rows));
+  if (!json_path.empty()) write_json_file(json_path, figure_data(c, rows));
   return checks.print() == 0 ? 0 : 1;
 }
 

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "model/mlp.h"
+#include "ops/fixed_order.h"
 #include "report/format.h"
 #include "optim/adamw.h"
 
@@ -118,6 +119,7 @@ std::vector<Scheme> lesson_schemes(const LessonConfig& c) {
 std::vector<DType> lesson_formats() { return {DType::kF32, DType::kF16, DType::kBF16}; }
 
 RowResult run_row(const LessonConfig& c, DType dtype, const Scheme& scheme) {
+  const ops::FixedOrderScope fixed_order;
   RowSetup s(c, dtype);
   const std::vector<Tensor> params = tensors_of(s.model.parameters());
   const std::vector<Tensor> grads = tensors_of(s.model.gradients());
@@ -147,7 +149,9 @@ RowResult run_row(const LessonConfig& c, DType dtype, const Scheme& scheme) {
     s.ref.backward(b, static_cast<float>(c.loss_weight));
     count_underflow(ref_grads, grads, row);
     if (LossScaler::found_inf(grads)) ++row.overflow_steps;
-    master_weight_step(scaler, opt, grads, grads32, masters, params);
+    row.scale_per_step.push_back(scaler.scale());
+    const bool stepped = master_weight_step(scaler, opt, grads, grads32, masters, params);
+    row.skipped_per_step.push_back(!stepped);
     row.max_scale_seen = std::max(row.max_scale_seen, scaler.scale());
   }
   row.skipped_steps = scaler.state().steps_skipped;
@@ -173,6 +177,7 @@ const RowResult& find_row(const std::vector<RowResult>& rows, DType dtype,
 }
 
 GradientCensus census_at_init(const LessonConfig& c) {
+  const ops::FixedOrderScope fixed_order;
   const TeacherTask task(teacher_config(c));
   Mlp ref(student_config(c, DType::kF32));
   const Batch b = task.batch(0, c.batch);

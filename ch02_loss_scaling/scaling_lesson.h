@@ -73,10 +73,16 @@ struct RowResult {
   double final_loss = 0;
   float final_scale = 1.0f;
   float max_scale_seen = 1.0f;
+  // Step by step (the figure of the chapter): the scale the step's backward used, and
+  // whether the scaler skipped the step.
+  std::vector<float> scale_per_step{};
+  std::vector<bool> skipped_per_step{};
   double underflow_fraction() const;
 };
 
-// Trains one row from the same initial weights and batches as every other row.
+// Trains one row from the same initial weights and batches as every other row. Its GEMMs run
+// in fixed order (ops::FixedOrderScope), so the row is the same on every machine and thread
+// count: the README's table reproduces digit for digit.
 RowResult run_row(const LessonConfig& c, DType dtype, const Scheme& scheme);
 // Every format x every scheme, formats outermost.
 std::vector<RowResult> run_table(const LessonConfig& c);
