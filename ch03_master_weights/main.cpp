@@ -14,6 +14,7 @@
 #include "report/text_table.h"
 #include "util/cli.h"
 #include "util/errors.h"
+#include "util/json_file.h"
 
 namespace {
 
@@ -25,11 +26,14 @@ ArgParser make_parser() {
               "FP32 master weights: the correct order unscale -> check -> clip -> step -> re-cast\n"
               "against each mistake, and the memory bill measured by the ledger.");
   a.option("bug", "all", "all | clip-before-unscale | no-unscale | fp16-weights")
-      .option("steps", "100", "training steps per run");
+      .option("steps", "100", "training steps per run")
+      .option("json", "", "also write the memory bill and each run's losses to this file");
   return a;
 }
 
 using Checks = ClaimTable;
+
+constexpr std::int64_t kMinSteps = 25;
 
 std::string steps_taken(const RunResult& r) {
   return fmt("%lld/%lld", (long long)r.steps_taken, (long long)r.steps);
@@ -62,7 +66,8 @@ void print_trace(const ScenarioResult& r) {
   std::printf("%s", t.str().c_str());
 }
 
-void run_scenarios(const LessonConfig& c, const std::string& only, Checks& checks) {
+void run_scenarios(const LessonConfig& c, const std::string& only, Checks& checks,
+                   std::vector<ScenarioResult>& results) {
   std::printf(
       "\n== The correct order vs each mistake (FP16 working copy, static loss scale 1024)\n");
   for (const Scenario& s : lesson_scenarios(c)) {
@@ -74,6 +79,7 @@ void run_scenarios(const LessonConfig& c, const std::string& only, Checks& check
     std::printf("\n%s\n  symptom: %s\n%s", s.title.c_str(), s.symptom.c_str(), t.str().c_str());
     if (only != "all") print_trace(r);
     checks.add(scenario_claims(r));
+    results.push_back(r);
   }
 }
 
@@ -84,8 +90,8 @@ std::string per_param(std::int64_t bytes, std::int64_t p, std::int64_t extra = 0
              double(extra) / double(p));
 }
 
-void print_memory_bill(const LessonConfig& c, Checks& checks) {
-  const std::vector<MemoryBillRow> rows = lesson_memory_bills(c);
+std::vector<MemoryBillRow> print_memory_bill(const LessonConfig& c, Checks& checks) {
+  std::vector<MemoryBillRow> rows = lesson_memory_bills(c);
   TextTable t({"run", "params", "grads", "masters", "optimizer", "model states", "predicted",
                "activations (predicted)"});
   for (const MemoryBillRow& r : rows) {
@@ -106,6 +112,51 @@ void print_memory_bill(const LessonConfig& c, Checks& checks) {
       "  16-bit runs hold one more FP32 gradient copy (the '+ 4'): the unscaled gradients\n"
       "  need FP32's range, as Megatron's main_grad; the ZeRO paper's 2 + 2 + 12 omits it.\n");
   checks.add(memory_claims(rows));
+  return rows;
+}
+
+// The figure's data (scripts/figures.py: the bill as stacked bars, measured beside the
+// formula) and the loss of every run, step by step.
+Json figure_data(const std::vector<ScenarioResult>& runs, const std::vector<MemoryBillRow>& bills) {
+  Json out = Json::object();
+  out.set("chapter", "ch03_master_weights");
+  Json memory = Json::array();
+  for (const MemoryBillRow& r : bills) {
+    Json j = Json::object();
+    j.set("run", std::string(mem::name(r.precision)) + " " + std::string(mem::name(r.optimizer)));
+    j.set("params", r.params);
+    Json measured = Json::object();
+    measured.set("parameters", r.measured.parameters);
+    measured.set("gradients", r.measured.gradients - r.fp32_grad_buffer);
+    measured.set("fp32_grad_buffer", r.fp32_grad_buffer);
+    measured.set("master_params", r.measured.master_params);
+    measured.set("optimizer_state", r.measured.optimizer_state);
+    measured.set("activations", r.measured.activations);
+    j.set("measured", std::move(measured));
+    Json predicted = Json::object();
+    predicted.set("parameters", r.predicted.parameters);
+    predicted.set("gradients", r.predicted.gradients);
+    predicted.set("fp32_grad_buffer", std::int64_t{0});
+    predicted.set("master_params", r.predicted.master_params);
+    predicted.set("optimizer_state", r.predicted.optimizer_state);
+    predicted.set("activations", r.predicted_activations);
+    j.set("predicted", std::move(predicted));
+    memory.push_back(std::move(j));
+  }
+  out.set("memory", std::move(memory));
+  Json list = Json::array();
+  for (const ScenarioResult& sr : runs) {
+    for (const RunResult* r : {&sr.correct, &sr.buggy}) {
+      Json j = Json::object();
+      j.set("run", r->name);
+      Json losses = Json::array();
+      for (double l : r->train_losses) losses.push_back(std::isfinite(l) ? Json(l) : Json());
+      j.set("train_loss", std::move(losses));
+      list.push_back(std::move(j));
+    }
+  }
+  out.set("runs", std::move(list));
+  return out;
 }
 
 void print_calculator(Checks& checks) {
@@ -132,7 +183,16 @@ int run(int argc, char** argv) {
       args.get_choice("bug", {"all", "clip-before-unscale", "no-unscale", "fp16-weights"});
   LessonConfig c;
   c.steps = args.get_int("steps");
-  if (c.steps < 1 || c.steps > 100000) throw InputError("--steps must be in [1, 100000]");
+  // Below 25 steps the lesson cannot hold: the FP32 masters of the fp16-weights scenario have
+  // not yet gathered enough updates to move most of the FP16 working copy (lr 1e-5), nor SGD
+  // halved the loss; the claims would fail for want of training, not of a bug.
+  if (c.steps < kMinSteps || c.steps > 100000) {
+    throw InputError("--steps must be in [" + std::to_string(kMinSteps) +
+                     ", 100000] (fewer steps are too few for the lesson's claims), got " +
+                     args.get("steps"));
+  }
+  const std::string json_path =
+      args.given("json") ? checked_output_path("--json", args.get("json")) : std::string();
   std::string shape;
   for (std::int64_t s : c.sizes) {
     if (!shape.empty()) shape += '-';
@@ -143,11 +203,14 @@ int run(int argc, char** argv) {
       "unscale -> check inf/NaN (skip) -> clip -> step the FP32 masters -> re-cast\n",
       shape.c_str(), (long long)c.batch, (long long)c.steps);
   Checks checks;
-  run_scenarios(c, bug, checks);
+  std::vector<ScenarioResult> results;
+  std::vector<MemoryBillRow> bills;
+  run_scenarios(c, bug, checks, results);
   if (bug == "all") {
-    print_memory_bill(c, checks);
+    bills = print_memory_bill(c, checks);
     print_calculator(checks);
   }
+  if (!json_path.empty()) write_json_file(json_path, figure_data(results, bills));
   return checks.print() == 0 ? 0 : 1;
 }
 
