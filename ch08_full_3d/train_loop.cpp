@@ -14,6 +14,8 @@
 #include "comm/local_backend.h"
 #include "io/tokenizer.h"
 #include "ops/compute_threads.h"
+#include "preflight.h"
+#include "run_watch.h"
 #include "sampler.h"
 #include "train_log.h"
 #include "trainer.h"
@@ -216,6 +218,7 @@ bool train_steps(RankRun& run) {
   Trainer& t = run.t;
   const TrainerConfig& c = t.config();
   EtaClock eta;
+  RunWatch watch;  // the silent killers (run_watch.h), on rank 0's view of each step
   bool evaluated = false;
   while (t.step() < c.steps) {
     const StepStats s = t.train_step();
@@ -240,6 +243,7 @@ bool train_steps(RankRun& run) {
                    progress_line(s, c.steps, fp16, eta.eta(c.steps - s.step)).c_str());
       std::fflush(run.out);
     }
+    for (const std::string& w : watch.observe(s)) std::fprintf(run.out, "%s\n", w.c_str());
     std::optional<double> acc;
     if (evaluated) acc = print_eval(t, run.out);
     if (run.log) run.log->write(step_json(s, memory_snapshot(current_ledger()), acc, by_rank));
@@ -327,6 +331,30 @@ void set_rank_threads(const TrainerConfig& c, int ranks_in_process) {
     ops::share_cores(ranks_in_process);
 }
 
+// The pre-flight checklist (preflight.h), from the configuration alone, before any rank builds
+// its model: the bill checked against --device-memory and this machine's MemAvailable (an
+// InputError with the bill, never std::bad_alloc mid-run), then printed (out null: silent).
+void preflight(const TrainerConfig& c, const TrainingData& data, int ranks_here, std::FILE* out) {
+  check_memory(c, ranks_here, mem_available_bytes());
+  if (out == nullptr) return;
+  const auto tokens = static_cast<std::int64_t>(data.tokens->size());
+  for (const std::string& line : preflight_checklist(c, tokens, ranks_here)) {
+    std::fprintf(out, "%s\n", line.c_str());
+  }
+  std::fprintf(out, "  ok  progress: a line every %lld steps (--print-every), and every skipped "
+               "step\n", static_cast<long long>(c.print_every));
+  if (const std::string w = effective_batch_warning(c); !w.empty()) {
+    std::fprintf(out, "%s\n", w.c_str());
+  }
+  if (c.dry_run) {
+    for (const std::string& line : {model_line(c), precision_line(c), optimizer_line(c)}) {
+      std::fprintf(out, "%s\n", line.c_str());
+    }
+    std::fprintf(out, "dry run: nothing trained\n");
+  }
+  std::fflush(out);
+}
+
 }  // namespace
 
 int run_training(const TrainerConfig& c, std::FILE* out) {
@@ -336,6 +364,8 @@ int run_training(const TrainerConfig& c, std::FILE* out) {
   }
   check_fresh_checkpoint_dir(c);
   const TrainingData data = load_data(c);
+  preflight(c, data, c.ranks, out);
+  if (c.dry_run) return 0;
   if (!c.distributed()) {
     run_rank(c, data, nullptr, out);
     return 0;
@@ -381,6 +411,7 @@ int run_training_rank(const TrainerConfig& c, Communicator& comm, int ranks_on_t
   try {
     check_fresh_checkpoint_dir(c);
     data.emplace(load_data(c));
+    check_memory(c, ranks_on_this_machine, mem_available_bytes());
   } catch (const InputError& e) {
     agree_on_setup(comm, e.what());
     throw ReportedInputError(e.what());  // printed by agree_on_setup
@@ -388,6 +419,8 @@ int run_training_rank(const TrainerConfig& c, Communicator& comm, int ranks_on_t
   if (!agree_on_setup(comm, "")) {
     throw ReportedInputError("another rank's input is bad (reported by that rank)");
   }
+  preflight(c, *data, ranks_on_this_machine, comm.rank() == 0 ? out : nullptr);
+  if (c.dry_run) return 0;
   set_rank_threads(c, ranks_on_this_machine);
   run_rank(c, *data, &comm, comm.rank() == 0 ? out : nullptr, setup_done);
   return 0;

@@ -7,6 +7,7 @@
 
 #include <Eigen/Core>
 #include <chrono>
+#include <cmath>
 #include <stdexcept>
 #include <utility>
 
@@ -23,6 +24,8 @@
 #include "model/gpt_hf.h"
 #include "parallel/count_once.h"
 #include "parallel/replicas.h"
+#include "run_watch.h"
+#include "tied_embedding_sync.h"
 #include "util/errors.h"
 
 namespace mixpar::ch08 {
@@ -93,7 +96,22 @@ std::unique_ptr<GradSync> make_grad_sync(GptModel& model, const ParallelGrid* gr
                                                      ch04::model_reports_grad_ready());
   }
   verify_replicas(dp, model.registry().flat_params());
+  // ZeRO with pipeline stages: the tied wte's two copies meet before the reduce-scatter
+  // (tied_embedding_sync.h); under DDP the schedule sums them after the all-reduce.
+  Communicator* embedding = grid->embedding();
+  if (c.zero_stage >= 1 && embedding != nullptr && embedding->size() > 1 &&
+      model.registry().contains("wte.weight")) {
+    sync = std::make_unique<TiedEmbeddingFirst>(std::move(sync), model.registry(), *embedding,
+                                                grid->coord().rank);
+  }
   return sync;
+}
+
+// Chapter 5's ZeRO inside the sync (null when it is another): the optimizer then steps its
+// shard only.
+ch05::ZeroStage1* zero_of(GradSync* sync) {
+  if (auto* tied = dynamic_cast<TiedEmbeddingFirst*>(sync)) sync = &tied->inner();
+  return dynamic_cast<ch05::ZeroStage1*>(sync);
 }
 
 // The second factory point: what the optimizer steps. DDP and one device: every parameter.
@@ -169,7 +187,7 @@ Trainer::Trainer(TrainerConfig config, TrainingData data, Communicator* world)
              stage_options(with_pipeline_stage(model_options(config_), config_.model, grid_.get()),
                            grid_.get(), tp_ops_.get(), config_.sequence_parallel)),
       sync_(make_grad_sync(model_, grid_.get(), config_)),
-      zero_(dynamic_cast<ch05::ZeroStage1*>(sync_.get())),
+      zero_(zero_of(sync_.get())),
       optimizer_(optimizer_params(model_, zero_), optimizer_grads(model_, zero_),
                  optimizer_config(config_, model_, zero_)),
       reductions_(grid_.get()),
@@ -259,36 +277,60 @@ std::vector<NamedTensor> Trainer::master_weights() const {
   return out;
 }
 
+bool Trainer::gathers_for_eval() const { return tp_ops_ || pipelined() || zero_; }
+
 void Trainer::save_hf(const std::string& dir) const {
-  const bool gathered = tp_ops_ || pipelined();
-  if (gathered && eval_masters_.empty()) {
-    throw std::logic_error("Trainer::save_hf of a tp or pp model before prepare_eval_model");
+  if (gathers_for_eval() && eval_masters_.empty()) {
+    throw std::logic_error("Trainer::save_hf of a tp, pp or ZeRO model before prepare_eval_model");
   }
-  save_gpt_hf(dir, config_.model, gathered ? eval_masters_ : master_weights());
+  save_gpt_hf(dir, config_.model, gathers_for_eval() ? eval_masters_ : master_weights());
+}
+
+std::vector<Tensor> Trainer::place_masters() const {
+  if (!zero_) return tensors_of(master_weights());
+  // ZeRO: each dp rank steps its pieces of the flat buffer. Every piece is copied into zeros
+  // and the dp group sums them: each element has one owner, so its sum is its value exactly.
+  const ParamRegistry& reg = model_.registry();
+  Tensor flat = Tensor::zeros({reg.numel()}, DType::kF32, MemCategory::kCommBuffers);
+  const std::vector<ch05::ShardPiece>& pieces = zero_->partition().pieces();
+  for (std::size_t k = 0; k < pieces.size(); ++k) {
+    Tensor dst = flat.flat_slice(pieces[k].flat, pieces[k].count);
+    dst.copy_from(optimizer_.stepped_params()[k].view({pieces[k].count}));
+  }
+  grid_->dp().all_reduce(flat, ReduceOp::kSum);
+  std::vector<Tensor> out;
+  for (const ParamEntry& e : reg.entries()) {
+    const Shape held = held_shape(e.shape, e.holding);
+    out.push_back(flat.flat_slice(e.offset, e.param.numel()).view(held));
+  }
+  return out;
 }
 
 void Trainer::prepare_eval_model() {
-  if (pipelined()) {
-    // Chapter 7: every pipeline gathers its stages' FP32 masters on its first stage.
-    std::vector<NamedTensor> full = ch07::gather_stages(
-        grid_->pp(), config_.model, model_.registry(), tensors_of(master_weights()));
-    if (rank() != 0) return;
-    if (!eval_model_) {
-      eval_model_ = std::make_unique<GptModel>(config_.model, model_options(config_));
-    }
-    for (const NamedTensor& w : full) {
-      Tensor p = eval_model_->param(w.name);
-      p.copy_from(w.tensor);
-    }
-    eval_masters_ = std::move(full);
-    return;
+  if (!gathers_for_eval()) return;
+  // 1. The FP32 masters of this rank's (tp, pp) place, whole (ZeRO: over dp).
+  const std::vector<Tensor> mine = place_masters();
+  // 2. Chapter 6: the tp shards of this stage into its full, unpadded tensors.
+  std::vector<NamedTensor> stage;
+  if (tp_ops_) {
+    stage = ch06::gather_full_tensors(grid_->tp(), model_.registry(), mine,
+                                      config_.model.vocab_size);
+  } else {
+    const auto entries = model_.registry().entries();
+    for (std::size_t i = 0; i < entries.size(); ++i) stage.push_back({entries[i].name, mine[i]});
   }
-  if (!tp_ops_) return;
-  // Every tp group gathers its shards (the FP32 masters); rank 0 keeps them, and a whole
-  // model in the working dtype holding them rounded, as the working copy holds them.
-  std::vector<NamedTensor> full = ch06::gather_full_tensors(
-      grid_->tp(), model_.registry(), tensors_of(master_weights()), config_.model.vocab_size);
+  // 3. Chapter 7: the stages of rank 0's pipeline (dp 0, tp 0) onto its first stage.
+  std::vector<NamedTensor> full;
+  if (pipelined()) {
+    if (coord().dp != 0 || coord().tp != 0) return;
+    const ParamRegistry whole_stage = make_gpt2_registry(config_.model, model_.stage());
+    full = ch07::gather_stages(grid_->pp(), config_.model, whole_stage, tensors_of(stage));
+  } else {
+    full = std::move(stage);
+  }
   if (rank() != 0) return;
+  // Rank 0 keeps them, and a whole model in the working dtype holding them rounded, as the
+  // working copy holds them.
   if (!eval_model_) eval_model_ = std::make_unique<GptModel>(config_.model, model_options(config_));
   for (const NamedTensor& w : full) {
     Tensor p = eval_model_->param(w.name);
@@ -298,7 +340,7 @@ void Trainer::prepare_eval_model() {
 }
 
 GptModel& Trainer::eval_model() {
-  if (!tp_ops_ && !pipelined()) return model_;
+  if (!gathers_for_eval()) return model_;
   if (!eval_model_) throw std::logic_error("Trainer::eval_model before prepare_eval_model");
   return *eval_model_;
 }
@@ -326,6 +368,31 @@ ch03::StepReport Trainer::optimizer_step(double lr) {
   return rep;
 }
 
+void Trainer::halt_on_non_finite_loss(double loss) {
+  prepare_eval_model();  // collective: the weights before this step, whole on rank 0
+  std::string where;
+  if (rank() == 0) {
+    // The step's micro-batches as one device reads them (every replica's rows), replayed
+    // until one gives a non-finite loss, then its layers checked in order.
+    const TokenLoader whole(data_.tokens, config_.batch * config_.dp, config_.seq,
+                            config_.data_order, config_.seed);
+    GptModel& m = eval_model();
+    for (std::int64_t k = 0; k < config_.grad_accum && where.empty(); ++k) {
+      const TokenBatch b = whole.batch_at(step_ * config_.grad_accum + k);
+      if (std::isfinite(m.forward(b.inputs, b.targets, b.B, b.T))) continue;
+      where = "; the first output that is not finite is " +
+              first_non_finite_layer(m, b.inputs, b.B, b.T) + "'s, on micro-batch " +
+              std::to_string(k) + " at data position " + std::to_string(b.position) +
+              ", epoch " + std::to_string(b.epoch);
+    }
+  }
+  throw std::runtime_error("step " + std::to_string(step_ + 1) + ": the loss is " +
+                           (std::isnan(loss) ? "nan" : "inf") + " and " +
+                           std::string(dtype_name(config_.dtype)) +
+                           " has no loss scaler to skip the step: training halted before the "
+                           "optimizer stepped" + where);
+}
+
 StepStats Trainer::train_step() {
   const auto t0 = std::chrono::steady_clock::now();
   StepStats s;
@@ -337,7 +404,8 @@ StepStats Trainer::train_step() {
       model_, [this] { return loader_.next(); }, *sync_, s.loss_scale, rank(), spans_);
   const double w0 = trace_now_us();
   const double waited = sync_->finish();  // every gradient of this rank synchronised
-  schedule_->after_sync(model_);          // a pipeline sums the tied wte's two copies
+  // A pipeline sums the tied wte's two copies here, unless the sync did before reducing.
+  if (dynamic_cast<TiedEmbeddingFirst*>(sync_.get()) == nullptr) schedule_->after_sync(model_);
   if (grid_) spans_.push_back({"wait for gradients", "exposed", rank(), 0, w0, waited * 1e6});
   times_.compute_s += r.compute_s;
   times_.exposed_s += waited;
@@ -345,6 +413,11 @@ StepStats Trainer::train_step() {
   s.epoch = r.epoch;
   // The logged loss is the global batch's: the same number on every rank.
   s.loss = reductions_.loss(r.loss_sum / static_cast<double>(config_.grad_accum));
+  // Without a scaler to skip it (fp32, bf16), a non-finite loss would turn every weight into
+  // NaN: halt before the optimizer steps (the global loss: every rank halts here together).
+  if (!std::isfinite(s.loss) && optimizer_.scaler().mode() == ch02::ScaleMode::kNone) {
+    halt_on_non_finite_loss(s.loss);
+  }
   s.lr = config_.schedule.at(step_);
   const ch03::StepReport rep = optimizer_step(s.lr);
   s.skipped = !rep.taken;

@@ -106,8 +106,9 @@ class Trainer {
   const TrainingData& data() const { return data_; }
   GptModel& model() { return model_; }
   // The model rank 0 evaluates, samples and dumps logits with: the trained model itself, or
-  // with tp > 1 a whole copy of it that prepare_eval_model() gathers from the tp shards
-  // (chapter 6; collective: every rank calls it at the same points, a no-op when tp = 1).
+  // with tp > 1, pp > 1 or ZeRO a whole copy of it that prepare_eval_model() gathers: the
+  // FP32 masters over dp (ZeRO's shards), then the tp shards (chapter 6), then the stages
+  // (chapter 7) onto rank 0 (collective: every rank calls it at the same points).
   void prepare_eval_model();
   GptModel& eval_model();
   const ch03::MixedPrecisionOptimizer& optimizer() const { return optimizer_; }
@@ -116,7 +117,7 @@ class Trainer {
   // FP32 weights under their HF names: the masters (16-bit runs) or the model itself (fp32).
   std::vector<NamedTensor> master_weights() const;
   // The final model as a Hugging Face directory (FP32 masters: no precision thrown away).
-  // With tp > 1 the full, unpadded tensors of the last prepare_eval_model().
+  // With tp > 1, pp > 1 or ZeRO the full, unpadded tensors of the last prepare_eval_model().
   void save_hf(const std::string& dir) const;
 
   // Collective when distributed: writes a checkpoint of the current step into
@@ -130,6 +131,14 @@ class Trainer {
   void resume();
 
  private:
+  // tp > 1, pp > 1 or ZeRO: evaluation and --save need the whole model gathered.
+  bool gathers_for_eval() const;
+  // Collective over dp under ZeRO: the FP32 masters of this rank's (tp, pp) place, one tensor
+  // (held shape) per registry entry.
+  std::vector<Tensor> place_masters() const;
+  // Collective: every rank throws std::runtime_error naming the step; rank 0's message also
+  // names the first layer whose output is not finite (run_watch.h).
+  [[noreturn]] void halt_on_non_finite_loss(double loss);
   void load_initial_weights();
   void recast_working_copy();
   void write_checkpoint_files(const std::string& dir) const;
@@ -142,7 +151,8 @@ class Trainer {
   // Chapter 6's collectives over the grid's tp group (null unless tp > 1): before the model,
   // which calls them.
   std::unique_ptr<TensorParallelOps> tp_ops_;
-  // tp > 1, rank 0: the whole model gathered for evaluation, and its FP32 masters for --save.
+  // tp > 1, pp > 1 or ZeRO, rank 0: the whole model gathered for evaluation, and its FP32
+  // masters for --save.
   std::unique_ptr<GptModel> eval_model_;
   std::vector<NamedTensor> eval_masters_;
   GptModel model_;

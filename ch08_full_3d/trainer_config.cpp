@@ -84,7 +84,9 @@ void add_output_flags(ArgParser& a, const TrainerConfig& d) {
       .option("log-jsonl", "",
               "one JSON object per step (loss, grad_norm, lr, loss_scale, "
               "skipped, tokens_per_s, memory by category)")
-      .option("print-every", num(d.print_every), "progress line every K steps")
+      .option("print-every", "",
+              "progress line every K steps (default: --steps / 20, at least 1; skipped steps "
+              "always)")
       .option("eval-every", "",
               "built-in dataset: exact-match accuracy on held-out problems "
               "every K steps (default 100; 0: only at the end)")
@@ -97,7 +99,12 @@ void add_output_flags(ArgParser& a, const TrainerConfig& d) {
               "(safetensors; see scripts/check_hf_roundtrip.py)")
       .option("threads", "0",
               "CPU threads per rank (0 = the OpenMP default; with --ranks N the cores shared "
-              "out)");
+              "out)")
+      .flag("dry-run", "print the pre-flight checklist (grid, divisibility, batch, memory, "
+                       "traffic, bubble, data) and exit without training")
+      .option("device-memory", "",
+              "one rank's memory budget (80GiB, 24GB, ...): a run whose estimate is over it "
+              "stops before any compute with the bill");
 }
 
 void add_parallel_flags(ArgParser& a, const TrainerConfig& d) {
@@ -192,7 +199,9 @@ void read_outputs(const ArgParser& a, TrainerConfig& c) {
   c.checkpoint_keep = positive(a, "checkpoint-keep");
   c.resume = a.get_flag("resume");
   c.log_jsonl = a.given("log-jsonl") ? a.get("log-jsonl") : "";
-  c.print_every = positive(a, "print-every");
+  // 20 lines or so a run: the default 1,500 steps print every 75th.
+  c.print_every =
+      a.given("print-every") ? positive(a, "print-every") : std::max<std::int64_t>(1, c.steps / 20);
   c.eval_every = a.given("eval-every") ? non_negative(a, "eval-every") : c.builtin_data() ? 100 : 0;
   c.sample = non_negative(a, "sample");
   c.temperature = a.get_double("temperature");
@@ -201,6 +210,13 @@ void read_outputs(const ArgParser& a, TrainerConfig& c) {
   const std::int64_t threads = non_negative(a, "threads");
   if (threads > 1024) throw InputError("--threads: " + num(threads) + " is not a thread count");
   c.threads = static_cast<int>(threads);
+  c.dry_run = a.get_flag("dry-run");
+  if (a.given("device-memory")) {
+    c.device_memory = parse_bytes("--device-memory", a.get("device-memory"));
+    if (!(c.device_memory > 0)) {
+      throw InputError("--device-memory must be a positive size, like 80GiB");
+    }
+  }
 }
 
 void check_range(bool ok, const std::string& what) {
@@ -288,11 +304,23 @@ void validate_pipeline(const TrainerConfig& c) {
   check_range(c.pipeline_schedule != "zb-h1",
               "--schedule zb-h1 needs the backward split into B and W, which the GPT model "
               "does not offer yet: ch07_pipeline --schedule zb-h1 simulates it");
-  check_range(c.tp == 1, "--pp " + pp + " with --tp " + num(static_cast<std::int64_t>(c.tp)) +
-                             ": pipeline stages of tensor-parallel shards are not built yet");
-  check_range(c.zero_stage == 0,
+  // Pipeline stages of tensor-parallel shards (chapter 8): each tp rank of a stage sends its
+  // own copy of the whole [B, T, C] activation to the same tp rank of the next stage. Under
+  // sequence parallelism a stage's boundary holds B T / tp rows, which the runtime's buffers
+  // (sized [B, T, C]) do not describe.
+  check_range(c.tp == 1 || !c.sequence_parallel,
+              "--pp " + pp + " with --tp " + num(static_cast<std::int64_t>(c.tp)) +
+                  " --sequence-parallel: the pipeline sends whole [B, T, C] activations; drop "
+                  "--sequence-parallel");
+  // ZeRO-1 shards only the optimizer states: each stage's dp group shards its own. Stages 2
+  // and 3 would reduce-scatter (2) or re-gather (3) a stage's gradients or parameters at every
+  // micro-batch of the pipeline, as DeepSpeed, which refuses ZeRO-2/3 with pipeline
+  // parallelism, says: the traffic of every micro-batch instead of one per step.
+  check_range(c.zero_stage <= 1,
               "--pp " + pp + " with --zero-stage " + num(static_cast<std::int64_t>(c.zero_stage)) +
-                  ": ZeRO over pipeline stages is not built yet; use --zero-stage 0");
+                  ": ZeRO-2/3 would reduce-scatter or gather a stage's gradients or parameters "
+                  "at every micro-batch (DeepSpeed refuses them with pipelines too); use "
+                  "--zero-stage 1 or 0");
   check_range(c.init_from.empty(), "--pp " + pp + " with --init-from: loading a Hugging Face "
                                    "directory into pipeline stages is not built yet");
 }
@@ -320,9 +348,11 @@ void validate_parallel(const TrainerConfig& c) {
   check_range(!c.sequence_parallel || (c.batch * c.seq) % c.tp == 0,
               "--sequence-parallel: --batch x --seq = " + num(c.batch * c.seq) +
                   " rows do not split over --tp " + tp);
-  check_range(c.tp == 1 || c.zero_stage == 0,
+  // ZeRO over tensor-parallel shards: each tp rank's dp group partitions that rank's own
+  // shards (their held elements, zero_partition.h). Stage 1 only so far.
+  check_range(c.tp == 1 || c.zero_stage <= 1,
               "--tp " + tp + " with --zero-stage " + num(static_cast<std::int64_t>(c.zero_stage)) +
-                  ": ZeRO over tensor-parallel shards is not built; use --zero-stage 0");
+                  ": ZeRO-2/3 over tensor-parallel shards is not built; use --zero-stage 1 or 0");
   check_range(c.tp == 1 || c.init_from.empty(),
               "--tp " + tp + " with --init-from: loading a Hugging Face directory into tp shards "
                              "is not built (a tp run starts from the very weights of --tp 1)");
@@ -338,12 +368,11 @@ void validate_parallel(const TrainerConfig& c) {
   // model whose buffers can be absent; chapter 5 builds stage 1.
   check_range(c.zero_stage <= 1 || c.dp == 1,
               zero + ": stages 2 and 3 are not built yet; use --zero-stage 1 (or 0)");
-  // The masters and moments of stage 1 live in shards: written and read whole, they would
-  // have to be gathered first.
-  check_range(c.zero_stage == 0 || c.dp == 1 ||
-                  (c.save.empty() && c.checkpoint_dir.empty() && c.init_from.empty()),
-              zero + " shards the FP32 masters and moments: --save, --checkpoint-dir and "
-                     "--init-from need --zero-stage 0");
+  // The masters and moments of stage 1 live in shards: --save gathers the masters (over dp,
+  // then tp and pp); checkpoints and --init-from would read and write them whole.
+  check_range(c.zero_stage == 0 || c.dp == 1 || (c.checkpoint_dir.empty() && c.init_from.empty()),
+              zero + " shards the FP32 masters and moments: --checkpoint-dir and --init-from "
+                     "need --zero-stage 0");
   check_range(c.trace.empty() || c.distributed(),
               "--trace records the ranks' compute and communication: it needs --ranks N > 1 "
               "or --backend mpi");

@@ -56,6 +56,10 @@ struct TrainerConfig {
   std::int64_t eval_every = 0;  // held-out accuracy of the built-in dataset every K steps
   std::string dump_logits;      // safetensors of the final model's logits on the prompt
   int threads = 0;              // 0: the OpenMP default (per rank: the cores shared out)
+  // Pre-flight (preflight.h): print the checklist and exit 0; one rank's memory budget in
+  // bytes (0: none), refused with the bill when the estimate is over it.
+  bool dry_run = false;
+  double device_memory = 0;
 
   // Data parallelism (chapter 4): dp replicas, each reading its `batch` rows of every
   // micro-batch, gradients all-reduced in buckets during backward. ranks == dp == 1 is the

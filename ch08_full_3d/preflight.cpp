@@ -1,0 +1,261 @@
+#include "preflight.h"
+
+#include <algorithm>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "ch03_master_weights/memory_calculator.h"
+#include "ch07_pipeline/pipeline_runtime.h"
+#include "ch07_pipeline/pipeline_schedule.h"
+#include "comm/parallel_grid.h"
+#include "model/gpt_params.h"
+#include "report/format.h"
+#include "util/errors.h"
+
+namespace mixpar::ch08 {
+namespace {
+
+using mixpar::num;
+
+std::string bytes(std::int64_t b) { return format_bytes(static_cast<std::size_t>(std::max<std::int64_t>(b, 0))); }
+
+mem::Precision precision_of(DType d) {
+  return d == DType::kF32 ? mem::Precision::kFp32
+         : d == DType::kF16 ? mem::Precision::kFp16
+                            : mem::Precision::kBf16;
+}
+
+GridShape shape_of(const TrainerConfig& c) { return GridShape{c.dp, c.tp, c.pp}; }
+
+// This rank's elements: the registry of its stage and tp shard, exactly what it allocates
+// (registered only: nothing is allocated here).
+std::int64_t stage_elements(const TrainerConfig& c, int stage) {
+  const GptStage st = c.pp > 1 ? gpt_stage(c.model, stage, c.pp) : GptStage{};
+  return make_gpt2_registry(c.model, st, TensorShard{0, c.tp}).numel();
+}
+
+// Micro-batches whose activations a stage holds at its peak: AFAB keeps all m; 1F1B keeps
+// pp - stage (Narayanan et al. 2021), at most m; without a pipeline each micro-batch's are
+// freed by its backward, one at a time.
+std::int64_t in_flight(const TrainerConfig& c, int stage) {
+  if (c.pp == 1) return 1;
+  if (c.pipeline_schedule == "afab") return c.grad_accum;
+  return std::min<std::int64_t>(mem::micro_batches_in_flight(c.pp, stage), c.grad_accum);
+}
+
+// "{0,1} {2,3}": each distinct group of `of`, over the world.
+template <class GroupOf>
+std::string groups_text(const GridShape& s, GroupOf of) {
+  std::set<std::vector<int>> seen;
+  std::string out;
+  for (int r = 0; r < s.world(); ++r) {
+    const std::vector<int> g = of(s, r);
+    if (g.empty() || !seen.insert(g).second) continue;
+    if (seen.size() > 8) {
+      out += " ...";
+      break;
+    }
+    out += out.empty() ? "{" : " {";
+    for (std::size_t i = 0; i < g.size(); ++i) out += (i ? "," : "") + std::to_string(g[i]);
+    out += "}";
+  }
+  return out;
+}
+
+std::string ok(const std::string& item, const std::string& text) {
+  return "  ok  " + item + ": " + text;
+}
+
+}  // namespace
+
+std::string RankBill::text() const {
+  return "parameters " + bytes(param_bytes) + ", gradients " + bytes(grad_bytes) +
+         ", master weights " + bytes(master_bytes) + ", optimizer state " +
+         bytes(optimizer_bytes) + ", activations " + bytes(activation_bytes) + " = " +
+         bytes(total()) + " (stage " + std::to_string(stage) + ", " + num(parameters) +
+         " parameters, " + num(micro_batches_in_flight) + " micro-batch" +
+         (micro_batches_in_flight == 1 ? "" : "es") + " in flight)";
+}
+
+RankBill estimate_rank_bill(const TrainerConfig& c) {
+  const mem::Precision p = precision_of(c.dtype);
+  mem::GptShape shape;
+  shape.n_layer = c.model.n_layer;
+  shape.n_embd = c.model.n_embd;
+  shape.n_head = c.model.n_head;
+  shape.vocab_size = c.model.vocab_size;
+  shape.seq = c.seq;
+  shape.micro_batch = c.batch;
+  shape.n_positions = c.model.n_positions;
+  const std::int64_t per_layer = mem::activation_bytes_per_layer(
+      shape, p, c.tp, c.sequence_parallel,
+      c.recompute ? mem::Recompute::kFull : mem::Recompute::kNone);
+  RankBill worst;
+  for (int s = 0; s < c.pp; ++s) {
+    RankBill b;
+    b.stage = s;
+    b.parameters = stage_elements(c, s);
+    const mem::ModelStates st =
+        mem::model_states(b.parameters, p, mem::Optimizer::kAdamW, c.dp > 1 ? c.zero_stage : 0,
+                          c.dp);
+    b.param_bytes = st.parameters;
+    b.grad_bytes = st.gradients;
+    b.master_bytes = st.master_params;
+    b.optimizer_bytes = st.optimizer_state;
+    const std::int64_t blocks =
+        c.pp > 1 ? gpt_stage(c.model, s, c.pp).blocks(c.model) : c.model.n_layer;
+    b.micro_batches_in_flight = in_flight(c, s);
+    b.activation_bytes = per_layer * blocks * b.micro_batches_in_flight;
+    if (s == 0 || b.total() > worst.total()) worst = b;
+  }
+  return worst;
+}
+
+GroupTraffic estimate_group_traffic(const TrainerConfig& c) {
+  GroupTraffic t;
+  const auto w = static_cast<std::int64_t>(dtype_size(c.dtype));
+  const std::int64_t btc = c.batch * c.seq * c.model.n_embd * w;  // one boundary tensor
+  const std::int64_t m = c.grad_accum;
+  for (int s = 0; s < c.pp; ++s) {
+    const std::int64_t n = stage_elements(c, s);
+    // Ring volumes (REFERENCE.md, collectives): all-reduce 2(N-1)/N, reduce-scatter and
+    // all-gather (N-1)/N of the buffer, per rank.
+    if (c.dp > 1) {
+      // DDP's all-reduce, or ZeRO-1's reduce-scatter of the gradients plus all-gather of the
+      // parameters: the same 2(N-1)/N (Rajbhandari et al. 2020).
+      t.dp = std::max(t.dp, 2 * n * w * (c.dp - 1) / c.dp);
+    }
+    if (c.tp > 1) {
+      // Megatron (Shoeybi et al. 2019): per block and micro-batch two all-reduces forward
+      // (after attention and MLP) and two backward (their conjugates); recompute re-runs the
+      // forward's two; the vocab-parallel embedding reduces forward, the head's input
+      // gradient backward.
+      const GptStage st = c.pp > 1 ? gpt_stage(c.model, s, c.pp) : GptStage{};
+      const std::int64_t per_mb = (c.recompute ? 6 : 4) * st.blocks(c.model) +
+                                  (st.is_first() ? 1 : 0) + (st.is_last() ? 1 : 0);
+      t.tp = std::max(t.tp, per_mb * m * 2 * btc * (c.tp - 1) / c.tp);
+    }
+    if (c.pp > 1) {
+      const bool middle = s > 0 && s < c.pp - 1;
+      t.pp = std::max(t.pp, (middle ? 2 : 1) * m * btc);
+    }
+  }
+  if (c.pp > 1) {
+    // The tied wte's gradient, all-reduced between two ranks: its (padded) vocabulary shard.
+    t.embedding = padded_vocab(c.model.vocab_size, c.tp) / c.tp * c.model.n_embd * w;
+  }
+  return t;
+}
+
+std::vector<std::string> preflight_checklist(const TrainerConfig& c, std::int64_t data_tokens,
+                                             int ranks_here) {
+  std::vector<std::string> out = {"pre-flight checklist (docs/SOURCES.md, Pre-flight items):"};
+  const GridShape g = shape_of(c);
+  std::string grid = "dp " + num(c.dp) + " x tp " + num(c.tp) + " x pp " + num(c.pp) + " = " +
+                     num(g.world()) + " rank" + (g.world() == 1 ? "" : "s");
+  if (g.world() > 1) {
+    grid += " | tp groups " + groups_text(g, tp_group) + " | dp groups " +
+            groups_text(g, dp_group) + " | pp groups " + groups_text(g, pp_group);
+    if (c.pp > 1) grid += " | embedding " + groups_text(g, embedding_group);
+  }
+  out.push_back(ok("grid", grid));
+  // Divisibility: validate() has refused every layout where one of these fails.
+  std::string div = "n_head " + num(c.model.n_head) + " / tp " + num(c.tp) + " = " +
+                    num(c.model.n_head / c.tp) + " heads per rank, MLP " +
+                    num(4 * c.model.n_embd) + " / tp = " + num(4 * c.model.n_embd / c.tp) +
+                    " columns, vocab " + num(c.model.vocab_size);
+  const std::int64_t vp = padded_vocab(c.model.vocab_size, c.tp);
+  div += vp == c.model.vocab_size
+             ? " / tp = " + num(vp / c.tp) + " rows"
+             : " padded to " + num(vp) + " / tp = " + num(vp / c.tp) + " rows";
+  div += ", n_layer " + num(c.model.n_layer) + " over pp " + num(c.pp) + " = ";
+  for (int s = 0; s < c.pp; ++s) {
+    const std::int64_t blocks =
+        c.pp > 1 ? gpt_stage(c.model, s, c.pp).blocks(c.model) : c.model.n_layer;
+    div += (s ? "+" : "") + num(blocks);
+  }
+  div += " blocks";
+  out.push_back(ok("divides", div));
+  out.push_back(ok("batch", "global batch = dp " + num(c.dp) + " x B " + num(c.batch) +
+                                " x m " + num(c.grad_accum) + " = " +
+                                num(c.sequences_per_step()) + " sequences x T " + num(c.seq) +
+                                " = " + num(c.tokens_per_step()) + " tokens per step"));
+  out.push_back(ok("positions", "seq " + num(c.seq) + " <= n_positions " +
+                                    num(c.model.n_positions)));
+  const RankBill bill = estimate_rank_bill(c);
+  std::string memory = "per rank " + bill.text();
+  if (c.device_memory > 0) {
+    memory += " of --device-memory " + bytes(static_cast<std::int64_t>(c.device_memory)) +
+              " (" + pct(static_cast<double>(bill.total()) / c.device_memory) + ")";
+  }
+  out.push_back(ok("memory", memory));
+  const std::int64_t avail = mem_available_bytes();
+  if (avail >= 0) {
+    out.push_back(ok("host memory", num(ranks_here) + " rank" + (ranks_here == 1 ? "" : "s") +
+                                        " on this machine x " + bytes(bill.total()) + " = " +
+                                        bytes(ranks_here * bill.total()) +
+                                        " of MemAvailable " + bytes(avail)));
+  }
+  const GroupTraffic t = estimate_group_traffic(c);
+  if (g.world() > 1) {
+    std::string traffic = "per step from the busiest rank (ring volumes): dp " + bytes(t.dp);
+    if (c.dp > 1) {
+      traffic += c.zero_stage >= 1 ? " (ZeRO: reduce-scatter + all-gather)" : " (all-reduce)";
+    }
+    traffic += ", tp " + bytes(t.tp) + ", pp " + bytes(t.pp);
+    if (c.pp > 1) traffic += ", embedding " + bytes(t.embedding);
+    out.push_back(ok("traffic", traffic + "; measured: comm_bytes_by_rank in the JSONL"));
+  }
+  if (c.pp > 1) {
+    const ch07::PipelinePlan plan =
+        ch07::make_plan(ch07::parse_schedule(c.pipeline_schedule),
+                        {c.pp, static_cast<int>(c.grad_accum), c.virtual_stages});
+    out.push_back(ok("pipeline", ch07::preflight_summary(plan)));
+  }
+  const std::int64_t window = c.dp * c.batch * c.seq;
+  const std::int64_t windows = window > 0 ? (data_tokens - 1) / window : 0;
+  const std::int64_t needed = c.steps * c.grad_accum;
+  std::string data = num(data_tokens) + " tokens = " + num(windows) + " windows of " +
+                     num(window) + " tokens; " + num(c.steps) + " steps x m " +
+                     num(c.grad_accum) + " read " + num(needed) + " windows: ";
+  if (needed <= windows) {
+    data += "no window repeats (" + pct(windows > 0 ? double(needed) / double(windows) : 0) +
+            " of one epoch)";
+  } else {
+    data += num(double(needed) / double(windows), 3) + " epochs (" +
+            num((needed + windows - 1) / windows) + " passes; each epoch reads every window once)";
+  }
+  out.push_back(ok("data", data));
+  return out;
+}
+
+std::int64_t mem_available_bytes() {
+  std::ifstream in("/proc/meminfo");
+  for (std::string line; std::getline(in, line);) {
+    if (!line.starts_with("MemAvailable:")) continue;
+    std::istringstream s(line.substr(13));
+    std::int64_t kib = -1;
+    s >> kib;
+    return kib < 0 ? -1 : kib * 1024;
+  }
+  return -1;
+}
+
+void check_memory(const TrainerConfig& c, int ranks_on_this_machine,
+                  std::int64_t available_bytes) {
+  const RankBill bill = estimate_rank_bill(c);
+  if (c.device_memory > 0 && static_cast<double>(bill.total()) > c.device_memory) {
+    throw InputError("one rank needs " + bytes(bill.total()) + ", over --device-memory " +
+                     bytes(static_cast<std::int64_t>(c.device_memory)) + ": " + bill.text());
+  }
+  const std::int64_t all = bill.total() * ranks_on_this_machine;
+  if (available_bytes >= 0 && all > available_bytes) {
+    throw InputError(num(ranks_on_this_machine) + " rank" +
+                     (ranks_on_this_machine == 1 ? " on this machine needs " : "s on this machine need ") +
+                     bytes(all) + ", over its MemAvailable " + bytes(available_bytes) +
+                     " (/proc/meminfo): per rank " + bill.text());
+  }
+}
+
+}  // namespace mixpar::ch08
