@@ -1,0 +1,480 @@
+#!/usr/bin/env python3
+"""Draws each chapter's slide figure from the data its demo computes.
+
+    python3 scripts/figures.py --out DIR [--bin-dir build/bin] [--only ch02,ch04]
+                               [--ch08-jsonl FILE]
+
+Every figure is drawn from numbers a program of this repository computes, never typed in:
+the chapter demos' `--json FILE` (chapters 1-4), `mixpar-mem --json` (chapter 5's per-rank
+memory by ZeRO stage, the calculator that ZeRo's ledger test holds to the real bytes),
+`ch06_tensor_parallel --json` (the sharding map of one block), `ch07_pipeline --schedule S
+--json` (the timelines) and a train_gpt JSONL log (chapter 8; a short run is made when
+--ch08-jsonl is not given). Each figure is written as DIR/chNN_<name>.svg and .png.
+Matplotlib comes from Debian's python3-matplotlib (scripts/install_deps.sh installs it).
+
+Exit codes: 0 every figure written, 1 a program failed or wrote no data, 2 bad arguments
+(a missing binary directory or program, an unknown chapter).
+"""
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+
+CHAPTERS = ["ch01", "ch02", "ch03", "ch04", "ch05", "ch06", "ch07", "ch08"]
+
+# What each chapter's figure is called (the file names the READMEs embed).
+NAMES = {
+    "ch01": "ch01_number_lines",
+    "ch02": "ch02_loss_scale",
+    "ch03": "ch03_memory_bill",
+    "ch04": "ch04_ring_and_overlap",
+    "ch05": "ch05_zero_memory",
+    "ch06": "ch06_sharding_map",
+    "ch07": "ch07_schedules",
+    "ch08": "ch08_training_run",
+}
+
+
+class Failure(Exception):
+    """A program the figure needs failed: exit code 1."""
+
+
+def run(cmd, timeout=600):
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                       timeout=timeout)
+    if p.returncode != 0:
+        tail = (p.stderr or p.stdout).strip().splitlines()[-3:]
+        raise Failure("%s exited with %d: %s" % (" ".join(cmd), p.returncode, " | ".join(tail)))
+    return p.stdout
+
+
+def demo_json(bin_dir, tmp, program, args=()):
+    path = os.path.join(tmp, program + ".json")
+    run([os.path.join(bin_dir, program), *args, "--json", path])
+    with open(path) as f:
+        return json.load(f)
+
+
+def save(fig, out, chapter):
+    base = os.path.join(out, NAMES[chapter])
+    # A fixed date and creator keep the committed SVGs byte-stable between regenerations.
+    fig.savefig(base + ".svg", metadata={"Date": None, "Creator": None})
+    fig.savefig(base + ".png", dpi=110, metadata={"Software": None})
+    plt.close(fig)
+    return [base + ".svg", base + ".png"]
+
+
+# ---- Chapter 1: each format's representable values on a log number line.
+
+def fig_ch01(data):
+    formats = data["formats"]
+    fig, (top, low) = plt.subplots(2, 1, figsize=(10, 6.2), gridspec_kw={"height_ratios": [1, 1.15]})
+    colours = {"fp32": "#4c72b0", "fp16": "#dd8452", "bf16": "#55a868", "e4m3": "#c44e52",
+               "e5m2": "#8172b3"}
+    for y, f in enumerate(reversed(formats)):
+        c = colours.get(f["name"], "k")
+        lo, mn, mx = math.log2(f["min_subnormal"]), math.log2(f["min_normal"]), math.log2(f["max"])
+        top.plot([lo, mn], [y, y], color=c, lw=3, alpha=0.45, solid_capstyle="butt")
+        top.plot([mn, mx], [y, y], color=c, lw=8, solid_capstyle="butt")
+        top.text(mx + 2, y, "max %.5g" % f["max"], va="center", fontsize=8)
+        top.text(lo - 2, y, "%s  2^%d" % (f["name"], round(lo)), va="center", ha="right",
+                 fontsize=9)
+    top.set_yticks([])
+    top.set_xlim(-190, 175)
+    top.set_xlabel("log2 |x|   (thin: subnormals, thick: normals; beyond max: overflow, "
+                   "below the left end: zero)")
+    top.set_title("Chapter 1: the range of each format (computed by format_info)")
+    # Zoom: the 16- and 8-bit formats, FP8's values one tick each.
+    shown = [f for f in formats if f["name"] in ("fp16", "bf16", "e4m3", "e5m2")]
+    for y, f in enumerate(reversed(shown)):
+        c = colours.get(f["name"], "k")
+        if "values" in f:
+            xs = [math.log2(v) for v in f["values"]]
+            low.vlines(xs, y - 0.3, y + 0.3, color=c, lw=0.7)
+        else:
+            lo, mn = math.log2(f["min_subnormal"]), math.log2(f["min_normal"])
+            low.plot([lo, mn], [y, y], color=c, lw=3, alpha=0.45, solid_capstyle="butt")
+            low.plot([mn, min(math.log2(f["max"]), 20)], [y, y], color=c, lw=8,
+                     solid_capstyle="butt")
+        low.text(-26.5, y, f["name"], va="center", ha="right", fontsize=9)
+        if f["name"] in ("fp16", "e4m3", "e5m2"):
+            low.annotate("max %g" % f["max"], (math.log2(f["max"]), y + 0.32), fontsize=7,
+                         ha="center", va="bottom")
+    low.axvline(-24, color="grey", ls=":", lw=1)
+    low.text(-24, len(shown) - 0.45, "2^-24: FP16's smallest subnormal", fontsize=7,
+             color="grey", ha="left")
+    low.set_xlim(-27, 20)
+    low.set_yticks([])
+    low.set_xlabel("log2 |x|   (one tick per FP8 value: 3 or 2 mantissa bits leave 8 or 4 "
+                   "values per binade)")
+    fig.tight_layout()
+    return fig
+
+
+# ---- Chapter 2: the dynamic loss scale, step by step, with the skipped steps.
+
+def fig_ch02(data):
+    rows = {(r["format"], r["scheme"]): r for r in data["rows"]}
+    fig, ax = plt.subplots(figsize=(10, 4.6))
+    styles = [(("f16", "dynamic"), "#dd8452", "FP16 dynamic (growth every %d clean steps)"
+               % data["growth_interval"]),
+              (("f16", "static 1024"), "#4c72b0", "FP16 static 1024"),
+              (("f16", "static 2^40"), "#c44e52", "FP16 static 2^40 (every step overflows)")]
+    for key, colour, label in styles:
+        r = rows.get(key)
+        if r is None:
+            continue
+        steps = list(range(len(r["scale"])))
+        ys = [math.log2(s) for s in r["scale"]]
+        ax.step(steps, ys, where="post", color=colour, label=label, lw=1.6)
+        skipped = [i for i, s in enumerate(r["skipped"]) if s]
+        if skipped and key[1] == "dynamic":
+            ax.plot(skipped, [ys[i] for i in skipped], "x", color="k", ms=6,
+                    label="skipped step (inf/NaN found, scale halved)")
+    ax.set_xlabel("step")
+    ax.set_ylabel("log2 of the loss scale S")
+    ax.set_title("Chapter 2: the loss scale climbs to the overflow edge, backs off, climbs again")
+    ax.legend(loc="center right", fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+# ---- Chapter 3: the memory bill, measured by the ledger beside the formula.
+
+def fig_ch03(data):
+    cats = [("parameters", "16-bit (or FP32) parameters", "#4c72b0"),
+            ("gradients", "gradients", "#dd8452"),
+            ("fp32_grad_buffer", "FP32 gradient buffer (unscale)", "#f0b27a"),
+            ("master_params", "FP32 master weights", "#55a868"),
+            ("optimizer_state", "optimizer state (m, v)", "#8172b3")]
+    rows = data["memory"]
+    fig, (ax, act) = plt.subplots(1, 2, figsize=(11, 4.6), gridspec_kw={"width_ratios": [3, 1.3]})
+    xs, labels = [], []
+    for i, r in enumerate(rows):
+        for j, which in enumerate(("measured", "predicted")):
+            x = i * 2.6 + j
+            bottom = 0.0
+            for key, name, colour in cats:
+                v = r[which][key] / r["params"]
+                ax.bar(x, v, bottom=bottom, color=colour, width=0.9,
+                       label=name if (i == 0 and j == 0) else None,
+                       hatch="//" if which == "predicted" else None, edgecolor="white")
+                bottom += v
+            ax.text(x, bottom + 0.2, "%g" % bottom, ha="center", fontsize=7)
+        xs.append(i * 2.6 + 0.5)
+        labels.append("%s\nledger | formula" % r["run"])
+    ax.set_xticks(xs)
+    ax.set_xticklabels(labels, fontsize=7)
+    ax.set_ylabel("bytes per parameter")
+    ax.set_title("Chapter 3: model states, measured (plain) vs mem::model_states (hatched)",
+                 fontsize=10)
+    ax.legend(fontsize=7, loc="upper right")
+    names = [r["run"] for r in rows]
+    m = [r["measured"]["activations"] / 1024 for r in rows]
+    p = [r["predicted"]["activations"] / 1024 for r in rows]
+    idx = list(range(len(rows)))
+    act.barh([i + 0.2 for i in idx], m, height=0.4, color="#64b5cd", label="ledger")
+    act.barh([i - 0.2 for i in idx], p, height=0.4, color="#64b5cd", hatch="//",
+             edgecolor="white", label="B x (in + 2 hidden + out) x bytes")
+    act.set_yticks(idx)
+    act.set_yticklabels(names, fontsize=7)
+    act.set_xlabel("activations, KiB (batch 64)")
+    act.legend(fontsize=6.5, loc="lower right")
+    fig.tight_layout()
+    return fig
+
+
+# ---- Chapter 4: the ring's steps, and the DDP overlap timeline.
+
+def fig_ch04(data):
+    ring = data["ring"]
+    n = ring["ranks"]
+    fig, (ax, tl) = plt.subplots(2, 1, figsize=(11, 7.2), gridspec_kw={"height_ratios": [1, 1.2]})
+    cols = []
+    for e in ring["events"]:
+        key = (0 if e["phase"] == "reduce-scatter" else 1, e["step"])
+        if key not in cols:
+            cols.append(key)
+    cols.sort()
+    cmap = plt.get_cmap("tab10")
+    for e in ring["events"]:
+        x = cols.index((0 if e["phase"] == "reduce-scatter" else 1, e["step"]))
+        y = n - 1 - e["rank"]
+        c = e["sent_chunk"]
+        ax.add_patch(plt.Rectangle((x + 0.05, y - 0.4), 0.9, 0.8, color=cmap(c % 10), alpha=0.35))
+        ax.text(x + 0.5, y + 0.1, "sends c%d -> rank %d" % (c, e["to"]), ha="center", fontsize=8)
+        ax.text(x + 0.5, y - 0.22, "gets c%d from %d" % (e["got_chunk"], e["from"]), ha="center",
+                fontsize=7, color="#444")
+    ax.set_xlim(0, len(cols))
+    ax.set_ylim(-0.6, n - 0.4)
+    ax.set_xticks([i + 0.5 for i in range(len(cols))])
+    ax.set_xticklabels(["%s\nstep %d" % ("reduce-scatter" if p == 0 else "all-gather", s)
+                        for p, s in cols], fontsize=8)
+    ax.set_yticks(range(n))
+    ax.set_yticklabels(["rank %d" % (n - 1 - i) for i in range(n)])
+    ax.set_title("Chapter 4: the ring all-reduce on %d ranks, chunk by chunk (colour = chunk)" % n)
+    spans = data["timeline"]["spans"]
+    t0 = min(s["start_us"] for s in spans)
+    ranks = sorted({s["rank"] for s in spans})
+    colours = {"compute": "#4c72b0", "comm": "#dd8452", "exposed": "#c44e52"}
+    seen = set()
+    for s in spans:
+        row = s["rank"] * 2 + s["thread"]
+        label = s["cat"] if s["cat"] not in seen else None
+        seen.add(s["cat"])
+        tl.broken_barh([((s["start_us"] - t0) / 1e3, s["dur_us"] / 1e3)], (row - 0.4, 0.8),
+                       color=colours.get(s["cat"], "grey"), label=label)
+    tl.set_yticks([r * 2 + t for r in ranks for t in (0, 1)])
+    tl.set_yticklabels(["rank %d %s" % (r, "compute" if t == 0 else "comm thread")
+                        for r in ranks for t in (0, 1)], fontsize=8)
+    tl.invert_yaxis()
+    tl.set_xlabel("ms (this machine's timings: the shape, not the numbers, is the lesson)")
+    tl.set_title("DDP with 128 KiB buckets: all-reduces run on the communication thread "
+                 "while backward goes on", fontsize=10)
+    tl.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    return fig
+
+
+# ---- Chapter 5: per-rank memory by ZeRO stage (mixpar-mem).
+
+def fig_ch05(bin_dir):
+    cats = [("parameters", "parameters", "#4c72b0"), ("gradients", "gradients", "#dd8452"),
+            ("master_params", "FP32 masters", "#55a868"),
+            ("optimizer_state", "Adam m, v", "#8172b3")]
+    fig, ax = plt.subplots(figsize=(9, 4.4))
+    dp = 8
+    for stage in range(4):
+        out = run([os.path.join(bin_dir, "mixpar-mem"), "--params", "7e9", "--precision", "bf16",
+                   "--zero-stage", str(stage), "--dp", str(dp), "--json"])
+        bill = json.loads(out)
+        bottom = 0.0
+        for key, name, colour in cats:
+            v = float(bill[key + "_bytes"]) / 1e9
+            ax.bar(stage, v, bottom=bottom, color=colour, label=name if stage == 0 else None)
+            bottom += v
+        ax.text(stage, bottom + 1, "%.1f GB" % bottom, ha="center", fontsize=9)
+    ax.set_xticks(range(4))
+    ax.set_xticklabels(["stage 0 (DDP)", "stage 1\n(optimizer state)", "stage 2\n(+ gradients)",
+                        "stage 3\n(+ parameters)"])
+    ax.set_ylabel("GB per rank")
+    ax.set_title("Chapter 5: model states per rank, 7B parameters, BF16 + FP32 Adam, dp = %d "
+                 "(mixpar-mem)" % dp, fontsize=10)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def find_key(obj, key):
+    if isinstance(obj, dict):
+        if key in obj:
+            return obj[key]
+        for v in obj.values():
+            r = find_key(v, key)
+            if r is not None:
+                return r
+    elif isinstance(obj, list):
+        for v in obj:
+            r = find_key(v, key)
+            if r is not None:
+                return r
+    return None
+
+
+# ---- Chapter 6: which tp rank holds which slice of one block's parameters.
+
+def fig_ch06(data):
+    params = data["parameters"]
+    tp = data["tp"]
+    fig, ax = plt.subplots(figsize=(10, 0.42 * len(params) + 1.4))
+    cmap = plt.get_cmap("tab10")
+    for y, p in enumerate(reversed(params)):
+        split, groups = p["split"], max(1, p.get("column_groups", 1))
+        if split == "replicated":
+            for r in range(tp):  # every rank holds all of it: one band per rank
+                ax.add_patch(plt.Rectangle((0, y - 0.35 + 0.7 * r / tp), 1, 0.7 / tp,
+                                           color=cmap(r), alpha=0.3))
+        else:
+            for g in range(groups):  # c_attn: q | k | v, each split by heads
+                for r in range(tp):
+                    x0 = (g + r / tp) / groups
+                    ax.add_patch(plt.Rectangle((x0, y - 0.35), 1 / (groups * tp), 0.7,
+                                               color=cmap(r), alpha=0.65, ec="white"))
+        ax.text(-0.02, y, "%s %s" % (p["name"], "x".join(str(d) for d in p["shape"])),
+                ha="right", va="center", fontsize=8)
+        held = "x".join(str(d) for d in p.get("held_shape", p["shape"]))
+        ax.text(1.02, y, "%s (rank holds %s)" % (split, held), ha="left", va="center", fontsize=8)
+    ax.set_xlim(0, 1)
+    ax.set_ylim(-0.6, len(params) - 0.4)
+    ax.set_yticks([])
+    ax.set_xticks([])
+    handles = [plt.Rectangle((0, 0), 1, 1, color=cmap(r), alpha=0.65) for r in range(tp)]
+    ax.legend(handles, ["tp rank %d" % r for r in range(tp)], fontsize=8, loc="upper center",
+              bbox_to_anchor=(0.5, -0.02), ncol=tp)
+    ax.set_title("Chapter 6: make_gpt2_registry's split of the embedding, block 0 and ln_f over "
+                 "tp = %d\n(columns: output columns, by heads for c_attn's q | k | v; rows: input "
+                 "rows; vocab: embedding rows; bands: replicated)" % tp, fontsize=9)
+    fig.subplots_adjust(left=0.32, right=0.78, top=0.9, bottom=0.08)
+    return fig
+
+
+# ---- Chapter 7: each schedule's Gantt chart with its bubble.
+
+SCHEDULES = ["afab", "1f1b", "interleaved", "zb-h1"]
+
+
+def fig_ch07(bin_dir):
+    timelines = []
+    for s in SCHEDULES:
+        args = ["--schedule", s, "--json"]
+        if s == "interleaved":
+            args += ["--virtual-stages", "2"]
+        timelines.append((s, json.loads(run([os.path.join(bin_dir, "ch07_pipeline"), *args]))))
+    fig, axes = plt.subplots(len(timelines), 1, figsize=(11, 2.1 * len(timelines)))
+    colours = {"F": "#4c72b0", "B": "#dd8452", "W": "#55a868"}
+    for ax, (name, t) in zip(axes, timelines):
+        for rank, actions in enumerate(t["ranks"]):
+            for a in actions:
+                words = a["action"].split()
+                kind = "W" if words[0] == "W" else words[0][0]
+                start, end = a["start"], a["end"]
+                chunk = words[2] if len(words) > 2 else ""
+                ax.broken_barh([(start, end - start)], (rank - 0.4, 0.8),
+                               color=colours.get(kind, "grey"), edgecolor="white",
+                               alpha=0.6 if chunk == "c1" else 1.0)
+                ax.text((start + end) / 2, rank, words[1][2:], ha="center", va="center",
+                        fontsize=6, color="white")
+        ax.set_xlim(0, t["makespan"])
+        ax.set_title("%s: bubble %.1f%% (formula %s = %.1f%%), white = idle"
+                     % (name, 100 * t["bubble_fraction"], t["formula"],
+                        100 * t["formula_value"]), fontsize=9, loc="left")
+        ax.set_yticks(range(t["pp"]))
+        ax.set_yticklabels(["rank %d" % r for r in range(t["pp"])], fontsize=7)
+        ax.invert_yaxis()
+    axes[-1].set_xlabel("time in units of one forward of one model chunk (blue F, orange B, "
+                        "green W; pale: the second chunk; numbers: micro-batch)")
+    fig.suptitle("Chapter 7: pipeline schedules, p = 4 stages, m = 8 micro-batches "
+                 "(ch07_pipeline --schedule S --json)")
+    fig.tight_layout()
+    return fig
+
+
+# ---- Chapter 8: loss, gradient norm, loss scale and throughput of a training run.
+
+def ch08_records(bin_dir, tmp, jsonl):
+    if jsonl is None:
+        jsonl = os.path.join(tmp, "train.jsonl")
+        run([os.path.join(bin_dir, "train_gpt"), "--steps", "40", "--dtype", "fp16",
+             "--threads", "1", "--eval-every", "0", "--log-jsonl", jsonl], timeout=900)
+    recs = []
+    with open(jsonl) as f:
+        for line in f:
+            line = line.strip()
+            if line:
+                r = json.loads(line)
+                if "step" in r and "loss" in r:
+                    recs.append(r)
+    if not recs:
+        raise Failure("%s holds no step records" % jsonl)
+    return recs
+
+
+def fig_ch08(recs):
+    steps = [r["step"] for r in recs]
+    fig, axes = plt.subplots(2, 2, figsize=(11, 6))
+    panels = [("loss", "training loss", False), ("grad_norm", "gradient norm", True),
+              ("loss_scale", "loss scale", True), ("tokens_per_s", "tokens / s (this machine)",
+                                                  False)]
+    for ax, (key, title, log) in zip(axes.flat, panels):
+        ys = [r.get(key) for r in recs]
+        ax.plot(steps, [y if y is not None else float("nan") for y in ys], lw=1.3)
+        skipped = [r["step"] for r in recs if r.get("skipped")]
+        if skipped and key == "loss_scale":
+            ax.plot(skipped, [r["loss_scale"] for r in recs if r.get("skipped")], "x", color="k",
+                    label="skipped step")
+            ax.legend(fontsize=8)
+        if log:
+            ax.set_yscale("log")
+        ax.set_title(title, fontsize=10)
+        ax.grid(alpha=0.3)
+    for ax in axes[1]:
+        ax.set_xlabel("step")
+    fig.suptitle("Chapter 8: a train_gpt run")
+    fig.tight_layout()
+    return fig
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", required=True, help="folder the SVG and PNG files go into")
+    ap.add_argument("--bin-dir", default="build/bin", help="where the demos are (build/bin)")
+    ap.add_argument("--only", default="", help="comma-separated chapters, e.g. ch02,ch04")
+    ap.add_argument("--ch08-jsonl", default=None, help="a train_gpt --log-jsonl file to plot")
+    a = ap.parse_args()
+    chapters = [c for c in a.only.split(",") if c] or CHAPTERS
+    for c in chapters:
+        if c not in CHAPTERS:
+            print("figures.py: unknown chapter '%s' (one of %s)" % (c, ", ".join(CHAPTERS)),
+                  file=sys.stderr)
+            return 2
+    if not os.path.isdir(a.bin_dir):
+        print("figures.py: --bin-dir '%s' is not a directory (build first)" % a.bin_dir,
+              file=sys.stderr)
+        return 2
+    if a.ch08_jsonl is not None and not os.path.isfile(a.ch08_jsonl):
+        print("figures.py: --ch08-jsonl '%s' does not exist" % a.ch08_jsonl, file=sys.stderr)
+        return 2
+    os.makedirs(a.out, exist_ok=True)
+    global plt
+    try:
+        import matplotlib
+    except ImportError:
+        # Debian's python3-matplotlib lives in the system interpreter's packages: another
+        # python3 first in PATH (a virtualenv, pyenv) does not see it.
+        system = "/usr/bin/python3"
+        if os.path.realpath(sys.executable) != os.path.realpath(system) and os.path.exists(system):
+            os.execv(system, [system, os.path.abspath(__file__), *sys.argv[1:]])
+        print("figures.py: matplotlib is missing: apt-get install python3-matplotlib "
+              "(scripts/install_deps.sh)", file=sys.stderr)
+        return 2
+    matplotlib.use("Agg")
+    matplotlib.rcParams["svg.hashsalt"] = "mixpar"  # stable ids in the SVG files
+    matplotlib.rcParams["svg.fonttype"] = "none"    # text stays text: small, searchable SVGs
+    import matplotlib.pyplot as plt  # noqa: F401 (module-level name used by the figures)
+
+    failures = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for c in chapters:
+            try:
+                if c == "ch01":
+                    fig = fig_ch01(demo_json(a.bin_dir, tmp, "ch01_fp_formats"))
+                elif c == "ch02":
+                    fig = fig_ch02(demo_json(a.bin_dir, tmp, "ch02_loss_scaling"))
+                elif c == "ch03":
+                    fig = fig_ch03(demo_json(a.bin_dir, tmp, "ch03_master_weights"))
+                elif c == "ch04":
+                    fig = fig_ch04(demo_json(a.bin_dir, tmp, "ch04_ddp", ["--bug", "none"]))
+                elif c == "ch05":
+                    fig = fig_ch05(a.bin_dir)
+                elif c == "ch06":
+                    fig = fig_ch06(demo_json(a.bin_dir, tmp, "ch06_tensor_parallel",
+                                             ["--bug", "none"]))
+                elif c == "ch07":
+                    fig = fig_ch07(a.bin_dir)
+                else:
+                    fig = fig_ch08(ch08_records(a.bin_dir, tmp, a.ch08_jsonl))
+                for path in save(fig, a.out, c):
+                    print("wrote", path)
+            except (Failure, OSError, KeyError, ValueError, subprocess.TimeoutExpired) as e:
+                print("figures.py: %s: %s" % (c, e), file=sys.stderr)
+                failures += 1
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
