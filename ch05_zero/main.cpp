@@ -1,7 +1,7 @@
 // ch05_zero: ZeRO's memory bill (the paper's 7.5B-parameter, 64-GPU column from chapter 3's
-// calculator beside a small GPT's ledger), the bytes each rank sends, ZeRO stage 1 against
-// DDP bit for bit, and the failure modes (--bug shows one alone). A failed claim exits with 1,
-// a bad flag with 2.
+// calculator beside a small GPT's ledger), the bytes each rank sends, ZeRO stages 1 and 2
+// against DDP bit for bit, and the failure modes (--bug shows one alone). A failed claim exits
+// with 1, a bad flag with 2.
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -22,6 +22,8 @@ using namespace mixpar;
 using namespace mixpar::ch05;
 
 std::size_t at(const RankResult& r, MemCategory c) { return r.mem[static_cast<std::size_t>(c)]; }
+
+const char* run_name(int stage) { return stage == 0 ? "DDP" : stage == 1 ? "ZeRO-1" : "ZeRO-2"; }
 
 void print_paper_column(ClaimTable& checks) {
   std::printf(
@@ -49,11 +51,12 @@ void print_measured_bill(ClaimTable& checks) {
   std::printf(
       "\n== 2. A small GPT (2 layers, width 32, bf16 + FP32 masters + AdamW), each rank's ledger\n"
       "   after training: DDP keeps everything on every rank; ZeRO-1 keeps 1/N of the masters\n"
-      "   and moments, and of the FP32 gradient copy that unscaling needs (4P/N more)\n");
+      "   and moments, and of the FP32 gradient copy that unscaling needs (4P/N more); ZeRO-2\n"
+      "   also keeps only its padded shard of the 16-bit gradients (2P'/N)\n");
   TextTable t({"run", "rank", "P", "owned", "params", "grads (16-bit + FP32)", "masters",
                "moments", "model states"});
   for (int n : {2, 4}) {
-    for (int stage : {0, 1}) {
+    for (int stage : {0, 1, 2}) {
       LessonSetup s;
       s.ranks = n;
       s.zero_stage = stage;
@@ -68,13 +71,16 @@ void print_measured_bill(ClaimTable& checks) {
         const std::size_t states = at(x, MemCategory::kParameters) + grads +
                                    at(x, MemCategory::kMasterParams) +
                                    at(x, MemCategory::kOptimizerState);
-        t.add({fmt("%s N=%d", stage ? "ZeRO-1" : "DDP", n), std::to_string(r),
+        t.add({fmt("%s N=%d", run_name(stage), n), std::to_string(r),
                std::to_string(x.params), std::to_string(x.owned),
                format_bytes(at(x, MemCategory::kParameters)), format_bytes(grads),
                format_bytes(at(x, MemCategory::kMasterParams)),
                format_bytes(at(x, MemCategory::kOptimizerState)), format_bytes(states)});
-        // (2 + 2 + 12/N) P, plus the FP32 gradient copy: 4 o with o the owned elements.
-        ok = ok && at(x, MemCategory::kParameters) == 2 * p && grads == 2 * p + 4 * o &&
+        // (2 + 2 + 12/N) P, plus the FP32 gradient copy: 4 o with o the owned elements;
+        // ZeRO-2: 2 P'/N of 16-bit gradients instead of 2 P.
+        const std::size_t grads16 =
+            stage == 2 ? 2 * static_cast<std::size_t>(x.padded) / std::size_t(n) : 2 * p;
+        ok = ok && at(x, MemCategory::kParameters) == 2 * p && grads == grads16 + 4 * o &&
              at(x, MemCategory::kMasterParams) == 4 * o &&
              at(x, MemCategory::kOptimizerState) == 8 * o;
         owned_sum += x.owned;
@@ -82,6 +88,10 @@ void print_measured_bill(ClaimTable& checks) {
       if (stage == 1) {
         checks.add({yes_claim(fmt("ZeRO-1, N=%d: every rank holds 2P + 2P + 4o + 12o bytes, "
                                   "o its shard; the shards sum to P", n),
+                              ok && owned_sum == runs[0].params)});
+      } else if (stage == 2) {
+        checks.add({yes_claim(fmt("ZeRO-2, N=%d: every rank holds 2P + 2P'/N + 4o + 12o bytes",
+                                  n),
                               ok && owned_sum == runs[0].params)});
       } else {
         checks.add({yes_claim(fmt("DDP, N=%d: every rank holds 2P + (2+4)P + 12P bytes", n),
@@ -95,13 +105,13 @@ void print_measured_bill(ClaimTable& checks) {
 void print_traffic(ClaimTable& checks) {
   std::printf(
       "\n== 3. Bytes each rank sends per step (fp32 run): DDP's all-reduce 2(N-1)/N x 4P,\n"
-      "   ZeRO-1's reduce-scatter + all-gather (N-1)/N x 4P' each, P' = P padded per bucket\n"
-      "   to a multiple of N (3 ranks: padding; DDP's ring is then within two elements of its\n"
-      "   formula, communicator.h). With bf16 parameters the all-gather moves 2 bytes a parameter,\n"
-      "   the gradients still 4 (chapter 4's FP32 reduction): 6P(N-1)/N in all.\n");
+      "   ZeRO-1's and ZeRO-2's reduce-scatter + all-gather (N-1)/N x 4P' each, P' = P padded\n"
+      "   per bucket to a multiple of N (3 ranks: padding; DDP's ring is then within two\n"
+      "   elements of its formula, communicator.h). With bf16 parameters the all-gather moves\n"
+      "   2 bytes a parameter, the gradients still 4 (chapter 4's FP32 reduction): 6P(N-1)/N.\n");
   TextTable t({"run", "P", "P'", "rank 0 sends", "formula", "ratio"});
   for (int n : {2, 3, 4}) {
-    for (int stage : {0, 1}) {
+    for (int stage : {0, 1, 2}) {
       LessonSetup s;
       s.ranks = n;
       s.zero_stage = stage;
@@ -113,11 +123,11 @@ void print_traffic(ClaimTable& checks) {
       // Sent between the step's first forward and the end of the sync, and by the all-gather:
       // the loss, found-inf and norm reductions come on top (a few 8-byte messages).
       const double measured = static_cast<double>(x.sent_per_step);
-      t.add({fmt("%s N=%d", stage ? "ZeRO-1" : "DDP", n), std::to_string(x.params),
+      t.add({fmt("%s N=%d", run_name(stage), n), std::to_string(x.params),
              std::to_string(x.padded), fmt("%.0f B", measured), fmt("%.0f B", formula),
              fmt("%.4f", measured / formula)});
-      if (stage == 1) {
-        checks.add({{fmt("ZeRO-1 N=%d sends 2(N-1)/N x 4P' bytes per step", n),
+      if (stage >= 1) {
+        checks.add({{fmt("%s N=%d sends 2(N-1)/N x 4P' bytes per step", run_name(stage), n),
                      fmt("%.0f", formula), fmt("%.0f", measured), measured == formula}});
       }
     }
@@ -127,10 +137,10 @@ void print_traffic(ClaimTable& checks) {
 
 void print_bitwise(ClaimTable& checks) {
   std::printf(
-      "\n== 4. ZeRO-1 against DDP on the same ranks, 6 steps, clipping active (max norm 0.05):\n"
-      "   the same loss, norm, coefficient and weights hash at every step\n");
+      "\n== 4. ZeRO-1 and ZeRO-2 against DDP on the same ranks, 6 steps, clipping active (max\n"
+      "   norm 0.05): the same loss, norm, coefficient and weights hash at every step\n");
   TextTable t({"dtype", "N", "steps clipped", "last loss (DDP)", "last loss (ZeRO-1)",
-               "steps equal"});
+               "last loss (ZeRO-2)", "steps equal (1, 2)"});
   for (DType d : {DType::kF32, DType::kBF16, DType::kF16}) {
     for (int n : {2, 4}) {
       LessonSetup s;
@@ -140,21 +150,27 @@ void print_bitwise(ClaimTable& checks) {
       const RankResult a = run_lesson(s)[0];
       s.zero_stage = 1;
       const RankResult b = run_lesson(s)[0];
-      int equal = 0, clipped = 0;
+      s.zero_stage = 2;
+      const RankResult c = run_lesson(s)[0];
+      auto same = [](const StepRecord& x, const StepRecord& y) {
+        return x.loss == y.loss && x.weights_hash == y.weights_hash && x.skipped == y.skipped &&
+               (x.skipped || (x.grad_norm == y.grad_norm && x.clip_coef == y.clip_coef));
+      };
+      int equal1 = 0, equal2 = 0, clipped = 0;
       for (std::size_t k = 0; k < a.steps.size(); ++k) {
-        const StepRecord& x = a.steps[k];
-        const StepRecord& y = b.steps[k];
-        equal += x.loss == y.loss && x.weights_hash == y.weights_hash &&
-                 x.skipped == y.skipped && (x.skipped || (x.grad_norm == y.grad_norm &&
-                                                          x.clip_coef == y.clip_coef));
-        clipped += x.clip_coef < 1.0;
+        equal1 += same(a.steps[k], b.steps[k]);
+        equal2 += same(a.steps[k], c.steps[k]);
+        clipped += a.steps[k].clip_coef < 1.0;
       }
       t.add({std::string(dtype_name(d)), std::to_string(n), std::to_string(clipped),
              fmt("%.9f", a.steps.back().loss), fmt("%.9f", b.steps.back().loss),
-             fmt("%d / %zu", equal, a.steps.size())});
-      checks.add({yes_claim(fmt("%s N=%d: ZeRO-1 == DDP bit for bit, every step, clipped",
+             fmt("%.9f", c.steps.back().loss),
+             fmt("%d, %d / %zu", equal1, equal2, a.steps.size())});
+      const int steps = static_cast<int>(a.steps.size());
+      checks.add({yes_claim(fmt("%s N=%d: ZeRO-1 and ZeRO-2 == DDP bit for bit, every step, "
+                                "clipped",
                                 std::string(dtype_name(d)).c_str(), n),
-                            equal == int(a.steps.size()) && clipped > 0)});
+                            equal1 == steps && equal2 == steps && clipped > 0)});
     }
   }
   std::printf("%s", t.str().c_str());
@@ -165,7 +181,7 @@ void print_bug(ZeroBug bug, int n, ClaimTable& checks) {
   s.ranks = n;
   s.zero_stage = 0;
   const std::vector<RankResult> ddp = run_lesson(s);
-  s.zero_stage = 1;
+  s.zero_stage = bug == ZeroBug::kReleasedGradients ? 2 : 1;
   s.bug = bug;
   // An overflow is what a loss scaler checks for: fp16.
   if (bug == ZeroBug::kUnsharedOverflow) s.dtype = DType::kF16;
@@ -201,15 +217,26 @@ void print_bug(ZeroBug bug, int n, ClaimTable& checks) {
     checks.add({yes_claim("unshared-overflow: the next collective disagrees and every rank "
                           "fails with a CommError instead of training on",
                           !e.empty())});
+  } else if (bug == ZeroBug::kReleasedGradients) {
+    std::printf(
+        "\n== Failure: ZeRO-2 with the optimizer built on the registry's full gradients (N=%d)\n"
+        "   instead of this rank's shard: the full buffer is released once its last bucket is\n"
+        "   reduce-scattered, and the optimizer's first read of it is named\n",
+        n);
+    const std::string& e = z[0].error;
+    std::printf("   the step fails with: %s\n", e.empty() ? "(nothing)" : e.c_str());
+    checks.add({yes_claim("released-gradients: the optimizer's read of the released full "
+                          "gradients is a named error, not stale values",
+                          e.find("released by ZeRO-2") != std::string::npos)});
   }
 }
 
 ArgParser make_parser() {
   ArgParser a("ch05_zero",
-              "ZeRO stage 1: the FP32 masters and Adam moments sharded over the data-parallel\n"
-              "ranks, gradients reduce-scattered, parameters all-gathered: DDP's result, bit\n"
-              "for bit, in 1/N of the optimizer memory.");
-  a.option("bug", "all", "all | none | local-norm | unshared-overflow")
+              "ZeRO stages 1 and 2: the FP32 masters and Adam moments (and, stage 2, the\n"
+              "gradients) sharded over the data-parallel ranks, gradients reduce-scattered,\n"
+              "parameters all-gathered: DDP's result, bit for bit, in 1/N of the memory.");
+  a.option("bug", "all", "all | none | local-norm | unshared-overflow | released-gradients")
       .option("ranks", "2", "ranks of the failure modes (threads of this process), 2..8");
   return a;
 }
@@ -217,11 +244,11 @@ ArgParser make_parser() {
 int run(int argc, char** argv) {
   ArgParser args = make_parser();
   args.parse(argc, argv);
-  const std::string bug = args.get_choice("bug", {"all", "none", "local-norm",
-                                                  "unshared-overflow"});
+  const std::string bug = args.get_choice(
+      "bug", {"all", "none", "local-norm", "unshared-overflow", "released-gradients"});
   const auto n = static_cast<int>(args.get_int("ranks"));
   if (n < 2 || n > 8) throw InputError("--ranks must be in [2, 8], got " + std::to_string(n));
-  std::printf("== ch05: ZeRO stage 1 (local backend, ranks as threads)\n");
+  std::printf("== ch05: ZeRO stages 1 and 2 (local backend, ranks as threads)\n");
   ClaimTable checks;
   if (bug == "all" || bug == "none") {
     print_paper_column(checks);
@@ -230,7 +257,8 @@ int run(int argc, char** argv) {
     print_bitwise(checks);
   }
   if (bug != "none") {
-    for (ZeroBug b : {ZeroBug::kLocalNorm, ZeroBug::kUnsharedOverflow}) {
+    for (ZeroBug b :
+         {ZeroBug::kLocalNorm, ZeroBug::kUnsharedOverflow, ZeroBug::kReleasedGradients}) {
       if (bug == "all" || bug == bug_name(b)) print_bug(b, n, checks);
     }
   }

@@ -21,7 +21,8 @@
 namespace mixpar::ch05 {
 namespace {
 
-constexpr std::string_view kBugNames[] = {"none", "local-norm", "unshared-overflow"};
+constexpr std::string_view kBugNames[] = {"none", "local-norm", "unshared-overflow",
+                                          "released-gradients"};
 
 // Rank r's rows of step k: B sequences of T + 1 pseudo-random tokens (inputs, targets).
 TokenBatch lesson_batch(const LessonSetup& s, int step, int rank) {
@@ -68,7 +69,12 @@ void run_rank(const LessonSetup& s, Communicator& comm, RankResult& out) {
   if (s.zero_stage >= 1) {
     ZeroConfig z;
     z.bucket_cap_bytes = s.bucket_cap_bytes;
-    auto zs = std::make_unique<ZeroStage1>(grid.dp(), reg, z);
+    std::unique_ptr<ZeroStage1> zs;
+    if (s.zero_stage == 2) {
+      zs = std::make_unique<ZeroStage2>(grid.dp(), reg, z);
+    } else {
+      zs = std::make_unique<ZeroStage1>(grid.dp(), reg, z);
+    }
     zero = zs.get();
     sync = std::move(zs);
   } else {
@@ -79,9 +85,12 @@ void run_rank(const LessonSetup& s, Communicator& comm, RankResult& out) {
   model.set_grad_ready_hook([&](std::size_t e) { sync->grad_ready(e); });
   std::vector<bool> decays;
   for (const ParamEntry& e : reg.entries()) decays.push_back(e.weight_decay);
+  // The released-gradients mistake: stage 1's views of the registry's full gradients.
+  const bool full_views = zero && s.bug == ZeroBug::kReleasedGradients;
   ch03::MixedPrecisionOptimizer opt(
       zero ? zero->shard_params() : tensors_of(model.parameters()),
-      zero ? zero->shard_grads() : tensors_of(model.gradients()),
+      full_views ? zero->ZeroStage1::shard_grads()
+                 : (zero ? zero->shard_grads() : tensors_of(model.gradients())),
       optimizer_config(s, zero ? zero->shard_weight_decay() : decays));
   StepReductions red(&grid);
   GridCoord at = grid.coord();
@@ -142,11 +151,11 @@ void run_rank(const LessonSetup& s, Communicator& comm, RankResult& out) {
 std::string_view bug_name(ZeroBug b) { return kBugNames[static_cast<int>(b)]; }
 
 ZeroBug parse_bug(std::string_view text) {
-  for (int i = 0; i < 3; ++i) {
+  for (int i = 0; i < 4; ++i) {
     if (text == kBugNames[i]) return static_cast<ZeroBug>(i);
   }
   throw InputError("unknown bug '" + std::string(text) +
-                   "': one of none|local-norm|unshared-overflow");
+                   "': one of none|local-norm|unshared-overflow|released-gradients");
 }
 
 std::vector<RankResult> run_lesson(const LessonSetup& s) {

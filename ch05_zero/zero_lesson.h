@@ -1,5 +1,5 @@
 // The chapter's lesson: a small GPT trained by N local ranks with chapter 4's DDP and with ZeRO
-// stage 1, step by step, and what each rank's ledger and communicator measured, plus the
+// stages 1 and 2, step by step, and what each rank's ledger and communicator measured, plus the
 // failure modes switched on by name. The loop is the trainer's (chapter 3's optimizer, the
 // seams of common/parallel) written out so the lesson can break one piece at a time.
 #pragma once
@@ -25,13 +25,18 @@ enum class ZeroBug : std::uint8_t {
   // the others measure the norm and step, waiting in collectives that rank never joins (the
   // local backend reports the deadlock, naming every rank's call).
   kUnsharedOverflow,
+  // ZeRO-2 with the optimizer built on the registry's gradients (stage 1's views) instead of
+  // this rank's gradient shard: the full buffer is released after the reduce-scatter, and the
+  // optimizer's first read of it is a named error (not stale or foreign values).
+  kReleasedGradients,
 };
-std::string_view bug_name(ZeroBug b);  // "none" | "local-norm" | "unshared-overflow"
+// "none" | "local-norm" | "unshared-overflow" | "released-gradients"
+std::string_view bug_name(ZeroBug b);
 ZeroBug parse_bug(std::string_view text);  // InputError listing the choices
 
 struct LessonSetup {
   int ranks = 2;
-  int zero_stage = 1;  // 0: DDP
+  int zero_stage = 1;  // 0: DDP; 1 or 2
   DType dtype = DType::kBF16;
   int steps = 6;
   GptConfig model{2, 2, 32, 16, 256};

@@ -47,6 +47,12 @@ ZeroStage1::ZeroStage1(Communicator& dp, ParamRegistry& registry, ZeroConfig con
   const DType p = registry.flat_params().dtype();
   ag_in_ = Tensor::zeros({max_of(buckets, false)}, p, MemCategory::kCommBuffers);
   ag_out_ = Tensor::zeros({max_of(buckets, true)}, p, MemCategory::kCommBuffers);
+  release_scratch_ = stage2;
+  if (release_scratch_) {
+    for (Tensor* t : {&rs_in_, &rs_out_, &ag_in_, &ag_out_}) {
+      t->release_storage("ZeRO's collective scratch, outside a collective");
+    }
+  }
   ch04::ReducerConfig rc;
   rc.bucket_cap_bytes = config.bucket_cap_bytes;
   rc.overlap = config.overlap;
@@ -89,7 +95,20 @@ std::vector<TraceSpan> ZeroStage1::take_spans() { return reducer_->take_spans();
 // The bucket's sum over ranks lands in this rank's shard, is divided like DDP's, and is
 // written back over the owned range of `work` (the rest of the bucket stays unreduced and is
 // never read: the optimizer reads only the pieces).
+// Stage 2: the scratch exists only while a bucket is reduce-scattered.
 void ZeroStage1::reduce_scatter_bucket(std::size_t b, Tensor& work, double divisor) {
+  if (release_scratch_) {
+    rs_in_.restore_storage();
+    rs_out_.restore_storage();
+  }
+  reduce_scatter_into_shard(b, work, divisor);
+  if (release_scratch_) {
+    rs_in_.release_storage("ZeRO's collective scratch, outside a collective");
+    rs_out_.release_storage("ZeRO's collective scratch, outside a collective");
+  }
+}
+
+void ZeroStage1::reduce_scatter_into_shard(std::size_t b, Tensor& work, double divisor) {
   const ZeroBucket& z = partition_.buckets()[b];
   Tensor in = rs_in_.flat_slice(0, z.padded);
   Tensor head = in.flat_slice(0, z.count);
@@ -182,6 +201,10 @@ double ZeroStage1::local_sum_of_squares(std::span<const Tensor> grads32,
 void ZeroStage1::gather_params() {
   const Tensor& flat = registry_.flat_params();
   const int me = dp_.rank();
+  if (release_scratch_) {
+    ag_in_.restore_storage();
+    ag_out_.restore_storage();
+  }
   for (const ZeroBucket& z : partition_.buckets()) {
     Tensor in = ag_in_.flat_slice(0, z.shard);
     const std::int64_t n = z.owned_count(me);
@@ -189,10 +212,15 @@ void ZeroStage1::gather_params() {
       Tensor head = in.flat_slice(0, n);
       head.copy_from(flat.flat_slice(z.owned_begin(me), n));
     }
+    if (n < z.shard) in.flat_slice(n, z.shard - n).zero();  // the padding sends zeros
     Tensor out = ag_out_.flat_slice(0, z.padded);
     dp_.all_gather(in, out);
     Tensor dst = flat.flat_slice(z.begin, z.count);
     dst.copy_from(out.flat_slice(0, z.count));
+  }
+  if (release_scratch_) {
+    ag_in_.release_storage("ZeRO's collective scratch, outside a collective");
+    ag_out_.release_storage("ZeRO's collective scratch, outside a collective");
   }
 }
 

@@ -77,7 +77,8 @@ class ZeroStage1 : public GradSync {
   void gather_params();
 
  protected:
-  // stage2: each bucket's FP32 staging exists only while the bucket is in flight.
+  // stage2: each bucket's FP32 staging and ZeRO's own reduce-scatter and all-gather scratch
+  // exist only while a collective uses them (released between, Storage::release).
   ZeroStage1(Communicator& dp, ParamRegistry& registry, ZeroConfig config, bool stage2);
   // Where bucket b's mean over the dp ranks (this rank's n owned elements, FP32 or the
   // gradients' dtype) is kept. Stage 1: over the owned range of `work`, which the reducer
@@ -86,6 +87,7 @@ class ZeroStage1 : public GradSync {
 
  private:
   void reduce_scatter_bucket(std::size_t b, Tensor& work, double divisor);
+  void reduce_scatter_into_shard(std::size_t b, Tensor& work, double divisor);
 
  protected:
   Communicator& dp_;
@@ -94,6 +96,7 @@ class ZeroStage1 : public GradSync {
   ZeroPartition partition_;
   Tensor rs_in_, rs_out_;  // reduce-scatter scratch (FP32 or the gradients' dtype)
   Tensor ag_in_, ag_out_;  // all-gather scratch in the working dtype
+  bool release_scratch_ = false;
   std::unique_ptr<ch04::BucketReducer> reducer_;
   bool open_ = false;
 };
@@ -103,7 +106,7 @@ class ZeroStage1 : public GradSync {
 // elements), rounded into the working dtype exactly where stage 1 rounds it; the registry's
 // full-size gradient buffer is released once the last bucket has left (finish) and comes
 // back, zeroed, before the next step's first backward (begin_step), and chapter 4's FP32
-// staging exists only for the buckets in flight. Between steps a rank holds 2P (parameters)
+// staging and the reduce-scatter and all-gather scratch exist only while in use. Between steps a rank holds 2P (parameters)
 // + 2P'/N (its gradient shard) + 4o (the FP32 copy unscaling needs) + 12o (masters and
 // moments): the paper's (2 + 14/N)P plus padding and the FP32 gradient copy.
 //

@@ -1,10 +1,11 @@
-// ZeroStage1 alone on a registry smaller than the world: 3 elements on 8 ranks. The ranks whose
-// shard is padding only join the reduce-scatter, the norm's chain and the all-gather, add
-// zeros, and every rank ends with the mean gradient in its own shard, the norm of the whole
-// mean gradient, and the whole parameter gathered.
+// ZeroStage1 and ZeroStage2 alone on a registry smaller than the world: 3 elements on 8 ranks.
+// The ranks whose shard is padding only join the reduce-scatter, the norm's chain and the
+// all-gather, add zeros, and every rank ends with the mean gradient in its own shard, the norm
+// of the whole mean gradient, and the whole parameter gathered.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <memory>
 #include <vector>
 
 #include "ch05_zero/zero_sync.h"
@@ -13,7 +14,7 @@
 namespace mixpar::ch05 {
 namespace {
 
-TEST(ZeroStage1Sync, RanksWithAnEmptyShardJoinEveryCollectiveAndAddZeros) {
+void expect_empty_shards_join(int stage) {
   constexpr int kRanks = 8;
   std::vector<double> norms_sq(kRanks);
   std::vector<std::vector<float>> params(kRanks);
@@ -23,6 +24,14 @@ TEST(ZeroStage1Sync, RanksWithAnEmptyShardJoinEveryCollectiveAndAddZeros) {
     reg.add("tiny", {3}, false, ParamInit::kZeros);
     reg.allocate(DType::kF32);
     const int r = comm.rank();
+    std::unique_ptr<ZeroStage1> made;
+    if (stage == 2) {
+      made = std::make_unique<ZeroStage2>(comm, reg, ZeroConfig{});
+    } else {
+      made = std::make_unique<ZeroStage1>(comm, reg, ZeroConfig{});
+    }
+    ZeroStage1& z = *made;
+    z.begin_step();  // stage 2: the full gradients back, zeroed
     // Rank r's gradient: (r+1) x (1, 2, 3); its parameter: r x 100 + i.
     float* g = reg.flat_grads().data_as<float>();
     float* p = reg.flat_params().data_as<float>();
@@ -30,9 +39,9 @@ TEST(ZeroStage1Sync, RanksWithAnEmptyShardJoinEveryCollectiveAndAddZeros) {
       g[i] = static_cast<float>((r + 1) * (i + 1));
       p[i] = static_cast<float>(r * 100 + i);
     }
-    ZeroStage1 z(comm, reg, ZeroConfig{});
     z.last_backward_starts(1);
     z.finish();  // marks every entry: the one bucket is reduce-scattered
+    EXPECT_EQ(reg.flat_grads().resident(), stage != 2);
     std::vector<Tensor> grads = z.shard_grads();
     for (const Tensor& t : grads) {
       for (float v : t.to_floats()) shards[std::size_t(r)].push_back(v);
@@ -55,6 +64,14 @@ TEST(ZeroStage1Sync, RanksWithAnEmptyShardJoinEveryCollectiveAndAddZeros) {
   }
   EXPECT_EQ(norms_sq[2], 4.5 * 4.5 * (1 + 4 + 9));  // the last owner holds the total
   EXPECT_EQ(total, norms_sq[2]);                    // the others 0
+}
+
+TEST(ZeroStage1Sync, RanksWithAnEmptyShardJoinEveryCollectiveAndAddZeros) {
+  expect_empty_shards_join(1);
+}
+
+TEST(ZeroStage2Sync, RanksWithAnEmptyShardJoinEveryCollectiveAndAddZeros) {
+  expect_empty_shards_join(2);
 }
 
 }  // namespace
