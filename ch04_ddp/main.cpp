@@ -2,6 +2,7 @@
 // DDP against one rank with the whole batch, where a step's time goes, and the four failure
 // modes (--bug shows one of them alone). Every claim is checked: a failed claim exits with 1,
 // a bad flag with 2. --trace FILE writes every rank's compute and communication spans.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -15,6 +16,7 @@
 #include "trace/chrome_trace.h"
 #include "util/cli.h"
 #include "util/errors.h"
+#include "util/json_file.h"
 
 namespace {
 
@@ -28,7 +30,8 @@ ArgParser make_parser() {
   a.option("bug", "all", "all | none | different-init | same-data | local-scaler | fp16-reduce")
       .option("ranks", "4", "data-parallel ranks (threads of this process), 2..8")
       .option("steps", "10", "training steps of each DDP run")
-      .option("trace", "", "write a Chrome trace (JSON) of the timing run to this file");
+      .option("trace", "", "write a Chrome trace (JSON) of the timing run to this file")
+      .option("json", "", "also write the figure's data (the ring's hops, the DDP timeline) here");
   return a;
 }
 
@@ -61,11 +64,21 @@ void print_traffic(int n, Checks& checks) {
     t.add({algo_name(a), format_bytes(m.per_rank[0].bytes_sent),
            format_bytes(m.per_rank[0].bytes_received), format_bytes(m.per_rank[1].bytes_sent),
            format_bytes(m.per_rank[1].bytes_received), fmt("%.3f", double(m.max_received()) / b)});
-    const double want = a == AllReduceAlgo::kNaive ? n - 1 : 2.0 * (n - 1) / n;
+    // The ring's exact bytes: 2(N-1)/N B when N divides the element count; otherwise the
+    // chunks differ by one element and the busiest rank receives up to two elements more
+    // (all_reduce_traffic, communicator.h), which the claim must count, not round away.
+    std::size_t want_bytes = static_cast<std::size_t>(n - 1) * m.buffer_bytes;
+    if (a != AllReduceAlgo::kNaive) {
+      want_bytes = 0;
+      for (int r = 0; r < n; ++r) {
+        want_bytes = std::max<std::size_t>(
+            want_bytes, all_reduce_traffic(numel, DType::kF32, n, r).bytes_received);
+      }
+    }
     checks.add({{fmt("%s: busiest rank receives %s B", algo_name(a).c_str(),
                      a == AllReduceAlgo::kNaive ? "(N-1)" : "2(N-1)/N"),
-                 fmt("%.3f B", want), fmt("%.3f B", double(m.max_received()) / b),
-                 double(m.max_received()) == want * b}});
+                 fmt("%.3f B", double(want_bytes) / b),
+                 fmt("%.3f B", double(m.max_received()) / b), m.max_received() == want_bytes}});
   }
   std::printf(
       "\n== 2. Who sends what: one all-reduce of 1 MiB (f32) on %d ranks, as recorded\n%s"
@@ -90,10 +103,51 @@ void print_ddp(int n, int steps, Checks& checks) {
   print_scenario(unscale_order_scenario(n, c), checks);
 }
 
-void print_time_split(int n, const std::string& trace_path) {
+// The figure's data (scripts/figures.py): every hop of the ring on `ranks` ranks, and the
+// spans of the timing run with 128 KiB buckets (machine-dependent times).
+Json figure_data(int ranks, const std::vector<TraceSpan>& spans) {
+  Json events = Json::array();
+  for (const auto& per_rank : trace_all_reduce(ranks, ranks, false)) {
+    for (const RingEvent& e : per_rank) {
+      Json j = Json::object();
+      j.set("phase", e.phase);
+      j.set("step", e.step);
+      j.set("rank", e.rank);
+      j.set("to", e.to);
+      j.set("from", e.from);
+      j.set("sent_chunk", e.sent_chunk);
+      j.set("got_chunk", e.got_chunk);
+      events.push_back(std::move(j));
+    }
+  }
+  Json ring = Json::object();
+  ring.set("ranks", ranks);
+  ring.set("events", std::move(events));
+  Json list = Json::array();
+  for (const TraceSpan& s : spans) {
+    Json j = Json::object();
+    j.set("name", s.name);
+    j.set("cat", s.cat);
+    j.set("rank", s.rank);
+    j.set("thread", s.thread);
+    j.set("start_us", s.start_us);
+    j.set("dur_us", s.dur_us);
+    list.push_back(std::move(j));
+  }
+  Json timeline = Json::object();
+  timeline.set("spans", std::move(list));
+  Json out = Json::object();
+  out.set("chapter", "ch04_ddp");
+  out.set("ring", std::move(ring));
+  out.set("timeline", std::move(timeline));
+  return out;
+}
+
+void print_time_split(int n, const std::string& trace_path, std::vector<TraceSpan>& spans,
+                      bool keep_spans) {
   const LessonConfig c = timing_config();
-  std::vector<TraceSpan> spans;
-  const auto rows = measure_time_split(n, c, trace_path.empty() ? nullptr : &spans);
+  const auto rows =
+      measure_time_split(n, c, trace_path.empty() && !keep_spans ? nullptr : &spans);
   TextTable t({"layout", "buckets", "compute ms", "comm ms", "exposed comm ms"});
   for (const TimeSplitRow& r : rows) {
     t.add({r.layout, std::to_string(r.buckets), fmt("%.2f", r.compute_ms), fmt("%.2f", r.comm_ms),
@@ -127,15 +181,21 @@ int run(int argc, char** argv) {
   const auto steps = static_cast<int>(args.get_int("steps"));
   if (n < 2 || n > 8) throw InputError("--ranks must be in [2, 8], got " + std::to_string(n));
   if (steps < 2 || steps > 1000) throw InputError("--steps must be in [2, 1000]");
+  const std::string trace_path =
+      args.given("trace") ? checked_output_path("--trace", args.get("trace")) : std::string();
+  const std::string json_path =
+      args.given("json") ? checked_output_path("--json", args.get("json")) : std::string();
   std::printf("== ch04: data parallel and the ring (%d ranks = %d threads, local backend)\n", n, n);
   Checks checks;
   const bool everything = bug == "all" || bug == "none";
+  std::vector<TraceSpan> spans;
   if (everything) {
     print_ring_trace(checks);
     print_traffic(n, checks);
     print_ddp(n, steps, checks);
-    print_time_split(2, args.given("trace") ? args.get("trace") : std::string());
+    print_time_split(2, trace_path, spans, !json_path.empty());
   }
+  if (!json_path.empty()) write_json_file(json_path, figure_data(4, spans));
   if (bug != "none") {
     std::printf("\n== 5. Failure modes, each beside its fix\n");
     LessonConfig c;
