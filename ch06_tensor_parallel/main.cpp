@@ -9,11 +9,13 @@
 #include <vector>
 
 #include "ch06_tensor_parallel/tp_lesson.h"
+#include "model/gpt_params.h"
 #include "report/claim_table.h"
 #include "report/format.h"
 #include "report/text_table.h"
 #include "util/cli.h"
 #include "util/errors.h"
+#include "util/json_file.h"
 
 namespace {
 
@@ -34,6 +36,7 @@ ArgParser make_parser() {
   std::string bugs = "all | none";
   for (const std::string& b : kBugs) bugs += " | " + b;
   a.option("bug", "all", bugs).option("steps", "10", "training steps of each run");
+  a.option("json", "", "also write the sharding map of block 0 at tp 2 (the figure's data)");
   return a;
 }
 
@@ -261,6 +264,34 @@ void print_bug(const std::string& bug, int steps, ClaimTable& checks) {
   }
 }
 
+// The figure's data (scripts/figures.py): how make_gpt2_registry splits the embedding, block 0
+// and the final LayerNorm of the lesson's model over 2 tensor-parallel ranks.
+Json sharding_map() {
+  constexpr int kTp = 2;
+  const GptConfig model = TpRunConfig{}.model;
+  const ParamRegistry reg = make_gpt2_registry(model, GptStage{}, TensorShard{0, kTp});
+  Json params = Json::array();
+  for (const ParamEntry& e : reg.entries()) {
+    if (e.name.rfind("h.", 0) == 0 && e.name.rfind("h.0.", 0) != 0) continue;  // one block
+    Json j = Json::object();
+    j.set("name", e.name);
+    Json shape = Json::array();
+    for (std::int64_t d : e.shape) shape.push_back(d);
+    j.set("shape", std::move(shape));
+    Json held = Json::array();
+    for (std::int64_t d : held_shape(e.shape, e.holding)) held.push_back(d);
+    j.set("held_shape", std::move(held));
+    j.set("split", std::string(param_split_name(e.holding.split)));
+    j.set("column_groups", e.holding.column_groups);
+    params.push_back(std::move(j));
+  }
+  Json out = Json::object();
+  out.set("chapter", "ch06_tensor_parallel");
+  out.set("tp", kTp);
+  out.set("parameters", std::move(params));
+  return out;
+}
+
 int run(int argc, char** argv) {
   const auto start = std::chrono::steady_clock::now();
   ArgParser args = make_parser();
@@ -270,6 +301,8 @@ int run(int argc, char** argv) {
   const std::string bug = args.get_choice("bug", choices);
   const auto steps = static_cast<int>(args.get_int("steps"));
   if (steps < 2 || steps > 200) throw InputError("--steps must be in [2, 200]");
+  const std::string json_path =
+      args.given("json") ? checked_output_path("--json", args.get("json")) : std::string();
   std::printf("== ch06: tensor parallelism (tp ranks = threads, local backend)\n");
   ClaimTable checks;
   if (bug == "all" || bug == "none") {
@@ -283,6 +316,7 @@ int run(int argc, char** argv) {
       if (bug == "all" || bug == name) print_bug(name, steps, checks);
     }
   }
+  if (!json_path.empty()) write_json_file(json_path, sharding_map());
   const int failures = checks.print();
   std::printf("ran in %.1f s\n",
               std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
