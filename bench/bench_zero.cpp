@@ -1,6 +1,6 @@
 // Chapter 5: one training step of ch08's Trainer on 2 data-parallel ranks (threads of this
 // process, the local backend, one compute thread each), DDP (ZeRO stage 0) against ZeRO
-// stage 1, for config S (4/256/4, V 256, T 128, B 8 per rank) in fp32 and bf16. Each
+// stages 1 and 2, for config S (4/256/4, V 256, T 128, B 8 per rank) in fp32 and bf16. Each
 // iteration times a few steps inside one run on rank 0's clock (manual time): the trainer,
 // its buckets and buffers are built once per iteration and warmed up by one step first.
 #include <benchmark/benchmark.h>
@@ -63,13 +63,13 @@ void BM_DataParallelStep(benchmark::State& state, DType dtype) {
     });
     state.SetIterationTime(seconds);
   }
-  state.SetLabel(stage == 0 ? "DDP" : "ZeRO-1");
+  state.SetLabel(stage == 0 ? "DDP" : stage == 1 ? "ZeRO-1" : "ZeRO-2");
 }
 
 BENCHMARK_CAPTURE(BM_DataParallelStep, S_fp32, DType::kF32)
-    ->Arg(0)->Arg(1)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(5);
+    ->Arg(0)->Arg(1)->Arg(2)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(5);
 BENCHMARK_CAPTURE(BM_DataParallelStep, S_bf16, DType::kBF16)
-    ->Arg(0)->Arg(1)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(5);
+    ->Arg(0)->Arg(1)->Arg(2)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(5);
 
 }  // namespace
 

@@ -90,7 +90,11 @@ std::unique_ptr<GradSync> make_grad_sync(GptModel& model, const ParallelGrid* gr
     ch05::ZeroConfig z;
     z.bucket_cap_bytes = reducer_config(c).bucket_cap_bytes;
     z.overlap = c.overlap;
-    sync = std::make_unique<ch05::ZeroStage1>(dp, model.registry(), z);
+    if (c.zero_stage == 2) {
+      sync = std::make_unique<ch05::ZeroStage2>(dp, model.registry(), z);
+    } else {
+      sync = std::make_unique<ch05::ZeroStage1>(dp, model.registry(), z);
+    }
   } else {
     sync = std::make_unique<ch04::BucketedAllReduce>(dp, model.registry(), reducer_config(c),
                                                      ch04::model_reports_grad_ready());

@@ -132,7 +132,8 @@ void add_parallel_flags(ArgParser& a, const TrainerConfig& d) {
               "backend|ring|naive: the communicator's all-reduce or chapter 4's hand-built ones")
       .flag("no-overlap", "reduce every bucket after backward, on the compute thread")
       .option("zero-stage", "0",
-              "0|1|2|3: ZeRO (chapter 5); 0 = DDP, 1 = masters and moments sharded over dp")
+              "0|1|2|3: ZeRO (chapter 5); 0 = DDP, 1 = masters and moments sharded over dp, "
+              "2 = the gradients too")
       .option("trace", "", "write every rank's compute and communication spans as Chrome trace "
                            "JSON (Perfetto opens it)")
       .option("check-replicas-every", num(d.check_replicas_every),
@@ -364,10 +365,10 @@ void validate_parallel(const TrainerConfig& c) {
               "--comm-timeout must be a positive number of seconds");
   const std::string zero = "--zero-stage " + num(static_cast<std::int64_t>(c.zero_stage));
   check_range(c.zero_stage >= 0 && c.zero_stage <= 3, zero + " is not a ZeRO stage: 0-3");
-  // Stages 2 and 3 release the full gradients and parameters between uses, which needs a
-  // model whose buffers can be absent; chapter 5 builds stage 1.
-  check_range(c.zero_stage <= 1 || c.dp == 1,
-              zero + ": stages 2 and 3 are not built yet; use --zero-stage 1 (or 0)");
+  // Stage 3 releases the parameters between a block's uses, which needs the model to gather
+  // each block before it computes; chapter 5 builds stages 1 and 2.
+  check_range(c.zero_stage <= 2 || c.dp == 1,
+              zero + ": stage 3 is not built yet; use --zero-stage 2, 1 or 0");
   // The masters and moments of stage 1 live in shards: --save gathers the masters (over dp,
   // then tp and pp); checkpoints and --init-from would read and write them whole.
   check_range(c.zero_stage == 0 || c.dp == 1 || (c.checkpoint_dir.empty() && c.init_from.empty()),

@@ -1,6 +1,6 @@
 // train_gpt --zero-stage as a user runs it: a stage that is not 0-3, or one not built, is one
-// line and exit code 2 before any compute; --zero-stage 1 on 2 local ranks logs DDP's losses
-// and norms bit for bit, and so do 2 and 4 MPI processes (the MPI backend's default rank-order
+// line and exit code 2 before any compute; --zero-stage 1 and 2 on 2 local ranks log DDP's
+// losses and norms bit for bit, and so do MPI processes (the MPI backend's default rank-order
 // reduction: the same kernel in the same order).
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -50,8 +50,8 @@ TEST(TrainGptZero, BadStagesAreOneLineAndExitCode2) {
   TempDir d;
   expect_one_line_error(d, kRun + "--zero-stage 4", "--zero-stage 4 is not a ZeRO stage");
   expect_one_line_error(d, kRun + "--zero-stage -1", "--zero-stage -1 is not a ZeRO stage");
-  expect_one_line_error(d, kRun + "--ranks 2 --zero-stage 2", "not built yet");
-  expect_one_line_error(d, kRun + "--ranks 2 --zero-stage 1 --save " + d.file("out"),
+  expect_one_line_error(d, kRun + "--ranks 2 --zero-stage 3", "not built yet");
+  expect_one_line_error(d, kRun + "--ranks 2 --zero-stage 1 --checkpoint-dir " + d.file("out"),
                         "need --zero-stage 0");
 }
 
@@ -63,6 +63,16 @@ TEST(TrainGptZero, StageOneLogsDdpsLossesBitForBit) {
   ASSERT_EQ(r.code, 0) << r.err;
   expect_same_bits(d.file("zero.jsonl"), d.file("ddp.jsonl"));
   EXPECT_NE(r.out.find("ZeRO stage 1"), std::string::npos) << r.out;
+}
+
+TEST(TrainGptZero, StageTwoLogsDdpsLossesBitForBit) {
+  TempDir d;
+  ASSERT_EQ(train_gpt(d, kRun + "--ranks 2 --log-jsonl " + d.file("ddp.jsonl")).code, 0);
+  const CliRun r =
+      train_gpt(d, kRun + "--ranks 2 --zero-stage 2 --log-jsonl " + d.file("zero.jsonl"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  expect_same_bits(d.file("zero.jsonl"), d.file("ddp.jsonl"));
+  EXPECT_NE(r.out.find("ZeRO stage 2"), std::string::npos) << r.out;
 }
 
 #if defined(MIXPAR_MPIEXEC)
@@ -84,6 +94,15 @@ TEST(TrainGptZeroMpi, ProcessesLogTheLocalRanksLossesBitForBit) {
     ASSERT_EQ(r.code, 0) << r.err;
     expect_same_bits(mpi, local);  // ZeRO-1 over MPI against DDP on local ranks
   }
+}
+
+TEST(TrainGptZeroMpi, StageTwoProcessesLogTheLocalRanksLossesBitForBit) {
+  TempDir d;
+  const std::string local = d.file("local.jsonl"), mpi = d.file("mpi.jsonl");
+  ASSERT_EQ(train_gpt(d, kRun + "--ranks 2 --zero-stage 2 --log-jsonl " + local).code, 0);
+  const CliRun r = run_shell(d, mpirun(2) + kRun + "--zero-stage 2 --log-jsonl " + mpi);
+  ASSERT_EQ(r.code, 0) << r.err;
+  expect_same_bits(mpi, local);  // ZeRO-2 over 2 MPI processes against 2 local ranks
 }
 #endif
 

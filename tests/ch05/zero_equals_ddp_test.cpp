@@ -6,7 +6,9 @@
 // configurations are one-line InputErrors.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -69,12 +71,11 @@ struct Layout {
   DType dtype;
 };
 
-class ZeroStage1Equals : public ::testing::TestWithParam<Layout> {};
-
-TEST_P(ZeroStage1Equals, DdpBitForBitWithClippingAndTheScaler) {
-  const Layout l = GetParam();
+// ZeRO stage `stage` against DDP: every step's loss, skip, scale, norm and clip coefficient,
+// every rank's working copy, and every master piece against DDP's master at its elements.
+void expect_equals_ddp(const Layout l, int stage) {
   const std::vector<RankRun> ddp = run(zero_config(l.ranks, 0, l.dtype));
-  const std::vector<RankRun> zero = run(zero_config(l.ranks, 1, l.dtype));
+  const std::vector<RankRun> zero = run(zero_config(l.ranks, stage, l.dtype));
   int clipped = 0, skipped = 0;
   for (int r = 0; r < l.ranks; ++r) {
     const RankRun& a = ddp[std::size_t(r)];
@@ -99,7 +100,7 @@ TEST_P(ZeroStage1Equals, DdpBitForBitWithClippingAndTheScaler) {
     EXPECT_GE(skipped, 1) << "the scaler must skip a step";
   }
   // The masters too: each piece a rank steps equals DDP's master at the same flat elements.
-  TrainerConfig c = zero_config(l.ranks, 1, l.dtype);
+  TrainerConfig c = zero_config(l.ranks, stage, l.dtype);
   ParamRegistry reg = make_gpt2_registry(c.model);
   reg.allocate(l.dtype);
   const std::size_t cap = static_cast<std::size_t>(c.bucket_mb * 1024.0 * 1024.0);
@@ -118,14 +119,25 @@ TEST_P(ZeroStage1Equals, DdpBitForBitWithClippingAndTheScaler) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Layouts, ZeroStage1Equals,
-                         ::testing::Values(Layout{2, DType::kF32}, Layout{4, DType::kF32},
-                                           Layout{2, DType::kBF16}, Layout{4, DType::kBF16},
-                                           Layout{2, DType::kF16}, Layout{4, DType::kF16}),
-                         [](const ::testing::TestParamInfo<Layout>& p) {
-                           return std::string(dtype_name(p.param.dtype)) + "_N" +
-                                  std::to_string(p.param.ranks);
-                         });
+class ZeroStage1Equals : public ::testing::TestWithParam<Layout> {};
+class ZeroStage2Equals : public ::testing::TestWithParam<Layout> {};
+
+TEST_P(ZeroStage1Equals, DdpBitForBitWithClippingAndTheScaler) {
+  expect_equals_ddp(GetParam(), 1);
+}
+TEST_P(ZeroStage2Equals, DdpBitForBitWithClippingAndTheScaler) {
+  expect_equals_ddp(GetParam(), 2);
+}
+
+const auto kLayouts =
+    ::testing::Values(Layout{2, DType::kF32}, Layout{4, DType::kF32}, Layout{2, DType::kBF16},
+                      Layout{4, DType::kBF16}, Layout{2, DType::kF16}, Layout{4, DType::kF16});
+std::string layout_name(const ::testing::TestParamInfo<Layout>& p) {
+  return std::string(dtype_name(p.param.dtype)) + "_N" + std::to_string(p.param.ranks);
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, ZeroStage1Equals, kLayouts, layout_name);
+INSTANTIATE_TEST_SUITE_P(Layouts, ZeroStage2Equals, kLayouts, layout_name);
 
 TEST(ZeroStage1, EachRankHoldsItsShardOfTheMastersAndMoments) {
   for (int n : {2, 4}) {
@@ -154,9 +166,10 @@ TEST(ZeroStage1, EachRankHoldsItsShardOfTheMastersAndMoments) {
 // mixpar-mem's model_states (chapter 3's calculator) against rank 0's ledger after a real run
 // with one bucket (rank 0 then owns ceil(P/N) elements, the calculator's shard): parameters,
 // masters and moments to the byte; the ledger's gradients add the FP32 copy unscaling needs,
-// 4 bytes per element the optimizer steps (P under DDP, the shard under ZeRO-1).
+// 4 bytes per element the optimizer steps (P under DDP, the shard under ZeRO-1 and 2; ZeRO-2's
+// 16-bit gradient shard is rank 0's padded share of the one bucket, ceil(P/N)).
 TEST(ZeroStage1, MixparMemAgreesWithTheLedger) {
-  for (int stage : {0, 1}) {
+  for (int stage : {0, 1, 2}) {
     for (int n : {2, 4}) {
       TrainerConfig c = zero_config(n, stage, DType::kBF16);
       c.bucket_mb = 25;
@@ -178,28 +191,97 @@ TEST(ZeroStage1, MixparMemAgreesWithTheLedger) {
 }
 
 TEST(ZeroStage1, SendsTheGradientsAndTheParametersOnceEach) {
-  for (DType dtype : {DType::kF32, DType::kBF16}) {
-    for (int n : {2, 4}) {
-      const TrainerConfig c = zero_config(n, 1, dtype);
-      const std::vector<RankRun> zero = run(c);
-      ParamRegistry reg = make_gpt2_registry(c.model);
-      reg.allocate(dtype);
-      const ch05::ZeroPartition part(reg.entries(), dtype,
-                                     static_cast<std::size_t>(c.bucket_mb * 1024.0 * 1024.0), n,
-                                     0);
-      const auto padded = static_cast<std::size_t>(part.padded_elements());
-      const std::size_t steps = static_cast<std::size_t>(c.steps);
-      for (int r = 0; r < n; ++r) {
-        const RankRun& z = zero[std::size_t(r)];
-        // Gradients reduce-scattered in FP32 (chapter 4's staging), parameters all-gathered in
-        // the working dtype: (N-1)/N of the padded buffer each, every step.
-        EXPECT_EQ(z.reduce_scatter_bytes, steps * padded / std::size_t(n) * (n - 1) * 4);
-        // Plus the replica check at the start: one 8-byte hash to each other rank.
-        EXPECT_EQ(z.all_gather_bytes,
-                  steps * padded / std::size_t(n) * (n - 1) * dtype_size(dtype) + 8 * (n - 1));
-        EXPECT_LT(padded - reg.numel(), part.buckets().size() * std::size_t(n));
+  for (int stage : {1, 2}) {
+    for (DType dtype : {DType::kF32, DType::kBF16}) {
+      for (int n : {2, 4}) {
+        SCOPED_TRACE("stage " + std::to_string(stage) + ", N = " + std::to_string(n));
+        const TrainerConfig c = zero_config(n, stage, dtype);
+        const std::vector<RankRun> zero = run(c);
+        ParamRegistry reg = make_gpt2_registry(c.model);
+        reg.allocate(dtype);
+        const ch05::ZeroPartition part(reg.entries(), dtype,
+                                       static_cast<std::size_t>(c.bucket_mb * 1024.0 * 1024.0), n,
+                                       0);
+        const auto padded = static_cast<std::size_t>(part.padded_elements());
+        const std::size_t steps = static_cast<std::size_t>(c.steps);
+        for (int r = 0; r < n; ++r) {
+          const RankRun& z = zero[std::size_t(r)];
+          // Gradients reduce-scattered in FP32 (chapter 4's staging), parameters all-gathered in
+          // the working dtype: (N-1)/N of the padded buffer each, every step.
+          EXPECT_EQ(z.reduce_scatter_bytes, steps * padded / std::size_t(n) * (n - 1) * 4);
+          // Plus the replica check at the start: one 8-byte hash to each other rank.
+          EXPECT_EQ(z.all_gather_bytes,
+                    steps * padded / std::size_t(n) * (n - 1) * dtype_size(dtype) + 8 * (n - 1));
+          EXPECT_LT(padded - reg.numel(), part.buckets().size() * std::size_t(n));
+        }
       }
     }
+  }
+}
+
+// ZeRO-2's bill between steps, from each rank's ledger: the gradients are this rank's padded
+// shard in the working dtype (P'/N) plus the FP32 copy of the owned elements the optimizer
+// steps (4o); chapter 4's FP32 staging (4P under stages 0 and 1) and ZeRO's collective scratch
+// exist only while a collective uses them: no communication buffer is held between steps.
+// Masters, moments and parameters are stage 1's.
+TEST(ZeroStage2, EachRankHoldsItsShardOfTheGradients) {
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    for (int n : {2, 4}) {
+      SCOPED_TRACE(std::string(dtype_name(dtype)) + ", N = " + std::to_string(n));
+      const TrainerConfig c = zero_config(n, 2, dtype);
+      const std::vector<RankRun> one = run(zero_config(n, 1, dtype));
+      const std::vector<RankRun> two = run(c);
+      ParamRegistry reg = make_gpt2_registry(c.model);
+      reg.allocate(dtype);
+      const std::size_t cap = static_cast<std::size_t>(c.bucket_mb * 1024.0 * 1024.0);
+      const auto e = dtype_size(dtype);
+      const auto p = static_cast<std::size_t>(reg.numel());
+      auto at = [](const RankRun& r, MemCategory k) { return r.mem[static_cast<std::size_t>(k)]; };
+      for (int r = 0; r < n; ++r) {
+        const ch05::ZeroPartition part(reg.entries(), dtype, cap, n, r);
+        const auto owned = static_cast<std::size_t>(part.owned_elements(r));
+        const auto shard = static_cast<std::size_t>(part.padded_elements()) / std::size_t(n);
+        const RankRun& a = one[std::size_t(r)];
+        const RankRun& b = two[std::size_t(r)];
+        // fp32: the optimizer steps the FP32 gradients themselves, no copy.
+        const std::size_t copy = dtype == DType::kF32 ? 0 : 4 * owned;
+        EXPECT_EQ(at(a, MemCategory::kGradients), e * p + copy) << "rank " << r;
+        EXPECT_EQ(at(b, MemCategory::kGradients), e * shard + copy) << "rank " << r;
+        EXPECT_EQ(at(b, MemCategory::kMasterParams), at(a, MemCategory::kMasterParams));
+        EXPECT_EQ(at(b, MemCategory::kOptimizerState), at(a, MemCategory::kOptimizerState));
+        EXPECT_EQ(at(b, MemCategory::kParameters), e * p);
+        // Stage 1 keeps chapter 4's staging (4 bytes a parameter for 16-bit gradients) and its
+        // collective scratch; stage 2 holds none of it between steps.
+        EXPECT_GT(at(a, MemCategory::kCommBuffers), 0u) << "rank " << r;
+        EXPECT_EQ(at(b, MemCategory::kCommBuffers), 0u) << "rank " << r;
+      }
+    }
+  }
+}
+
+// Between steps the registry's full gradient buffer is released: a kernel reading it gets a
+// named error instead of stale values; the next step brings it back and trains on.
+TEST(ZeroStage2, TheFullGradientIsReleasedBetweenSteps) {
+  const TrainerConfig c = zero_config(2, 2, DType::kBF16);
+  const TrainingData data = random_data(4096);
+  std::vector<std::string> errors(2);
+  std::vector<int> resident(2, -1);
+  run_local(2, [&](Communicator& comm) {
+    Trainer t(c, data, &comm);
+    t.train_step();
+    const Tensor& full = t.model().registry().flat_grads();
+    resident[std::size_t(comm.rank())] = full.resident();
+    try {
+      (void)full.data();
+    } catch (const std::logic_error& e) {
+      errors[std::size_t(comm.rank())] = e.what();
+    }
+    EXPECT_TRUE(std::isfinite(t.train_step().loss));
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(resident[std::size_t(r)], 0) << "rank " << r;
+    EXPECT_NE(errors[std::size_t(r)].find("released by ZeRO-2"), std::string::npos)
+        << errors[std::size_t(r)];
   }
 }
 
@@ -236,11 +318,12 @@ TEST(ZeroStage1, OneReplicaIsStageZero) {
 TEST(ZeroStage1, BadStagesAreInputErrors) {
   TrainerConfig c = zero_config(2, 4, DType::kF32);
   EXPECT_NE(test::input_error_of([&] { validate(c); }).find("--zero-stage 4"), std::string::npos);
-  c.zero_stage = 2;
+  c.zero_stage = 3;
   EXPECT_NE(test::input_error_of([&] { validate(c); }).find("not built yet"), std::string::npos);
   c.zero_stage = 1;
-  c.save = "out";
-  EXPECT_NE(test::input_error_of([&] { validate(c); }).find("--save"), std::string::npos);
+  c.checkpoint_dir = "out";
+  EXPECT_NE(test::input_error_of([&] { validate(c); }).find("--checkpoint-dir"),
+            std::string::npos);
 }
 
 }  // namespace
