@@ -6,7 +6,7 @@
 
 Every figure is drawn from numbers a program of this repository computes, never typed in:
 the chapter demos' `--json FILE` (chapters 1-4), `mixpar-mem --json` (chapter 5's per-rank
-memory by ZeRO stage, the calculator that ZeRo's ledger test holds to the real bytes),
+memory by ZeRO stage, the calculator that chapter 5's ledger tests hold to the real bytes),
 `ch06_tensor_parallel --json` (the sharding map of one block), `ch07_pipeline --schedule S
 --json` (the timelines) and a train_gpt JSONL log (chapter 8; a short run is made when
 --ch08-jsonl is not given). Each figure is written as DIR/chNN_<name>.svg and .png.
