@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Installs the Debian packages mixpar builds with, when they are missing (Debian 12);
 # python3-matplotlib draws the course's figures (scripts/figures.py).
+# python3-torch, with OpenBLAS for its FP32 GEMMs (Debian's reference BLAS otherwise), is the
+# other side of scripts/bench_vs_pytorch.py.
 # Run as root, or as a user with sudo. The CUDA toolkit and NCCL are optional and never
 # installed here: when /usr/local/cuda exists the GPU engine compiles too.
 set -euo pipefail
 
 packages=(cmake ninja-build g++ make libeigen3-dev libgtest-dev libgmock-dev libbenchmark-dev
-          libopenmpi-dev openmpi-bin python3 python3-matplotlib)
+          libopenmpi-dev openmpi-bin python3 python3-matplotlib
+          python3-torch libopenblas0-pthread)
 missing=()
 for p in "${packages[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then

@@ -9,6 +9,7 @@
 
 #include "model/layers.h"
 #include "model/layers_internal.h"
+#include "ops/op_profile.h"
 
 namespace mixpar::layers {
 namespace {
@@ -129,6 +130,7 @@ void attention_backward_head(const C* dout, const C* qkv, const C* att, C* dqkv,
 }  // namespace
 
 void attention_forward(const Tensor& qkv, std::int64_t n_head, Tensor& out, Tensor& att) {
+  const ops::OpTimer timer("attention forward");
   const AttnDims d = check_attention(qkv, n_head, "attention_forward");
   check_shapes(d, out, att, "attention_forward", "out", "att");
   detail::dispatch({&qkv, &out, &att}, [&](auto tag) {
@@ -150,6 +152,7 @@ void attention_forward(const Tensor& qkv, std::int64_t n_head, Tensor& out, Tens
 
 void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& att,
                         std::int64_t n_head, Tensor& dqkv, Tensor& datt) {
+  const ops::OpTimer timer("attention backward");
   const AttnDims d = check_attention(qkv, n_head, "attention_backward");
   check_shapes(d, dout, att, "attention_backward", "dout", "att");
   check_shapes(d, dout, datt, "attention_backward", "dout", "datt");

@@ -9,6 +9,7 @@
 #include "model/layers.h"
 #include "model/layers_internal.h"
 #include "ops/elementwise.h"
+#include "ops/op_profile.h"
 
 namespace mixpar::layers {
 namespace {
@@ -119,6 +120,7 @@ void layernorm_dwdb(const C* dout, const C* x, const C* mean, const C* rstd, C* 
 
 void layernorm_forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& out, Tensor& mean,
                        Tensor& rstd, double eps) {
+  const ops::OpTimer timer("layernorm forward");
   const RowDims d = check_layernorm(x, w, mean, rstd, {{&b, "b", true}, {&out, "out", false}},
                                     "layernorm_forward");
   detail::dispatch({&x, &w, &b, &out, &mean, &rstd}, [&](auto tag) {
@@ -129,6 +131,7 @@ void layernorm_forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor
 
 void layernorm_backward(const Tensor& dout, const Tensor& x, const Tensor& w, const Tensor& mean,
                         const Tensor& rstd, Tensor& dx, Tensor& dw, Tensor& db, bool accumulate) {
+  const ops::OpTimer timer("layernorm backward");
   const RowDims d = check_layernorm(
       x, w, mean, rstd,
       {{&dout, "dout", false}, {&dx, "dx", false}, {&dw, "dw", true}, {&db, "db", true}},
@@ -210,6 +213,7 @@ void for_pieces(std::int64_t total, F&& f) {
 }  // namespace
 
 void gelu_forward(const Tensor& x, Tensor& out) {
+  const ops::OpTimer timer("gelu forward");
   ops::check_operand(x, "gelu_forward", "x");
   ops::check_operand(out, "gelu_forward", "out");
   detail::check_numel(out, x.numel(), "gelu_forward", "out");
@@ -226,6 +230,7 @@ void gelu_forward(const Tensor& x, Tensor& out) {
 }
 
 void gelu_backward(const Tensor& x, const Tensor& dout, Tensor& dx) {
+  const ops::OpTimer timer("gelu backward");
   ops::check_operand(x, "gelu_backward", "x");
   ops::check_operand(dout, "gelu_backward", "dout");
   ops::check_operand(dx, "gelu_backward", "dx");
@@ -247,10 +252,12 @@ void gelu_backward(const Tensor& x, const Tensor& dout, Tensor& dx) {
 // ---- Residual add.
 
 void residual_forward(const Tensor& a, const Tensor& b, Tensor& out) {
+  const ops::OpTimer timer("residual");
   ops::add(a, b, out);  // checks operands and sizes; out may alias a or b
 }
 
 void residual_backward(const Tensor& dout, Tensor& da, Tensor& db) {
+  const ops::OpTimer timer("residual");
   ops::axpy(1.0, dout, da);
   ops::axpy(1.0, dout, db);
 }

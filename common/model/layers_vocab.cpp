@@ -12,6 +12,7 @@
 
 #include "model/layers.h"
 #include "model/layers_internal.h"
+#include "ops/op_profile.h"
 
 namespace mixpar::layers {
 namespace {
@@ -124,6 +125,7 @@ void embedding_dwte(std::span<const std::int32_t> tokens, const C* g, std::int64
 
 void embedding_forward(std::span<const std::int32_t> tokens, const Tensor& wte,
                        std::int64_t vocab_begin, const Tensor* wpe, Tensor& out) {
+  const ops::OpTimer timer("embedding forward");
   const EmbedDims d = check_embedding(tokens, wte, wpe, out, "embedding_forward", "out");
   detail::dispatch({&wte, wpe, &out}, [&](auto tag) {
     embedding_forward_impl<decltype(tag)>(tokens, wte, vocab_begin, wpe, out, d);
@@ -132,6 +134,7 @@ void embedding_forward(std::span<const std::int32_t> tokens, const Tensor& wte,
 
 void embedding_backward(std::span<const std::int32_t> tokens, const Tensor& dout,
                         std::int64_t vocab_begin, Tensor& dwte, Tensor* dwpe, bool accumulate) {
+  const ops::OpTimer timer("embedding backward");
   const EmbedDims d = check_embedding(tokens, dwte, dwpe, dout, "embedding_backward", "dout");
   detail::dispatch({&dout, &dwte, dwpe}, [&](auto tag) {
     using C = decltype(tag);
@@ -196,6 +199,7 @@ void stats_impl(const Tensor& logits, std::span<const std::int32_t> targets,
 
 void crossentropy_stats(const Tensor& logits, std::span<const std::int32_t> targets,
                         std::int64_t vocab_begin, CrossEntropyStats& stats) {
+  const ops::OpTimer timer("cross-entropy forward");
   const std::int64_t n = check_logits(logits, targets, "crossentropy_stats");
   const DType dt = ops::any_f64({&logits}) ? DType::kF64 : DType::kF32;
   for (Tensor* t : {&stats.row_max, &stats.sum_exp, &stats.target_logit}) ensure_vector(*t, n, dt);
@@ -259,6 +263,7 @@ double crossentropy_forward(const Tensor& logits, std::span<const std::int32_t> 
 void crossentropy_backward(const Tensor& logits, std::span<const std::int32_t> targets,
                            std::int64_t vocab_begin, const Tensor& lse, float grad_scale,
                            Tensor& dlogits) {
+  const ops::OpTimer timer("cross-entropy backward");
   const std::int64_t n = check_logits(logits, targets, "crossentropy_backward");
   const std::int64_t vs = logits.dim(1);
   ops::check_operand(lse, "crossentropy_backward", "lse");

@@ -4,10 +4,12 @@
 
 #include "ops/checks.h"
 #include "ops/chunked.h"
+#include "ops/op_profile.h"
 
 namespace mixpar::ops {
 
 void scale(Tensor& x, double s) {
+  const OpTimer timer("scale / axpy / add");
   check_operand(x, "scale", "x");
   with_compute_type(any_f64({&x}), [&](auto tag) {
     using C = decltype(tag);
@@ -22,6 +24,7 @@ void scale(Tensor& x, double s) {
 }
 
 void axpy(double alpha, const Tensor& x, Tensor& y) {
+  const OpTimer timer("scale / axpy / add");
   check_operand(x, "axpy", "x");
   check_operand(y, "axpy", "y");
   check_same_numel(y, x, "axpy", "y", "x");
@@ -40,6 +43,7 @@ void axpy(double alpha, const Tensor& x, Tensor& y) {
 }
 
 void add(const Tensor& a, const Tensor& b, Tensor& out) {
+  const OpTimer timer("scale / axpy / add");
   binary_elementwise("add", {"a", "b", "out"}, a, b, out, [](auto x, auto y) { return x + y; });
 }
 

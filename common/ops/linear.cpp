@@ -7,6 +7,7 @@
 #include "ops/fixed_order.h"
 #include "ops/matrix_view.h"
 #include "ops/parallel_gemm.h"
+#include "ops/op_profile.h"
 
 namespace mixpar::ops {
 namespace {
@@ -37,6 +38,7 @@ template <class C> void linear_fused(const Tensor& x, const Tensor& w, const Ten
 
 void linear_forward(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y,
                     Accumulation acc) {
+  const OpTimer timer("linear forward (GEMM + bias)");
   if (b == nullptr || acc == Accumulation::kFP16) {
     matmul(x, w, y, false, false, acc);  // checks x, w, y
     if (b != nullptr) bias_add(y, *b);
@@ -59,12 +61,14 @@ void linear_forward(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y
 
 void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, Tensor& dw,
                      Tensor* db, bool accumulate) {
+  const OpTimer timer("linear backward (GEMMs + bias grad)");
   if (dx != nullptr) matmul(dy, w, *dx, false, true);                         // dy w^T
   matmul(x, dy, dw, true, false, Accumulation::kFP32, 1.0f, accumulate ? 1.0f : 0.0f);  // x^T dy
   if (db != nullptr) bias_grad(dy, *db, accumulate);
 }
 
 void bias_add(Tensor& y, const Tensor& b) {
+  const OpTimer timer("bias add");
   check_operand(y, "bias_add", "y");
   check_2d(y, "bias_add", "y");
   check_bias(b, y.dim(1), "bias_add");
@@ -78,6 +82,7 @@ void bias_add(Tensor& y, const Tensor& b) {
 }
 
 void bias_grad(const Tensor& dy, Tensor& db, bool accumulate) {
+  const OpTimer timer("bias grad");
   check_operand(dy, "bias_grad", "dy");
   check_operand(db, "bias_grad", "db");
   check_2d(dy, "bias_grad", "dy");

@@ -9,6 +9,7 @@
 #include "ops/fixed_order.h"
 #include "ops/matrix_view.h"
 #include "ops/parallel_gemm.h"
+#include "ops/op_profile.h"
 
 namespace mixpar::ops {
 
@@ -102,6 +103,7 @@ void gemm_fp16_accumulate(const Tensor& a, const Tensor& b, Tensor& out, const G
 
 void matmul(const Tensor& a, const Tensor& b, Tensor& out, bool trans_a, bool trans_b,
             Accumulation acc, float alpha, float beta) {
+  const OpTimer timer("matmul");
   const GemmDims d = check_matmul(a, b, out, trans_a, trans_b);
   if (acc == Accumulation::kFP16) {
     gemm_fp16_accumulate(a, b, out, d, trans_a, trans_b, alpha, beta);

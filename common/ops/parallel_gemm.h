@@ -16,8 +16,14 @@
 
 namespace mixpar::ops {
 
-// Below this many multiply-adds (m n k) a GEMM stays on one thread: Eigen's own threshold.
-inline constexpr double kGemmParallelMinWork = 100000.0;
+// Below this many multiply-adds (m n k) a GEMM stays on one thread. A parallel GEMM ends at a
+// barrier; on an idle machine that costs microseconds, but on a loaded one the last thread to
+// arrive may have been descheduled for a whole time slice (milliseconds), so small GEMMs split
+// in two ran a chapter 2 demo 20x slower with one other process busy. 2^23 multiply-adds are
+// about 0.3 ms of one core: enough work that a split pays even under load (PyTorch keeps
+// elementwise work under 32K elements on one thread for the same reason). Results do not
+// depend on it: the blocks start at multiples of 8 and each is its own GEMM.
+inline constexpr double kGemmParallelMinWork = 8388608.0;
 
 // Calls block(r0, nr, c0, nc) for output blocks [r0, r0 + nr) x [c0, c0 + nc) covering the
 // m x n output, one per thread (or once, whole). Blocks start at multiples of 8 rows/columns.

@@ -8,6 +8,7 @@
 
 #include "ops/checks.h"
 #include "ops/chunked.h"
+#include "ops/op_profile.h"
 
 namespace mixpar::ops {
 namespace {
@@ -27,14 +28,17 @@ template <class Acc, class F> Acc fold(const char* op, const Tensor& t, Acc init
 }  // namespace
 
 double sum(const Tensor& t) {
+  const OpTimer timer("reductions (sums, norms, inf checks)");
   return fold("sum", t, 0.0, [](double a, double x) { return a + x; });
 }
 
 double sum_of_squares(const Tensor& t) {
+  const OpTimer timer("reductions (sums, norms, inf checks)");
   return fold("sum_of_squares", t, 0.0, [](double a, double x) { return a + x * x; });
 }
 
 double max_abs(const Tensor& t) {
+  const OpTimer timer("reductions (sums, norms, inf checks)");
   return fold("max_abs", t, 0.0, [](double a, double x) {
     if (std::isnan(a) || std::isnan(x)) return std::numeric_limits<double>::quiet_NaN();
     return std::max(a, std::fabs(x));
@@ -44,11 +48,13 @@ double max_abs(const Tensor& t) {
 bool has_inf_or_nan(const Tensor& t) { return count_nonfinite(t) > 0; }
 
 std::int64_t count_zeros(const Tensor& t) {
+  const OpTimer timer("reductions (sums, norms, inf checks)");
   return fold("count_zeros", t, std::int64_t{0},
               [](std::int64_t a, double x) { return a + (x == 0.0 ? 1 : 0); });
 }
 
 std::int64_t count_nonfinite(const Tensor& t) {
+  const OpTimer timer("reductions (sums, norms, inf checks)");
   return fold("count_nonfinite", t, std::int64_t{0},
               [](std::int64_t a, double x) { return a + (std::isfinite(x) ? 0 : 1); });
 }

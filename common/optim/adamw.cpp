@@ -13,6 +13,7 @@
 #include "ops/chunked.h"
 #include "optim/adamw_math.h"
 #include "optim/param_list.h"
+#include "ops/op_profile.h"
 
 namespace mixpar {
 
@@ -34,6 +35,7 @@ namespace {
 // theta [n], g [n] (any float dtype); m [n], v [n] FP32, updated in place.
 void adamw_update(const Tensor& theta, const Tensor& g, const Tensor& m, const Tensor& v,
                   const AdamScalars& s) {
+  const ops::OpTimer timer("AdamW update");
   float* pm = m.data_as<float>();
   float* pv = v.data_as<float>();
   // Elementwise, so splitting the tensor over threads changes no bit of the result.

@@ -5,10 +5,12 @@
 
 #include "ops/elementwise.h"
 #include "ops/reductions.h"
+#include "ops/op_profile.h"
 
 namespace mixpar {
 
 double global_grad_norm(std::span<const Tensor> grads) {
+  const ops::OpTimer timer("grad norm and clip");
   double sum_sq = 0.0;
   for (const Tensor& g : grads) sum_sq += ops::sum_of_squares(g);
   return std::sqrt(sum_sq);
@@ -21,6 +23,7 @@ double clip_coefficient(double total_norm, double max_norm) {
 }
 
 double clip_to_norm(std::span<const Tensor> grads, double total_norm, double max_norm) {
+  const ops::OpTimer timer("grad norm and clip");
   const double coef = clip_coefficient(total_norm, max_norm);
   // PyTorch always multiplies; by exactly 1 that changes no value, so only the rest run.
   if (coef != 1.0) {
