@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <sstream>
 
 #include "../ch08/ch08_test_util.h"
@@ -73,6 +75,22 @@ TEST(TrainGptZero, StageTwoLogsDdpsLossesBitForBit) {
   ASSERT_EQ(r.code, 0) << r.err;
   expect_same_bits(d.file("zero.jsonl"), d.file("ddp.jsonl"));
   EXPECT_NE(r.out.find("ZeRO stage 2"), std::string::npos) << r.out;
+}
+
+// --save gathers the FP32 masters from the shards: the Hugging Face file DDP writes, byte for
+// byte.
+TEST(TrainGptZero, StageTwoSavesDdpsModelByteForByte) {
+  TempDir d;
+  ASSERT_EQ(train_gpt(d, kRun + "--ranks 2 --save " + d.file("ddp")).code, 0);
+  const CliRun r = train_gpt(d, kRun + "--ranks 2 --zero-stage 2 --save " + d.file("zero"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto bytes = [](const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  };
+  const std::string a = bytes(d.file("ddp") + "/model.safetensors");
+  EXPECT_FALSE(a.empty());
+  EXPECT_EQ(a, bytes(d.file("zero") + "/model.safetensors"));
 }
 
 #if defined(MIXPAR_MPIEXEC)
