@@ -75,8 +75,11 @@ std::vector<std::uint16_t> read_token_shard(const std::string& path, int vocab_s
   const std::string bytes = read_file(path);
   const std::int64_t count = check_header(path, bytes);
   std::vector<std::uint16_t> tokens(static_cast<std::size_t>(count));
-  std::memcpy(tokens.data(), bytes.data() + kShardHeaderBytes,
-              tokens.size() * sizeof(std::uint16_t));
+  // An empty vector's data() may be null, and memcpy's pointers must not be even for 0 bytes.
+  if (!tokens.empty()) {
+    std::memcpy(tokens.data(), bytes.data() + kShardHeaderBytes,
+                tokens.size() * sizeof(std::uint16_t));
+  }
   for (std::size_t i = 0; i < tokens.size(); ++i) {
     if (tokens[i] >= vocab_size) {
       bad_shard(path, "token " + std::to_string(tokens[i]) + " at position " + std::to_string(i) +

@@ -4,6 +4,7 @@
 #include "model/gpt_hf.h"
 
 #include <cctype>
+#include <cmath>
 #include <filesystem>
 #include <map>
 #include <string_view>
@@ -149,6 +150,26 @@ GptConfig read_gpt_hf_config(const std::string& dir) {
   return gpt_config_from_hf(read_gpt2_config(file));
 }
 
+namespace {
+
+// A NaN or an infinity in a weight makes every loss NaN from the first step on, and training
+// would log "loss nan" to the end: refused, naming the tensor and the first bad element (also
+// a finite value that overflowed the target's dtype on the way in).
+void check_finite(const std::string& file, const std::string& name, const Tensor& t) {
+  const Tensor f = t.dtype() == DType::kF32 ? t : t.to(DType::kF32);
+  const float* v = f.data_as<float>();
+  const std::int64_t n = f.numel();
+  for (std::int64_t i = 0; i < n; ++i) {
+    if (!std::isfinite(v[i])) {
+      throw InputError(file + ": tensor " + name + " holds a non-finite value (" +
+                       (std::isnan(v[i]) ? std::string("nan") : std::string(v[i] > 0 ? "inf" : "-inf")) +
+                       " at element " + std::to_string(i) + " of " + std::to_string(n) + ")");
+    }
+  }
+}
+
+}  // namespace
+
 void load_gpt_hf_into(const std::string& dir, const GptConfig& expected,
                       std::span<const NamedTensor> dst) {
   const GptConfig got = read_gpt_hf_config(dir);
@@ -175,6 +196,7 @@ void load_gpt_hf_into(const std::string& dir, const GptConfig& expected,
     }
     Tensor target = dst[it->second].tensor;
     target.copy_from(reader.load(e.name, MemCategory::kOther));  // rounds into target's dtype
+    check_finite(reader.path(), e.name, target);
     loaded[it->second] = true;
     if (name == "wte.weight") wte_name = e.name;
   }

@@ -5,9 +5,11 @@
 #include <cmath>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "random/philox.h"
+#include "util/checked_math.h"
 #include "util/errors.h"
 
 namespace mixpar {
@@ -27,6 +29,25 @@ void GptConfig::validate() const {
     throw InputError("GptConfig: n_embd = " + std::to_string(n_embd) +
                      " is not a multiple of n_head = " + std::to_string(n_head));
   }
+  // num_parameters() and flops_per_token() in checked arithmetic, with room for the 16
+  // bytes per parameter of FP32 masters and both Adam moments: a shape whose sizes wrap is
+  // refused here, not found as a negative count later (common/util/checked_math.h).
+  constexpr std::string_view what = "GptConfig: the parameter count";
+  const std::int64_t c = n_embd;
+  const std::int64_t block =
+      checked_sum(what, checked_product(what, {{"", 12}, {"n_embd", c}, {"n_embd", c}}),
+                  checked_product(what, {{"", 13}, {"n_embd", c}}));
+  const std::int64_t embeddings =
+      checked_sum(what, checked_product(what, {{"vocab_size", vocab_size}, {"n_embd", c}}),
+                  checked_product(what, {{"n_positions", n_positions}, {"n_embd", c}}));
+  const std::int64_t total = checked_sum(
+      what, checked_sum(what, embeddings, checked_product(what, {{"n_layer", n_layer}, {"block", block}})),
+      2 * c);
+  checked_product("GptConfig: the bytes of the parameters' state", {{"", 16}, {"parameters", total}});
+  checked_sum("GptConfig: the FLOPs per token",
+              checked_product("GptConfig: the FLOPs per token", {{"", 6}, {"parameters", total}}),
+              checked_product("GptConfig: the FLOPs per token",
+                              {{"", 6}, {"n_layer", n_layer}, {"n_embd", c}, {"n_positions", n_positions}}));
 }
 
 std::int64_t GptConfig::num_parameters() const {

@@ -1,6 +1,7 @@
 #include "util/errors.h"
 
 #include <cstdio>
+#include <new>
 #include <string>
 
 namespace mixpar {
@@ -18,6 +19,14 @@ int run_main(int argc, char** argv, const std::function<int(int, char**)>& body)
     return body(argc, argv);
   } catch (const InputError& e) {
     std::fprintf(stderr, "%s: error: %s\n", prog_name(argv).c_str(), e.what());
+    return kExitInputError;
+  } catch (const std::bad_alloc&) {
+    // Not a bug: the input asked for more memory than the machine would give (a model or a
+    // batch too large). One line and exit code 2, as for any input that cannot work.
+    std::fprintf(stderr,
+                 "%s: error: out of memory (std::bad_alloc): the run asks for more memory than "
+                 "this machine can allocate; use a smaller model, batch or sequence\n",
+                 prog_name(argv).c_str());
     return kExitInputError;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s: internal error: %s\n", prog_name(argv).c_str(), e.what());

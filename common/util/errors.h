@@ -17,7 +17,9 @@ class InputError : public std::runtime_error {
 inline constexpr int kExitInputError = 2;
 
 // Runs body(argc, argv); InputError -> "prog: error: <message>" on stderr and exit code 2;
-// any other std::exception -> "prog: internal error: <message>" and exit code 1.
+// std::bad_alloc -> "prog: error: out of memory ..." and exit code 2 (the input asked for more
+// than the machine has); any other std::exception -> "prog: internal error: <message>" and
+// exit code 1.
 int run_main(int argc, char** argv, const std::function<int(int, char**)>& body);
 
 }  // namespace mixpar
