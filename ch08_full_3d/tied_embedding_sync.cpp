@@ -27,7 +27,7 @@ TiedEmbeddingFirst::TiedEmbeddingFirst(std::unique_ptr<GradSync> inner, ParamReg
       trace_rank_(trace_rank) {}
 
 std::string TiedEmbeddingFirst::describe() const {
-  return inner_->describe() + " (the tied wte's two stage copies summed first)";
+  return "the tied wte's two stage copies summed, then " + inner_->describe();
 }
 
 void TiedEmbeddingFirst::last_backward_starts(int micro_batches) {

@@ -44,6 +44,8 @@ Json step_json(const StepStats& s, const MemorySnapshot& mem,
   j.set("tokens_per_s", s.seconds > 0 ? static_cast<double>(s.tokens) / s.seconds : 0.0);
   j.set("step_ms", s.seconds * 1e3);
   j.set("data_position", s.data_position);
+  j.set("flops", s.flops);
+  if (s.mfu > 0) j.set("mfu", s.mfu);
   j.set("epoch", s.epoch);
   if (s.ranks > 0) {
     // Rank 0's view of the step: compute, all communication, and the part of it compute
@@ -63,6 +65,13 @@ Json step_json(const StepStats& s, const MemorySnapshot& mem,
     }
     j.set("mem_bytes_by_rank", std::move(mem_by_rank));
     j.set("comm_bytes_by_rank", std::move(comm_by_rank));
+  }
+  if (s.ranks > 0) {
+    Json groups = Json::object();
+    for (std::size_t g = 0; g < kGroupNames.size(); ++g) {
+      groups.set(kGroupNames[g], static_cast<std::int64_t>(s.group_bytes[g]));
+    }
+    j.set("comm_bytes_by_group", std::move(groups));
   }
   if (heldout_accuracy) j.set("heldout_accuracy", *heldout_accuracy);
   return j;
@@ -101,6 +110,10 @@ std::string progress_line(const StepStats& s, std::int64_t total_steps, bool sho
                 width, static_cast<long long>(s.step), static_cast<long long>(total_steps), s.loss,
                 s.grad_norm, s.lr, format_rate(tps).c_str());
   std::string line = buf;
+  if (s.mfu > 0) {
+    std::snprintf(buf, sizeof buf, " | MFU %.1f%%", 100.0 * s.mfu);
+    line += buf;
+  }
   if (show_scale) {
     const double scale = s.loss_scale;  // whole numbers in full: 4194304, not 4.1943e+06
     std::snprintf(buf, sizeof buf, scale >= 1 ? " | scale %.0f" : " | scale %g", scale);

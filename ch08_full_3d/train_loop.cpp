@@ -14,6 +14,7 @@
 #include "comm/local_backend.h"
 #include "io/tokenizer.h"
 #include "ops/compute_threads.h"
+#include "gemm_peak.h"
 #include "preflight.h"
 #include "run_watch.h"
 #include "sampler.h"
@@ -208,6 +209,7 @@ struct RankRun {
   std::FILE* out;  // rank 0: the run's output; other ranks: null (they train silently)
   std::optional<JsonlLog> log;
   std::vector<TraceSpan> spans;  // kept only when --trace asks for them
+  GemmPeak peak;                 // rank 0: what MFU is measured against (gemm_peak.h)
   bool lead() const { return out != nullptr; }
 };
 
@@ -221,7 +223,8 @@ bool train_steps(RankRun& run) {
   RunWatch watch;  // the silent killers (run_watch.h), on rank 0's view of each step
   bool evaluated = false;
   while (t.step() < c.steps) {
-    const StepStats s = t.train_step();
+    StepStats s = t.train_step();
+    if (run.peak.flops_per_s > 0 && s.seconds > 0) s.mfu = s.flops / s.seconds / run.peak.flops_per_s;
     // Replicas that drifted apart (a nondeterministic kernel, a rank that skipped a step) train
     // N different models while the log shows rank 0's: a hash of every rank's weights, compared
     // (collective, so before the ranks part ways below). ReplicaMismatch names the ranks.
@@ -284,7 +287,7 @@ void finish(Trainer& t, bool evaluated, std::FILE* out) {
 void run_rank(const TrainerConfig& c, const TrainingData& data, Communicator* comm,
               std::FILE* out, const std::function<void()>& setup_done = {}) {
   Trainer t(c, data, comm);
-  RankRun run{t, out, std::nullopt, {}};
+  RankRun run{t, out, std::nullopt, {}, {}};
   if (c.resume) {
     t.resume();
     if (run.lead()) {
@@ -294,6 +297,10 @@ void run_rank(const TrainerConfig& c, const TrainingData& data, Communicator* co
   }
   if (run.lead()) {
     print_preflight(t, out);
+    run.peak = measure_gemm_peak();
+    std::fprintf(out, "MFU against this machine's measured FP32 GEMM peak: %.1f GFLOP/s (%d x %d "
+                 "x %d on %d threads; a GPU's would be its datasheet's)\n",
+                 run.peak.flops_per_s / 1e9, run.peak.n, run.peak.n, run.peak.n, run.peak.threads);
     if (!c.log_jsonl.empty()) {
       run.log.emplace(c.log_jsonl,
                       c.resume ? std::optional<std::int64_t>(t.step()) : std::nullopt);

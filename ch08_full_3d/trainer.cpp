@@ -229,15 +229,21 @@ std::vector<TraceSpan> Trainer::take_spans() {
   return all;
 }
 
-std::uint64_t Trainer::bytes_sent_so_far() const {
-  if (!grid_) return 0;
-  std::uint64_t n = 0;
-  const std::initializer_list<const Communicator*> groups = {
+std::array<std::uint64_t, 6> Trainer::group_bytes_so_far() const {
+  std::array<std::uint64_t, 6> out{};
+  if (!grid_) return out;
+  const std::array<const Communicator*, 6> groups = {
       &grid_->world(), &grid_->dp(), &grid_->tp(), &grid_->pp(), &grid_->model_parallel(),
       grid_->embedding()};
-  for (const Communicator* c : groups) {
-    if (c != nullptr) n += c->traffic().total().bytes_sent;
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    if (groups[g] != nullptr) out[g] = groups[g]->traffic().total().bytes_sent;
   }
+  return out;
+}
+
+std::uint64_t Trainer::bytes_sent_so_far() const {
+  std::uint64_t n = 0;
+  for (std::uint64_t b : group_bytes_so_far()) n += b;
   return n;
 }
 
@@ -403,6 +409,7 @@ StepStats Trainer::train_step() {
   s.step = step_ + 1;
   s.loss_scale = optimizer_.loss_scale();
   const std::uint64_t bytes_before = bytes_sent_so_far();
+  const std::array<std::uint64_t, 6> groups_before = group_bytes_so_far();
   sync_->begin_step();
   const ScheduleResult r = schedule_->run_step(
       model_, [this] { return loader_.next(); }, *sync_, s.loss_scale, rank(), spans_);
@@ -437,6 +444,12 @@ StepStats Trainer::train_step() {
     times_ = {};
   }
   step_bytes_sent_ = bytes_sent_so_far() - bytes_before;
+  const std::array<std::uint64_t, 6> groups_after = group_bytes_so_far();
+  for (std::size_t g = 0; g < groups_after.size(); ++g) {
+    s.group_bytes[g] = groups_after[g] - groups_before[g];
+  }
+  s.flops = static_cast<double>(config_.model.flops_per_token(config_.seq)) *
+            static_cast<double>(s.tokens);
   ++step_;
   s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return s;

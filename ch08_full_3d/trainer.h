@@ -48,7 +48,15 @@ struct StepStats {
   // repeated position within an epoch is the "repeated batches" silent killer of source
   // article B (docs/SOURCES.md).
   std::int64_t data_position = 0, epoch = 0;
+  // The step's model FLOPs over the whole grid (6N + 6LCT per token), and their share of the
+  // machine's measured peak (gemm_peak.h; 0 until the train loop sets it).
+  double flops = 0, mfu = 0;
+  // Distributed: the bytes this rank sent in the step over each of its groups, in the order
+  // of kGroupNames.
+  std::array<std::uint64_t, 6> group_bytes{};
 };
+inline constexpr std::array<const char*, 6> kGroupNames = {"world", "dp", "tp", "pp",
+                                                          "model_parallel", "embedding"};
 
 // Sets the threads of OpenMP loops and Eigen GEMMs (0: leave the default).
 void set_cpu_threads(int threads);
@@ -143,6 +151,7 @@ class Trainer {
   void recast_working_copy();
   void write_checkpoint_files(const std::string& dir) const;
   std::uint64_t bytes_sent_so_far() const;
+  std::array<std::uint64_t, 6> group_bytes_so_far() const;  // by kGroupNames
 
   TrainerConfig config_;
   TrainingData data_;

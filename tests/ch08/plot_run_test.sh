@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# PlotRun.DrawsLossGradNormLossScaleMemoryAndThroughputFromAJsonl: a short fp16 run on 2 rank
+# threads logs its JSONL; scripts/plot_run.py turns it into five PNGs, each a real image file;
+# a malformed log is one line and exit code 2. Skipped (exit 77) where matplotlib is missing.
+# Usage: plot_run_test.sh TRAIN_GPT PLOT_RUN_PY SCRATCH_DIR
+set -euo pipefail
+train_gpt="$1" script="$2" dir="$3"
+py=/usr/bin/python3
+[ -x "$py" ] || py=python3
+if ! "$py" -c "import matplotlib" 2>/dev/null; then
+  echo "skipped: no matplotlib (bash scripts/install_deps.sh installs python3-matplotlib)"
+  exit 77
+fi
+rm -rf "$dir" && mkdir -p "$dir"
+"$train_gpt" --n-layer 2 --n-head 2 --n-embd 16 --seq 8 --batch 2 --steps 6 --warmup 2 \
+  --eval-every 3 --threads 1 --ranks 2 --dtype fp16 --log-jsonl "$dir/run.jsonl" > "$dir/train.txt"
+"$py" "$script" "$dir/run.jsonl" --out "$dir/plots" > "$dir/plots.txt"
+for kind in loss grad_norm loss_scale memory throughput; do
+  f="$dir/plots/run_$kind.png"
+  grep -qx "$f" "$dir/plots.txt" || { echo "FAIL: $f not listed"; cat "$dir/plots.txt"; exit 1; }
+  head -c 8 "$f" | od -An -tx1 | grep -q "89 50 4e 47" || { echo "FAIL: $f is not a PNG"; exit 1; }
+done
+echo '{"step": 1' > "$dir/bad.jsonl"
+set +e
+"$py" "$script" "$dir/bad.jsonl" --out "$dir/bad" 2> "$dir/bad.err"
+code=$?
+set -e
+[ "$code" -eq 2 ] || { echo "FAIL: malformed log exit code $code"; exit 1; }
+[ "$(wc -l < "$dir/bad.err")" -eq 1 ] || { echo "FAIL: want one line"; cat "$dir/bad.err"; exit 1; }
+echo "ok: 5 plots from $dir/run.jsonl"
