@@ -103,7 +103,9 @@ GptPipelineRun run_gpt_pipeline(const GptConfig& c, const PipelinePlan& plan,
                                 const std::vector<TokenBatch>& batches,
                                 const GptPipelineOptions& opts) {
   const PipelineLayout& l = plan.layout;
-  if (opts.preflight) preflight(plan);
+  if (opts.preflight) {
+    preflight(plan, opts.local.synchronous_sends ? SendMode::kRendezvous : SendMode::kEager);
+  }
   GptPipelineRun out;
   out.peak_activation_bytes.resize(std::size_t(l.pp));
   out.pp_bytes_sent.resize(std::size_t(l.pp));
@@ -279,7 +281,8 @@ Section gpt_runs_equal_one_device() {
                "norm over all stages / one device", "rank 0's norm alone"});
   bool loss_ok = true, bits_ok = true, norm_ok = true, partial_low = true;
   double worst_wte = 0;
-  for (ScheduleKind k : {ScheduleKind::kAfab, ScheduleKind::kOneFOneB, ScheduleKind::kInterleaved}) {
+  for (ScheduleKind k : {ScheduleKind::kAfab, ScheduleKind::kOneFOneB, ScheduleKind::kInterleaved,
+                         ScheduleKind::kZbH1}) {
     for (int p : {2, 4}) {
       const int m = 4, v = k == ScheduleKind::kInterleaved ? 2 : 1;
       const auto bs = lesson_batches(c, m);
@@ -304,9 +307,10 @@ Section gpt_runs_equal_one_device() {
     }
   }
   s.text = t.str() +
-           "  Every stage accumulates its micro-batches in one device's order: every gradient\n"
-           "  but wte bit for bit. wte's two halves (embedding on the first stage, head on the\n"
-           "  last) are summed once per step, not in place per micro-batch: rounding apart.\n";
+           "  Every stage accumulates its micro-batches in one device's order (ZB-H1's delayed\n"
+           "  W's too: first in, first out): every gradient but wte bit for bit. wte's two halves\n"
+           "  (embedding on the first stage, head on the last) are summed once per step, not in\n"
+           "  place per micro-batch: rounding apart.\n";
   s.claims.push_back(yes_claim("the pipeline's loss equals one device's, bit for bit", loss_ok));
   s.claims.push_back(yes_claim("every gradient but the tied wte equals one device's bit for bit", bits_ok));
   s.claims.push_back(tolerance_claim("tied wte gradient (first + last stage) vs one device, "
@@ -325,8 +329,12 @@ Section measured_bubble(int p, int m) {
   TextTable t({"schedule", "step (ms)", "compute by rank (ms)", "measured bubble",
                "unit-cost bubble", "formula"});
   const auto bs = lesson_batches(c, m, 4, 64);
-  for (ScheduleKind k : {ScheduleKind::kAfab, ScheduleKind::kOneFOneB}) {
-    const PipelinePlan plan = make_plan(k, {p, m, 1});
+  for (ScheduleKind k : {ScheduleKind::kAfab, ScheduleKind::kOneFOneB, ScheduleKind::kInterleaved,
+                         ScheduleKind::kZbH1}) {
+    // Interleaved: 2 chunks of one block each per rank (4 blocks), where m is a multiple of p.
+    const bool interleaved = k == ScheduleKind::kInterleaved;
+    if (interleaved && (m % p != 0 || 2 * p > c.n_layer)) continue;
+    const PipelinePlan plan = make_plan(k, {p, m, interleaved ? 2 : 1});
     GptPipelineOptions o;
     o.sgd_steps = 2;  // the first step allocates
     const GptPipelineRun run = run_gpt_pipeline(c, plan, bs, o);
@@ -337,7 +345,8 @@ Section measured_bubble(int p, int m) {
       by_rank += (r ? " " : "") + fmt("%.1f", run.compute_s[std::size_t(r)] * 1e3);
     }
     const double measured = 1 - busy / (double(p) * run.step_s);
-    t.add({std::string(schedule_name(k)), fmt("%.1f", run.step_s * 1e3), by_rank,
+    t.add({std::string(schedule_name(k)) + (interleaved ? " v2" : ""),
+           fmt("%.1f", run.step_s * 1e3), by_rank,
            fmt("%.3f", measured),
            fmt("%.3f", bubble_fraction(play(plan, SendMode::kEager).timeline)),
            fmt("%.3f", bubble_formula(k, plan.layout))});

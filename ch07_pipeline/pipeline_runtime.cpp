@@ -41,10 +41,18 @@ double execute(const RankProgram& program, const PipelineLayout& layout, Communi
           throw std::invalid_argument("pipeline runtime: a transfer posts one send and one "
                                       "receive at most, got '" + describe(a, layout) + "'");
         }
-        if (send && recv) {
+        if (send && recv && pp.sends_wait_for_receiver()) {
           const Tensor& out = work.send_buffer(send->what, send->micro_batch, own_chunk(*send, layout));
           Tensor& in = work.receive_buffer(recv->what, recv->micro_batch, own_chunk(*recv, layout));
           pp.sendrecv(out, send->peer, in, recv->peer, kPipelineTag);
+        } else if (send && recv) {
+          // Buffered sends: the send returns at once, then the receive. Not sendrecv, whose
+          // send may wait for its receiver (MPI_Sendrecv, the local backend above its eager
+          // limit): the pre-flight play, with buffered sends, would not describe it.
+          pp.send(work.send_buffer(send->what, send->micro_batch, own_chunk(*send, layout)),
+                  send->peer, kPipelineTag);
+          pp.recv(work.receive_buffer(recv->what, recv->micro_batch, own_chunk(*recv, layout)),
+                  recv->peer, kPipelineTag);
         } else if (send) {
           pp.send(work.send_buffer(send->what, send->micro_batch, own_chunk(*send, layout)),
                   send->peer, kPipelineTag);
@@ -72,11 +80,8 @@ GptStageWork::GptStageWork(std::vector<GptModel*> chunks, const PipelinePlan& pl
       batches_(batches),
       loss_seed_(loss_seed),
       backwards_left_(plan.layout.micro_batches * plan.layout.virtual_stages),
-      backwards_done_(chunks_.size(), 0) {
-  if (plan.split_backward()) {
-    throw std::invalid_argument("GptStageWork: " + std::string(schedule_name(plan.kind)) +
-                                " splits the backward into B and W; GptModel runs them together");
-  }
+      inputs_done_(chunks_.size(), 0),
+      weights_done_(chunks_.size(), 0) {
   if (static_cast<int>(chunks_.size()) != layout_.virtual_stages) {
     throw std::invalid_argument("GptStageWork: " + std::to_string(chunks_.size()) +
                                 " chunks for " + std::to_string(layout_.virtual_stages) +
@@ -109,39 +114,61 @@ void GptStageWork::forward(int mb, int c) {
   if (st.is_last()) loss_sum_ += loss;
 }
 
-void GptStageWork::backward(int mb, int c) {
+void GptStageWork::start_backward(int mb, int c) {
   GptModel& model = chunk(c);
   const TokenBatch& b = batches_[static_cast<std::size_t>(mb)];
-  if (!model.stage().is_last()) {
-    const auto it = grad_in_.find({mb, c});
-    if (it == grad_in_.end()) {
-      throw std::logic_error("pipeline runtime: backward of micro-batch " + std::to_string(mb) +
-                             " on chunk " + std::to_string(c) + " before its gradient arrived");
-    }
-    model.prepare(b.B, b.T, mb);
-    model.output_grad().copy_from(it->second);
-    grad_in_.erase(it);
+  if (model.stage().is_last()) return;  // the loss seeds it
+  const auto it = grad_in_.find({mb, c});
+  if (it == grad_in_.end()) {
+    throw std::logic_error("pipeline runtime: backward of micro-batch " + std::to_string(mb) +
+                           " on chunk " + std::to_string(c) + " before its gradient arrived");
   }
+  model.prepare(b.B, b.T, mb);
+  model.output_grad().copy_from(it->second);
+  grad_in_.erase(it);
+}
+
+void GptStageWork::keep_input_grad(int mb, int c) {
+  GptModel& model = chunk(c);
+  if (model.stage().is_first()) return;
+  Tensor g = Tensor::empty(model.input_grad().shape(), model.input_grad().dtype(),
+                           MemCategory::kCommBuffers);
+  g.copy_from(model.input_grad());
+  grad_out_[{mb, c}] = std::move(g);
+}
+
+void GptStageWork::backward(int mb, int c) {
+  GptModel& model = chunk(c);
+  start_backward(mb, c);
   if (--backwards_left_ == 0 && last_backward_) last_backward_();
   const auto C = static_cast<std::size_t>(c);
   // The loss seed: loss_scale / m on the last stage, once; other stages start from the
-  // gradient they received, which carries it already.
-  model.backward(loss_seed_, /*accumulate=*/backwards_done_[C] > 0, mb);
-  ++backwards_done_[C];
-  if (!model.stage().is_first()) {
-    Tensor g = Tensor::empty(model.input_grad().shape(), model.input_grad().dtype(),
-                             MemCategory::kCommBuffers);
-    g.copy_from(model.input_grad());
-    grad_out_[{mb, c}] = std::move(g);
-  }
+  // gradient they received, which carries it already. The first backward of a step
+  // overwrites the gradients, the others add to them.
+  model.backward(loss_seed_, /*accumulate=*/inputs_done_[C] > 0, mb);
+  ++inputs_done_[C];
+  ++weights_done_[C];
+  keep_input_grad(mb, c);
   model.release_slot(mb);
 }
 
-void GptStageWork::backward_input(int, int) {
-  throw std::logic_error("GptStageWork: no split backward (refused at construction)");
+// B: the input gradient (sent back at once), the slot kept for W.
+void GptStageWork::backward_input(int mb, int c) {
+  start_backward(mb, c);
+  const auto C = static_cast<std::size_t>(c);
+  chunk(c).backward_input(loss_seed_, /*accumulate=*/inputs_done_[C] > 0, mb);
+  ++inputs_done_[C];
+  keep_input_grad(mb, c);
 }
-void GptStageWork::backward_weight(int, int) {
-  throw std::logic_error("GptStageWork: no split backward (refused at construction)");
+
+// W: the weight gradients; the step's last one is the gradient sync's cue (its hooks fire in
+// W). W's run in micro-batch order on each chunk (ZB-H1 delays them first in, first out).
+void GptStageWork::backward_weight(int mb, int c) {
+  if (--backwards_left_ == 0 && last_backward_) last_backward_();
+  const auto C = static_cast<std::size_t>(c);
+  chunk(c).backward_weight(/*accumulate=*/weights_done_[C] > 0, mb);
+  ++weights_done_[C];
+  chunk(c).release_slot(mb);
 }
 
 Tensor& GptStageWork::receive_buffer(Payload what, int mb, int c) {
@@ -189,12 +216,7 @@ PipelineSchedule::PipelineSchedule(ScheduleKind kind, const PipelineLayout& layo
                      std::to_string(layout.virtual_stages) + " runs in the simulator "
                      "(ch07_pipeline) and the chapter's runtime, not in train_gpt");
   }
-  if (plan_.split_backward()) {
-    throw InputError("--schedule " + std::string(schedule_name(kind)) +
-                     " needs the backward split into B and W, which the GPT model does not "
-                     "offer yet: simulate it with ch07_pipeline --schedule zb-h1");
-  }
-  preflight(plan_);
+  preflight(plan_, send_mode_of(grid.pp()));
 }
 
 std::string PipelineSchedule::describe() const { return preflight_summary(plan_); }

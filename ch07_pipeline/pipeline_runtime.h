@@ -1,11 +1,13 @@
 // The pipeline runtime: executes one rank's action list, in order, over the pp communicator.
 // It knows no schedule by name: a compute action calls the rank's StageWork, a transfer action
 // sends and receives the tensors StageWork names (one send or receive alone; a send and a
-// receive together as one sendrecv, posted at once). Every action becomes a trace span.
+// receive together as one sendrecv, posted at once, where sends wait for their receiver, and
+// as a buffered send then the receive elsewhere, as the pre-flight play assumes). Every
+// action becomes a trace span.
 //
 // GptStageWork runs the actions on GPT-2 chunks (GptModel stages, one per virtual stage of the
 // rank): micro-batch k's activations live in slot k of its chunk from its forward to its
-// backward; a received gradient waits in a buffer of its own until its backward, and an input
+// backward (to its W when the backward is split); a received gradient waits in a buffer of its own until its backward, and an input
 // gradient is copied out of the model's shared workspace as soon as its backward ends, so
 // any order the pre-flight check accepts runs.
 //
@@ -57,8 +59,9 @@ double execute(const RankProgram& program, const PipelineLayout& layout, Communi
 // (one per micro-batch, the same on every rank) and the seed of the last stage's backward.
 class GptStageWork final : public StageWork {
  public:
-  // chunks[c] must run GptStage layout.stage_of(rank, c) of layout.stages(). A plan with a
-  // split backward needs B without W, which GptModel does not offer: std::invalid_argument.
+  // chunks[c] must run GptStage layout.stage_of(rank, c) of layout.stages(). A split
+  // backward (B, then W later) runs GptModel::backward_input and backward_weight: the slot
+  // of a micro-batch is kept from its forward to its W.
   GptStageWork(std::vector<GptModel*> chunks, const PipelinePlan& plan, int rank,
                const std::vector<TokenBatch>& batches, float loss_seed);
 
@@ -72,19 +75,23 @@ class GptStageWork final : public StageWork {
 
   // Sum of the micro-batches' mean losses (the last stage; 0 elsewhere).
   double loss_sum() const { return loss_sum_; }
-  // Called right before the rank's last backward of the step (the gradient sync's cue).
+  // Called right before the rank's last backward (or W) of the step: the gradient sync's cue.
   void on_last_backward(std::function<void()> f) { last_backward_ = std::move(f); }
 
  private:
   GptModel& chunk(int c) { return *chunks_[static_cast<std::size_t>(c)]; }
+  void start_backward(int micro_batch, int chunk);  // the received gradient into output_grad()
+  void keep_input_grad(int micro_batch, int chunk);  // input_grad() out of the workspace
   std::vector<GptModel*> chunks_;
   PipelineLayout layout_;
   int rank_;
   const std::vector<TokenBatch>& batches_;
   float loss_seed_;
   double loss_sum_ = 0;
-  int backwards_left_;
-  std::vector<int> backwards_done_;  // by chunk: the first of a step overwrites the gradients
+  int backwards_left_;  // backward or W actions still to run this step
+  // By chunk, the backwards (or B's) and the W's run: the first of a step overwrites the
+  // gradients it writes, the later ones add to them.
+  std::vector<int> inputs_done_, weights_done_;
   std::map<std::pair<int, int>, Tensor> grad_in_, grad_out_;  // (micro-batch, chunk)
   std::function<void()> last_backward_;
 };

@@ -181,9 +181,21 @@ PlayResult play(const PipelinePlan& plan, SendMode mode, const UnitCosts& costs)
   return res;
 }
 
-void preflight(const PipelinePlan& plan) {
+void preflight(const PipelinePlan& plan, SendMode mode) {
   PlayResult r = play(plan, SendMode::kEager);
   if (!r.ok) throw ScheduleRefused(std::move(r.problem));
+  if (mode == SendMode::kEager) return;
+  r = play(plan, SendMode::kRendezvous);
+  if (!r.ok) {
+    r.problem.what = std::string(schedule_name(plan.kind)) + " needs buffered sends, and this "
+                     "backend's sends wait for their receiver (NCCL, local synchronous): " +
+                     r.problem.what;
+    throw ScheduleRefused(std::move(r.problem));
+  }
+}
+
+SendMode send_mode_of(const Communicator& comm) {
+  return comm.sends_wait_for_receiver() ? SendMode::kRendezvous : SendMode::kEager;
 }
 
 bool survives_rendezvous_sends(const PipelinePlan& plan) {

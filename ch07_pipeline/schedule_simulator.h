@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "ch07_pipeline/pipeline_schedule.h"
+#include "comm/communicator.h"
 #include "util/errors.h"
 
 namespace mixpar::ch07 {
@@ -68,8 +69,13 @@ class ScheduleRefused : public InputError {
   PlayProblem problem;
 };
 
-// Plays the plan with buffered sends; throws ScheduleRefused naming the ranks and actions.
-void preflight(const PipelinePlan& plan);
+// Plays the plan as the backend in use sends (kEager: buffered, as the local backend's default
+// and MPI's; kRendezvous: sends that wait for their receiver, as NCCL's and the local
+// backend's synchronous mode); throws ScheduleRefused naming the ranks and actions, and, for
+// a plan that only buffering saves, the send mode that refuses it.
+void preflight(const PipelinePlan& plan, SendMode mode = SendMode::kEager);
+// The mode to play a plan in for this communicator (Communicator::sends_wait_for_receiver).
+SendMode send_mode_of(const Communicator& comm);
 // Whether the plan also completes when every send waits for its receiver.
 bool survives_rendezvous_sends(const PipelinePlan& plan);
 

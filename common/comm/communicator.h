@@ -91,6 +91,11 @@ class Communicator {
   // (shapes may differ); a mismatch is a CommError naming both ranks.
   virtual void send(const Tensor& t, int dst, int tag = 0) = 0;
   virtual void recv(Tensor& t, int src, int tag = 0) = 0;
+  // Whether send() may wait until the receiver takes the message (NCCL's sends, the local
+  // backend's synchronous mode) instead of returning once it is queued (MPI's Isend of a
+  // staged copy, the local default): an order of sends and receives that relies on
+  // buffering then deadlocks, and chapter 7's pre-flight check plays a plan accordingly.
+  virtual bool sends_wait_for_receiver() const { return false; }
   // One step of a ring: send to dst and receive from src at once (safe for every backend).
   // Returns when recv_t holds the message and send_t may be reused, which can mean once dst
   // has received (MPI_Sendrecv's blocking semantics); the two buffers must not overlap.

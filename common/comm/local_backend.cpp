@@ -109,6 +109,8 @@ void LocalCommunicator::receive_into(Tensor& t, int src, int tag) {
   local::copy_bytes(bytes_of(t), d.data(), t.nbytes());
 }
 
+bool LocalCommunicator::sends_wait_for_receiver() const { return fabric_->synchronous_sends(); }
+
 void LocalCommunicator::recv(Tensor& t, int src, int tag) {
   receive_into(t, src, tag);
   traffic_.record("recv", 0, t.nbytes());

@@ -55,6 +55,7 @@ class LocalCommunicator final : public Communicator {
 
   void send(const Tensor& t, int dst, int tag = 0) override;
   void recv(Tensor& t, int src, int tag = 0) override;
+  bool sends_wait_for_receiver() const override;  // LocalOptions::synchronous_sends
   void sendrecv(const Tensor& send_t, int dst, Tensor& recv_t, int src, int tag = 0) override;
   // Adds straight out of src's message (its own buffer above the eager limit): one pass,
   // recv_t untouched.

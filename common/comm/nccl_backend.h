@@ -36,6 +36,7 @@ class NcclCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string backend() const override { return "nccl"; }
+  bool sends_wait_for_receiver() const override { return true; }  // ncclSend: rendezvous
   int device() const;
 
   // Each call is enqueued on the communicator's stream and waited for. NCCL sends are not

@@ -118,6 +118,7 @@ void GptModel::Slot::release() {
   for (Tensor* t : {&lnf, &lnf_mean, &lnf_rstd, &logits, &lse}) *t = Tensor();
   ce_stats = {};
   ready_for_backward = false;
+  weight_pending = false;
 }
 
 Tensor& GptModel::stage_input(int slot) {
@@ -159,6 +160,10 @@ double GptModel::forward(std::span<const std::int32_t> tokens,
               stage.is_last() ? targets : std::span<const std::int32_t>(), B, T,
               stage.is_first());
   select_slot(slot);
+  if (cur().weight_pending) {
+    throw std::logic_error("GptModel::forward into slot " + std::to_string(slot) +
+                           ", whose backward_weight has not run (it needs the slot's buffers)");
+  }
   cur().tokens.assign(tokens.begin(), tokens.end());
   cur().targets.assign(targets.begin(), targets.end());
   cur().ready_for_backward = false;
@@ -218,23 +223,77 @@ void GptModel::backward(float loss_scale, bool accumulate, int slot) {
         "GptModel::backward needs a forward with targets since the last backward");
   }
   cur().ready_for_backward = false;  // d(logits) now overwrites the logits
-  if (options_.stage.is_last()) backward_head(loss_scale, accumulate);  // else: output_grad()
+  if (options_.stage.is_last()) {    // else: output_grad()
+    backward_head_input(loss_scale, accumulate);
+    backward_head_weight(accumulate);
+  }
   backward_blocks(accumulate);
-  if (options_.stage.is_first()) backward_embedding(accumulate);
-  if (!options_.keep_buffers) {
-    cur().release();  // this micro-batch's activations; the workspace once none are held
-    bool any_held = false;
-    for (const Slot& sl : slots_) any_held = any_held || !sl.resid.empty();
-    if (!any_held) ws_.release();
+  if (options_.stage.is_first()) backward_embedding(ws_.dres, accumulate);
+  release_after_backward();
+}
+
+void GptModel::check_split(const char* what) const {
+  if (options_.recompute || sp()) {
+    throw std::invalid_argument(std::string("GptModel::") + what +
+                                ": the split backward keeps each block's activations until W; "
+                                "recompute and sequence parallelism share them between blocks");
   }
 }
 
-void GptModel::backward_head(float loss_scale, bool accumulate) {
+void GptModel::backward_input(float loss_scale, bool accumulate, int slot) {
+  check_split("backward_input");
+  select_slot(slot);
+  if (!cur().ready_for_backward) {
+    throw std::logic_error(
+        "GptModel::backward_input needs a forward with targets since the last backward");
+  }
+  cur().ready_for_backward = false;
+  if (options_.stage.is_last()) backward_head_input(loss_scale, accumulate);
+  for (std::int64_t l = local_blocks() - 1; l >= 0; --l) {
+    const auto i = static_cast<std::size_t>(l);
+    // d(out) of block i is kept in its output resid[i + 1], which the blocks above have read.
+    gpt_block_backward_input(w_[i], dw_[i], config_.n_head, cur().resid[i], acts_of(l), ws_,
+                             cur().resid[i + 1], accumulate, tp());
+  }
+  // The embedding's W reads d(resid[0]); the workspace's copy is the next backward's.
+  if (options_.stage.is_first()) cur().resid[0].copy_from(ws_.dres);
+  cur().weight_pending = true;
+}
+
+void GptModel::backward_weight(bool accumulate, int slot) {
+  check_split("backward_weight");
+  select_slot(slot);
+  if (!cur().weight_pending) {
+    throw std::logic_error("GptModel::backward_weight of slot " + std::to_string(slot) +
+                           " needs its backward_input first");
+  }
+  cur().weight_pending = false;
+  if (options_.stage.is_last()) backward_head_weight(accumulate);
+  for (std::int64_t l = local_blocks() - 1; l >= 0; --l) {
+    const auto i = static_cast<std::size_t>(l);
+    GptBlockActs& a = acts_of(l);
+    gpt_block_backward_weight(dw_[i], a, cur().resid[i + 1], accumulate);
+    report_ready(entry_index("h." + std::to_string(first_block() + l) + ".ln_1.weight"), 12);
+    if (!options_.keep_buffers) a.release();
+  }
+  if (options_.stage.is_first()) backward_embedding(cur().resid[0], accumulate);
+  release_after_backward();
+}
+
+void GptModel::release_after_backward() {
+  if (options_.keep_buffers) return;
+  cur().release();  // this micro-batch's activations; the workspace once none are held
+  bool any_held = false;
+  for (const Slot& sl : slots_) any_held = any_held || !sl.resid.empty();
+  if (!any_held) ws_.release();
+}
+
+// B of the head: d(logits) in place, d(lnf) = dlogits wte, and ln_f's backward (its two
+// weight gradients with it, where its inputs are).
+void GptModel::backward_head_input(float loss_scale, bool accumulate) {
   Tensor logits2d = rows2d(cur().logits), dlnf = rows2d(ws_.dsmall);
-  Tensor lnf2d = rows2d(sp() ? ws_.gathered : cur().lnf);
   layers::crossentropy_backward(logits2d, cur().targets, vocab_begin(), cur().lse, loss_scale,
                                 logits2d);  // in place; no communication
-  Tensor dwte = grad("wte.weight");
   ops::matmul(logits2d, param("wte.weight"), dlnf);  // d(lnf) [B*T, C] = dlogits wte
   if (sp()) {  // f-bar's backward: this rank's rows of the vocab shards' sum; lnf regathered
     tp()->reduce_scatter_rows(ws_.dsmall, ws_.dlocal, "head backward");
@@ -242,9 +301,7 @@ void GptModel::backward_head(float loss_scale, bool accumulate) {
   } else if (tp() != nullptr) {
     tp()->head_backward(ws_.dsmall);  // the head's f: sum the vocab shards
   }
-  ops::matmul(logits2d, lnf2d, dwte, true, false, ops::Accumulation::kFP32, 1.0f,
-              accumulate ? 1.0f : 0.0f);  // d(wte) [V, C] (+)= dlogits^T lnf
-  ws_.dres.zero();                        // layernorm_backward adds into it
+  ws_.dres.zero();  // layernorm_backward adds into it
   Tensor dw = grad("ln_f.weight"), db = grad("ln_f.bias");
   if (sp()) {  // ln_f's gradient from this rank's rows, summed over tp
     const std::int64_t C = config_.n_embd;
@@ -264,6 +321,15 @@ void GptModel::backward_head(float loss_scale, bool accumulate) {
     layers::layernorm_backward(ws_.dsmall, cur().resid.back(), param("ln_f.weight"),
                                cur().lnf_mean, cur().lnf_rstd, ws_.dres, dw, db, accumulate);
   }
+}
+
+// W of the head: d(wte) (+)= dlogits^T lnf, from the d(logits) B left in the slot's logits.
+void GptModel::backward_head_weight(bool accumulate) {
+  Tensor logits2d = rows2d(cur().logits);
+  Tensor lnf2d = rows2d(sp() ? ws_.gathered : cur().lnf);
+  Tensor dwte = grad("wte.weight");
+  ops::matmul(logits2d, lnf2d, dwte, true, false, ops::Accumulation::kFP32, 1.0f,
+              accumulate ? 1.0f : 0.0f);  // d(wte) [V, C] (+)= dlogits^T lnf
   report_ready(entry_index("ln_f.weight"), 2);
   // A last stage without the embedding holds wte only as the head: final already.
   if (!options_.stage.is_first()) report_ready(entry_index("wte.weight"), 1);
@@ -286,7 +352,8 @@ void GptModel::backward_blocks(bool accumulate) {
   }
 }
 
-void GptModel::backward_embedding(bool accumulate) {
+// The embedding's gradients (a weight gradient only: W) from dx0 = d(resid[0]).
+void GptModel::backward_embedding(const Tensor& dx0, bool accumulate) {
   Tensor dwte = grad("wte.weight"), dwpe = grad("wpe.weight");
   if (!accumulate) dwpe.zero();
   // On the whole model wte already holds the LM head's gradient: the embedding's share is
@@ -295,8 +362,8 @@ void GptModel::backward_embedding(bool accumulate) {
   const bool onto_head = options_.stage.is_last();
   if (!onto_head && !accumulate) dwte.zero();
   // Sequence parallel: every row's gradient, gathered (the reduce-scatter's backward).
-  if (sp()) tp()->all_gather_rows(ws_.dres, ws_.gathered, "embedding backward");
-  layers::embedding_backward(cur().tokens, sp() ? ws_.gathered : ws_.dres, vocab_begin(), dwte,
+  if (sp()) tp()->all_gather_rows(dx0, ws_.gathered, "embedding backward");
+  layers::embedding_backward(cur().tokens, sp() ? ws_.gathered : dx0, vocab_begin(), dwte,
                              &dwpe, /*accumulate=*/true);
   report_ready(entry_index("wpe.weight"), 1);
   report_ready(entry_index("wte.weight"), 1);

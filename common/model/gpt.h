@@ -116,6 +116,19 @@ class GptModel {
   // carries the loss scale already) and ignores loss_scale.
   void backward(float loss_scale = 1.0f, bool accumulate = false, int slot = 0);
 
+  // The same backward split in two (chapter 7's ZB-H1; Qi et al. 2023), backward() being
+  // backward_input then backward_weight bit for bit. backward_input (B): the input gradient,
+  // input_grad() on a non-first stage (what the stage sends back), with the LayerNorms'
+  // weight gradients (O(B T C)); `accumulate` applies to those. backward_weight (W): every
+  // other weight gradient (the GEMMs', the head's wte, the embedding's), and the gradient-ready
+  // hook, from what B left in the slot: the layer inputs and the output gradients, written
+  // over activations B has consumed, so a slot waiting for W holds no more than after its
+  // forward; the slot is released by W (keep_buffers false) and may not be forwarded into
+  // before it. Not with recompute or sequence parallelism (std::invalid_argument): both share
+  // activation buffers between blocks.
+  void backward_input(float loss_scale = 1.0f, bool accumulate = false, int slot = 0);
+  void backward_weight(bool accumulate = false, int slot = 0);
+
   ParamRegistry& registry() { return registry_; }
   const ParamRegistry& registry() const { return registry_; }
   std::vector<NamedTensor> parameters() const { return registry_.parameters(); }
@@ -139,9 +152,12 @@ class GptModel {
  private:
   void ensure_buffers(std::int64_t B, std::int64_t T);
   GptBlockActs& acts_of(std::int64_t layer);  // the layer's own set, or the shared one (recompute)
-  void backward_head(float loss_scale, bool accumulate);
+  void backward_head_input(float loss_scale, bool accumulate);
+  void backward_head_weight(bool accumulate);
   void backward_blocks(bool accumulate);
-  void backward_embedding(bool accumulate);
+  void backward_embedding(const Tensor& dx0, bool accumulate);
+  void release_after_backward();  // keep_buffers false: the slot, then the workspace
+  void check_split(const char* what) const;
   void report_ready(std::size_t first, std::size_t count) const;  // hook on entries [first, +count)
   std::size_t entry_index(std::string_view name) const;
   std::int64_t first_block() const { return options_.stage.first_block; }
@@ -167,6 +183,7 @@ class GptModel {
     Tensor lse;                        // [B*T] log-sum-exp of each row, for backward
     layers::CrossEntropyStats ce_stats;  // [B*T] each, kOther
     bool ready_for_backward = false;
+    bool weight_pending = false;  // backward_input ran, backward_weight not yet
     void release();
   };
   Slot& cur() { return slots_[static_cast<std::size_t>(slot_)]; }

@@ -219,14 +219,28 @@ void gpt_block_backward_sp(const GptBlockWeights& w, GptBlockWeights& g, std::in
 }  // namespace
 
 void gpt_block_backward(const GptBlockWeights& w, GptBlockWeights& g, std::int64_t n_head,
-                        const Tensor& x, const GptBlockActs& a, GptBlockWorkspace& ws,
+                        const Tensor& x, GptBlockActs& a, GptBlockWorkspace& ws,
                         bool accumulate, TensorParallelOps* tp, bool sp) {
-  const bool acc = accumulate;
-  const std::int64_t heads = tp == nullptr ? n_head : n_head / tp->size();
   if (tp != nullptr && sp) {
-    gpt_block_backward_sp(w, g, heads, x, a, ws, acc, *tp);
+    gpt_block_backward_sp(w, g, n_head / tp->size(), x, a, ws, accumulate, *tp);
     return;
   }
+  // B, then W at once: d(out) kept in proj, which nothing reads during a backward.
+  gpt_block_backward_input(w, g, n_head, x, a, ws, ws.proj, accumulate, tp);
+  gpt_block_backward_weight(g, a, ws.proj, accumulate);
+}
+
+// B: the chain of input gradients, d(out) -> d(x). Each GEMM's dx = dy w^T here; its dy is kept
+// for W in a buffer whose activation B no longer needs: d(fch) over fch (read by GELU's
+// backward only), d(res2) over res2 (read by ln_2's backward only), d(qkv) over qkv (read by
+// attention's backward only), d(out) in the caller's out_grad. So a micro-batch waiting for
+// its W holds no more than it held after its forward (Qi et al. 2023: the W pass needs the
+// layer inputs and output gradients, not the rest of the activations).
+void gpt_block_backward_input(const GptBlockWeights& w, GptBlockWeights& g, std::int64_t n_head,
+                              const Tensor& x, GptBlockActs& a, GptBlockWorkspace& ws,
+                              Tensor& out_grad, bool accumulate, TensorParallelOps* tp) {
+  const bool acc = accumulate;
+  const std::int64_t heads = tp == nullptr ? n_head : n_head / tp->size();
   Tensor dres = rows2d(ws.dres), dsmall = rows2d(ws.dsmall), dbig = rows2d(ws.dbig);
   // dqkv [B, T, 3C] borrows dbig's storage: d(fch) is dead by the time dqkv is written.
   Tensor dqkv = ws.dbig.flat_slice(0, a.qkv.numel()).view(a.qkv.shape());
@@ -234,22 +248,41 @@ void gpt_block_backward(const GptBlockWeights& w, GptBlockWeights& g, std::int64
   Tensor datty = ws.dsmall.flat_slice(0, a.atty.numel()).view(a.atty.shape());
   Tensor datty2d = rows2d(datty);
   // MLP branch. dres = d(out) flows to res2 unchanged (skip path); ln_2 adds its share.
-  ops::linear_backward(rows2d(a.fch_gelu), w.fc_proj_w, dres, &dbig, g.fc_proj_w, &g.fc_proj_b,
-                       acc);
-  layers::gelu_backward(a.fch, ws.dbig, ws.dbig);  // d(fch) [B, T, 4C]
-  ops::linear_backward(rows2d(a.ln2), w.fc_w, dbig, &dsmall, g.fc_w, &g.fc_b, acc);  // d(ln2)
+  out_grad.copy_from(ws.dres);                           // W's dy of mlp.c_proj
+  ops::matmul(dres, w.fc_proj_w, dbig, false, true);     // d(fch_gelu) = d(out) w^T
+  layers::gelu_backward(a.fch, ws.dbig, ws.dbig);        // d(fch) [B, T, 4C]
+  a.fch.copy_from(ws.dbig);                              // W's dy of mlp.c_fc
+  ops::matmul(dbig, w.fc_w, dsmall, false, true);        // d(ln2)
   if (tp != nullptr) tp->f_backward(ws.dsmall);  // f: each rank's c_fc gave a partial d(ln2)
+  // The LayerNorms' weight gradients (2 C each, O(B T C)) are taken here, where their inputs
+  // are: W keeps the GEMMs' weight gradients, the work that fills the bubble.
   layers::layernorm_backward(ws.dsmall, a.res2, w.ln2_w, a.ln2_mean, a.ln2_rstd, ws.dres, g.ln2_w,
                              g.ln2_b, acc);  // dres = d(res2)
+  a.res2.copy_from(ws.dres);                 // W's dy of attn.c_proj
   // Attention branch. dres flows to x unchanged; ln_1 adds its share.
-  ops::linear_backward(rows2d(a.atty), w.attn_proj_w, dres, &datty2d, g.attn_proj_w,
-                       &g.attn_proj_b, acc);  // d(atty) [B*T, C / tp]; g's backward: identity
+  ops::matmul(dres, w.attn_proj_w, datty2d, false, true);  // d(atty); g's backward: identity
   layers::attention_backward(datty, a.qkv, a.att, heads, dqkv, ws.datt);
-  Tensor dqkv2d = rows2d(dqkv);
-  ops::linear_backward(rows2d(a.ln1), w.attn_w, dqkv2d, &dsmall, g.attn_w, &g.attn_b, acc);
+  a.qkv.copy_from(dqkv);                                   // W's dy of attn.c_attn
+  ops::matmul(rows2d(dqkv), w.attn_w, dsmall, false, true);  // d(ln1)
   if (tp != nullptr) tp->f_backward(ws.dsmall);  // f: a partial d(ln1) from each rank's heads
   layers::layernorm_backward(ws.dsmall, x, w.ln1_w, a.ln1_mean, a.ln1_rstd, ws.dres, g.ln1_w,
                              g.ln1_b, acc);  // dres = d(x)
+}
+
+// W: dw (+)= x^T dy and db (+)= sum_rows(dy) of the four GEMMs, from the layer inputs (fch_gelu,
+// ln2, atty, ln1) and the output gradients B kept: the two products linear_backward takes
+// after its dx, with the same operands, hence the same rounding, as the joint backward.
+void gpt_block_backward_weight(GptBlockWeights& g, const GptBlockActs& a, const Tensor& out_grad,
+                               bool accumulate) {
+  const float beta = accumulate ? 1.0f : 0.0f;
+  auto weight_grad = [&](const Tensor& x, const Tensor& dy, Tensor& dw, Tensor& db) {
+    ops::matmul(rows2d(x), rows2d(dy), dw, true, false, ops::Accumulation::kFP32, 1.0f, beta);
+    ops::bias_grad(rows2d(dy), db, accumulate);
+  };
+  weight_grad(a.fch_gelu, out_grad, g.fc_proj_w, g.fc_proj_b);  // mlp.c_proj: dy = d(out)
+  weight_grad(a.ln2, a.fch, g.fc_w, g.fc_b);                    // mlp.c_fc: dy = d(fch)
+  weight_grad(a.atty, a.res2, g.attn_proj_w, g.attn_proj_b);    // attn.c_proj: dy = d(res2)
+  weight_grad(a.ln1, a.qkv, g.attn_w, g.attn_b);                // attn.c_attn: dy = d(qkv)
 }
 
 }  // namespace mixpar

@@ -90,9 +90,24 @@ void gpt_block_forward(const GptBlockWeights& w, std::int64_t n_head, const Tens
 // Backward of the block given its input x and the activations of its forward. On entry ws.dres
 // holds d(out); on return d(x). Gradients go to g (overwritten, or added when accumulate).
 // tp: f's backward (the all-reduce of each column-parallel layer's input gradient) before
-// each LayerNorm backward.
+// each LayerNorm backward. Without sp this is gpt_block_backward_input, then
+// gpt_block_backward_weight (d(out) kept in ws.proj): bit for bit the joint backward, as
+// every product has the same operands. a's fch, qkv and res2 hold gradients afterwards.
 void gpt_block_backward(const GptBlockWeights& w, GptBlockWeights& g, std::int64_t n_head,
-                        const Tensor& x, const GptBlockActs& a, GptBlockWorkspace& ws,
+                        const Tensor& x, GptBlockActs& a, GptBlockWorkspace& ws,
                         bool accumulate, TensorParallelOps* tp = nullptr, bool sp = false);
+
+// The backward split for zero-bubble pipelines (chapter 7, ZB-H1; Qi et al. 2023): B, the
+// input gradient (d(out) in ws.dres -> d(x) in ws.dres), with the LayerNorms' weight
+// gradients; it leaves what W needs in the block's own buffers: d(out) in out_grad [B, T, C],
+// d(fch) over a.fch, d(res2) over a.res2, d(qkv) over a.qkv (activations B has consumed).
+// No sequence parallelism (its gathered rows live in the shared workspace).
+void gpt_block_backward_input(const GptBlockWeights& w, GptBlockWeights& g, std::int64_t n_head,
+                              const Tensor& x, GptBlockActs& a, GptBlockWorkspace& ws,
+                              Tensor& out_grad, bool accumulate, TensorParallelOps* tp = nullptr);
+// W, any time after B and before the block's next forward: the four GEMMs' weight and bias
+// gradients from their inputs (a.fch_gelu, a.ln2, a.atty, a.ln1) and the gradients B kept.
+void gpt_block_backward_weight(GptBlockWeights& g, const GptBlockActs& a, const Tensor& out_grad,
+                               bool accumulate);
 
 }  // namespace mixpar

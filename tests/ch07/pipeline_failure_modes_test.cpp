@@ -30,6 +30,40 @@ TEST(PipelineFailure, ReceiveBeforeSendIsRefusedBeforeComputeNamingBothRanks) {
   EXPECT_THROW(preflight(bad), InputError);
 }
 
+// Interleaved with m > p leaves a lone send facing a neighbour's send (rank 0 sends micro-batch
+// 0's gradient while rank 1 sends micro-batch 1's): buffered sends get past it, sends that wait
+// for their receiver do not. On such a backend the plan is refused before any compute, naming
+// the two ranks; with m = p, or on buffered sends, it runs.
+TEST(PipelineFailure, InterleavedWithMoreMicroBatchesThanStagesIsRefusedWhereSendsWait) {
+  const GptConfig c{8, 2, 16, 8, 32};
+  GptPipelineOptions strict;
+  strict.local.synchronous_sends = true;
+  try {
+    run_gpt_pipeline(c, make_plan(ScheduleKind::kInterleaved, {2, 4, 2}), lesson_batches(c, 4),
+                     strict);
+    FAIL() << "interleaved m 4 > p 2 ran on sends that wait for their receiver";
+  } catch (const ScheduleRefused& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("needs buffered sends"), std::string::npos) << what;
+    EXPECT_NE(what.find("deadlock"), std::string::npos) << what;
+    EXPECT_EQ(e.problem.rank_a + e.problem.rank_b, 1) << what;  // ranks 0 and 1
+  }
+  // m = p: every send is fused with the receive after it; it runs, as one device would.
+  const auto bs = lesson_batches(c, 2);
+  const auto sync = run_gpt_pipeline(c, make_plan(ScheduleKind::kInterleaved, {2, 2, 2}), bs,
+                                     strict);
+  EXPECT_EQ(sync.loss_sum, one_device(c, bs).loss_sum);
+  EXPECT_NO_THROW(run_gpt_pipeline(c, make_plan(ScheduleKind::kInterleaved, {2, 4, 2}),
+                                   lesson_batches(c, 4)));
+  // Buffered sends run a fused send-and-receive as a send, then a receive: a sendrecv's send
+  // may wait for its receiver (the local backend lends every message above its eager limit,
+  // here all of them; MPI_Sendrecv), and interleaved would then deadlock on buffered backends.
+  GptPipelineOptions lent;
+  lent.local.eager_limit_bytes = 0;
+  EXPECT_NO_THROW(run_gpt_pipeline(c, make_plan(ScheduleKind::kInterleaved, {2, 4, 2}),
+                                   lesson_batches(c, 4), lent));
+}
+
 TEST(PipelineFailure, UncheckedTheDeadlockIsTheCommunicatorsReport) {
   expect_claims_hold(bug_section("deadlock"));
 }

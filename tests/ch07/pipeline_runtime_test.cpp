@@ -25,9 +25,13 @@ GptPipelineRun run_pipeline(const GptConfig& c, const PipelinePlan& plan,
   return run_gpt_pipeline(c, plan, bs, o);
 }
 
+// ZB-H1 included: its W's run later than one device's weight gradients but, on each chunk, in
+// micro-batch order (ZeroBubbleH1RunsEachRanksWeightGradientsInMicroBatchOrder), and a W
+// adds the same products into the same sums in the same order: bit for bit too.
 TEST(PipelineRuntime, EveryScheduleGivesOneDevicesLossesAndGradients) {
   const GptConfig c = eight_blocks();
-  for (ScheduleKind k : {ScheduleKind::kAfab, ScheduleKind::kOneFOneB, ScheduleKind::kInterleaved}) {
+  for (ScheduleKind k : {ScheduleKind::kAfab, ScheduleKind::kOneFOneB, ScheduleKind::kInterleaved,
+                         ScheduleKind::kZbH1}) {
     for (int p : {2, 4}) {
       for (int m = 1; m <= 8; ++m) {
         if (k == ScheduleKind::kInterleaved && m % p != 0) continue;
@@ -83,12 +87,57 @@ TEST(PipelineRuntime, LedgerPeakActivationsAreMForAfabAndPMinusRFor1F1B) {
   }
 }
 
+// What makes ZB-H1 bitwise: the W's it delays run first in, first out, so each rank adds its
+// micro-batches' weight gradients in one device's order; its B's (with the LayerNorms' weight
+// gradients) run in that order too.
+TEST(PipelineRuntime, ZeroBubbleH1RunsEachRanksWeightGradientsInMicroBatchOrder) {
+  for (int p : {2, 4}) {
+    for (int m = 1; m <= 8; ++m) {
+      const PipelinePlan plan = make_plan(ScheduleKind::kZbH1, {p, m, 1});
+      for (const RankProgram& prog : plan.ranks) {
+        std::vector<int> b_order, w_order;
+        for (const Action& a : prog) {
+          if (a.work == Work::kBackwardInput) b_order.push_back(a.micro_batch);
+          if (a.work == Work::kBackwardWeight) w_order.push_back(a.micro_batch);
+        }
+        std::vector<int> want(static_cast<std::size_t>(m));
+        for (int k = 0; k < m; ++k) want[std::size_t(k)] = k;
+        EXPECT_EQ(b_order, want) << "p" << p << " m" << m;
+        EXPECT_EQ(w_order, want) << "p" << p << " m" << m;
+      }
+    }
+  }
+}
+
+// ZB-H1's memory claim (Qi et al. 2023, table 1: p micro-batches' activations, as 1F1B): every
+// rank's ledger peak is min(p, m) micro-batches', 1F1B's first-rank peak, although a rank
+// holds a micro-batch from its F to its W (a slot waiting for W holds what its forward did).
+TEST(PipelineRuntime, ZeroBubbleH1PeaksAtOneFOneBsFirstRankPeakOnEveryRank) {
+  const GptConfig c = eight_blocks();
+  const int p = 4;
+  const auto one = run_pipeline(c, make_plan(ScheduleKind::kOneFOneB, {p, 1, 1}), batches(c, 1));
+  for (int m : {2, 4, 8}) {
+    const auto bs = batches(c, m);
+    const auto zb = run_pipeline(c, make_plan(ScheduleKind::kZbH1, {p, m, 1}), bs);
+    const auto ofob = run_pipeline(c, make_plan(ScheduleKind::kOneFOneB, {p, m, 1}), bs);
+    for (int r = 0; r < p; ++r) {
+      const std::size_t per_mb = one.peak_activation_bytes[std::size_t(r)];
+      EXPECT_EQ(zb.peak_activation_bytes[std::size_t(r)], std::size_t(std::min(p, m)) * per_mb)
+          << "m" << m << " rank " << r;
+    }
+    // Rank 0, 1F1B's fullest: the same bytes under both schedules. (Later ranks hold more
+    // under ZB-H1 than under 1F1B, p - r: the delayed W's.)
+    EXPECT_EQ(zb.peak_activation_bytes[0], ofob.peak_activation_bytes[0]) << "m" << m;
+  }
+}
+
 // Rank r sends m activations forward (unless last) and m input gradients back (unless
 // first), each B x T x C elements, and nothing else.
 TEST(PipelineRuntime, EachRankSendsExactlyItsActivationsAndInputGradients) {
   const GptConfig c = eight_blocks();
   const std::size_t message = 2 * 8 * 16 * sizeof(float);  // B x T x C of f32
-  for (ScheduleKind k : {ScheduleKind::kAfab, ScheduleKind::kOneFOneB, ScheduleKind::kInterleaved}) {
+  for (ScheduleKind k : {ScheduleKind::kAfab, ScheduleKind::kOneFOneB, ScheduleKind::kInterleaved,
+                         ScheduleKind::kZbH1}) {
     const int p = 4, m = 4, v = k == ScheduleKind::kInterleaved ? 2 : 1;
     const auto run = run_pipeline(c, make_plan(k, {p, m, v}), batches(c, m));
     for (int r = 0; r < p; ++r) {
@@ -115,6 +164,10 @@ TEST(PipelineRuntime, OneFOneBRunsWithSendsThatWaitForTheReceiver) {
   const auto strict = run_pipeline(c, make_plan(ScheduleKind::kOneFOneB, {4, 6, 1}), bs, sync);
   EXPECT_EQ(strict.loss_sum, plain.loss_sum);
   EXPECT_EQ(strict.grads, plain.grads);
+  // ZB-H1 too: its B's send as 1F1B's backwards do.
+  const auto zb = run_pipeline(c, make_plan(ScheduleKind::kZbH1, {4, 6, 1}), bs, sync);
+  EXPECT_EQ(zb.loss_sum, plain.loss_sum);
+  EXPECT_EQ(zb.grads.at("h.3.mlp.c_fc.weight"), plain.grads.at("h.3.mlp.c_fc.weight"));
 }
 
 // The gradient norm a pipeline clips with is over every stage: each rank's counted squares
