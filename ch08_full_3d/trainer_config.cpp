@@ -302,9 +302,10 @@ void validate_pipeline(const TrainerConfig& c) {
   check_range(c.virtual_stages == 1,
               "--virtual-stages " + v + ": train_gpt holds one model chunk per rank; the "
               "interleaved schedule runs in ch07_pipeline and the chapter's runtime");
-  check_range(c.pipeline_schedule != "zb-h1",
-              "--schedule zb-h1 needs the backward split into B and W, which the GPT model "
-              "does not offer yet: ch07_pipeline --schedule zb-h1 simulates it");
+  // ZB-H1 keeps each block's activations from B to W; recompute keeps one shared set.
+  check_range(c.pipeline_schedule != "zb-h1" || !c.recompute,
+              "--schedule zb-h1 with --recompute: W needs every block's activations after B, "
+              "recompute keeps only the blocks' inputs; drop one of them");
   // Pipeline stages of tensor-parallel shards (chapter 8): each tp rank of a stage sends its
   // own copy of the whole [B, T, C] activation to the same tp rank of the next stage. Under
   // sequence parallelism a stage's boundary holds B T / tp rows, which the runtime's buffers

@@ -61,13 +61,17 @@ TEST(PipelineTrainer, StagesTrainLikeOneDeviceAccumulatingTheSameMicroBatches) {
       const auto ref = run(one, data)[0];
       const auto afab = run(pipeline_config(pp, "afab", m), data);
       const auto ofob = run(pipeline_config(pp, "1f1b", m), data);
+      const auto zb = run(pipeline_config(pp, "zb-h1", m), data);
       for (std::size_t r = 0; r < afab.size(); ++r) {
         for (std::size_t i = 0; i < ref.size(); ++i) {
           const std::string at = "pp " + std::to_string(pp) + " m " + std::to_string(m) +
                                  " rank " + std::to_string(r) + " step " + std::to_string(i + 1);
-          // The same accumulation order on every stage: AFAB and 1F1B bit for bit alike.
+          // The same accumulation order on every stage: AFAB and 1F1B bit for bit alike, and
+          // ZB-H1, whose delayed W's run in micro-batch order.
           EXPECT_EQ(afab[r][i].loss, ofob[r][i].loss) << at;
           EXPECT_EQ(afab[r][i].grad_norm, ofob[r][i].grad_norm) << at;
+          EXPECT_EQ(zb[r][i].loss, ofob[r][i].loss) << at;
+          EXPECT_EQ(zb[r][i].grad_norm, ofob[r][i].grad_norm) << at;
           // Every rank logs the last stage's loss.
           EXPECT_EQ(afab[r][i].loss, afab.back()[i].loss) << at;
           // Against one device: the first step's forward is the same arithmetic; after it the
@@ -101,6 +105,29 @@ TEST(PipelineTrainer, DataParallelPipelinesTrainLikeTheirReplicas) {
           << "rank " << r << " step " << i + 1;
     }
   }
+}
+
+// ZB-H1's B and W are spans of their own.
+TEST(PipelineTrainer, ZeroBubbleH1TracesItsInputAndWeightGradientsApart) {
+  const TrainingData data = random_data(4096);
+  const TrainerConfig c = pipeline_config(2, "zb-h1", 2);
+  std::vector<std::vector<std::string>> names(2);
+  run_local(2, [&](Communicator& comm) {
+    Trainer t(c, data, &comm);
+    t.train_step();
+    for (const TraceSpan& s : t.take_spans()) names[std::size_t(comm.rank())].push_back(s.name);
+  });
+  for (int r = 0; r < 2; ++r) {
+    const auto& v = names[std::size_t(r)];
+    for (const std::string n : {"F mb1", "B(input) mb1", "W mb1"}) {
+      EXPECT_NE(std::find(v.begin(), v.end(), n), v.end()) << "rank " << r << " " << n;
+    }
+    EXPECT_EQ(std::find(v.begin(), v.end(), "B mb0"), v.end()) << "rank " << r;
+  }
+  // Rank 1's B sends its input gradient back (fused with the next receive when one follows).
+  EXPECT_NE(std::find_if(names[1].begin(), names[1].end(),
+                         [](const std::string& n) { return n.starts_with("send grad mb0 to r0"); }),
+            names[1].end());
 }
 
 // Each rank's F, B, send and receive spans, for the Chrome trace.
@@ -146,7 +173,7 @@ TEST(PipelineTrainer, PipelinesThatCannotRunAreOneLineAndExitCode2) {
        "3 micro-batches, pp 2"},
       {"--ranks 2 --pp 2 --schedule interleaved --virtual-stages 2 --grad-accum 4",
        "train_gpt holds one model chunk per rank"},
-      {"--ranks 2 --pp 2 --schedule zb-h1", "--schedule zb-h1 needs the backward split"},
+      {"--ranks 2 --pp 2 --schedule zb-h1 --recompute", "--schedule zb-h1 with --recompute"},
       {"--ranks 2 --pp 2 --virtual-stages 2", "needs --schedule interleaved"},
       {"--ranks 2 --pp 2 --schedule gpipe", "not one of afab|1f1b|interleaved|zb-h1"},
   };
@@ -157,6 +184,41 @@ TEST(PipelineTrainer, PipelinesThatCannotRunAreOneLineAndExitCode2) {
     EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
   }
 }
+
+#if defined(MIXPAR_MPIEXEC)
+// Two processes under mpirun, one stage each, ZB-H1: the losses and norms of the same pipeline
+// on two threads, bit for bit (the same arithmetic; only the transport differs).
+TEST(PipelineTrainer, ZeroBubbleH1OverMpiLogsTheThreadsRunBitForBit) {
+  TempDir d;
+  const std::string args = "--n-layer 4 --n-head 2 --n-embd 16 --seq 8 --batch 2 --threads 1 "
+                           "--steps 3 --pp 2 --schedule zb-h1 --grad-accum 4 --eval-every 0 "
+                           "--data-order sequential --log-jsonl ";
+  const std::string mpirun =
+      "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader "
+      "OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversubscribe=1 " +
+      std::string(MIXPAR_MPIEXEC) + " --oversubscribe -np 2 " + MIXPAR_TRAIN_GPT_PATH +
+      " --backend mpi ";
+  std::string err;
+  ASSERT_EQ(exit_code_of(d, "--ranks 2 " + args + d.file("threads.jsonl"), &err), 0) << err;
+  const int status = std::system((mpirun + args + d.file("mpi.jsonl") + " > " +
+                                  d.file("mpi.out") + " 2>&1").c_str());
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << test::read_bytes(d.file("mpi.out"));
+  const std::string threads = test::read_bytes(d.file("threads.jsonl"));
+  const std::string mpi = test::read_bytes(d.file("mpi.jsonl"));
+  auto field = [](const std::string& log, const std::string& key) {
+    std::vector<std::string> out;
+    for (std::size_t at = log.find("\"" + key + "\":"); at != std::string::npos;
+         at = log.find("\"" + key + "\":", at + 1)) {
+      out.push_back(log.substr(at, log.find(',', at) - at));
+    }
+    return out;
+  };
+  for (const char* key : {"loss", "grad_norm"}) {
+    EXPECT_EQ(field(mpi, key).size(), 3u) << key;
+    EXPECT_EQ(field(mpi, key), field(threads, key)) << key;
+  }
+}
+#endif
 
 // m < p runs, and the pre-flight summary states what it costs.
 TEST(PipelineTrainer, FewerMicroBatchesThanStagesRunsAndThePreflightStatesTheBubble) {
