@@ -283,9 +283,39 @@ void finish(Trainer& t, bool evaluated, std::FILE* out) {
   }
 }
 
+// The pre-flight checklist (preflight.h), from the configuration alone: printed by the lead
+// rank before step 1, once every input has been read (a bad one is then one line on stderr and
+// nothing here), and by --dry-run, which builds no model.
+void print_checklist(const TrainerConfig& c, const TrainingData& data, int ranks_here,
+                     std::FILE* out) {
+  const auto tokens = static_cast<std::int64_t>(data.tokens->size());
+  for (const std::string& line : preflight_checklist(c, tokens, ranks_here)) {
+    std::fprintf(out, "%s\n", line.c_str());
+  }
+  std::fprintf(out, "  ok  progress: a line every %lld steps (--print-every), and every skipped "
+               "step\n", static_cast<long long>(c.print_every));
+  if (const std::string w = effective_batch_warning(c); !w.empty()) {
+    std::fprintf(out, "%s\n", w.c_str());
+  }
+}
+
+// Before any rank builds its model: the bill checked against --device-memory and this
+// machine's MemAvailable (an InputError with the bill, never std::bad_alloc mid-run); under
+// --dry-run the checklist printed (out null: a silent rank) and nothing trained.
+void preflight(const TrainerConfig& c, const TrainingData& data, int ranks_here, std::FILE* out) {
+  check_memory(c, ranks_here, mem_available_bytes());
+  if (!c.dry_run || out == nullptr) return;
+  print_checklist(c, data, ranks_here, out);
+  for (const std::string& line : {model_line(c), precision_line(c), optimizer_line(c)}) {
+    std::fprintf(out, "%s\n", line.c_str());
+  }
+  std::fprintf(out, "dry run: nothing trained\n");
+  std::fflush(out);
+}
+
 // The whole run of one rank (comm null: the single device). out null: a silent rank.
 void run_rank(const TrainerConfig& c, const TrainingData& data, Communicator* comm,
-              std::FILE* out, const std::function<void()>& setup_done = {}) {
+              std::FILE* out, const std::function<void()>& setup_done = {}, int ranks_here = 1) {
   Trainer t(c, data, comm);
   RankRun run{t, out, std::nullopt, {}, {}};
   if (c.resume) {
@@ -296,6 +326,7 @@ void run_rank(const TrainerConfig& c, const TrainingData& data, Communicator* co
     }
   }
   if (run.lead()) {
+    print_checklist(c, data, ranks_here, out);
     print_preflight(t, out);
     run.peak = measure_gemm_peak();
     std::fprintf(out, "MFU against this machine's measured FP32 GEMM peak: %.1f GFLOP/s (%d x %d "
@@ -338,30 +369,6 @@ void set_rank_threads(const TrainerConfig& c, int ranks_in_process) {
     ops::share_cores(ranks_in_process);
 }
 
-// The pre-flight checklist (preflight.h), from the configuration alone, before any rank builds
-// its model: the bill checked against --device-memory and this machine's MemAvailable (an
-// InputError with the bill, never std::bad_alloc mid-run), then printed (out null: silent).
-void preflight(const TrainerConfig& c, const TrainingData& data, int ranks_here, std::FILE* out) {
-  check_memory(c, ranks_here, mem_available_bytes());
-  if (out == nullptr) return;
-  const auto tokens = static_cast<std::int64_t>(data.tokens->size());
-  for (const std::string& line : preflight_checklist(c, tokens, ranks_here)) {
-    std::fprintf(out, "%s\n", line.c_str());
-  }
-  std::fprintf(out, "  ok  progress: a line every %lld steps (--print-every), and every skipped "
-               "step\n", static_cast<long long>(c.print_every));
-  if (const std::string w = effective_batch_warning(c); !w.empty()) {
-    std::fprintf(out, "%s\n", w.c_str());
-  }
-  if (c.dry_run) {
-    for (const std::string& line : {model_line(c), precision_line(c), optimizer_line(c)}) {
-      std::fprintf(out, "%s\n", line.c_str());
-    }
-    std::fprintf(out, "dry run: nothing trained\n");
-  }
-  std::fflush(out);
-}
-
 }  // namespace
 
 int run_training(const TrainerConfig& c, std::FILE* out) {
@@ -383,7 +390,7 @@ int run_training(const TrainerConfig& c, std::FILE* out) {
       c.ranks,
       [&](Communicator& comm) {
         set_rank_threads(c, comm.size());
-        run_rank(c, data, &comm, comm.rank() == 0 ? out : nullptr);
+        run_rank(c, data, &comm, comm.rank() == 0 ? out : nullptr, {}, c.ranks);
       },
       opts);
   return 0;
@@ -429,7 +436,7 @@ int run_training_rank(const TrainerConfig& c, Communicator& comm, int ranks_on_t
   preflight(c, *data, ranks_on_this_machine, comm.rank() == 0 ? out : nullptr);
   if (c.dry_run) return 0;
   set_rank_threads(c, ranks_on_this_machine);
-  run_rank(c, *data, &comm, comm.rank() == 0 ? out : nullptr, setup_done);
+  run_rank(c, *data, &comm, comm.rank() == 0 ? out : nullptr, setup_done, ranks_on_this_machine);
   return 0;
 }
 
