@@ -12,6 +12,7 @@
 
 #include "ch08_test_util.h"
 #include "comm/local_backend.h"
+#include "preflight.h"
 #include "train_gpt_cli.h"
 #include "trainer.h"
 
@@ -209,6 +210,32 @@ TEST(Full3d, StepOneGradientNormIsTheSameOnEveryLayoutOfEightRanks) {
     }
   }
   EXPECT_EQ(layouts, 16);  // the 10 factorisations of 8, the 6 with dp > 1 also with ZeRO-1
+}
+
+// --dry-run prints the checklist of a 3-D layout and exits 0 having trained nothing; a budget
+// the estimate exceeds, and a model larger than this machine's memory, are one line naming the
+// bill, exit code 2, before any compute.
+TEST(Full3dPreflight, DryRunPrintsTheChecklistAndOverBudgetIsOneLineWithTheBill) {
+  TempDir d;
+  const std::string grid = "--ranks 8 --dp 2 --tp 2 --pp 2 --zero-stage 1 --batch 4 ";
+  const test::CliRun r = test::train_gpt(d, grid + "--dry-run");
+  ASSERT_EQ(r.code, 0) << r.err;
+  for (const char* line :
+       {"  ok  grid: dp 2 x tp 2 x pp 2 = 8 ranks | tp groups {0,1} {2,3} {4,5} {6,7} | dp groups "
+        "{0,2} {1,3} {4,6} {5,7} | pp groups {0,4} {1,5} {2,6} {3,7}",
+        "  ok  batch: global batch = dp 2 x B 4 x m 1 = 8 sequences x T 64 = 512 tokens per step",
+        "  ok  pipeline: 1f1b pipeline: 2 stages x 1 micro-batches", "  ok  memory: per rank ",
+        "  ok  traffic: ", "  ok  data: ", "dry run: nothing trained"}) {
+    EXPECT_NE(r.out.find(line), std::string::npos) << "want '" << line << "' in:\n" << r.out;
+  }
+  EXPECT_EQ(r.out.find("step 1/"), std::string::npos) << r.out;
+  test::expect_one_line_error(d, grid + "--device-memory 1MiB",
+                              "over --device-memory 1.00 MiB: parameters ");
+  // About 10 TiB of model states: more than any machine this runs on has available.
+  if (mem_available_bytes() >= 0) {
+    test::expect_one_line_error(d, "--n-layer 48 --n-embd 32768 --n-head 64 --steps 1",
+                                "on this machine needs ");
+  }
 }
 
 #if defined(MIXPAR_MPIEXEC)
