@@ -4,18 +4,23 @@
 #include "checkpoint.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <string_view>
 #include <vector>
 
 #include "io/atomic_file.h"
+#include "io/token_loader.h"
 #include "tensor/tensor.h"
 #include "util/errors.h"
 
@@ -117,16 +122,40 @@ void commit_directory(const fs::path& partial, const fs::path& final_dir) {
 void check_file(const fs::path& dir, const Json& f) {
   const std::string name = f.at("name").as_string();
   const fs::path path = dir / name;
-  if (name.find('/') != std::string::npos || !fs::is_regular_file(path)) {
+  if (name.empty() || name.find('/') != std::string::npos || name == "." || name == ".." ||
+      !fs::is_regular_file(path)) {
     throw InputError(path.string() + ": missing (listed in the checkpoint's manifest)");
   }
+  const std::int64_t listed = f.at("bytes").as_int();
   const auto bytes = static_cast<std::int64_t>(file_size(path.string()));
-  if (bytes != f.at("bytes").as_int()) {
+  if (bytes != listed) {
     throw InputError(path.string() + ": " + std::to_string(bytes) + " bytes, the manifest says " +
-                     std::to_string(f.at("bytes").as_int()) + " (truncated or corrupt checkpoint)");
+                     std::to_string(listed) + " (truncated or corrupt checkpoint)");
   }
   if (file_checksum(path.string()) != f.at("fnv1a64").as_string()) {
     throw InputError(path.string() + ": checksum differs from the manifest (corrupt checkpoint)");
+  }
+}
+
+// What a manifest says about itself, before any file is read: a checkpoint of step K lives in
+// step-K/, holds at least one file, and lists each once.
+void check_manifest_semantics(const Json& m, const fs::path& dir) {
+  const std::int64_t step = m.at("step").as_int();
+  if (step < 0) throw InputError("step " + std::to_string(step) + " is negative");
+  const std::string name = dir.filename().string();
+  const std::int64_t named = step_of_checkpoint_name(name);
+  if (named != step) {
+    throw InputError("step " + std::to_string(step) + " disagrees with the directory's name " +
+                     name + " (" + checkpoint_name(step) + " expected)");
+  }
+  const Json::Array& files = m.at("files").as_array();
+  if (files.empty()) throw InputError("the list of files is empty");
+  std::vector<std::string> names;
+  for (const Json& f : files) names.push_back(f.at("name").as_string());
+  std::sort(names.begin(), names.end());
+  if (std::adjacent_find(names.begin(), names.end()) != names.end()) {
+    throw InputError("file " + *std::adjacent_find(names.begin(), names.end()) +
+                     " is listed twice");
   }
 }
 
@@ -250,8 +279,121 @@ Json verify_checkpoint(const std::string& dir) {
     throw InputError(manifest.string() + ": not a mixpar checkpoint manifest (format " + kFormat +
                      " version " + std::to_string(kVersion) + ")");
   }
-  for (const Json& f : m.at("files").as_array()) check_file(dir, f);
+  try {
+    check_manifest_semantics(m, fs::path(dir));
+  } catch (const InputError& e) {  // a missing key or a wrong type, named with the file
+    throw InputError(manifest.string() + ": " + e.what());
+  }
+  for (const Json& f : m.at("files").as_array()) {
+    try {
+      check_file(dir, f);
+    } catch (const InputError& e) {
+      const std::string what = e.what();
+      if (what.starts_with(dir)) throw;  // names its file already
+      throw InputError(manifest.string() + ": " + what);
+    }
+  }
   return m;
+}
+
+std::int64_t step_of_checkpoint_name(const std::string& name) {
+  constexpr std::string_view prefix = "step-";
+  if (!name.starts_with(prefix)) return -1;
+  const std::string digits = name.substr(prefix.size());
+  if (digits.empty() || digits.size() > 18) return -1;
+  std::int64_t step = 0;
+  for (char ch : digits) {
+    if (ch < '0' || ch > '9') return -1;
+    step = step * 10 + (ch - '0');
+  }
+  return step;
+}
+
+void check_trainer_state(const Json& st, const std::string& dir, std::int64_t run_steps) {
+  const std::string name = fs::path(dir).filename().string();
+  const std::int64_t step = st.at("step").as_int();
+  if (step < 0 || step != step_of_checkpoint_name(name)) {
+    throw InputError("step " + std::to_string(step) + " disagrees with the directory's name " +
+                     name);
+  }
+  const std::int64_t t = st.at("optimizer_steps").as_int();
+  if (t < 0 || t > step) {
+    throw InputError("optimizer_steps " + std::to_string(t) + " is outside [0, step " +
+                     std::to_string(step) + "]");
+  }
+  const double scale = st.at("scaler").at("scale").as_double();
+  if (!(scale > 0) || !std::isfinite(scale)) {
+    throw InputError("loss scale " + std::to_string(scale) + " is not a positive number");
+  }
+  (void)loader_state_from_json(st.at("loader"));  // its step and epoch >= 0
+  if (run_steps < step) {
+    throw InputError("--steps " + std::to_string(run_steps) + " is below the checkpoint's step " +
+                     std::to_string(step) + ": a resumed run continues to --steps (the total)");
+  }
+}
+
+void check_fresh_checkpoint_root(const std::string& root) {
+  std::error_code ec;
+  if (root.empty() || !fs::is_directory(root, ec)) return;
+  const bool has_latest = fs::exists(fs::path(root) / "latest", ec);
+  const auto old = list_checkpoints(root);
+  if (has_latest || !old.empty()) {
+    const std::string what = !old.empty() ? old.back().second.filename().string() : "latest";
+    throw InputError(root + " already holds checkpoints: pass --resume to continue that run, "
+                     "or choose another --checkpoint-dir (found " + what + ")");
+  }
+}
+
+CheckpointDirLock::CheckpointDirLock(const std::string& root) {
+  std::error_code ec;
+  fs::create_directories(root, ec);
+  if (ec || !fs::is_directory(root)) {
+    throw InputError("--checkpoint-dir " + root + ": cannot create directory: " +
+                     (ec ? ec.message() : std::string("not a directory")));
+  }
+  const std::string path = (fs::path(root) / ".lock").string();
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd_ < 0) {
+    throw InputError("--checkpoint-dir " + root + ": cannot write in it (" + path + ": " +
+                     std::strerror(errno) + ")");
+  }
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    std::string holder;
+    try {
+      holder = read_file(path);
+    } catch (const std::exception&) {
+    }
+    while (!holder.empty() && (holder.back() == '\n' || holder.back() == ' ')) holder.pop_back();
+    ::close(fd_);
+    fd_ = -1;
+    if (err == EWOULDBLOCK) {
+      throw InputError("--checkpoint-dir " + root + " is in use by another run (" +
+                       (holder.empty() ? std::string("holder unknown") : holder) + ")");
+    }
+    throw InputError("--checkpoint-dir " + root + ": cannot lock " + path + ": " +
+                     std::strerror(err));
+  }
+  char host[256] = "?";
+  ::gethostname(host, sizeof host - 1);
+  host[sizeof host - 1] = 0;
+  char when[32] = "?";
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  if (::gmtime_r(&now, &tm) != nullptr) std::strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S UTC", &tm);
+  const std::string me = "train_gpt process " + std::to_string(::getpid()) + " on " + host +
+                         ", since " + when + "\n";
+  // The holder's name, for whoever finds the lock taken; the lock itself is the flock.
+  if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, me.data(), me.size(), 0) < 0) {
+    ::close(fd_);
+    fd_ = -1;
+    throw InputError("--checkpoint-dir " + root + ": cannot write " + path + ": " +
+                     std::strerror(errno));
+  }
+}
+
+CheckpointDirLock::~CheckpointDirLock() {
+  if (fd_ >= 0) ::close(fd_);  // releases the flock
 }
 
 }  // namespace mixpar::ch08

@@ -34,10 +34,45 @@ std::string latest_checkpoint(const std::string& root);
 
 // InputError naming the file unless dir/manifest.json exists, parses, and every file it lists
 // has the recorded size and FNV-1a 64 checksum (a truncated or altered file), and no file is
-// missing. Returns the manifest.
+// missing. The manifest must also make sense on its own: its step a whole number >= 0 that
+// agrees with the directory's name, a non-empty list of files with names, sizes and
+// checksums (a manifest regenerated over edited state passes the checksums, not these).
+// Returns the manifest.
 Json verify_checkpoint(const std::string& dir);
 
 // FNV-1a 64 of a file's bytes, as 16 hex digits (streamed: checkpoints can be gigabytes).
 std::string file_checksum(const std::string& path);
+
+// A trainer_state.json's own numbers, before any of them is used (InputError, without the
+// file's name: the caller adds it): its step a whole number that agrees with the name of the
+// directory `dir`, AdamW's t within [0, step] (skipped steps do not count), a positive finite
+// loss scale, a loader position >= 0, and run_steps (this run's --steps, the total) not below
+// the step.
+void check_trainer_state(const Json& state, const std::string& dir, std::int64_t run_steps);
+
+// The step a checkpoint directory's name says ("step-00000012" -> 12); -1 for any other name.
+std::int64_t step_of_checkpoint_name(const std::string& name);
+
+// A fresh run (no --resume) into root: InputError unless root holds no checkpoint of another
+// run (no `latest`, no step-K directory). Pruning would otherwise delete that run's
+// checkpoints, and `latest` would move back and forth between the two.
+void check_fresh_checkpoint_root(const std::string& root);
+
+// An exclusive lock on root/.lock (flock(2)), held while the object lives: a second run
+// started into the same directory fails at once, naming the holder (process id, host and
+// start time, which the holder writes into the lock file), instead of both failing at their
+// first save. Creates root if needed, so an unwritable directory is found before step 1.
+// The kernel drops the lock when the holder exits, even by kill -9: a stale lock file is
+// never an obstacle.
+class CheckpointDirLock {
+ public:
+  explicit CheckpointDirLock(const std::string& root);
+  ~CheckpointDirLock();
+  CheckpointDirLock(const CheckpointDirLock&) = delete;
+  CheckpointDirLock& operator=(const CheckpointDirLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
 
 }  // namespace mixpar::ch08

@@ -3,6 +3,7 @@
 // train_loop.cpp's. Bad input: one line, exit 2.
 #include <cstdio>
 #include <cstdlib>
+#include <new>
 #include <optional>
 #include <string>
 
@@ -60,6 +61,14 @@ int run_mpi_rank(TrainerConfig config, const ArgParser& args, int* argc, char***
       return kExitInputError;
     }
     std::fprintf(stderr, "train_gpt: rank %d: error: %s\n", rank, e.what());
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, kExitInputError);
+  } catch (const std::bad_alloc&) {
+    // The input asked for more memory than this machine has: the user's, not a bug (exit 2).
+    std::fprintf(stderr,
+                 "train_gpt: rank %d: error: out of memory (std::bad_alloc): the run asks for "
+                 "more memory than this machine can allocate\n",
+                 rank);
     std::fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, kExitInputError);
   } catch (const std::exception& e) {

@@ -11,12 +11,15 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint.h"
 #include "comm/local_backend.h"
+#include "config_agreement.h"
 #include "io/tokenizer.h"
 #include "ops/compute_threads.h"
 #include "gemm_peak.h"
 #include "preflight.h"
 #include "run_watch.h"
+#include "run_checks.h"
 #include "sampler.h"
 #include "train_log.h"
 #include "trainer.h"
@@ -159,7 +162,8 @@ void print_sample(Trainer& t, std::FILE* out) {
   for (unsigned char ch : prompt) ids.push_back(ch);
   const bool bytes = !c.data.ends_with(".bin");  // a shard holds BPE ids we cannot decode
   const std::vector<std::int32_t> gen =
-      generate(t.eval_model(), ids, c.sample, context_of(c), bytes ? 256 : c.model.vocab_size,
+      generate(t.eval_model(), ids, c.sample, context_of(c),
+               bytes ? std::min<std::int64_t>(256, c.model.vocab_size) : c.model.vocab_size,
                c.temperature, c.seed);
   const std::string how = c.temperature > 0 ? strf("temperature %g, seed %llu", c.temperature,
                                                    static_cast<unsigned long long>(c.seed))
@@ -196,11 +200,14 @@ bool due(std::int64_t step, std::int64_t every) { return every > 0 && step % eve
 // (and move `latest` back): refused unless --resume says to continue that run.
 void check_fresh_checkpoint_dir(const TrainerConfig& c) {
   if (c.checkpoint_dir.empty() || c.resume) return;
-  if (std::filesystem::exists(std::filesystem::path(c.checkpoint_dir) / "latest")) {
-    throw InputError(c.checkpoint_dir +
-                     " already holds checkpoints: pass --resume to continue "
-                     "that run, or choose another --checkpoint-dir");
-  }
+  check_fresh_checkpoint_root(c.checkpoint_dir);
+}
+
+// What rank 0 alone writes or holds, checked before step 1 (run_checks.h): its outputs, and
+// the lock on the checkpoint directory (one run at a time), kept until the run ends.
+void check_lead_outputs(const TrainerConfig& c, std::optional<CheckpointDirLock>& lock) {
+  check_outputs(c);
+  if (!c.checkpoint_dir.empty()) lock.emplace(c.checkpoint_dir);
 }
 
 // What one rank's run keeps besides the model: its log and its spans.
@@ -377,7 +384,11 @@ int run_training(const TrainerConfig& c, std::FILE* out) {
                            "run_training_rank with its MPI communicator");
   }
   check_fresh_checkpoint_dir(c);
+  std::optional<CheckpointDirLock> lock;
+  check_lead_outputs(c, lock);
   const TrainingData data = load_data(c);
+  check_prompts(c, data);
+  check_resume_checkpoint(c, data);
   preflight(c, data, c.ranks, out);
   if (c.dry_run) return 0;
   if (!c.distributed()) {
@@ -422,9 +433,13 @@ int run_training_rank(const TrainerConfig& c, Communicator& comm, int ranks_on_t
   // The inputs every rank reads alike, checked before any collective of the run; then the
   // ranks agree that all of them can start (a file missing on one machine stops every rank).
   std::optional<TrainingData> data;
+  std::optional<CheckpointDirLock> lock;  // rank 0's, for the whole run
   try {
     check_fresh_checkpoint_dir(c);
+    if (comm.rank() == 0) check_lead_outputs(c, lock);
     data.emplace(load_data(c));
+    check_prompts(c, *data);
+    check_resume_checkpoint(c, *data);
     check_memory(c, ranks_on_this_machine, mem_available_bytes());
   } catch (const InputError& e) {
     agree_on_setup(comm, e.what());
@@ -432,6 +447,13 @@ int run_training_rank(const TrainerConfig& c, Communicator& comm, int ranks_on_t
   }
   if (!agree_on_setup(comm, "")) {
     throw ReportedInputError("another rank's input is bad (reported by that rank)");
+  }
+  // Every process parsed its own command line: the flags that must agree, compared.
+  try {
+    agree_on_config(comm, c, data->fingerprint);
+  } catch (const InputError& e) {
+    agree_on_setup(comm, e.what());  // the same message on every rank: rank 0 prints it
+    throw ReportedInputError(e.what());
   }
   preflight(c, *data, ranks_on_this_machine, comm.rank() == 0 ? out : nullptr);
   if (c.dry_run) return 0;

@@ -12,6 +12,8 @@
 #include "ch07_pipeline/pipeline_schedule.h"
 #include "model/gpt_hf.h"
 #include "report/format.h"
+#include "run_checks.h"
+#include "util/checked_math.h"
 #include "util/errors.h"
 
 namespace mixpar::ch08 {
@@ -273,7 +275,8 @@ void read_parallel(const ArgParser& a, TrainerConfig& c) {
 // --global-batch sets grad_accum from batch and dp (dp may be known only under MPI).
 void resolve_global_batch(TrainerConfig& c) {
   if (c.global_batch == 0) return;
-  const std::int64_t per_micro_step = c.batch * c.dp;
+  const std::int64_t per_micro_step =
+      checked_product("--global-batch", {{"--batch", c.batch}, {"--dp", c.dp}});
   check_range(c.global_batch % per_micro_step == 0,
               "--global-batch " + num(c.global_batch) + " is not a multiple of --batch x --dp = " +
                   num(c.batch) + " x " + num(static_cast<std::int64_t>(c.dp)) + " = " +
@@ -399,6 +402,7 @@ ArgParser make_trainer_args() {
 }
 
 TrainerConfig trainer_config_from_args(const ArgParser& a) {
+  refuse_empty_paths(a);
   TrainerConfig c;
   c.data = a.given("data") ? a.get("data") : "";
   c.data_order = parse_data_order(a.get("data-order"));
@@ -478,6 +482,7 @@ void validate_single(const TrainerConfig& c) {
 
 void validate(const TrainerConfig& c) {
   validate_single(c);
+  check_derived_sizes(c);  // run_checks.h: before validate_parallel forms any product
   validate_parallel(c);
 }
 

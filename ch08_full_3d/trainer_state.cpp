@@ -8,6 +8,7 @@
 // t, the scaler, the loader and the run identity, which every rank shares (the scaler's
 // decisions and the loader's steps are agreed each step; the RNG is counter-based: seed and
 // step), and the layout with the shard files each place wrote.
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 
@@ -15,6 +16,7 @@
 #include "io/atomic_file.h"
 #include "io/safetensors.h"
 #include "model/gpt_hf.h"
+#include "run_checks.h"
 #include "trainer.h"
 #include "util/errors.h"
 
@@ -112,7 +114,116 @@ void load_moment(const SafetensorsReader& r, const std::string& name, const Tens
   d.copy_from(r.load(name, MemCategory::kOther));
 }
 
+Json schedule_json(const LrSchedule& s) {
+  Json j = Json::object();
+  j.set("kind", std::string(lr_schedule_name(s.kind)));
+  j.set("lr", s.lr);
+  j.set("min_lr", s.min_lr);
+  j.set("warmup_steps", s.warmup_steps);
+  j.set("total_steps", s.total_steps);
+  return j;
+}
+
+// The learning-rate schedule the checkpoint's run was following: its own record, or (states
+// written before it was recorded) the config's flags, whose --steps is the schedule's total.
+LrSchedule saved_schedule(const Json& st, const LrSchedule& now) {
+  LrSchedule s = now;
+  if (const Json* j = st.find("lr_schedule")) {
+    s.kind = parse_lr_schedule(j->at("kind").as_string());
+    s.lr = j->at("lr").as_double();
+    s.min_lr = j->at("min_lr").as_double();
+    s.warmup_steps = j->at("warmup_steps").as_int();
+    s.total_steps = j->at("total_steps").as_int();
+    return s;
+  }
+  const Json* cfg = st.find("config");
+  if (cfg == nullptr) return s;
+  if (const Json* v = cfg->find("lr_schedule")) s.kind = parse_lr_schedule(v->as_string());
+  if (const Json* v = cfg->find("lr")) s.lr = v->as_double();
+  if (const Json* v = cfg->find("min_lr")) s.min_lr = v->as_double();
+  if (const Json* v = cfg->find("warmup")) s.warmup_steps = v->as_int();
+  if (const Json* v = cfg->find("steps")) s.total_steps = v->as_int();
+  return s;
+}
+
+// Resuming must not reshape the learning-rate schedule: from the checkpoint's step on, this
+// run's rates are the saved run's (which, past its last step, stays at its final rate).
+// Extending a constant schedule changes nothing and passes; anything else names its flags.
+void check_schedule(const Json& st, const TrainerConfig& c) {
+  const LrSchedule& now = c.schedule;
+  const LrSchedule old = saved_schedule(st, now);
+  const std::int64_t from = st.at("step").as_int();
+  const std::int64_t probe_end = std::min(now.total_steps, from + 1000000);
+  std::int64_t differs = -1;
+  for (std::int64_t s = from; s < probe_end && differs < 0; ++s) {
+    if (old.at(s) != now.at(s)) differs = s;
+  }
+  const std::int64_t last = now.total_steps - 1;
+  if (differs < 0 && last >= from && old.at(last) != now.at(last)) differs = last;
+  if (differs < 0) return;
+  std::string flags;
+  auto note = [&](const char* flag, const std::string& was, const std::string& is) {
+    if (was == is) return;
+    flags += (flags.empty() ? "" : ", ") + std::string(flag) + " " + is + " (the run's: " + was +
+             ")";
+  };
+  auto g = [](double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", v);
+    return std::string(buf);
+  };
+  note("--steps", std::to_string(old.total_steps), std::to_string(now.total_steps));
+  note("--lr", g(old.lr), g(now.lr));
+  note("--min-lr-frac", g(old.min_lr / old.lr), g(now.min_lr / now.lr));
+  note("--warmup", std::to_string(old.warmup_steps), std::to_string(now.warmup_steps));
+  note("--lr-schedule", std::string(lr_schedule_name(old.kind)),
+       std::string(lr_schedule_name(now.kind)));
+  if (flags.empty()) flags = "the learning-rate flags";
+  char rates[96];
+  std::snprintf(rates, sizeof rates, "%.3e instead of %.3e", now.at(differs), old.at(differs));
+  throw InputError(flags + " reshape the learning-rate schedule the checkpoint was trained "
+                   "with (step " + std::to_string(differs + 1) + "'s rate " + rates +
+                   "): resume with the run's flags, or start a new run with --init-from");
+}
+
+// Everything a resume checks before it reads a tensor, from the config alone: the state's own
+// numbers, the schedule, the layout, the run identity and the data. A missing key or a wrong
+// type is named with the state file.
+void check_saved_run(const Json& st, const std::string& dir, const TrainerConfig& c,
+                     std::uint64_t data_fingerprint) {
+  const std::string state_path = (fs::path(dir) / kStateFile).string();
+  try {
+    check_trainer_state(st, dir, c.steps);
+    check_schedule(st, c);
+    (void)ch02::state_from_json(st.at("scaler"));
+    (void)loader_state_from_json(st.at("loader"));
+    (void)st.at("data_fingerprint").as_string();
+    (void)st.at("run").as_object();
+    (void)layout_of(st, dir);
+  } catch (const InputError& e) {
+    throw InputError(state_path + ": " + e.what());
+  }
+  const Layout mine{c.dp, c.tp, c.pp};
+  const Layout saved = layout_of(st, dir);
+  if (!(saved == mine)) {
+    throw InputError(dir + ": checkpoint was written on a " + saved.str() + " grid, this run is " +
+                     mine.str() + " (resuming on another layout needs resharding)");
+  }
+  check_identity(st.at("run"), run_identity(c), dir);
+  if (st.at("data_fingerprint").as_string() != hex64(data_fingerprint)) {
+    throw InputError(dir + ": checkpoint was trained on other data (token fingerprint " +
+                     st.at("data_fingerprint").as_string() + ", this data " +
+                     hex64(data_fingerprint) + ")");
+  }
+}
+
 }  // namespace
+
+void check_resume_checkpoint(const TrainerConfig& c, const TrainingData& data) {
+  if (!c.resume) return;
+  const std::string dir = latest_checkpoint(c.checkpoint_dir);
+  check_saved_run(read_state(dir), dir, c, data.fingerprint);
+}
 
 void Trainer::write_checkpoint_files(const std::string& dir) const {
   const GridShape g = shape();
@@ -160,6 +271,7 @@ void Trainer::write_checkpoint_files(const std::string& dir) const {
   st.set("shards", std::move(shards));
   st.set("loader", loader_state_to_json(loader_.state()));
   st.set("scaler", ch02::state_to_json(optimizer_.scaler().state()));
+  st.set("lr_schedule", schedule_json(config_.schedule));  // what a resume must not reshape
   st.set("data_fingerprint", hex64(data_.fingerprint));
   st.set("run", run_identity(config_));
   st.set("config", to_json(config_));
@@ -176,19 +288,9 @@ std::string Trainer::save_checkpoint() {
 void Trainer::resume() {
   const std::string dir = latest_checkpoint(config_.checkpoint_dir);  // verified manifest
   const Json st = read_state(dir);
+  check_saved_run(st, dir, config_, data_.fingerprint);
   const GridShape g = shape();
   const Layout mine{g.dp, g.tp, g.pp};
-  const Layout saved = layout_of(st, dir);
-  if (!(saved == mine)) {
-    throw InputError(dir + ": checkpoint was written on a " + saved.str() + " grid, this run is " +
-                     mine.str() + " (resuming on another layout needs resharding)");
-  }
-  check_identity(st.at("run"), run_identity(config_), dir);
-  if (st.at("data_fingerprint").as_string() != hex64(data_.fingerprint)) {
-    throw InputError(dir + ": checkpoint was trained on other data (token fingerprint " +
-                     st.at("data_fingerprint").as_string() + ", this data " +
-                     hex64(data_.fingerprint) + ")");
-  }
   const GridCoord at = coord();
   if (g.tp == 1 && g.pp == 1) {
     load_gpt_hf_into(dir, config_.model, master_weights());

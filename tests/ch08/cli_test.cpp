@@ -105,6 +105,7 @@ TEST(TrainGptCli, ResumeFromTheCommandLineContinuesTheSameRun) {
                 .code,
             0);
   std::filesystem::remove_all(d.file("ckpt"));  // a fresh run refuses a used directory
+  std::filesystem::remove(d.file("r.jsonl"));     // and an existing log
   ASSERT_EQ(train_gpt(d, common + "--checkpoint-every 2 --checkpoint-keep 5 " + ckpt).code, 0);
   // Roll back to step 4's checkpoint and resume: steps 5 and 6 are logged again, once.
   test::write_bytes(d.file("ckpt") + "/latest", "step-00000004\n");

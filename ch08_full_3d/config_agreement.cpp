@@ -1,0 +1,126 @@
+// Each field's FNV-1a 64 hash travels as two 24-bit pieces in FP32 (integers below 2^24 are
+// exact in a float), so the all-gather is the communicator's plainest one on every backend.
+#include "config_agreement.h"
+
+#include <cstdio>
+#include <map>
+
+#include "ch04_ddp/ring_allreduce.h"
+#include "tensor/tensor.h"
+#include "util/errors.h"
+
+namespace mixpar::ch08 {
+namespace {
+
+std::uint64_t fnv1a64(const std::string& s) {
+  std::uint64_t h = 14695981039346656037ull;
+  for (unsigned char ch : s) h = (h ^ ch) * 1099511628211ull;
+  return h;
+}
+
+std::string g(double v) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+std::string on_off(bool b) { return b ? "on" : "off"; }
+
+}  // namespace
+
+std::vector<std::pair<std::string, std::string>> agreement_fields(const TrainerConfig& c,
+                                                                  std::uint64_t data_fingerprint) {
+  const auto i = [](std::int64_t v) { return std::to_string(v); };
+  char fp[17];
+  std::snprintf(fp, sizeof fp, "%016llx", static_cast<unsigned long long>(data_fingerprint));
+  return {
+      {"--init-from", c.init_from},
+      {"--n-layer", i(c.model.n_layer)},
+      {"--n-head", i(c.model.n_head)},
+      {"--n-embd", i(c.model.n_embd)},
+      {"--n-positions", i(c.model.n_positions)},
+      {"--vocab-size", i(c.model.vocab_size)},
+      {"--data (its tokens)", fp},
+      {"--data-order", std::string(data_order_name(c.data_order))},
+      {"--batch", i(c.batch)},
+      {"--seq", i(c.seq)},
+      {"--grad-accum", i(c.grad_accum)},
+      {"--steps", i(c.steps)},
+      {"--lr", g(c.schedule.lr)},
+      {"--min-lr-frac (the final rate)", g(c.schedule.min_lr)},
+      {"--warmup", i(c.schedule.warmup_steps)},
+      {"--lr-schedule", std::string(lr_schedule_name(c.schedule.kind))},
+      {"--weight-decay", g(c.weight_decay)},
+      {"--beta1", g(c.beta1)},
+      {"--beta2", g(c.beta2)},
+      {"--eps", g(c.eps)},
+      {"--grad-clip", g(c.grad_clip)},
+      {"--dtype", std::string(dtype_name(c.dtype))},
+      {"--loss-scale", g(c.loss_scale)},
+      {"--recompute", on_off(c.recompute)},
+      {"--seed", std::to_string(c.seed)},
+      {"--dp", i(c.dp)},
+      {"--tp", i(c.tp)},
+      {"--pp", i(c.pp)},
+      {"--sequence-parallel", on_off(c.sequence_parallel)},
+      {"--schedule", c.pipeline_schedule},
+      {"--virtual-stages", i(c.virtual_stages)},
+      {"--bucket-mb", g(c.bucket_mb)},
+      {"--init-sync", c.init_sync == ch04::InitSync::kSameSeed ? "seed" : "broadcast"},
+      {"--allreduce", ch04::algo_name(c.allreduce)},
+      {"--no-overlap", on_off(!c.overlap)},
+      {"--zero-stage", i(c.zero_stage)},
+      {"--check-replicas-every", i(c.check_replicas_every)},
+      {"--checkpoint-dir", c.checkpoint_dir},
+      {"--checkpoint-every", i(c.checkpoint_every)},
+      {"--checkpoint-keep", i(c.checkpoint_keep)},
+      {"--resume", on_off(c.resume)},
+      {"--eval-every", i(c.eval_every)},
+      {"--log-jsonl (given or not)", on_off(!c.log_jsonl.empty())},
+      {"--trace (given or not)", on_off(!c.trace.empty())},
+      {"--save (given or not)", on_off(!c.save.empty())},
+      {"--sample", i(c.sample)},
+      {"--dump-logits (given or not)", on_off(!c.dump_logits.empty())},
+  };
+}
+
+void agree_on_config(Communicator& comm, const TrainerConfig& c, std::uint64_t data_fingerprint) {
+  const auto fields = agreement_fields(c, data_fingerprint);
+  const auto n = static_cast<std::int64_t>(fields.size());
+  const int ranks = comm.size();
+  Tensor mine = Tensor::empty({2 * n}, DType::kF32, MemCategory::kCommBuffers);
+  Tensor all = Tensor::empty({static_cast<std::int64_t>(ranks) * 2 * n}, DType::kF32,
+                             MemCategory::kCommBuffers);
+  float* m = mine.data_as<float>();
+  for (std::int64_t f = 0; f < n; ++f) {
+    const std::uint64_t h = fnv1a64(fields[static_cast<std::size_t>(f)].first + "=" +
+                                    fields[static_cast<std::size_t>(f)].second);
+    m[2 * f] = static_cast<float>(h & 0xffffff);
+    m[2 * f + 1] = static_cast<float>((h >> 24) & 0xffffff);
+  }
+  comm.all_gather(mine, all);
+  const float* a = all.data_as<float>();
+  std::map<std::int64_t, std::vector<int>> differing;  // field -> ranks unlike rank 0
+  for (int r = 1; r < ranks; ++r) {
+    for (std::int64_t f = 0; f < n; ++f) {
+      const float* x = a + static_cast<std::int64_t>(r) * 2 * n + 2 * f;
+      if (x[0] != a[2 * f] || x[1] != a[2 * f + 1]) differing[f].push_back(r);
+    }
+  }
+  if (differing.empty()) return;
+  std::string what;
+  for (const auto& [f, rs] : differing) {
+    std::string list;
+    for (int r : rs) list += (list.empty() ? "" : ", ") + std::to_string(r);
+    const auto& [flag, value] = fields[static_cast<std::size_t>(f)];
+    what += (what.empty() ? "" : "; ") + flag + " differs on rank" + (rs.size() > 1 ? "s " : " ") +
+            list;
+    if (comm.rank() == 0 && flag.find(' ') == std::string::npos) {
+      what += " from rank 0's " + (value.empty() ? std::string("\"\"") : value);
+    }
+  }
+  throw InputError("the ranks were started with different configurations: " + what +
+                   " (every rank of a run needs the same flags)");
+}
+
+}  // namespace mixpar::ch08

@@ -1,0 +1,138 @@
+// The probes behind check_outputs: one exclusive create and one unlink per output, in the
+// directory the output will land in (atomic writes rename a temporary there, so the directory,
+// not an existing file, is what has to be writable).
+#include "run_checks.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <string>
+
+#include "util/checked_math.h"
+#include "util/errors.h"
+
+namespace mixpar::ch08 {
+namespace fs = std::filesystem;
+namespace {
+
+// A file created and removed in dir; InputError naming the flag when that fails.
+void probe_directory(const std::string& flag, const std::string& path, const fs::path& dir) {
+  const fs::path probe = dir / (".mixpar-probe-" + std::to_string(::getpid()));
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    throw InputError(flag + " " + path + ": cannot write in " + dir.string() + ": " +
+                     std::strerror(errno));
+  }
+  ::close(fd);
+  ::unlink(probe.c_str());
+}
+
+// An output file: not a directory, its directory existing and writable.
+void check_output_file(const std::string& flag, const std::string& path) {
+  if (path.empty()) return;
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) throw InputError(flag + " " + path + " is a directory");
+  fs::path dir = fs::path(path).parent_path();
+  if (dir.empty()) dir = ".";
+  if (!fs::is_directory(dir, ec)) {
+    throw InputError(flag + " " + path + ": directory " + dir.string() + " does not exist");
+  }
+  probe_directory(flag, path, dir);
+}
+
+// An output directory: a directory if it exists, else creatable under its nearest existing
+// ancestor (which must be a writable directory).
+void check_output_dir(const std::string& flag, const std::string& path) {
+  if (path.empty()) return;
+  std::error_code ec;
+  if (fs::exists(path, ec)) {
+    if (!fs::is_directory(path, ec)) {
+      throw InputError(flag + " " + path + " is a file, not a directory");
+    }
+    probe_directory(flag, path, path);
+    return;
+  }
+  fs::path ancestor = fs::absolute(path, ec).parent_path();
+  while (!ancestor.empty() && !fs::exists(ancestor, ec)) ancestor = ancestor.parent_path();
+  if (ancestor.empty()) ancestor = ".";
+  if (!fs::is_directory(ancestor, ec)) {
+    throw InputError(flag + " " + path + ": " + ancestor.string() + " is not a directory");
+  }
+  probe_directory(flag, path, ancestor);
+}
+
+}  // namespace
+
+void check_derived_sizes(const TrainerConfig& c) {
+  const std::int64_t B = c.batch, T = c.seq, dp = c.dp;
+  const GptConfig& m = c.model;
+  checked_product("tokens per micro-batch", {{"--batch", B}, {"--seq", T}});
+  checked_sum("tokens one micro-batch of every replica reads",
+              checked_product("tokens one micro-batch of every replica reads",
+                              {{"--dp", dp}, {"--batch", B}, {"--seq", T}}),
+              1);
+  checked_product("tokens per optimizer step",
+                  {{"--batch", B}, {"--grad-accum", c.grad_accum}, {"--dp", dp}, {"--seq", T}});
+  checked_product("the bytes of a micro-batch's logits",
+                  {{"", 4}, {"--batch", B}, {"--seq", T}, {"vocab_size", m.vocab_size}});
+  checked_product("the bytes of one block's attention scores",
+                  {{"", 4}, {"--batch", B}, {"n_head", m.n_head}, {"--seq", T}, {"--seq", T}});
+  checked_product("the bytes of the blocks' MLP activations",
+                  {{"", 4}, {"--batch", B}, {"--seq", T}, {"", 4}, {"n_embd", m.n_embd},
+                   {"n_layer", m.n_layer}});
+}
+
+void refuse_empty_paths(const ArgParser& a) {
+  for (const char* flag : {"init-from", "data", "save", "checkpoint-dir", "log-jsonl",
+                           "dump-logits", "trace"}) {
+    if (a.given(flag) && a.get(flag).empty()) {
+      throw InputError(std::string("--") + flag +
+                       " \"\": an empty path (name a file or directory, or leave the flag out)");
+    }
+  }
+}
+
+void check_outputs(const TrainerConfig& c) {
+  check_output_dir("--save", c.save);
+  check_output_file("--log-jsonl", c.log_jsonl);
+  check_output_file("--trace", c.trace);
+  check_output_file("--dump-logits", c.dump_logits);
+  std::error_code ec;
+  if (!c.log_jsonl.empty() && !c.resume && fs::exists(c.log_jsonl, ec)) {
+    throw InputError("--log-jsonl " + c.log_jsonl +
+                     " exists: a fresh run would replace it (remove it or choose another file; "
+                     "--resume continues it)");
+  }
+}
+
+void check_prompts(const TrainerConfig& c, const TrainingData& data) {
+  const std::int64_t context = std::min(c.seq, c.model.n_positions);
+  const bool reads_prompt = c.sample > 0 || !c.dump_logits.empty();
+  if (reads_prompt) {
+    for (std::size_t i = 0; i < c.prompt.size(); ++i) {
+      const auto id = static_cast<unsigned char>(c.prompt[i]);
+      if (id >= c.model.vocab_size) {
+        throw InputError("--prompt: byte " + std::to_string(id) + " at offset " +
+                         std::to_string(i) + " is outside the vocabulary (vocab_size " +
+                         std::to_string(c.model.vocab_size) + ")");
+      }
+    }
+  }
+  if (!c.builtin_data()) return;
+  // Evaluation completes "\n" + prompt: the longest must leave the context a token to fill.
+  std::size_t longest = 0;
+  for (const AdditionProblem& p : data.heldout) longest = std::max(longest, p.prompt().size() + 1);
+  if (static_cast<std::int64_t>(longest) >= context) {
+    throw InputError("--seq " + std::to_string(c.seq) + ": the held-out problems' prompts take " +
+                     std::to_string(longest) + " tokens (a newline and e.g. \"" +
+                     data.heldout.front().prompt() + "\"), which leaves no room in a " +
+                     std::to_string(context) + "-token context; use --seq " +
+                     std::to_string(longest + 1) + " or more");
+  }
+}
+
+}  // namespace mixpar::ch08
