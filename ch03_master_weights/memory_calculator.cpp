@@ -222,6 +222,12 @@ void validate_shape(const GptShape& s, const Layout& l) {
   if (s.n_layer % l.pp != 0) {
     throw InputError("pp " + num(l.pp) + " does not divide n_layer " + num(s.n_layer));
   }
+  if (l.sequence_parallel && l.tp == 1) {
+    // Megatron's sequence parallelism splits the LayerNorm and dropout regions over the tp
+    // ranks: with one there is nothing to split, and the bill would not be of a real layout.
+    throw InputError("sequence parallel splits the LayerNorm regions over the tp ranks: it needs "
+                     "tp > 1");
+  }
   if (l.sequence_parallel && s.seq % l.tp != 0) {
     throw InputError("sequence parallel needs tp " + num(l.tp) + " to divide seq " + num(s.seq));
   }

@@ -348,6 +348,9 @@ TEST(Tool, BadFlagsExitWithCode2AndOneLine) {
       "--n-layer 12 --n-embd 768 --n-head 12 --vocab-size 50304 --seq 64 --micro-batch 1 --tp 5",
       "--n-layer 12 --n-embd 768 --n-head 12 --vocab-size 50257 --seq 64 --micro-batch 1 --pp 5",
       "--n-layer 12 --n-embd 768",  // partial shape
+      // sequence parallelism without tensor parallelism: nothing to split
+      "--n-layer 12 --n-embd 768 --n-head 12 --vocab-size 50304 --seq 64 --micro-batch 1 "
+      "--sequence-parallel",
   };
   for (const char* flags : cases) {
     const RunResult r = run_tool(flags);
