@@ -4,12 +4,13 @@
 # python3-torch, with OpenBLAS for its FP32 GEMMs (Debian's reference BLAS otherwise), is the
 # other side of scripts/bench_vs_pytorch.py.
 # Run as root, or as a user with sudo. The CUDA toolkit and NCCL are optional and never
-# installed here: when /usr/local/cuda exists the GPU engine compiles too.
+# installed here: when /usr/local/cuda exists the GPU engine compiles too. clang builds the
+# libFuzzer harnesses of fuzz/ (scripts/test.sh fuzz).
 set -euo pipefail
 
 packages=(cmake ninja-build g++ make libeigen3-dev libgtest-dev libgmock-dev libbenchmark-dev
           libopenmpi-dev openmpi-bin python3 python3-matplotlib
-          python3-torch libopenblas0-pthread)
+          python3-torch libopenblas0-pthread clang)
 missing=()
 for p in "${packages[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
