@@ -66,11 +66,15 @@ std::string first_non_finite_layer(const GptModel& model, std::span<const std::i
   const GptConfig& cfg = model.config();
   GptOptions o;
   o.dtype = model.options().dtype;
-  // The prefix of k blocks as the first of two stages: its stage_output() is block k-1's.
+  // The prefix of k blocks as the first of two stages: its stage_output() is block k-1's. The
+  // prefix is cut from a model of k + 1 blocks, so that a second stage exists even when k is
+  // the whole stack (n_layer = 1 included); its parameters are copied from `model` by name.
   for (std::int64_t k = 1; k <= cfg.n_layer; ++k) {
     GptOptions po = o;
     po.stage = GptStage{0, 2, 0, k};
-    GptModel prefix(cfg, po);
+    GptConfig prefix_cfg = cfg;
+    prefix_cfg.n_layer = k + 1;
+    GptModel prefix(prefix_cfg, po);
     for (const NamedTensor& p : prefix.parameters()) {
       Tensor dst = p.tensor;
       dst.copy_from(model.param(p.name));

@@ -63,6 +63,13 @@ int run_mpi_rank(TrainerConfig config, const ArgParser& args, int* argc, char***
     std::fprintf(stderr, "train_gpt: rank %d: error: %s\n", rank, e.what());
     std::fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, kExitInputError);
+  } catch (const RunHalted& e) {
+    // Every rank halts at the same step (the loss is the global batch's): one message, exit 3.
+    if (rank == 0) {
+      std::fprintf(stderr, "train_gpt: halted: %s\n", e.what());
+      std::fflush(stderr);
+    }
+    return kExitRunHalted;
   } catch (const std::bad_alloc&) {
     // The input asked for more memory than this machine has: the user's, not a bug (exit 2).
     std::fprintf(stderr,

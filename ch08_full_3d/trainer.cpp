@@ -396,7 +396,21 @@ void Trainer::halt_on_non_finite_loss(double loss) {
               ", epoch " + std::to_string(b.epoch);
     }
   }
-  throw std::runtime_error("step " + std::to_string(step_ + 1) + ": the loss is " +
+  if (world_ != nullptr && world_->size() > 1) {
+    // Only rank 0 replayed the step: every rank halts with its finding (whichever rank's
+    // message reaches the user), the bytes carried as floats (exact for 0-255).
+    Tensor text = Tensor::zeros({1024}, DType::kF32);
+    float* t = text.data_as<float>();
+    for (std::size_t i = 0; i < where.size() && i < 1024; ++i) {
+      t[i] = static_cast<float>(static_cast<unsigned char>(where[i]));
+    }
+    world_->broadcast(text, 0);
+    where.clear();
+    for (std::int64_t i = 0; i < 1024 && t[i] != 0.0f; ++i) {
+      where.push_back(static_cast<char>(static_cast<unsigned char>(t[i])));
+    }
+  }
+  throw RunHalted("step " + std::to_string(step_ + 1) + ": the loss is " +
                            (std::isnan(loss) ? "nan" : "inf") + " and " +
                            std::string(dtype_name(config_.dtype)) +
                            " has no loss scaler to skip the step: training halted before the "

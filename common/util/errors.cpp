@@ -20,6 +20,9 @@ int run_main(int argc, char** argv, const std::function<int(int, char**)>& body)
   } catch (const InputError& e) {
     std::fprintf(stderr, "%s: error: %s\n", prog_name(argv).c_str(), e.what());
     return kExitInputError;
+  } catch (const RunHalted& e) {
+    std::fprintf(stderr, "%s: halted: %s\n", prog_name(argv).c_str(), e.what());
+    return kExitRunHalted;
   } catch (const std::bad_alloc&) {
     // Not a bug: the input asked for more memory than the machine would give (a model or a
     // batch too large). One line and exit code 2, as for any input that cannot work.

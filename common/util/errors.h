@@ -1,6 +1,7 @@
 // Errors that belong to the user, not to the program: a bad flag, a configuration that cannot
 // work, a missing or corrupt file. Tools print them as one line and exit with code 2;
-// anything else escaping main is a bug and exits with 1.
+// a run that halts itself (RunHalted) exits with 3; anything else escaping main is a bug and
+// exits with 1.
 #pragma once
 
 #include <functional>
@@ -16,10 +17,22 @@ class InputError : public std::runtime_error {
 
 inline constexpr int kExitInputError = 2;
 
+// A run that stopped itself because going on would only corrupt its result (a non-finite loss
+// with no loss scaler to skip the step): neither bad input nor a bug. Tools print
+// "prog: halted: <message>" and exit with code 3; what was written before (checkpoints, logs)
+// stays as it was.
+class RunHalted : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+inline constexpr int kExitRunHalted = 3;
+
 // Runs body(argc, argv); InputError -> "prog: error: <message>" on stderr and exit code 2;
 // std::bad_alloc -> "prog: error: out of memory ..." and exit code 2 (the input asked for more
 // than the machine has); any other std::exception -> "prog: internal error: <message>" and
 // exit code 1.
+// RunHalted -> "prog: halted: <message>" and exit code 3.
 int run_main(int argc, char** argv, const std::function<int(int, char**)>& body);
 
 }  // namespace mixpar

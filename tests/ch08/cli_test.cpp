@@ -61,6 +61,23 @@ TEST(TrainGptCli, BadDataIsOneLineAndExitCode2) {
   expect_one_line_error(d, kTiny + "--vocab-size 256 --data " + d.file("ids.bin"), "300");
 }
 
+// A learning rate that blows the fp32 weights up: step 2's loss is not finite and fp32 has no
+// scaler to skip it. The run halts before the optimizer steps (exit 3, one "halted" line naming
+// the step and the first layer whose output is not finite), not an "internal error" (exit 1).
+TEST(TrainGptCli, ANonFiniteLossHaltsWithExitCode3NamingTheStepAndTheLayer) {
+  TempDir d;
+  const CliRun r = train_gpt(d, kTiny + "--steps 5 --lr 1e20 --weight-decay 0 --warmup 0");
+  EXPECT_EQ(r.code, 3) << r.err;
+  EXPECT_TRUE(r.err.starts_with("train_gpt: halted: step 2: the loss is ")) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_NE(r.err.find("the first output that is not finite is "), std::string::npos) << r.err;
+  // On a pipeline only rank 0 replays the step; every rank halts with what it found.
+  const CliRun p = train_gpt(d, "--n-layer 2 --n-head 2 --n-embd 16 --seq 8 --batch 2 --threads 1 "
+                                "--ranks 2 --pp 2 --steps 5 --lr 1e20 --weight-decay 0 --warmup 0");
+  EXPECT_EQ(p.code, 3) << p.err;
+  EXPECT_NE(p.err.find("the first output that is not finite is "), std::string::npos) << p.err;
+}
+
 TEST(TrainGptCli, JsonlHasEverySignalOnEveryStep) {
   TempDir d;
   const CliRun r = train_gpt(

@@ -76,7 +76,7 @@ TEST(RunWatch, ANonFiniteLossWithoutAScalerHaltsNamingTheFirstNonFiniteLayer) {
   try {
     t.train_step();
     FAIL() << "a NaN loss in fp32 must halt";
-  } catch (const std::runtime_error& e) {
+  } catch (const RunHalted& e) {  // exit code 3 in train_gpt: a halt, not an internal error
     const std::string msg = e.what();
     EXPECT_NE(msg.find("step 2: the loss is"), std::string::npos) << msg;
     EXPECT_NE(msg.find("first output that is not finite is block 1 (h.1)'s"), std::string::npos)
