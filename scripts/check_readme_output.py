@@ -8,14 +8,17 @@ A README marks each block of expected output it promises to reproduce with an HT
 
     <!-- expected-output: ch02_loss_scaling --growth-interval 5 -->
     <!-- expected-output: ch04_ddp --bug none | machine-dependent: ms|ran in -->
+    <!-- expected-output: ch05_zero | excerpt -->
 
 The program (in --bin-dir) runs with those arguments, once per thread count of --threads
-(OMP_NUM_THREADS), and its standard output must equal the block line for line. Lines that
-match the optional `machine-dependent` regular expression (timings, throughput) are compared
-with every number replaced by '#' and runs of spaces collapsed, so their words and columns
-must still match but not their values. Exit code 0: every block reproduced; 1: a block
-differs (the first differing lines are printed) or a program failed; 2: bad arguments or a
-README without any marked block.
+(OMP_NUM_THREADS; blocks of the same command share its runs), and its standard output must
+equal the block line for line. An `excerpt` block is one section of a longer output: its
+lines must appear in the output as consecutive lines, anywhere. Lines that match the optional
+`machine-dependent` regular expression (timings, throughput; always the last field of the
+marker) are compared with every number replaced by '#' and runs of spaces collapsed, so their
+words and columns must still match but not their values. Exit code 0: every block
+reproduced; 1: a block differs (the first differing lines are printed) or a program failed;
+2: bad arguments or a README without any marked block.
 """
 
 import argparse
@@ -24,8 +27,32 @@ import re
 import subprocess
 import sys
 
-MARK = re.compile(r"^<!-- expected-output: (.*?)(?: \| machine-dependent: (.*?))? -->\s*$")
+MARK = re.compile(r"^<!-- expected-output: (.*?) -->\s*$")
 NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
+
+
+def marker_fields(path, line_no, body):
+    """'ARGS [| excerpt] [| machine-dependent: REGEX]' -> (argv, excerpt, regex or None)."""
+    fields = body.split(" | ")
+    argv, excerpt, vary = fields[0].split(), False, None
+    for k, f in enumerate(fields[1:], start=1):
+        if f == "excerpt" and vary is None:
+            excerpt = True
+        elif f.startswith("machine-dependent: "):
+            # The regular expression is the rest of the marker: it may hold " | " itself.
+            vary = " | ".join(fields[k:])[len("machine-dependent: "):]
+            break
+        else:
+            raise ValueError("%s:%d: unknown marker field '%s' (excerpt, machine-dependent: RE)"
+                             % (path, line_no, f))
+    if not argv:
+        raise ValueError("%s:%d: the marker names no program" % (path, line_no))
+    if vary is not None:
+        try:
+            re.compile(vary)
+        except re.error as e:
+            raise ValueError("%s:%d: machine-dependent: %s" % (path, line_no, e))
+    return argv, excerpt, vary
 
 
 def blocks(path):
@@ -42,7 +69,8 @@ def blocks(path):
                 j += 1
             if j >= len(lines):
                 raise ValueError("%s:%d: the block is not closed" % (path, i + 2))
-            out.append((i + 1, m.group(1).split(), m.group(2), lines[i + 2:j]))
+            argv, excerpt, vary = marker_fields(path, i + 1, m.group(1))
+            out.append((i + 1, argv, excerpt, vary, lines[i + 2:j]))
             i = j
         i += 1
     return out
@@ -52,17 +80,39 @@ def masked(line):
     return " ".join(NUMBER.sub("#", line).split())
 
 
-def compare(expected, got, vary):
+def same(e, g, pattern):
+    if e == g:
+        return True
+    return bool(pattern and (pattern.search(e) or pattern.search(g)) and masked(e) == masked(g))
+
+
+def compare(expected, got, vary, excerpt=False):
+    """None when the output reproduces the block, else (line of the block, README, output)."""
     pattern = re.compile(vary) if vary else None
     got = got.rstrip("\n").split("\n")
+    if excerpt:
+        # The block is a run of consecutive output lines: try every place its first line fits,
+        # and report the place that matched longest.
+        best = (0, expected[0] if expected else "<empty block>", "<no such line in the output>")
+        best_len = -1
+        for start in range(len(got)):
+            if not expected or not same(expected[0], got[start], pattern):
+                continue
+            k = 0
+            while k < len(expected) and start + k < len(got) and \
+                    same(expected[k], got[start + k], pattern):
+                k += 1
+            if k == len(expected):
+                return None
+            if k > best_len:
+                best_len = k
+                best = (k, expected[k], got[start + k] if start + k < len(got) else "<no line>")
+        return best
     for k in range(max(len(expected), len(got))):
         e = expected[k] if k < len(expected) else "<no line>"
         g = got[k] if k < len(got) else "<no line>"
-        if e == g:
-            continue
-        if pattern and (pattern.search(e) or pattern.search(g)) and masked(e) == masked(g):
-            continue
-        return k, e, g
+        if not same(e, g, pattern):
+            return k, e, g
     return None
 
 
@@ -74,6 +124,7 @@ def main():
     a = ap.parse_args()
     threads = [t for t in a.threads.split(",") if t]
     failures = 0
+    runs = {}  # (argv, threads) -> the finished run: blocks of one command share it
     for readme in a.readmes:
         try:
             found = blocks(readme)
@@ -84,24 +135,29 @@ def main():
             print("check_readme_output: %s has no <!-- expected-output: ... --> block" % readme,
                   file=sys.stderr)
             return 2
-        for line_no, argv, vary, expected in found:
+        for line_no, argv, excerpt, vary, expected in found:
             program = os.path.join(a.bin_dir, argv[0])
             if not os.path.isfile(program):
                 print("check_readme_output: %s does not exist (build it first)" % program,
                       file=sys.stderr)
                 return 2
             for t in threads:
-                env = dict(os.environ, OMP_NUM_THREADS=t)
-                p = subprocess.run([program, *argv[1:]], stdout=subprocess.PIPE,
-                                   stderr=subprocess.PIPE, text=True, env=env, timeout=600)
+                key = (tuple(argv), t)
+                if key not in runs:
+                    env = dict(os.environ, OMP_NUM_THREADS=t)
+                    runs[key] = subprocess.run([program, *argv[1:]], stdout=subprocess.PIPE,
+                                               stderr=subprocess.PIPE, text=True, env=env,
+                                               timeout=600)
+                p = runs[key]
                 where = "%s:%d (%s, OMP_NUM_THREADS=%s)" % (readme, line_no, " ".join(argv), t)
                 if p.returncode != 0:
                     print("FAIL %s: exit code %d\n%s" % (where, p.returncode, p.stderr.strip()))
                     failures += 1
                     continue
-                diff = compare(expected, p.stdout, vary)
+                diff = compare(expected, p.stdout, vary, excerpt)
                 if diff is None:
-                    print("ok   %s: %d lines reproduced" % (where, len(expected)))
+                    print("ok   %s: %d lines reproduced%s"
+                          % (where, len(expected), " (an excerpt)" if excerpt else ""))
                 else:
                     k, e, g = diff
                     print("FAIL %s: line %d of the block differs\n  README: %s\n  output: %s"
