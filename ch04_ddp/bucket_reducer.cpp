@@ -13,7 +13,7 @@
 namespace mixpar::ch04 {
 
 std::vector<Bucket> make_buckets(std::span<const ParamEntry> entries, DType dtype,
-                                 std::size_t cap_bytes) {
+                                 std::size_t cap_bytes, const BucketBoundary& close_after) {
   std::vector<Bucket> buckets;
   Bucket current;
   for (std::size_t k = entries.size(); k-- > 0;) {
@@ -27,7 +27,8 @@ std::vector<Bucket> make_buckets(std::span<const ParamEntry> entries, DType dtyp
     current.begin = e.offset;
     current.count += n;
     current.entries.push_back(k);
-    if (static_cast<std::size_t>(current.count) * dtype_size(dtype) >= cap_bytes) {
+    if (static_cast<std::size_t>(current.count) * dtype_size(dtype) >= cap_bytes ||
+        (close_after && close_after(k))) {
       buckets.push_back(std::move(current));
       current = Bucket{};
     }
@@ -41,7 +42,8 @@ BucketReducer::BucketReducer(Communicator& comm, const ParamRegistry& registry,
     : comm_(comm),
       config_(config),
       flat_grads_(registry.flat_grads()),
-      buckets_(make_buckets(registry.entries(), flat_grads_.dtype(), config.bucket_cap_bytes)),
+      buckets_(make_buckets(registry.entries(), flat_grads_.dtype(), config.bucket_cap_bytes,
+                            config.close_after)),
       bucket_of_(registry.entries().size()),
       ledger_(&current_ledger()),
       marked_(registry.entries().size(), false),

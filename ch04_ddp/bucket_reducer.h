@@ -30,11 +30,15 @@ struct Bucket {
 // Buckets over `entries` (laid out back to back in registration order) in reverse order. A
 // bucket closes once it holds at least cap_bytes of `dtype` (PyTorch's bucket_cap_mb rule), so
 // a parameter larger than the cap sits alone in its bucket; cap_bytes 0: one per parameter.
+// close_after (optional): a bucket also closes after entry k when close_after(k) is true,
+// whatever its size (chapter 5's ZeRO-3: one bucket per block, the unit it gathers).
+using BucketBoundary = std::function<bool(std::size_t entry)>;
 std::vector<Bucket> make_buckets(std::span<const ParamEntry> entries, DType dtype,
-                                 std::size_t cap_bytes);
+                                 std::size_t cap_bytes, const BucketBoundary& close_after = {});
 
 struct ReducerConfig {
   std::size_t bucket_cap_bytes = std::size_t{25} << 20;  // PyTorch's bucket_cap_mb = 25
+  BucketBoundary close_after;  // make_buckets' extra boundaries (empty: the cap alone)
   AllReduceAlgo algo = AllReduceAlgo::kBackend;          // or the hand-built ring / naive
   RingOptions ring;                                      // for kRing and kNaive
   // 16-bit gradients are copied into an FP32 bucket (kCommBuffers: 4 bytes per parameter),

@@ -19,7 +19,8 @@ std::int64_t ZeroBucket::owned_count(int r) const {
 }
 
 ZeroPartition::ZeroPartition(std::span<const ParamEntry> entries, DType dtype,
-                             std::size_t bucket_cap_bytes, int dp, int rank, std::int64_t align)
+                             std::size_t bucket_cap_bytes, int dp, int rank, std::int64_t align,
+                             const std::function<bool(std::size_t)>& close_after)
     : dp_(dp), rank_(rank) {
   if (dp < 1 || rank < 0 || rank >= dp) {
     throw InputError("ZeRO partition: rank " + std::to_string(rank) + " of " +
@@ -27,7 +28,7 @@ ZeroPartition::ZeroPartition(std::span<const ParamEntry> entries, DType dtype,
   }
   if (align < 1) throw InputError("ZeRO partition: alignment must be at least 1 element");
   const std::int64_t unit = static_cast<std::int64_t>(dp) * align;
-  for (const ch04::Bucket& b : ch04::make_buckets(entries, dtype, bucket_cap_bytes)) {
+  for (const ch04::Bucket& b : ch04::make_buckets(entries, dtype, bucket_cap_bytes, close_after)) {
     ZeroBucket z;
     z.begin = b.begin;
     z.count = b.count;

@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -47,8 +48,10 @@ class ZeroPartition {
  public:
   // entries: laid out back to back in `dtype` (a registry's: each entry's held elements,
   // held_shape). InputError when dp < 1 or align < 1.
+  // close_after: extra bucket boundaries (ch04::make_buckets; ZeRO-3's one bucket per block).
   ZeroPartition(std::span<const ParamEntry> entries, DType dtype, std::size_t bucket_cap_bytes,
-                int dp, int rank, std::int64_t align = 1);
+                int dp, int rank, std::int64_t align = 1,
+                const std::function<bool(std::size_t)>& close_after = {});
 
   int dp() const { return dp_; }
   int rank() const { return rank_; }

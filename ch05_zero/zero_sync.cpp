@@ -38,7 +38,7 @@ ZeroStage1::ZeroStage1(Communicator& dp, ParamRegistry& registry, ZeroConfig con
       registry_(registry),
       config_(config),
       partition_(registry.entries(), registry.flat_grads().dtype(), config.bucket_cap_bytes,
-                 dp.size(), dp.rank(), config.align) {
+                 dp.size(), dp.rank(), config.align, config.close_after) {
   const DType g = registry.flat_grads().dtype();
   const DType work = dtype_size(g) < 4 ? DType::kF32 : g;  // chapter 4's FP32 staging
   const auto& buckets = partition_.buckets();
@@ -56,6 +56,7 @@ ZeroStage1::ZeroStage1(Communicator& dp, ParamRegistry& registry, ZeroConfig con
   ch04::ReducerConfig rc;
   rc.bucket_cap_bytes = config.bucket_cap_bytes;
   rc.overlap = config.overlap;
+  rc.close_after = config.close_after;
   rc.release_staging = stage2;
   rc.bucket_op = [this](std::size_t b, Tensor& w, double divisor) {
     reduce_scatter_bucket(b, w, divisor);

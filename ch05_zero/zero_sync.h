@@ -17,6 +17,7 @@
 // shards), so the clip coefficient, and everything after it, has the same bits.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -34,6 +35,9 @@ struct ZeroConfig {
   std::size_t bucket_cap_bytes = std::size_t{25} << 20;
   std::int64_t align = 1;  // each bucket padded to a multiple of dp x align elements
   bool overlap = true;     // reduce-scatter on a communication thread during backward
+  // Extra bucket boundaries (ch04::make_buckets): ZeRO-3 closes a bucket after each block so
+  // that a bucket is the unit it gathers. Empty: the cap alone.
+  std::function<bool(std::size_t entry)> close_after;
 };
 
 class ZeroStage1 : public GradSync {
@@ -56,7 +60,7 @@ class ZeroStage1 : public GradSync {
   std::size_t buckets_sent_during_backward() const { return reducer_->ready_before_finish(); }
   // Views of the working copy and of the (reduced) gradients at this rank's pieces, in order:
   // what the optimizer is built on. Its masters and moments are then 1/N of the model's.
-  std::vector<Tensor> shard_params() const;
+  virtual std::vector<Tensor> shard_params() const;
   virtual std::vector<Tensor> shard_grads() const;
   // Per piece: its parameter's weight-decay flag.
   std::vector<bool> shard_weight_decay() const;
@@ -74,7 +78,8 @@ class ZeroStage1 : public GradSync {
                               const std::vector<bool>& counted) const;
   // Collective over dp: every rank's shard of the working copy all-gathered into every
   // replica, bucket by bucket (after the optimizer stepped).
-  void gather_params();
+  // ZeRO-3 gathers block by block before each use instead: nothing to do after its step.
+  virtual void gather_params();
 
  protected:
   // stage2: each bucket's FP32 staging and ZeRO's own reduce-scatter and all-gather scratch
@@ -114,7 +119,7 @@ class ZeroStage1 : public GradSync {
 // the last one (DeepSpeed reduces each micro-batch into the shard instead, which needs no
 // full buffer but adds in another order): so the bits are DDP's, and the full 16-bit
 // gradient is on the ledger from the step's first backward until its last bucket leaves.
-class ZeroStage2 final : public ZeroStage1 {
+class ZeroStage2 : public ZeroStage1 {
  public:
   ZeroStage2(Communicator& dp, ParamRegistry& registry, ZeroConfig config);
 
@@ -124,6 +129,10 @@ class ZeroStage2 final : public ZeroStage1 {
   std::vector<Tensor> shard_grads() const override;
   // This rank's gradient shard: bucket by bucket, each bucket's padded shard.
   const Tensor& grad_shard() const { return grad_shard_; }
+
+ protected:
+  // By bucket: its shard's first element in grad_shard() (ZeRO-3's parameter shard too).
+  const std::vector<std::int64_t>& shard_offsets() const { return shard_offset_; }
 
  private:
   void keep_mean(std::size_t b, const Tensor& mean, Tensor& work) override;
