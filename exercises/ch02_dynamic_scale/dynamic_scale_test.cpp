@@ -47,7 +47,12 @@ TEST(UpdateScale, AnOverflowRestartsTheCount) {
 }
 
 TEST(UpdateScale, NeverGrowsToInfinity) {
-  DynamicScale s{.scale = 0x1p127f, .growth_tracker = 0};
+  // 2^126 still doubles to 2^127, FP32's largest power of two; 2^128 would be inf, so the
+  // next growth is refused (the scale stays, the tracker restarts). Starting below the edge
+  // keeps a blank update_scale, which never grows, from passing.
+  DynamicScale s{.scale = 0x1p126f, .growth_tracker = 0};
+  EXPECT_TRUE(update_scale(s, false, 1));
+  EXPECT_EQ(s.scale, 0x1p127f);
   EXPECT_TRUE(update_scale(s, false, 1));
   EXPECT_EQ(s.scale, 0x1p127f);
   EXPECT_EQ(s.growth_tracker, 0);
