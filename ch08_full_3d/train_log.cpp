@@ -90,6 +90,27 @@ std::string format_duration(double seconds) {
   return buf;
 }
 
+std::string escape_bytes(const std::string& bytes) {
+  std::string out;
+  for (const char ch : bytes) {
+    const auto b = static_cast<unsigned char>(ch);
+    if (b == '\\') {
+      out += "\\\\";
+    } else if (b == '\n') {
+      out += "\\n";
+    } else if (b == '\t') {
+      out += "\\t";
+    } else if (b >= 0x20 && b < 0x7f) {
+      out += ch;
+    } else {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\x%02x", b);
+      out += hex;
+    }
+  }
+  return out;
+}
+
 std::string format_rate(double v) {
   char buf[32];
   if (v >= 1e6)

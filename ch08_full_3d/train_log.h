@@ -42,6 +42,10 @@ std::string progress_line(const StepStats& s, std::int64_t total_steps, bool sho
                           double eta_seconds);
 std::string format_duration(double seconds);  // "42s", "3m05s", "1h02m"
 std::string format_rate(double per_second);   // "950", "48.1k", "1.25M"
+// Bytes a model wrote, safe on one terminal line: printable ASCII as it is, a backslash as
+// "\\", newline and tab as "\n" and "\t", every other byte (control bytes, and bytes >= 0x80,
+// which need not form valid UTF-8) as "\xHH".
+std::string escape_bytes(const std::string& bytes);
 
 // Seconds per step, smoothed, for the ETA (the first steps are slower: buffers, caches).
 class EtaClock {

@@ -134,7 +134,8 @@ double print_eval(Trainer& t, std::FILE* out) {
   std::fprintf(out, "eval step %lld: held-out accuracy %.1f%% (%lld/%lld)",
                static_cast<long long>(t.step()), 100.0 * s.accuracy,
                static_cast<long long>(s.correct), static_cast<long long>(s.total));
-  if (!s.mistakes.empty()) std::fprintf(out, ", e.g. %s", s.mistakes.front().c_str());
+  // The model's bytes as they came (a half-trained one writes any byte): escaped.
+  if (!s.mistakes.empty()) std::fprintf(out, ", e.g. %s", escape_bytes(s.mistakes.front()).c_str());
   std::fprintf(out, "\n");
   return s.accuracy;
 }
@@ -320,11 +321,13 @@ void preflight(const TrainerConfig& c, const TrainingData& data, int ranks_here,
   std::fflush(out);
 }
 
-// The whole run of one rank (comm null: the single device). out null: a silent rank.
+// The whole run of one rank (comm null: the single device). out null: a silent rank. peak:
+// the lead rank's MFU denominator, measured before any rank started (gemm_peak.h).
 void run_rank(const TrainerConfig& c, const TrainingData& data, Communicator* comm,
-              std::FILE* out, const std::function<void()>& setup_done = {}, int ranks_here = 1) {
+              std::FILE* out, const GemmPeak& peak, const std::function<void()>& setup_done = {},
+              int ranks_here = 1) {
   Trainer t(c, data, comm);
-  RankRun run{t, out, std::nullopt, {}, {}};
+  RankRun run{t, out, std::nullopt, {}, peak};
   if (c.resume) {
     t.resume();
     if (run.lead()) {
@@ -335,10 +338,7 @@ void run_rank(const TrainerConfig& c, const TrainingData& data, Communicator* co
   if (run.lead()) {
     print_checklist(c, data, ranks_here, out);
     print_preflight(t, out);
-    run.peak = measure_gemm_peak();
-    std::fprintf(out, "MFU against this machine's measured FP32 GEMM peak: %.1f GFLOP/s (%d x %d "
-                 "x %d on %d threads; a GPU's would be its datasheet's)\n",
-                 run.peak.flops_per_s / 1e9, run.peak.n, run.peak.n, run.peak.n, run.peak.threads);
+    std::fprintf(out, "MFU: %s\n", run.peak.describe().c_str());
     if (!c.log_jsonl.empty()) {
       run.log.emplace(c.log_jsonl,
                       c.resume ? std::optional<std::int64_t>(t.step()) : std::nullopt);
@@ -391,8 +391,13 @@ int run_training(const TrainerConfig& c, std::FILE* out) {
   check_resume_checkpoint(c, data);
   preflight(c, data, c.ranks, out);
   if (c.dry_run) return 0;
+  // The peak of every core the run computes on, measured before any rank thread starts (their
+  // spinning would take cores from the GEMM): one device's team, or every rank's.
+  const GemmPeak peak = measure_gemm_peak(
+      c.distributed() ? process_compute_threads(c.ranks, c.threads) : process_compute_threads(1, 0),
+      c.dtype);
   if (!c.distributed()) {
-    run_rank(c, data, nullptr, out);
+    run_rank(c, data, nullptr, out, peak);
     return 0;
   }
   LocalOptions opts;
@@ -401,7 +406,7 @@ int run_training(const TrainerConfig& c, std::FILE* out) {
       c.ranks,
       [&](Communicator& comm) {
         set_rank_threads(c, comm.size());
-        run_rank(c, data, &comm, comm.rank() == 0 ? out : nullptr, {}, c.ranks);
+        run_rank(c, data, &comm, comm.rank() == 0 ? out : nullptr, peak, {}, c.ranks);
       },
       opts);
   return 0;
@@ -458,7 +463,11 @@ int run_training_rank(const TrainerConfig& c, Communicator& comm, int ranks_on_t
   preflight(c, *data, ranks_on_this_machine, comm.rank() == 0 ? out : nullptr);
   if (c.dry_run) return 0;
   set_rank_threads(c, ranks_on_this_machine);
-  run_rank(c, *data, &comm, comm.rank() == 0 ? out : nullptr, setup_done, ranks_on_this_machine);
+  // Rank 0's MFU: its own FLOPs (model_flops.h) over the peak of its own team's cores.
+  const GemmPeak peak = comm.rank() == 0 ? measure_gemm_peak(process_compute_threads(1, 0), c.dtype)
+                                         : GemmPeak{};
+  run_rank(c, *data, &comm, comm.rank() == 0 ? out : nullptr, peak, setup_done,
+           ranks_on_this_machine);
   return 0;
 }
 

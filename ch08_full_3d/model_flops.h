@@ -1,0 +1,30 @@
+// The model FLOPs a training step multiplies (the numerator of MFU, gemm_peak.h): llm.c's
+// 6 N + 6 L C T per token (docs/REFERENCE.md, "FLOPs per token and MFU"), with N the weights
+// that take part in a GEMM on the ranks counted (the four projections of each block and the
+// tied LM head; wpe, biases and LayerNorms do no multiply-add per weight and are left out) and
+// the attention term over the heads those ranks hold. Recomputed forwards are not model FLOPs.
+#pragma once
+
+#include <cstdint>
+
+#include "model/gpt_params.h"
+#include "trainer_config.h"
+
+namespace mixpar::ch08 {
+
+// One rank's FLOPs per token of its replica's batch, from what its registry holds: 6 x the
+// held elements of its blocks' GEMM weights and of wte when it runs the LM head (it holds
+// ln_f), + 6 x its blocks x (n_embd / tp) x seq.
+double rank_flops_per_token(const ParamRegistry& registry, const GptConfig& model,
+                            std::int64_t seq, int tp);
+
+// The whole grid's FLOPs per optimizer step: dp replicas, each of B x T x m tokens, each
+// replica's ranks together multiplying every GEMM weight once (tp splits each weight, pp the
+// blocks): 6 (12 L C^2 + V' C) + 6 L C T per token, V' the vocabulary padded for tp.
+double grid_flops_per_step(const TrainerConfig& c);
+
+// What this process's ranks multiply per step: the whole grid when all its ranks are threads
+// of this process (or it is one device), else (one rank per MPI process) this rank's share.
+double process_flops_per_step(const TrainerConfig& c, const ParamRegistry& registry);
+
+}  // namespace mixpar::ch08

@@ -1,0 +1,146 @@
+// MFU: the model FLOPs a step multiplies (model_flops.h) over the peak of the cores the run
+// computes on (gemm_peak.h). The peak is a peak (at least the ISA's figure and the measured
+// GEMM), the ranks of a grid together multiply exactly what one device does, and a real run,
+// on one device or on 8 rank threads, never reports more than 100%.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ch08_test_util.h"
+#include "gemm_peak.h"
+#include "model_flops.h"
+#include "train_gpt_cli.h"
+#include "train_log.h"
+
+namespace mixpar::ch08 {
+namespace {
+
+using test::CliRun;
+using test::read_jsonl;
+using test::TempDir;
+using test::train_gpt;
+
+TEST(IsaPeak, IsCoresTimesClockTimesLanesTimesFmaUnitsTimesTwo) {
+  const IsaPeak p = isa_peak(1);
+  ASSERT_GT(p.clock_ghz, 0.0) << "neither cpufreq nor /proc/cpuinfo gave a clock";
+  EXPECT_EQ(p.cores, 1);
+  EXPECT_TRUE(p.fp32_lanes == 4 || p.fp32_lanes == 8 || p.fp32_lanes == 16) << p.fp32_lanes;
+  EXPECT_DOUBLE_EQ(p.flops_per_s, p.clock_ghz * 1e9 * p.fp32_lanes * p.fma_units * 2.0);
+  // The clock is the larger of the kernel's and the timed one.
+  EXPECT_DOUBLE_EQ(p.clock_ghz, std::max(p.reported_clock_ghz, p.measured_clock_ghz));
+  // More cores than the machine has are the machine's cores, each at the clock.
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  const IsaPeak all = isa_peak(cores + 7);
+  EXPECT_EQ(all.cores, cores);
+  EXPECT_DOUBLE_EQ(all.flops_per_s, cores * all.clock_ghz * 1e9 * all.fp32_lanes * all.fma_units * 2.0);
+}
+
+#if defined(__x86_64__)
+// Timed adds give a clock a real x86 core can have (a loaded machine only lowers it).
+TEST(IsaPeak, TheTimedClockIsThatOfARealCore) {
+  const IsaPeak p = isa_peak(1);
+  EXPECT_GT(p.measured_clock_ghz, 0.2);
+  EXPECT_LT(p.measured_clock_ghz, 7.0);
+}
+#endif
+
+TEST(GemmPeak, IsTheLargerOfTheMeasuredGemmAndTheIsaPeak) {
+  const GemmPeak p = measure_gemm_peak(1, DType::kF32, 256, 2);
+  EXPECT_EQ(p.threads, 1);
+  EXPECT_EQ(p.n, 256);
+  EXPECT_GT(p.measured_flops_per_s, 0.0);
+  EXPECT_GE(p.flops_per_s, p.measured_flops_per_s);
+  EXPECT_GE(p.flops_per_s, p.isa.flops_per_s);
+  EXPECT_EQ(p.isa.cores, 1);
+  const std::string d = p.describe();
+  EXPECT_NE(d.find("ISA peak"), std::string::npos) << d;
+  EXPECT_NE(d.find("measured 256^3 f32 GEMM"), std::string::npos) << d;
+  // A 16-bit run's peak is measured on its own GEMM path (widened operands here).
+  EXPECT_EQ(measure_gemm_peak(1, DType::kBF16, 128, 1).dtype, DType::kBF16);
+}
+
+TEST(GemmPeak, TheProcessComputesOnItsRanksThreadsAtMostEveryCore) {
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  EXPECT_EQ(process_compute_threads(1, 1), 1);
+  EXPECT_EQ(process_compute_threads(8, 1), std::min(8, cores));
+  EXPECT_EQ(process_compute_threads(8, 0), std::min(8, cores));  // share_cores: >= 1 each
+  EXPECT_EQ(process_compute_threads(2, 0), 2 * std::max(1, cores / 2));
+}
+
+// One device: 6 (12 L C^2 + V C) + 6 L C T per token, wpe, biases and LayerNorms left out.
+TEST(ModelFlops, OneDeviceMultipliesTheFourProjectionsAndTheHead) {
+  const GptConfig m{2, 8, 128, 64, 256};
+  const double want = 6.0 * (12.0 * 2 * 128 * 128 + 256.0 * 128) + 6.0 * 2 * 128 * 64;
+  EXPECT_DOUBLE_EQ(rank_flops_per_token(make_gpt2_registry(m), m, 64, 1), want);
+  TrainerConfig c;
+  c.model = m;
+  c.seq = 64;
+  c.batch = 16;
+  c.grad_accum = 2;
+  EXPECT_DOUBLE_EQ(grid_flops_per_step(c), want * 32 * 64);
+  // llm.c's 6N + 6LCT counts wpe, biases and LayerNorms too: a little more.
+  EXPECT_GT(static_cast<double>(m.flops_per_token(64)), want);
+}
+
+// Every (tp, pp) place's own count, summed, is one device's (tp splits each weight and the
+// heads, pp the blocks; the first stage's wte is a lookup, the last stage's the head), with
+// the vocabulary padded to a multiple of tp.
+TEST(ModelFlops, TheRanksOfAGridTogetherMultiplyWhatOneDeviceDoes) {
+  const GptConfig m{4, 4, 64, 32, 257};
+  for (const auto& [tp, pp] : std::vector<std::pair<int, int>>{{1, 1}, {2, 1}, {1, 2}, {2, 2}, {4, 4}}) {
+    double sum = 0;
+    for (int s = 0; s < pp; ++s) {
+      for (int t = 0; t < tp; ++t) {
+        sum += rank_flops_per_token(make_gpt2_registry(m, gpt_stage(m, s, pp), {t, tp}), m, 32, tp);
+      }
+    }
+    TrainerConfig c;
+    c.model = m;
+    c.seq = 32;
+    c.batch = 1;
+    c.tp = tp;
+    c.pp = pp;
+    EXPECT_DOUBLE_EQ(sum * 32, grid_flops_per_step(c)) << "tp " << tp << " pp " << pp;
+  }
+}
+
+void expect_mfu_at_most_100_percent(const std::string& args) {
+  TempDir d;
+  const CliRun r = train_gpt(d, args + " --log-jsonl " + d.file("log.jsonl"));
+  ASSERT_EQ(r.code, 0) << args << "\n" << r.err;
+  EXPECT_NE(r.out.find("MFU: ISA peak"), std::string::npos) << r.out;
+  const std::vector<Json> lines = read_jsonl(d.file("log.jsonl"));
+  ASSERT_FALSE(lines.empty());
+  for (const Json& j : lines) {
+    ASSERT_TRUE(j.contains("mfu")) << j.dump();
+    const double mfu = j.at("mfu").as_double();
+    EXPECT_GT(mfu, 0.0) << args;
+    EXPECT_LE(mfu, 1.0) << args << ": step " << j.at("step").as_int() << " at "
+                        << j.at("flops").as_double() / j.at("step_ms").as_double() / 1e6
+                        << " GFLOP/s\n" << r.out;
+  }
+}
+
+// The demo's two runs, 6 steps: before the peak was a peak these printed MFU 300-440%.
+TEST(TrainGptMfu, OneDeviceOnOneThreadStaysAtMost100Percent) {
+  expect_mfu_at_most_100_percent("--threads 1 --batch 16 --grad-accum 2 --steps 6 --dtype bf16");
+}
+
+TEST(TrainGptMfu, EightRankThreadsOnATwoByTwoByTwoGridStayAtMost100Percent) {
+  expect_mfu_at_most_100_percent(
+      "--ranks 8 --dp 2 --tp 2 --pp 2 --zero-stage 1 --schedule 1f1b --batch 8 --grad-accum 2 "
+      "--steps 6 --dtype bf16");
+}
+
+TEST(TrainLog, EscapeBytesShowsControlBytesAndInvalidUtf8AsHex) {
+  EXPECT_EQ(escape_bytes("12+34= -> 64 (want 64)"), "12+34= -> 64 (want 64)");
+  EXPECT_EQ(escape_bytes(std::string("a\nb\tc\\d", 7)), "a\\nb\\tc\\\\d");
+  EXPECT_EQ(escape_bytes(std::string("\x01\x7f\xff\xc3", 4)), "\\x01\\x7f\\xff\\xc3");
+  EXPECT_EQ(escape_bytes(std::string("\0", 1)), "\\x00");
+}
+
+}  // namespace
+}  // namespace mixpar::ch08
