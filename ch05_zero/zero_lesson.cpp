@@ -1,12 +1,14 @@
 #include "ch05_zero/zero_lesson.h"
 
 #include <cmath>
+#include <iterator>
 #include <limits>
 #include <memory>
 #include <mutex>
 
 #include "ch03_master_weights/mixed_precision_optimizer.h"
 #include "ch04_ddp/bucketed_allreduce.h"
+#include "ch05_zero/zero_stage3.h"
 #include "ch05_zero/zero_sync.h"
 #include "comm/local_backend.h"
 #include "comm/parallel_grid.h"
@@ -21,8 +23,13 @@
 namespace mixpar::ch05 {
 namespace {
 
-constexpr std::string_view kBugNames[] = {"none", "local-norm", "unshared-overflow",
-                                          "released-gradients"};
+constexpr std::string_view kBugNames[] = {"none",
+                                          "local-norm",
+                                          "unshared-overflow",
+                                          "released-gradients",
+                                          "forgotten-tied-weight",
+                                          "prefetch-order"};
+constexpr int kBugCount = static_cast<int>(std::size(kBugNames));
 
 // Rank r's rows of step k: B sequences of T + 1 pseudo-random tokens (inputs, targets).
 TokenBatch lesson_batch(const LessonSetup& s, int step, int rank) {
@@ -66,11 +73,23 @@ void run_rank(const LessonSetup& s, Communicator& comm, RankResult& out) {
   ParamRegistry& reg = model.registry();
   std::unique_ptr<GradSync> sync;
   ZeroStage1* zero = nullptr;
+  ZeroStage3* z3 = nullptr;
   if (s.zero_stage >= 1) {
     ZeroConfig z;
     z.bucket_cap_bytes = s.bucket_cap_bytes;
     std::unique_ptr<ZeroStage1> zs;
-    if (s.zero_stage == 2) {
+    if (s.zero_stage == 3) {
+      Zero3Options z3o;
+      z3o.prefetch = s.prefetch;
+      z3o.head_gathers_wte = s.bug != ZeroBug::kForgottenTiedWeight;
+      if (s.bug == ZeroBug::kPrefetchOrder) {  // the head, then the blocks upwards: wrong
+        z3o.backward_order.push_back(s.model.n_layer);
+        for (std::int64_t l = 0; l < s.model.n_layer; ++l) z3o.backward_order.push_back(l);
+      }
+      auto three = std::make_unique<ZeroStage3>(grid.dp(), model, z, z3o);
+      z3 = three.get();
+      zs = std::move(three);
+    } else if (s.zero_stage == 2) {
       zs = std::make_unique<ZeroStage2>(grid.dp(), reg, z);
     } else {
       zs = std::make_unique<ZeroStage1>(grid.dp(), reg, z);
@@ -109,14 +128,24 @@ void run_rank(const LessonSetup& s, Communicator& comm, RankResult& out) {
   SingleStage schedule(1);
   std::vector<TraceSpan> spans;
   std::size_t grad_bytes = 0;  // sent by the gradient and parameter collectives alone
+  // ZeRO-3's parameter gathers travel on their own communicator.
+  auto sent_all = [&] { return sent(grid.dp()) + (z3 ? sent(z3->gather_comm()) : 0); };
+  // The working copy's hash: ZeRO-3 holds only a shard of it, so it is gathered whole.
+  Tensor whole;
+  if (z3) whole = Tensor::zeros({reg.numel()}, s.dtype, MemCategory::kOther);
+  auto hash_now = [&] {
+    if (!z3) return weights_hash(reg.flat_params());
+    z3->gather_full(whole);
+    return weights_hash(whole);
+  };
   for (int k = 0; k < s.steps; ++k) {
-    const std::size_t before = sent(grid.dp());
+    const std::size_t before = sent_all();
     sync->begin_step();
     const ScheduleResult r = schedule.run_step(
         model, [&] { return lesson_batch(s, k, comm.rank()); }, *sync, opt.loss_scale(),
         comm.rank(), spans);
     sync->finish();
-    grad_bytes += sent(grid.dp()) - before;
+    grad_bytes += sent_all() - before;
     if (s.bug == ZeroBug::kUnsharedOverflow && k == 2 && comm.rank() == comm.size() - 1) {
       // An overflow in the last rank's part of the gradients (its shard, under ZeRO).
       Tensor g = zero ? zero->shard_grads().front() : reg.flat_grads();
@@ -125,13 +154,13 @@ void run_rank(const LessonSetup& s, Communicator& comm, RankResult& out) {
     StepRecord rec;
     rec.loss = red.loss(r.loss_sum);
     const ch03::StepReport rep = opt.step();
-    const std::size_t before_gather = sent(grid.dp());
+    const std::size_t before_gather = sent_all();
     if (zero && rep.taken) zero->gather_params();
-    grad_bytes += sent(grid.dp()) - before_gather;
+    grad_bytes += sent_all() - before_gather;
     rec.grad_norm = rep.grad_norm;
     rec.clip_coef = rep.clip_coef;
     rec.skipped = !rep.taken;
-    rec.weights_hash = weights_hash(reg.flat_params());
+    rec.weights_hash = hash_now();
     out.steps.push_back(rec);
   }
   out.sent_per_step = grad_bytes / static_cast<std::size_t>(s.steps);
@@ -141,6 +170,7 @@ void run_rank(const LessonSetup& s, Communicator& comm, RankResult& out) {
   if (zero) {
     out.padded = zero->partition().padded_elements();
     out.owned = zero->partition().owned_elements(comm.rank());
+    if (z3) out.wte_padded = z3->partition().buckets()[z3->unit_buckets(-1).front()].padded;
   } else {
     out.padded = out.owned = reg.numel();
   }
@@ -151,11 +181,12 @@ void run_rank(const LessonSetup& s, Communicator& comm, RankResult& out) {
 std::string_view bug_name(ZeroBug b) { return kBugNames[static_cast<int>(b)]; }
 
 ZeroBug parse_bug(std::string_view text) {
-  for (int i = 0; i < 4; ++i) {
+  std::string names;
+  for (int i = 0; i < kBugCount; ++i) {
     if (text == kBugNames[i]) return static_cast<ZeroBug>(i);
+    names += (i ? "|" : "") + std::string(kBugNames[i]);
   }
-  throw InputError("unknown bug '" + std::string(text) +
-                   "': one of none|local-norm|unshared-overflow|released-gradients");
+  throw InputError("unknown bug '" + std::string(text) + "': one of " + names);
 }
 
 std::vector<RankResult> run_lesson(const LessonSetup& s) {

@@ -71,11 +71,31 @@ GptModel::GptModel(GptConfig config, GptOptions options)
                                 " needs the tp group's collectives (GptOptions::tp_ops)");
   }
   options_.stage = resolved(config_, options_.stage);
-  registry_.allocate(options_.dtype);
-  registry_.initialize(options_.seed);
+  if (options_.params == nullptr) {
+    registry_.allocate(options_.dtype);
+    registry_.initialize(options_.seed);
+  } else {
+    for (ParamEntry& e : registry_.entries()) {
+      const ParamEntry& shared = options_.params->at(e.name);
+      if (shared.shape != e.shape || shared.holding.split != e.holding.split ||
+          shared.holding.shard != e.holding.shard || !shared.param.defined() ||
+          shared.param.dtype() != options_.dtype) {
+        throw std::invalid_argument("GptModel: the shared registry's " + e.name +
+                                    " is not this stage's (shape, holding or dtype)");
+      }
+      e.param = shared.param;
+      e.grad = shared.grad;
+    }
+  }
   for (std::int64_t l = first_block(); l < options_.stage.end_block; ++l) {
     w_.push_back(gpt_block_params(registry_, l));
     dw_.push_back(gpt_block_grads(registry_, l));
+  }
+}
+
+void GptModel::rebind_params() {
+  for (std::int64_t l = first_block(); l < options_.stage.end_block; ++l) {
+    w_[static_cast<std::size_t>(l - first_block())] = gpt_block_params(registry_, l);
   }
 }
 
@@ -178,6 +198,7 @@ double GptModel::forward(std::span<const std::int32_t> tokens,
     const bool positions = tp() == nullptr || options_.tp.rank == 0;
     // Sequence parallel: a reduce-scatter instead, leaving each rank its rows.
     Tensor& embedded = sp() ? ws_.proj : cur().resid[0];
+    params_before(BlockParamHook::kEmbedding, BlockParamHook::Phase::kForward);
     layers::embedding_forward(cur().tokens, param("wte.weight"), vocab_begin(),
                               positions ? &param("wpe.weight") : nullptr,
                               embedded);  // [B, T, C]
@@ -186,16 +207,20 @@ double GptModel::forward(std::span<const std::int32_t> tokens,
     } else if (tp() != nullptr) {
       tp()->embedding_sum(cur().resid[0]);
     }
+    params_after(BlockParamHook::kEmbedding, BlockParamHook::Phase::kForward);
   }
   for (std::int64_t l = 0; l < local_blocks(); ++l) {
     const auto i = static_cast<std::size_t>(l);
+    params_before(first_block() + l, BlockParamHook::Phase::kForward);
     gpt_block_forward(w_[i], config_.n_head, cur().resid[i], acts_of(l), &cur().resid[i + 1],
                       ws_.proj, tp(), sp() ? &ws_ : nullptr);
+    params_after(first_block() + l, BlockParamHook::Phase::kForward);
   }
   if (!stage.is_last()) {
     cur().ready_for_backward = true;  // from output_grad(), which the next stage sends back
     return std::numeric_limits<double>::quiet_NaN();
   }
+  params_before(config_.n_layer, BlockParamHook::Phase::kForward);
   const Tensor& wte = param("wte.weight");
   layers::layernorm_forward(cur().resid.back(), param("ln_f.weight"), param("ln_f.bias"),
                             cur().lnf, cur().lnf_mean, cur().lnf_rstd);
@@ -205,6 +230,7 @@ double GptModel::forward(std::span<const std::int32_t> tokens,
   const Tensor& lnf = sp() ? ws_.gathered : cur().lnf;
   ops::matmul(rows2d(lnf), wte, logits2d, false, true);  // lnf wte^T: the tied LM head
   if (tp() != nullptr) mask_vocab_padding(logits2d, config_.vocab_size - vocab_begin(), *tp());
+  params_after(config_.n_layer, BlockParamHook::Phase::kForward);
   if (cur().targets.empty()) return std::numeric_limits<double>::quiet_NaN();
   cur().ready_for_backward = true;
   if (tp() != nullptr) {  // this rank's [B*T, V / tp] logits, never the whole row
@@ -224,8 +250,10 @@ void GptModel::backward(float loss_scale, bool accumulate, int slot) {
   }
   cur().ready_for_backward = false;  // d(logits) now overwrites the logits
   if (options_.stage.is_last()) {    // else: output_grad()
+    params_before(config_.n_layer, BlockParamHook::Phase::kBackward);
     backward_head_input(loss_scale, accumulate);
     backward_head_weight(accumulate);
+    params_after(config_.n_layer, BlockParamHook::Phase::kBackward);
   }
   backward_blocks(accumulate);
   if (options_.stage.is_first()) backward_embedding(ws_.dres, accumulate);
@@ -233,6 +261,10 @@ void GptModel::backward(float loss_scale, bool accumulate, int slot) {
 }
 
 void GptModel::check_split(const char* what) const {
+  if (param_hook_ != nullptr) {
+    throw std::invalid_argument(std::string("GptModel::") + what +
+                                ": the split backward with a block parameter hook (ZeRO-3)");
+  }
   if (options_.recompute || sp()) {
     throw std::invalid_argument(std::string("GptModel::") + what +
                                 ": the split backward keeps each block's activations until W; "
@@ -339,6 +371,7 @@ void GptModel::backward_blocks(bool accumulate) {
   for (std::int64_t l = local_blocks() - 1; l >= 0; --l) {
     const auto i = static_cast<std::size_t>(l);
     GptBlockActs& a = acts_of(l);
+    params_before(first_block() + l, BlockParamHook::Phase::kBackward);
     // Recompute: the same function on the same input gives bit-identical activations.
     if (options_.recompute) {
       gpt_block_forward(w_[i], config_.n_head, cur().resid[i], a, nullptr, ws_.proj, tp(),
@@ -346,6 +379,7 @@ void GptModel::backward_blocks(bool accumulate) {
     }
     gpt_block_backward(w_[i], dw_[i], config_.n_head, cur().resid[i], a, ws_, accumulate, tp(),
                        sp());
+    params_after(first_block() + l, BlockParamHook::Phase::kBackward);
     // The block's 12 parameters.
     report_ready(entry_index("h." + std::to_string(first_block() + l) + ".ln_1.weight"), 12);
     if (!options_.keep_buffers && !options_.recompute) a.release();  // the ledger falls here

@@ -45,6 +45,28 @@ struct GptOptions {
   // regions hold this rank's B T / tp rows (B T must divide by tp); stage_input(),
   // stage_output(), output_grad() and input_grad() are then those rows, [1, B T / tp, C].
   bool sequence_parallel = false;
+  // Where the parameters live (chapter 7's interleaved pipeline: a rank's model chunks share
+  // one registry, one flat buffer for the optimizer and the gradient sync). Null: the model's
+  // own registry, allocated and initialised. Otherwise a registry, allocated in `dtype` and
+  // initialised, holding every entry of this stage under the same name, shape and holding: the
+  // model's parameters and gradients are views of its tensors (it must outlive the model).
+  ParamRegistry* params = nullptr;
+};
+
+// Chapter 5's ZeRO-3 (Rajbhandari et al. 2020; docs/REFERENCE.md, ZeRO): each rank keeps only
+// a shard of the parameters, and a unit's parameters are gathered just before forward or
+// backward reads them and released just after. The model announces each unit around the code
+// that reads its parameters; the hook makes them resident. Units: the blocks (their model
+// index), the embedding (kEmbedding: wte and wpe, read by the forward only: the embedding's
+// backward reads token ids, not weights) and the head (GptConfig::n_layer: ln_f and the tied
+// wte, read by the forward and the backward).
+class BlockParamHook {
+ public:
+  enum class Phase : std::uint8_t { kForward, kBackward };
+  static constexpr std::int64_t kEmbedding = -1;
+  virtual ~BlockParamHook() = default;
+  virtual void before_block(std::int64_t block, Phase phase) = 0;
+  virtual void after_block(std::int64_t block, Phase phase) = 0;
 };
 
 class GptModel {
@@ -149,6 +171,13 @@ class GptModel {
   using GradReadyHook = std::function<void(std::size_t entry)>;
   void set_grad_ready_hook(GradReadyHook hook) { grad_ready_ = std::move(hook); }
 
+  // ZeRO-3's hook (null: none; it must outlive its use). Not with the split backward
+  // (backward_input / backward_weight: std::invalid_argument).
+  void set_block_param_hook(BlockParamHook* hook) { param_hook_ = hook; }
+  // Re-reads every block's parameter handles from the registry, after the entries' param were
+  // pointed at other storage (ZeRO-3's per-block gathered buffers).
+  void rebind_params();
+
  private:
   void ensure_buffers(std::int64_t B, std::int64_t T);
   GptBlockActs& acts_of(std::int64_t layer);  // the layer's own set, or the shared one (recompute)
@@ -160,6 +189,12 @@ class GptModel {
   void check_split(const char* what) const;
   void report_ready(std::size_t first, std::size_t count) const;  // hook on entries [first, +count)
   std::size_t entry_index(std::string_view name) const;
+  void params_before(std::int64_t block, BlockParamHook::Phase phase) const {
+    if (param_hook_ != nullptr) param_hook_->before_block(block, phase);
+  }
+  void params_after(std::int64_t block, BlockParamHook::Phase phase) const {
+    if (param_hook_ != nullptr) param_hook_->after_block(block, phase);
+  }
   std::int64_t first_block() const { return options_.stage.first_block; }
   std::int64_t local_blocks() const { return options_.stage.blocks(config_); }
   // The tp group's collectives, or null on one rank (the unsplit code path).
@@ -194,6 +229,7 @@ class GptModel {
   int slot_ = 0;          // the slot forward and backward work on
   GptBlockWorkspace ws_;  // kOther, shared by the slots (one backward runs at a time)
   GradReadyHook grad_ready_;
+  BlockParamHook* param_hook_ = nullptr;
 };
 
 }  // namespace mixpar

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,9 @@ class GradSync {
   // Busy seconds of communication and its trace spans since the last call.
   virtual double take_comm_seconds() { return 0; }
   virtual std::vector<TraceSpan> take_spans() { return {}; }
+  // Bytes sent so far on communicators the sync made for itself (chapter 5's ZeRO-3 gathers
+  // the parameters on a group split from dp): the trainer counts them with the dp group's.
+  virtual std::uint64_t own_bytes_sent() const { return 0; }
 };
 
 // One replica (dp = 1): the gradients the backward accumulated are the step's.
