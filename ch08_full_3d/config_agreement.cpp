@@ -70,6 +70,7 @@ std::vector<std::pair<std::string, std::string>> agreement_fields(const TrainerC
       {"--allreduce", ch04::algo_name(c.allreduce)},
       {"--no-overlap", on_off(!c.overlap)},
       {"--zero-stage", i(c.zero_stage)},
+      {"--zero3-prefetch", i(c.zero3_prefetch)},
       {"--check-replicas-every", i(c.check_replicas_every)},
       {"--checkpoint-dir", c.checkpoint_dir},
       {"--checkpoint-every", i(c.checkpoint_every)},

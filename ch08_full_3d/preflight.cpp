@@ -123,8 +123,11 @@ GroupTraffic estimate_group_traffic(const TrainerConfig& c) {
     // all-gather (N-1)/N of the buffer, per rank.
     if (c.dp > 1) {
       // DDP's all-reduce, or ZeRO-1's reduce-scatter of the gradients plus all-gather of the
-      // parameters: the same 2(N-1)/N (Rajbhandari et al. 2020).
-      t.dp = std::max(t.dp, 2 * n * w * (c.dp - 1) / c.dp);
+      // parameters: the same 2(N-1)/N (Rajbhandari et al. 2020). ZeRO-3 gathers the parameters
+      // before each micro-batch's forward and backward instead: (1 + 2m)(N-1)/N (chapter 5,
+      // the tied wte's second forward gather left out).
+      const std::int64_t passes = c.zero_stage == 3 ? 1 + 2 * m : 2;
+      t.dp = std::max(t.dp, passes * n * w * (c.dp - 1) / c.dp);
     }
     if (c.tp > 1) {
       // Megatron (Shoeybi et al. 2019): per block and micro-batch two all-reduces forward
@@ -201,7 +204,9 @@ std::vector<std::string> preflight_checklist(const TrainerConfig& c, std::int64_
   if (g.world() > 1) {
     std::string traffic = "per step from the busiest rank (ring volumes): dp " + bytes(t.dp);
     if (c.dp > 1) {
-      traffic += c.zero_stage >= 1 ? " (ZeRO: reduce-scatter + all-gather)" : " (all-reduce)";
+      traffic += c.zero_stage == 3   ? " (ZeRO-3: reduce-scatter + two all-gathers a micro-batch)"
+                 : c.zero_stage >= 1 ? " (ZeRO: reduce-scatter + all-gather)"
+                                     : " (all-reduce)";
     }
     traffic += ", tp " + bytes(t.tp) + ", pp " + bytes(t.pp);
     if (c.pp > 1) traffic += ", embedding " + bytes(t.embedding);

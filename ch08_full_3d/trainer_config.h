@@ -85,6 +85,8 @@ struct TrainerConfig {
   // gradients reduce-scattered into their owner's shard, parameters all-gathered after the
   // step. With dp = 1 every stage is stage 0.
   int zero_stage = 0;
+  // ZeRO-3: units whose parameter all-gather starts ahead of the one computing (0: none).
+  int zero3_prefetch = 1;
   std::string trace;          // Chrome trace JSON of every rank's spans, written at the end
   std::int64_t check_replicas_every = 100;  // compare every rank's weights hash (0: at start)
   double comm_timeout = 300;  // a rank blocked this long in one call aborts the run
