@@ -5,8 +5,9 @@
                                [--ch08-jsonl FILE]
 
 Every figure is drawn from numbers a program of this repository computes, never typed in:
-the chapter demos' `--json FILE` (chapters 1-4), `mixpar-mem --json` (chapter 5's per-rank
-memory by ZeRO stage, the calculator that chapter 5's ledger tests hold to the real bytes),
+the chapter demos' `--json FILE` (chapters 1-4), chapter 5's per-rank memory by ZeRO stage
+(rank 0's ledger after the `ch05_zero` demo's run, parsed from its table, beside `mixpar-mem
+--json` for the same parameter count, and the calculator at 7B),
 `ch06_tensor_parallel --json` (the sharding map of one block), `ch07_pipeline --schedule S
 --json` (the timelines) and a train_gpt JSONL log (chapter 8; a short run is made when
 --ch08-jsonl is not given). Each figure is written as DIR/chNN_<name>.svg and .png.
@@ -241,31 +242,99 @@ def fig_ch04(data):
     return fig
 
 
-# ---- Chapter 5: per-rank memory by ZeRO stage (mixpar-mem).
+# ---- Chapter 5: per-rank memory by ZeRO stage: a measured run's ledger beside the formula.
+
+UNITS = {"B": 1, "KiB": 1024, "MiB": 1024 ** 2, "GiB": 1024 ** 3}
+
+
+def ch05_ledger_rows(text):
+    """Rank 0's rows of the ch05_zero demo's table '== 2.' (each rank's ledger after a real
+    run): {(run name, N): {"P", "parameters", "gradients", "master_params", "optimizer_state",
+    "total"}} in bytes. Every stage the demo bills appears (ZeRO-3 once the demo runs it)."""
+    rows, inside = {}, False
+    for line in text.split("\n"):
+        if line.startswith("== "):
+            inside = line.startswith("== 2.")
+            continue
+        cells = [c for c in line.strip().split("  ") if c.strip()]
+        cells = [c.strip() for c in cells]
+        if not inside or len(cells) != 9 or " N=" not in cells[0] or cells[1] != "0":
+            continue
+        name, n = cells[0].split(" N=")
+
+        def nbytes(cell):
+            value, unit = cell.split()
+            return float(value) * UNITS[unit]
+        rows[(name, int(n))] = {
+            "P": int(cells[2]), "parameters": nbytes(cells[4]), "gradients": nbytes(cells[5]),
+            "master_params": nbytes(cells[6]), "optimizer_state": nbytes(cells[7]),
+            "total": nbytes(cells[8])}
+    if not rows:
+        raise Failure("ch05_zero printed no ledger table ('== 2.' with rank 0's rows)")
+    return rows
+
 
 def fig_ch05(bin_dir):
     cats = [("parameters", "parameters", "#4c72b0"), ("gradients", "gradients", "#dd8452"),
             ("master_params", "FP32 masters", "#55a868"),
             ("optimizer_state", "Adam m, v", "#8172b3")]
-    fig, ax = plt.subplots(figsize=(9, 4.4))
+    stages = {"DDP": 0, "ZeRO-1": 1, "ZeRO-2": 2, "ZeRO-3": 3}
+    mem = os.path.join(bin_dir, "mixpar-mem")
+
+    def formula(params, stage, dp):
+        return json.loads(run([mem, "--params", str(params), "--precision", "bf16",
+                               "--zero-stage", str(stage), "--dp", str(dp), "--json"]))
+
+    fig, (calc, led) = plt.subplots(1, 2, figsize=(12, 4.6), gridspec_kw={"width_ratios": [1, 1.3]})
     dp = 8
     for stage in range(4):
-        out = run([os.path.join(bin_dir, "mixpar-mem"), "--params", "7e9", "--precision", "bf16",
-                   "--zero-stage", str(stage), "--dp", str(dp), "--json"])
-        bill = json.loads(out)
+        bill = formula("7e9", stage, dp)
         bottom = 0.0
         for key, name, colour in cats:
             v = float(bill[key + "_bytes"]) / 1e9
-            ax.bar(stage, v, bottom=bottom, color=colour, label=name if stage == 0 else None)
+            calc.bar(stage, v, bottom=bottom, color=colour, label=name if stage == 0 else None)
             bottom += v
-        ax.text(stage, bottom + 1, "%.1f GB" % bottom, ha="center", fontsize=9)
-    ax.set_xticks(range(4))
-    ax.set_xticklabels(["stage 0 (DDP)", "stage 1\n(optimizer state)", "stage 2\n(+ gradients)",
-                        "stage 3\n(+ parameters)"])
-    ax.set_ylabel("GB per rank")
-    ax.set_title("Chapter 5: model states per rank, 7B parameters, BF16 + FP32 Adam, dp = %d "
-                 "(mixpar-mem)" % dp, fontsize=10)
-    ax.legend(fontsize=8)
+        calc.text(stage, bottom + 1, "%.1f GB" % bottom, ha="center", fontsize=8)
+    calc.set_xticks(range(4))
+    calc.set_xticklabels(["0 (DDP)", "1\n(optimizer\nstate)", "2\n(+ gradients)",
+                          "3\n(+ parameters)"], fontsize=8)
+    calc.set_xlabel("ZeRO stage")
+    calc.set_ylabel("GB per rank")
+    calc.set_title("7B parameters, dp = %d: the formula (mixpar-mem)" % dp, fontsize=9)
+    calc.legend(fontsize=7)
+
+    # The measured side: rank 0's ledger after the demo's run of a small GPT on N ranks, each
+    # stage beside mixpar-mem's bill of the same P. The ledger's gradients include the FP32
+    # copy unscaling needs (4 bytes per owned element), which the ZeRO paper's formula omits.
+    rows = ch05_ledger_rows(run([os.path.join(bin_dir, "ch05_zero"), "--bug", "none"]))
+    n = max(k[1] for k in rows)
+    runs = sorted((k for k in rows if k[1] == n and k[0] in stages), key=lambda k: stages[k[0]])
+    xs, labels = [], []
+    for i, key in enumerate(runs):
+        row, stage = rows[key], stages[key[0]]
+        bill = formula(row["P"], stage, n)
+        for j, which in enumerate(("ledger", "formula")):
+            x = i * 2.6 + j
+            bottom = 0.0
+            for cat, name, colour in cats:
+                v = (row[cat] if which == "ledger" else float(bill[cat + "_bytes"])) / row["P"]
+                led.bar(x, v, bottom=bottom, color=colour, width=0.9, edgecolor="white",
+                        hatch="//" if which == "formula" else None)
+                bottom += v
+            led.text(x, bottom + 0.2, "%.2f" % bottom, ha="center", fontsize=7)
+        xs.append(i * 2.6 + 0.5)
+        labels.append("%s\nledger | formula" % key[0])
+    missing = [name for name in stages if (name, n) not in rows]
+    led.set_xticks(xs)
+    led.set_xticklabels(labels, fontsize=8)
+    led.set_ylabel("bytes per parameter, rank 0")
+    led.set_title("measured: a %d-parameter GPT on %d ranks (ch05_zero),\nrank 0's ledger "
+                  "(plain) beside the formula (hatched)%s" % (rows[runs[0]]["P"], n,
+                  "; not run by the demo yet: %s" % ", ".join(missing) if missing else ""),
+                  fontsize=9)
+    fig.suptitle("Chapter 5: model states per rank by ZeRO stage, BF16 + FP32 AdamW "
+                 "(the ledger's gradients add the FP32 copy: 4 B per owned element)",
+                 fontsize=10)
     fig.tight_layout()
     return fig
 
