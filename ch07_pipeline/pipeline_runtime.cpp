@@ -211,12 +211,15 @@ PipelineSchedule::PipelineSchedule(ScheduleKind kind, const PipelineLayout& layo
     throw std::invalid_argument("PipelineSchedule: a plan for pp " + std::to_string(layout.pp) +
                                 " on a grid with pp " + std::to_string(grid.shape().pp));
   }
-  if (layout.virtual_stages != 1) {
-    throw InputError("train_gpt holds one model chunk per rank: --virtual-stages " +
-                     std::to_string(layout.virtual_stages) + " runs in the simulator "
-                     "(ch07_pipeline) and the chapter's runtime, not in train_gpt");
-  }
   preflight(plan_, send_mode_of(grid.pp()));
+}
+
+std::vector<GptModel*> PipelineSchedule::chunks_of(GptModel& model) const {
+  if (chunks_.empty()) return {&model};
+  if (chunks_.front() != &model) {
+    throw std::logic_error("PipelineSchedule: handed a model that is not the rank's chunk 0");
+  }
+  return chunks_;
 }
 
 std::string PipelineSchedule::describe() const { return preflight_summary(plan_); }
@@ -235,7 +238,7 @@ ScheduleResult PipelineSchedule::run_step(GptModel& model,
   // the gradient of the step's mean, unless the sync divides the sum itself.
   const float seed = sync.averages() ? loss_scale : loss_scale / static_cast<float>(m);
   const int stage = grid_->coord().pp;
-  GptStageWork work({&model}, plan_, stage, batches, seed);
+  GptStageWork work(chunks_of(model), plan_, stage, batches, seed);
   work.on_last_backward([&sync, m] { sync.last_backward_starts(m); });
   r.compute_s = execute(plan_.ranks[static_cast<std::size_t>(stage)], plan_.layout, grid_->pp(),
                         work, spans, rank);
@@ -243,8 +246,10 @@ ScheduleResult PipelineSchedule::run_step(GptModel& model,
   return r;
 }
 
+// One chunk of the rank holds wte at most (chunk 0 of rank 0, chunk v - 1 of rank p - 1): one
+// sum per rank of the embedding group.
 void PipelineSchedule::after_sync(GptModel& model) {
-  sum_tied_embedding_grads(model, grid_->embedding());
+  for (GptModel* chunk : chunks_of(model)) sum_tied_embedding_grads(*chunk, grid_->embedding());
 }
 
 std::string preflight_summary(const PipelinePlan& plan) {

@@ -97,15 +97,18 @@ class GptStageWork final : public StageWork {
 };
 
 // Sums the tied wte gradient over the embedding group (first and last stage). A no-op when
-// the group is this rank alone or the rank holds no wte.
+// the group is this rank alone or the model (chunk) holds no wte.
 void sum_tied_embedding_grads(GptModel& model, Communicator* embedding);
 
 class PipelineSchedule final : public Schedule {
  public:
   // make_plan + preflight (InputError, ScheduleRefused) before any compute. `grid` must
-  // outlive the schedule; its pp degree is the plan's. v must be 1: the trainer holds one
-  // model chunk per rank.
+  // outlive the schedule; its pp degree is the plan's.
   PipelineSchedule(ScheduleKind kind, const PipelineLayout& layout, const ParallelGrid& grid);
+  // v > 1 (interleaved): the rank's model chunks, chunk c running virtual stage c p + r
+  // (model_chunks.h); chunks[0] is the model run_step and after_sync are handed. They must
+  // outlive the schedule. With v = 1 nothing is set: the model handed is the rank's one chunk.
+  void set_chunks(std::vector<GptModel*> chunks) { chunks_ = std::move(chunks); }
   std::string describe() const override;
   int micro_batches() const override { return plan_.layout.micro_batches; }
   ScheduleResult run_step(GptModel& model, const std::function<TokenBatch()>& next_batch,
@@ -115,8 +118,10 @@ class PipelineSchedule final : public Schedule {
   const PipelinePlan& plan() const { return plan_; }
 
  private:
+  std::vector<GptModel*> chunks_of(GptModel& model) const;
   PipelinePlan plan_;
   const ParallelGrid* grid_;
+  std::vector<GptModel*> chunks_;
 };
 
 // The pre-flight summary line of a plan: the schedule, its warm-up, the unit-cost bubble

@@ -4,11 +4,13 @@
 #include <stdexcept>
 #include <string>
 
+#include "ch07_pipeline/model_chunks.h"
+
 namespace mixpar::ch07 {
 
 std::vector<NamedTensor> gather_stages(Communicator& pp, const GptConfig& config,
                                        const ParamRegistry& registry,
-                                       std::span<const Tensor> values) {
+                                       std::span<const Tensor> values, int virtual_stages) {
   const auto entries = registry.entries();
   if (values.size() != entries.size()) {
     throw std::invalid_argument("gather_stages: " + std::to_string(values.size()) +
@@ -31,9 +33,10 @@ std::vector<NamedTensor> gather_stages(Communicator& pp, const GptConfig& config
     t.copy_from(values[i]);
     by_name[entries[i].name] = std::move(t);
   }
-  // Stage s's registry says what it sends, and in which order.
+  // Rank s's registry (its chunks') says what it sends, and in which order.
   for (int s = 1; s < stages; ++s) {
-    const ParamRegistry theirs = make_gpt2_registry(config, gpt_stage(config, s, stages));
+    const ParamRegistry theirs =
+        make_chunks_registry(config, rank_chunk_stages(config, s, stages, virtual_stages));
     for (const ParamEntry& e : theirs.entries()) {
       if (e.holding.tied_copy) continue;
       Tensor t = Tensor::empty(e.shape, DType::kF32, MemCategory::kOther);

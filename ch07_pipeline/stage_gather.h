@@ -11,13 +11,14 @@
 
 namespace mixpar::ch07 {
 
-// Collective over `pp` (rank s runs stage s of pp.size(), by gpt_stage's rule): each stage
-// sends `values` (one tensor per entry of its registry, in order: its FP32 masters, say) of
-// the parameters it owns (the last stage's tied wte copy stays home), stage by stage to
-// stage 0. Returns, on stage 0, every parameter of `config` in Hugging Face order as
-// contiguous FP32 tensors; nothing elsewhere.
+// Collective over `pp` (rank s runs the chunks rank_chunk_stages(config, s, pp.size(),
+// virtual_stages): with one chunk, stage s by gpt_stage's rule): each rank sends `values` (one
+// tensor per entry of its registry, make_chunks_registry's order: its FP32 masters, say) of
+// the parameters it owns (the last stage's tied wte copy stays home), rank by rank to rank 0.
+// Returns, on rank 0, every parameter of `config` in Hugging Face order as contiguous FP32
+// tensors; nothing elsewhere.
 std::vector<NamedTensor> gather_stages(Communicator& pp, const GptConfig& config,
                                        const ParamRegistry& registry,
-                                       std::span<const Tensor> values);
+                                       std::span<const Tensor> values, int virtual_stages = 1);
 
 }  // namespace mixpar::ch07

@@ -131,6 +131,38 @@ TEST(PipelineRuntime, ZeroBubbleH1PeaksAtOneFOneBsFirstRankPeakOnEveryRank) {
   }
 }
 
+// Interleaved's memory (Narayanan et al. 2021, section 2.2.2: the warm-up holds more
+// micro-batches in flight than 1F1B's): rank r holds min(warm-up + 1, m v) chunks' activations
+// at its peak, by the ledger. A chunk's micro-batch is measured by stage 0 of p v stages with
+// m = 1 (the same blocks per chunk); the last rank's last chunk also holds the head's logits, so
+// the claim is checked on ranks 0 .. p - 2 in bytes, and on every rank against 1F1B's p - r.
+TEST(PipelineRuntime, InterleavedPeaksAtItsWarmUpPlusOneChunksOnEachRank) {
+  const GptConfig c = eight_blocks();
+  for (int p : {2, 4}) {
+    const int v = 2;
+    const auto one_chunk =
+        run_pipeline(c, make_plan(ScheduleKind::kOneFOneB, {p * v, 1, 1}), batches(c, 1));
+    const std::size_t per_chunk = one_chunk.peak_activation_bytes[0];
+    for (int m : {p, 2 * p}) {
+      const PipelineLayout l{p, m, v};
+      const auto bs = batches(c, m);
+      const auto il = run_pipeline(c, make_plan(ScheduleKind::kInterleaved, l), bs);
+      const auto ofob = run_pipeline(c, make_plan(ScheduleKind::kOneFOneB, {p, m, 1}), bs);
+      for (int r = 0; r < p; ++r) {
+        const int held = std::min(warmup_forwards(ScheduleKind::kInterleaved, l, r) + 1, m * v);
+        const std::string at = "p" + std::to_string(p) + " m" + std::to_string(m) + " rank " +
+                               std::to_string(r);
+        const std::size_t peak = il.peak_activation_bytes[std::size_t(r)];
+        if (r < p - 1) {
+          EXPECT_EQ(peak, std::size_t(held) * per_chunk) << at;
+        }
+        // More than 1F1B's p - r micro-batches of a whole stage (v chunks' worth each).
+        EXPECT_GT(peak, ofob.peak_activation_bytes[std::size_t(r)]) << at;
+      }
+    }
+  }
+}
+
 // Rank r sends m activations forward (unless last) and m input gradients back (unless
 // first), each B x T x C elements, and nothing else.
 TEST(PipelineRuntime, EachRankSendsExactlyItsActivationsAndInputGradients) {
