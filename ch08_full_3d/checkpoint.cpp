@@ -195,8 +195,8 @@ bool everyone_ok(Communicator* comm, bool ok) {
   return flag.data_as<float>()[0] == 0.0f;
 }
 
-// Runs f on this rank; collective: rethrows f's error here, and on the ranks where f
-// succeeded while another rank's failed, an InputError naming `what`.
+}  // namespace
+
 void on_every_rank(Communicator* comm, const std::string& what, const std::function<void()>& f) {
   std::exception_ptr error;
   try {
@@ -208,8 +208,6 @@ void on_every_rank(Communicator* comm, const std::string& what, const std::funct
   if (error) std::rethrow_exception(error);
   throw InputError(what + " failed on another rank (reported there)");
 }
-
-}  // namespace
 
 std::string save_checkpoint(const std::string& root, std::int64_t step,
                             const std::function<void(const std::string& dir)>& write,

@@ -356,6 +356,19 @@ GptModel& Trainer::eval_model() {
 }
 
 void Trainer::recast_working_copy() {
+  if (zero_) {
+    // The optimizer's tensors are this rank's pieces (views of the working copy in fp32):
+    // each rounded into its place, then every replica gathers the others'.
+    if (optimizer_.has_masters()) {
+      const std::vector<Tensor> views = zero_->shard_params();
+      for (std::size_t k = 0; k < views.size(); ++k) {
+        Tensor v = views[k];
+        v.copy_from(optimizer_.stepped_params()[k]);
+      }
+    }
+    zero_->gather_params();
+    return;
+  }
   if (!optimizer_.has_masters()) return;  // fp32: the masters are the model's own tensors
   const std::vector<NamedTensor> params = model_.parameters();
   for (std::size_t i = 0; i < params.size(); ++i) {
@@ -366,7 +379,12 @@ void Trainer::recast_working_copy() {
 
 void Trainer::load_initial_weights() {
   // Into the FP32 masters, so a 16-bit run starting from FP32 weights keeps all their bits.
-  load_gpt_hf_into(config_.init_from, config_.model, master_weights());
+  // Sharded, each rank reads only the pieces it holds.
+  if (gathers_for_eval()) {
+    load_hf_pieces(config_.init_from);
+  } else {
+    load_gpt_hf_into(config_.init_from, config_.model, master_weights());
+  }
   recast_working_copy();
 }
 

@@ -1,19 +1,30 @@
 // A training checkpoint, the Trainer's half: what goes into the directory and how it comes
-// back. Every rank writes the shards it holds; one replica (dp rank 0) of each (tp, pp) place
-// writes that place's parameters and moments, since the dp replicas hold the same ones. On a
-// layout of one tp and one pp place those are model.safetensors + config.json, a Hugging Face
-// directory of the FP32 masters (so a checkpoint is also a loadable model), and
-// optimizer.safetensors with AdamW's m and v; on other layouts model-tpT-ppP.safetensors and
-// optimizer-tpT-ppP.safetensors. Rank 0 writes trainer_state.json: the step, the optimizer's
-// t, the scaler, the loader and the run identity, which every rank shares (the scaler's
-// decisions and the loader's steps are agreed each step; the RNG is counter-based: seed and
-// step), and the layout with the shard files each place wrote.
+// back, on any layout (checkpoint_pieces.h). Every tensor of the optimizer state, the FP32
+// masters and AdamW's m and v, is stored under its global name and shape in pieces: each rank
+// writes the pieces it owns (its tp shard's boxes, its pipeline stage's parameters, its ZeRO
+// flat ranges mapped back to per-parameter ranges; a replica's copy only on the lowest dp rank
+// that holds it, the tied wte once, by its owner), every file carrying the index of its pieces
+// with their global offsets. On resume each rank reads the pieces that overlap what its own
+// layout holds, whatever grid wrote them. The 16-bit working copy is not stored: it is always
+// the masters rounded (recast after every step), so it is recast from them.
+//
+// A grid with one writer of whole tensors (tp 1, pp 1, no ZeRO shards) writes model.safetensors
+// (with config.json a Hugging Face directory: a checkpoint is also a loadable model) and
+// optimizer.safetensors; any other, model-dpD-tpT-ppP.safetensors and
+// optimizer-dpD-tpT-ppP.safetensors per writing rank. Rank 0 writes config.json and
+// trainer_state.json: the step, the optimizer's t, the scaler, the loader and the run identity,
+// which every rank shares (the scaler's decisions and the loader's steps are agreed each step;
+// the RNG is counter-based: seed and step), and the writer's layout with the files each
+// writing rank wrote.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 
 #include "checkpoint.h"
+#include "checkpoint_pieces.h"
 #include "io/atomic_file.h"
+#include "io/gpt_config.h"
 #include "io/safetensors.h"
 #include "model/gpt_hf.h"
 #include "run_checks.h"
@@ -25,10 +36,11 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kStateFile = "trainer_state.json";
-constexpr const char* kOptimizerFile = "optimizer.safetensors";
 constexpr const char* kStateFormat = "mixpar-train-state";
-// 2: the layout and its shards. 1 (no layout): a dp x 1 x 1 run, read as such.
-constexpr std::int64_t kStateVersion = 2;
+// 3: pieces under global names, any layout reads them. 2: the layout and its shards (whole
+// files of one tp x pp place; tp 1 x pp 1 read as whole tensors). 1 (no layout): a dp x 1 x 1
+// run, read as such.
+constexpr std::int64_t kStateVersion = 3;
 
 std::string hex64(std::uint64_t v) {
   char buf[17];
@@ -36,9 +48,21 @@ std::string hex64(std::uint64_t v) {
   return buf;
 }
 
-// The saved run identity against this run's, naming the first field that differs.
+// The saved run identity against this run's, naming the first field that differs. The grid is
+// not part of it: a checkpoint resumes on any layout. What the data needs is the rows of each
+// micro-batch's global window, dp x --batch (token_loader.h: the replicas' rows together are
+// one window, whatever dp), so dp and batch are compared as their product.
 void check_identity(const Json& saved, const Json& now, const std::string& dir) {
+  const auto rows = [](const Json& j) { return j.at("dp").as_int() * j.at("batch").as_int(); };
+  if (saved.contains("dp") && saved.contains("batch") && rows(saved) != rows(now)) {
+    throw InputError(dir + ": checkpoint was written by a run of dp " + saved.at("dp").dump() +
+                     " x batch " + saved.at("batch").dump() + " = " +
+                     std::to_string(rows(saved)) + " sequences per micro-batch, this run has dp " +
+                     now.at("dp").dump() + " x batch " + now.at("batch").dump() + " = " +
+                     std::to_string(rows(now)) + " (another layout keeps --dp x --batch)");
+  }
   for (const auto& [key, value] : now.as_object()) {
+    if (key == "dp" || key == "batch") continue;
     const Json* s = saved.find(key);
     if (!s || !(*s == value)) {
       throw InputError(dir + ": checkpoint was written by a run with " + key + " = " +
@@ -52,7 +76,8 @@ Json read_state(const std::string& dir) {
   Json st = Json::parse(read_file(path), path);
   const bool known = st.is_object() && st.contains("format") &&
                      st.at("format") == Json(kStateFormat) && st.contains("version") &&
-                     (st.at("version") == Json(kStateVersion) || st.at("version") == Json(1));
+                     (st.at("version") == Json(kStateVersion) || st.at("version") == Json(2) ||
+                      st.at("version") == Json(1));
   if (!known) {
     throw InputError(path + ": not a mixpar training state (format " + kStateFormat + " version " +
                      std::to_string(kStateVersion) + ")");
@@ -63,11 +88,14 @@ Json read_state(const std::string& dir) {
 // The grid a checkpoint was written on, as its state names it.
 struct Layout {
   std::int64_t dp = 1, tp = 1, pp = 1;
+  std::int64_t zero_stage = 0;  // sharding the masters and moments over dp when >= 1, dp > 1
   bool operator==(const Layout&) const = default;
   std::string str() const {
     return "dp " + std::to_string(dp) + " x tp " + std::to_string(tp) + " x pp " +
            std::to_string(pp);
   }
+  // One rank writes every tensor whole: the files of a Hugging Face directory.
+  bool single_writer() const { return tp == 1 && pp == 1 && (dp == 1 || zero_stage == 0); }
 };
 
 Json layout_json(const Layout& l) {
@@ -75,6 +103,7 @@ Json layout_json(const Layout& l) {
   j.set("dp", l.dp);
   j.set("tp", l.tp);
   j.set("pp", l.pp);
+  j.set("zero_stage", l.zero_stage);
   return j;
 }
 
@@ -88,30 +117,82 @@ Layout layout_of(const Json& state, const std::string& path) {
   l.dp = j.at("dp").as_int();
   l.tp = j.at("tp").as_int();
   l.pp = j.at("pp").as_int();
+  if (const Json* z = j.find("zero_stage")) l.zero_stage = z->as_int();
   if (l.dp < 1 || l.tp < 1 || l.pp < 1) throw InputError(path + ": layout " + l.str() + " is not a grid");
   return l;
 }
 
-// The files of the (tp, pp) place's parameters and moments.
-std::string model_file(const Layout& l, const GridCoord& at) {
-  if (l.tp == 1 && l.pp == 1) return "model.safetensors";  // with config.json: a HF directory
-  return "model-tp" + std::to_string(at.tp) + "-pp" + std::to_string(at.pp) + ".safetensors";
-}
-std::string optimizer_file(const Layout& l, const GridCoord& at) {
-  if (l.tp == 1 && l.pp == 1) return kOptimizerFile;
-  return "optimizer-tp" + std::to_string(at.tp) + "-pp" + std::to_string(at.pp) + ".safetensors";
+// The files a rank writes: one writer of whole tensors writes model.safetensors and
+// optimizer.safetensors, every writer of a sharded layout its own pair.
+std::string piece_file(const char* what, const Layout& l, const GridCoord& at) {
+  if (l.single_writer()) return std::string(what) + ".safetensors";
+  return std::string(what) + "-dp" + std::to_string(at.dp) + "-tp" + std::to_string(at.tp) +
+         "-pp" + std::to_string(at.pp) + ".safetensors";
 }
 
-// dst (FP32 [shape]) <- the tensor `name` of the optimizer file, which must match exactly.
-void load_moment(const SafetensorsReader& r, const std::string& name, const Tensor& dst) {
-  const SafetensorsEntry* e = r.find(name);
-  if (!e) throw InputError(r.path() + ": missing tensor " + name);
-  if (e->dtype != DType::kF32 || e->shape != dst.shape()) {
-    throw InputError(r.path() + ": " + name + " is " + e->dtype_name + " " + shape_str(e->shape) +
-                     ", expected F32 " + shape_str(dst.shape()));
+// Who writes: every dp rank under ZeRO (each owns its flat ranges), dp rank 0 otherwise (the
+// replicas hold the same tensors).
+bool writes_files(const Layout& l, const GridCoord& at) {
+  return (l.dp > 1 && l.zero_stage >= 1) || at.dp == 0;
+}
+
+// The piece files of a checkpoint, as its state lists them. Version 1 and 2 states of one
+// tp x pp place wrote whole tensors (model.safetensors, optimizer.safetensors): pieces too.
+std::vector<std::string> state_files(const Json& st, const std::string& dir) {
+  const Layout saved = layout_of(st, dir);
+  std::vector<std::string> out;
+  const auto path = [&](const std::string& name) {
+    if (name.empty() || name.find('/') != std::string::npos) {
+      throw InputError(dir + "/" + kStateFile + ": " + name + " is not a file of the checkpoint");
+    }
+    out.push_back((fs::path(dir) / name).string());
+  };
+  if (st.at("version").as_int() < 3) {
+    if (saved.tp != 1 || saved.pp != 1) {
+      throw InputError(dir + ": a version " + st.at("version").dump() + " checkpoint of a " +
+                       saved.str() + " grid stores each place's tensors in its own shape; "
+                       "resharding reads version 3 (write it again with this build)");
+    }
+    path("model.safetensors");
+    path("optimizer.safetensors");
+    return out;
   }
-  Tensor d = dst;
-  d.copy_from(r.load(name, MemCategory::kOther));
+  for (const Json& s : st.at("shards").as_array()) {
+    path(s.at("parameters").as_string());
+    path(s.at("moments").as_string());
+  }
+  return out;
+}
+
+// The checkpoint's config.json, when it has one, describes this run's model.
+void check_config_json(const std::string& dir, const GptConfig& want) {
+  if (!fs::exists(fs::path(dir) / "config.json")) return;
+  const GptConfig got = read_gpt_hf_config(dir);
+  const std::pair<const char*, std::pair<std::int64_t, std::int64_t>> sizes[] = {
+      {"n_layer", {got.n_layer, want.n_layer}},
+      {"n_head", {got.n_head, want.n_head}},
+      {"n_embd", {got.n_embd, want.n_embd}},
+      {"n_positions", {got.n_positions, want.n_positions}},
+      {"vocab_size", {got.vocab_size, want.vocab_size}}};
+  for (const auto& [key, v] : sizes) {
+    if (v.first != v.second) {
+      throw InputError(dir + ": model shape differs: " + key + " is " + std::to_string(v.first) +
+                       ", expected " + std::to_string(v.second));
+    }
+  }
+}
+
+// A loaded weight that is not finite would make every loss NaN: refused, naming it.
+void check_finite(const std::string& source, const HeldTensor& t) {
+  const std::vector<float> v = t.data.to_floats();
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (!std::isfinite(v[i])) {
+      throw InputError(source + ": tensor " + t.key + " holds a non-finite value (" +
+                       (std::isnan(v[i]) ? std::string("nan") : std::string(v[i] > 0 ? "inf" : "-inf")) +
+                       " at element " + std::to_string(i) + " of this rank's " +
+                       std::to_string(v.size()) + ")");
+    }
+  }
 }
 
 Json schedule_json(const LrSchedule& s) {
@@ -203,12 +284,7 @@ void check_saved_run(const Json& st, const std::string& dir, const TrainerConfig
   } catch (const InputError& e) {
     throw InputError(state_path + ": " + e.what());
   }
-  const Layout mine{c.dp, c.tp, c.pp};
-  const Layout saved = layout_of(st, dir);
-  if (!(saved == mine)) {
-    throw InputError(dir + ": checkpoint was written on a " + saved.str() + " grid, this run is " +
-                     mine.str() + " (resuming on another layout needs resharding)");
-  }
+  (void)state_files(st, dir);  // a layout whose files this build reads
   check_identity(st.at("run"), run_identity(c), dir);
   if (st.at("data_fingerprint").as_string() != hex64(data_fingerprint)) {
     throw InputError(dir + ": checkpoint was trained on other data (token fingerprint " +
@@ -225,43 +301,74 @@ void check_resume_checkpoint(const TrainerConfig& c, const TrainingData& data) {
   check_saved_run(read_state(dir), dir, c, data.fingerprint);
 }
 
+std::vector<HeldTensor> Trainer::held_state() const {
+  const GridCoord at = coord();
+  const AdamW& adam = *optimizer_.adamw();
+  // Every parameter this rank steps: its model's registry, or with several model chunks
+  // (chapter 7's interleaved pipeline) the one registry of them all. Each entry has its
+  // global name, so each chunk's pieces map like any stage's.
+  const ParamRegistry& params =
+      model_.options().params != nullptr ? *model_.options().params : model_.registry();
+  const auto entries = params.entries();
+  std::vector<HeldTensor> out;
+  // The optimizer's k-th tensor: a whole entry's held tensor, or under ZeRO the k-th piece of
+  // this rank's flat shard (checkpoint_pieces.h maps either to the global tensor).
+  const std::size_t n = zero_ ? zero_->partition().pieces().size() : entries.size();
+  for (std::size_t k = 0; k < n; ++k) {
+    const ParamEntry& e = entries[zero_ ? zero_->partition().pieces()[k].entry : k];
+    std::vector<PieceRun> runs =
+        zero_ ? zero_piece_runs(e, zero_->partition().pieces()[k]) : held_runs(e);
+    // Written once: not the tied wte's second copy (its owner, stage 0, writes wte), a tensor
+    // every tp rank holds whole only by tp rank 0, and without ZeRO only by dp rank 0.
+    const bool writes = !e.holding.tied_copy && (zero_ != nullptr || at.dp == 0) &&
+                        (is_tp_part(e.holding) || at.tp == 0);
+    const std::pair<std::string, const Tensor*> parts[] = {
+        {e.name, &optimizer_.stepped_params()[k]},
+        {"exp_avg." + e.name, &adam.exp_avg(k)},
+        {"exp_avg_sq." + e.name, &adam.exp_avg_sq(k)}};
+    for (const auto& [key, data] : parts) {
+      out.push_back({key, global_shape(e), held_boxes(e), runs, *data, writes});
+    }
+  }
+  return out;
+}
+
 void Trainer::write_checkpoint_files(const std::string& dir) const {
   const GridShape g = shape();
-  const Layout layout{g.dp, g.tp, g.pp};
+  const Layout layout{g.dp, g.tp, g.pp, zero_ ? config_.zero_stage : 0};
   const GridCoord at = coord();
-  if (at.dp == 0) {  // one replica of each (tp, pp) place writes its parameters and moments
-    const std::vector<NamedTensor> masters = master_weights();
-    if (g.tp == 1 && g.pp == 1) {
-      save_gpt_hf(dir, config_.model, masters);
-    } else {
-      NamedTensors named;
-      for (const NamedTensor& w : masters) named.emplace_back(w.name, w.tensor);
-      write_safetensors((fs::path(dir) / model_file(layout, at)).string(), named);
+  if (writes_files(layout, at)) {
+    const std::vector<HeldTensor> held = held_state();
+    std::vector<HeldTensor> masters, moments;
+    for (const HeldTensor& t : held) {
+      (t.key.starts_with("exp_avg") ? moments : masters).push_back(t);
     }
-    const AdamW& adam = *optimizer_.adamw();
-    const auto entries = model_.registry().entries();
-    NamedTensors moments;
-    for (std::size_t i = 0; i < entries.size(); ++i) {
-      moments.emplace_back("exp_avg." + entries[i].name, adam.exp_avg(i));
-      moments.emplace_back("exp_avg_sq." + entries[i].name, adam.exp_avg_sq(i));
-    }
-    write_safetensors((fs::path(dir) / optimizer_file(layout, at)).string(), moments);
+    write_pieces((fs::path(dir) / piece_file("model", layout, at)).string(), masters);
+    write_pieces((fs::path(dir) / piece_file("optimizer", layout, at)).string(), moments);
   }
   if (at.rank != 0) return;
   const AdamW& adam = *optimizer_.adamw();
   Json shards = Json::array();
   for (int p = 0; p < g.pp; ++p) {
-    for (int t = 0; t < g.tp; ++t) {
-      const GridCoord place{grid_rank(g, 0, t, p), 0, t, p};
-      Json s = Json::object();
-      s.set("tp", static_cast<std::int64_t>(t));
-      s.set("pp", static_cast<std::int64_t>(p));
-      s.set("rank", static_cast<std::int64_t>(place.rank));
-      s.set("parameters", model_file(layout, place));
-      s.set("moments", optimizer_file(layout, place));
-      shards.push_back(std::move(s));
+    for (int d = 0; d < g.dp; ++d) {
+      for (int t = 0; t < g.tp; ++t) {
+        const GridCoord place{grid_rank(g, d, t, p), d, t, p};
+        if (!writes_files(layout, place)) continue;
+        Json s = Json::object();
+        s.set("rank", static_cast<std::int64_t>(place.rank));
+        s.set("dp", static_cast<std::int64_t>(d));
+        s.set("tp", static_cast<std::int64_t>(t));
+        s.set("pp", static_cast<std::int64_t>(p));
+        s.set("parameters", piece_file("model", layout, place));
+        s.set("moments", piece_file("optimizer", layout, place));
+        shards.push_back(std::move(s));
+      }
     }
   }
+  // The model's shape, as a Hugging Face config (with model.safetensors of one writer, a
+  // directory transformers loads).
+  write_gpt2_config((fs::path(dir) / "config.json").string(),
+                    hf_config_from_gpt(config_.model, DType::kF32));
   Json st = Json::object();
   st.set("format", kStateFormat);
   st.set("version", kStateVersion);
@@ -289,28 +396,30 @@ void Trainer::resume() {
   const std::string dir = latest_checkpoint(config_.checkpoint_dir);  // verified manifest
   const Json st = read_state(dir);
   check_saved_run(st, dir, config_, data_.fingerprint);
-  const GridShape g = shape();
-  const Layout mine{g.dp, g.tp, g.pp};
-  const GridCoord at = coord();
-  if (g.tp == 1 && g.pp == 1) {
-    load_gpt_hf_into(dir, config_.model, master_weights());
-  } else {
-    const SafetensorsReader m((fs::path(dir) / model_file(mine, at)).string());
-    for (const NamedTensor& w : master_weights()) load_moment(m, w.name, w.tensor);
-  }
-  const SafetensorsReader r((fs::path(dir) / optimizer_file(mine, at)).string());
-  const AdamW& adam = *optimizer_.adamw();
-  const auto entries = model_.registry().entries();
-  for (std::size_t i = 0; i < entries.size(); ++i) {
-    load_moment(r, "exp_avg." + entries[i].name, adam.exp_avg(i));
-    load_moment(r, "exp_avg_sq." + entries[i].name, adam.exp_avg_sq(i));
-  }
+  check_config_json(dir, config_.model);
+  // Every rank reads the pieces that overlap its own, whatever layout wrote them.
+  std::vector<HeldTensor> held = held_state();
+  on_every_rank(world_, "reading " + dir, [&] { read_pieces(state_files(st, dir), held); });
   optimizer_.adamw()->set_step_count(st.at("optimizer_steps").as_int());
   optimizer_.scaler().load_state(ch02::state_from_json(st.at("scaler")));
   loader_.restore(loader_state_from_json(st.at("loader")));
   step_ = st.at("step").as_int();
   recast_working_copy();
   verify_replicas();
+}
+
+void Trainer::load_hf_pieces(const std::string& dir) {
+  check_config_json(dir, config_.model);
+  // The masters only: a fresh run's moments are zeros.
+  std::vector<HeldTensor> masters;
+  for (HeldTensor& t : held_state()) {
+    if (!t.key.starts_with("exp_avg")) masters.push_back(std::move(t));
+  }
+  const std::string file = (fs::path(dir) / "model.safetensors").string();
+  on_every_rank(world_, "reading " + file, [&] {
+    read_pieces(std::span<const std::string>(&file, 1), masters);
+    for (const HeldTensor& t : masters) check_finite(file, t);
+  });
 }
 
 }  // namespace mixpar::ch08

@@ -146,7 +146,9 @@ TEST(TrainerGrid, ACheckpointNamesItsLayoutAndTheShardEveryPlaceWrote) {
   EXPECT_EQ(run_ranks(c, data, true), (std::vector<std::string>{"", ""}));
 }
 
-TEST(TrainerGrid, ResumingOnAnotherLayoutIsRefusedNamingBoth) {
+// Another layout resumes the checkpoint (reshard_test.cpp follows the trajectory) when it
+// reads the same rows per micro-batch, dp x batch; other rows are refused naming both.
+TEST(TrainerGrid, ResumingOnAnotherLayoutNeedsTheSameRowsPerMicroBatch) {
   TempDir dir;
   TrainerConfig c = grid_config(2);
   c.checkpoint_dir = dir.str();
@@ -156,9 +158,12 @@ TEST(TrainerGrid, ResumingOnAnotherLayoutIsRefusedNamingBoth) {
   one.checkpoint_dir = dir.str();
   one.steps = 6;
   const std::string error = run_ranks(one, data, true).front();
-  EXPECT_NE(error.find("written on a dp 2 x tp 1 x pp 1 grid, this run is dp 1 x tp 1 x pp 1"),
+  EXPECT_NE(error.find("dp 2 x batch 2 = 4 sequences per micro-batch, this run has dp 1 x batch 2 "
+                       "= 2"),
             std::string::npos)
       << error;
+  one.batch = 2 * c.batch;
+  EXPECT_EQ(run_ranks(one, data, true), (std::vector<std::string>{""}));
 }
 
 TEST(TrainerGrid, AGridThatDoesNotMultiplyToTheRanksIsRefused) {
