@@ -19,6 +19,7 @@
 #include "ch04_ddp/ddp.h"
 #include "ch06_tensor_parallel/tp_collectives.h"
 #include "ch06_tensor_parallel/tp_gather.h"
+#include "ch07_pipeline/model_chunks.h"
 #include "ch07_pipeline/pipeline_runtime.h"
 #include "ch07_pipeline/stage_gather.h"
 #include "model/gpt_hf.h"
@@ -34,6 +35,16 @@ namespace {
 TrainerConfig validated(TrainerConfig c) {
   validate(c);
   return c;
+}
+
+// The parameters the optimizer, the gradient sync, the norm and --save see: the model's own,
+// or with --virtual-stages > 1 the registry of every model chunk of this rank
+// (ch07_pipeline/model_chunks.h), of which the model (chunk 0) and the other chunks are views.
+ParamRegistry& rank_params(GptModel& m) {
+  return m.options().params != nullptr ? *m.options().params : m.registry();
+}
+const ParamRegistry& rank_params(const GptModel& m) {
+  return m.options().params != nullptr ? *m.options().params : m.registry();
 }
 
 GptOptions model_options(const TrainerConfig& c) {
@@ -53,7 +64,7 @@ ch03::MixedPrecisionConfig optimizer_config(const TrainerConfig& c, const GptMod
   if (zero != nullptr) {
     m.weight_decay_mask = zero->shard_weight_decay();  // by piece of this rank's shard
   } else {
-    for (const ParamEntry& e : model.registry().entries()) {
+    for (const ParamEntry& e : rank_params(model).entries()) {
       m.weight_decay_mask.push_back(e.weight_decay);
     }
   }
@@ -84,28 +95,28 @@ std::unique_ptr<GradSync> make_grad_sync(GptModel& model, const ParallelGrid* gr
                                          const TrainerConfig& c) {
   if (grid == nullptr || grid->dp().size() == 1) return std::make_unique<LocalGradients>();
   Communicator& dp = grid->dp();
-  sync_initial_weights(dp, model.registry().flat_params(), c.init_sync);
+  sync_initial_weights(dp, rank_params(model).flat_params(), c.init_sync);
   std::unique_ptr<GradSync> sync;
   if (c.zero_stage >= 1) {
     ch05::ZeroConfig z;
     z.bucket_cap_bytes = reducer_config(c).bucket_cap_bytes;
     z.overlap = c.overlap;
     if (c.zero_stage == 2) {
-      sync = std::make_unique<ch05::ZeroStage2>(dp, model.registry(), z);
+      sync = std::make_unique<ch05::ZeroStage2>(dp, rank_params(model), z);
     } else {
-      sync = std::make_unique<ch05::ZeroStage1>(dp, model.registry(), z);
+      sync = std::make_unique<ch05::ZeroStage1>(dp, rank_params(model), z);
     }
   } else {
-    sync = std::make_unique<ch04::BucketedAllReduce>(dp, model.registry(), reducer_config(c),
+    sync = std::make_unique<ch04::BucketedAllReduce>(dp, rank_params(model), reducer_config(c),
                                                      ch04::model_reports_grad_ready());
   }
-  verify_replicas(dp, model.registry().flat_params());
+  verify_replicas(dp, rank_params(model).flat_params());
   // ZeRO with pipeline stages: the tied wte's two copies meet before the reduce-scatter
   // (tied_embedding_sync.h); under DDP the schedule sums them after the all-reduce.
   Communicator* embedding = grid->embedding();
   if (c.zero_stage >= 1 && embedding != nullptr && embedding->size() > 1 &&
-      model.registry().contains("wte.weight")) {
-    sync = std::make_unique<TiedEmbeddingFirst>(std::move(sync), model.registry(), *embedding,
+      rank_params(model).contains("wte.weight")) {
+    sync = std::make_unique<TiedEmbeddingFirst>(std::move(sync), rank_params(model), *embedding,
                                                 grid->coord().rank);
   }
   return sync;
@@ -121,10 +132,10 @@ ch05::ZeroStage1* zero_of(GradSync* sync) {
 // The second factory point: what the optimizer steps. DDP and one device: every parameter.
 // ZeRO: this rank's pieces of the flat partition, so its masters and moments are 1/dp of them.
 std::vector<Tensor> optimizer_params(const GptModel& model, const ch05::ZeroStage1* zero) {
-  return zero != nullptr ? zero->shard_params() : tensors_of(model.parameters());
+  return zero != nullptr ? zero->shard_params() : tensors_of(rank_params(model).parameters());
 }
 std::vector<Tensor> optimizer_grads(const GptModel& model, const ch05::ZeroStage1* zero) {
-  return zero != nullptr ? zero->shard_grads() : tensors_of(model.gradients());
+  return zero != nullptr ? zero->shard_grads() : tensors_of(rank_params(model).gradients());
 }
 
 // Who counts an entry in the norm. Under ZeRO every dp rank counts the shards it owns (the
@@ -132,7 +143,7 @@ std::vector<Tensor> optimizer_grads(const GptModel& model, const ch05::ZeroStage
 std::vector<bool> counted_entries(const GptModel& model, GridCoord at,
                                   const ch05::ZeroStage1* zero) {
   if (zero != nullptr) at.dp = 0;
-  return norm_counted(model.registry().entries(), at);
+  return norm_counted(rank_params(model).entries(), at);
 }
 
 // Chapter 6's tensor-parallel collectives over the grid's tp group, when there is one.
@@ -158,6 +169,45 @@ GptOptions with_pipeline_stage(GptOptions o, const GptConfig& model, const Paral
     o.stage = gpt_stage(model, grid->coord().pp, grid->shape().pp);
   }
   return o;
+}
+
+// Chapter 7's interleaved pipeline (--virtual-stages v > 1): one registry of this rank's v
+// chunks (model_chunks.h: chunk k runs virtual stage k pp + coord.pp), allocated and
+// initialised from the whole model's offsets, so each chunk starts as the same blocks of one
+// device. Null otherwise.
+std::unique_ptr<ParamRegistry> make_chunk_params(const TrainerConfig& c, const ParallelGrid* grid) {
+  if (grid == nullptr || c.virtual_stages == 1) return nullptr;
+  const GridCoord at = grid->coord();
+  auto r = std::make_unique<ParamRegistry>(ch07::make_chunks_registry(
+      c.model, ch07::rank_chunk_stages(c.model, at.pp, c.pp, c.virtual_stages),
+      TensorShard{at.tp, c.tp}));
+  r->allocate(c.dtype);
+  r->initialize(c.seed);
+  return r;
+}
+
+// Chunk k of this rank: its virtual stage, its parameters views of `params` (o unchanged
+// without them: one chunk per rank).
+GptOptions chunk_options(GptOptions o, const TrainerConfig& c, const ParallelGrid* grid, int k,
+                         ParamRegistry* params) {
+  if (params == nullptr) return o;
+  o.stage = gpt_stage(c.model, k * c.pp + grid->coord().pp, c.pp * c.virtual_stages);
+  o.params = params;
+  return o;
+}
+
+// Chunks 1 .. v - 1 of an interleaved pipeline's rank (chunk 0 is the trainer's model_).
+std::vector<GptModel> later_chunks(const TrainerConfig& c, const ParallelGrid* grid,
+                                   TensorParallelOps* tp_ops, ParamRegistry* params) {
+  std::vector<GptModel> out;
+  if (params == nullptr) return out;
+  out.reserve(static_cast<std::size_t>(c.virtual_stages - 1));
+  for (int k = 1; k < c.virtual_stages; ++k) {
+    out.emplace_back(c.model, chunk_options(stage_options(model_options(c), grid, tp_ops,
+                                                          c.sequence_parallel),
+                                            c, grid, k, params));
+  }
+  return out;
 }
 
 // The one place a schedule is chosen: one stage running every micro-batch forward then
@@ -187,9 +237,13 @@ Trainer::Trainer(TrainerConfig config, TrainingData data, Communicator* world)
       world_(world),
       grid_(make_grid(world_, config_)),
       tp_ops_(make_tp_ops(grid_.get())),
+      chunk_params_(make_chunk_params(config_, grid_.get())),
       model_(config_.model,
-             stage_options(with_pipeline_stage(model_options(config_), config_.model, grid_.get()),
-                           grid_.get(), tp_ops_.get(), config_.sequence_parallel)),
+             chunk_options(stage_options(with_pipeline_stage(model_options(config_),
+                                                             config_.model, grid_.get()),
+                                         grid_.get(), tp_ops_.get(), config_.sequence_parallel),
+                           config_, grid_.get(), 0, chunk_params_.get())),
+      chunks_(later_chunks(config_, grid_.get(), tp_ops_.get(), chunk_params_.get())),
       sync_(make_grad_sync(model_, grid_.get(), config_)),
       zero_(zero_of(sync_.get())),
       optimizer_(optimizer_params(model_, zero_), optimizer_grads(model_, zero_),
@@ -202,6 +256,14 @@ Trainer::Trainer(TrainerConfig config, TrainingData data, Communicator* world)
       loader_(data_.tokens, config_.batch, config_.seq, config_.data_order, config_.seed,
               coord().dp, shape().dp) {
   model_.set_grad_ready_hook([this](std::size_t entry) { sync_->grad_ready(entry); });
+  if (!chunks_.empty()) {
+    // Interleaved: the rank's last backward is chunk 0's (model_, the registry's first
+    // entries: its hook's indices are the registry's); the other chunks' gradients are final
+    // before it, report nothing, and are sent by the sync's finish().
+    std::vector<GptModel*> all = {&model_};
+    for (GptModel& m : chunks_) all.push_back(&m);
+    dynamic_cast<ch07::PipelineSchedule&>(*schedule_).set_chunks(std::move(all));
+  }
   if (grid_ && optimizer_.scaler().mode() != ch02::ScaleMode::kNone) {
     // One rank's overflow must skip every rank's step, or the replicas and scales part ways.
     optimizer_.set_found_inf_reducer([this](bool found) { return reductions_.found_inf(found); });
@@ -218,7 +280,7 @@ Trainer::Trainer(TrainerConfig config, TrainingData data, Communicator* world)
 }
 
 void Trainer::verify_replicas() {
-  if (grid_) mixpar::verify_replicas(grid_->dp(), model_.registry().flat_params());
+  if (grid_) mixpar::verify_replicas(grid_->dp(), rank_params(model_).flat_params());
 }
 
 std::vector<TraceSpan> Trainer::take_spans() {
@@ -280,7 +342,7 @@ std::vector<RankMetrics> Trainer::gather_rank_metrics() {
 std::vector<NamedTensor> Trainer::master_weights() const {
   if (zero_) throw std::logic_error("Trainer::master_weights: ZeRO holds the masters in shards");
   std::vector<NamedTensor> out;
-  const auto entries = model_.registry().entries();
+  const auto entries = rank_params(model_).entries();
   for (std::size_t i = 0; i < entries.size(); ++i) {
     out.push_back({entries[i].name, optimizer_.stepped_params()[i]});
   }
@@ -300,7 +362,7 @@ std::vector<Tensor> Trainer::place_masters() const {
   if (!zero_) return tensors_of(master_weights());
   // ZeRO: each dp rank steps its pieces of the flat buffer. Every piece is copied into zeros
   // and the dp group sums them: each element has one owner, so its sum is its value exactly.
-  const ParamRegistry& reg = model_.registry();
+  const ParamRegistry& reg = rank_params(model_);
   Tensor flat = Tensor::zeros({reg.numel()}, DType::kF32, MemCategory::kCommBuffers);
   const std::vector<ch05::ShardPiece>& pieces = zero_->partition().pieces();
   for (std::size_t k = 0; k < pieces.size(); ++k) {
@@ -323,18 +385,21 @@ void Trainer::prepare_eval_model() {
   // 2. Chapter 6: the tp shards of this stage into its full, unpadded tensors.
   std::vector<NamedTensor> stage;
   if (tp_ops_) {
-    stage = ch06::gather_full_tensors(grid_->tp(), model_.registry(), mine,
+    stage = ch06::gather_full_tensors(grid_->tp(), rank_params(model_), mine,
                                       config_.model.vocab_size);
   } else {
-    const auto entries = model_.registry().entries();
+    const auto entries = rank_params(model_).entries();
     for (std::size_t i = 0; i < entries.size(); ++i) stage.push_back({entries[i].name, mine[i]});
   }
   // 3. Chapter 7: the stages of rank 0's pipeline (dp 0, tp 0) onto its first stage.
   std::vector<NamedTensor> full;
   if (pipelined()) {
     if (coord().dp != 0 || coord().tp != 0) return;
-    const ParamRegistry whole_stage = make_gpt2_registry(config_.model, model_.stage());
-    full = ch07::gather_stages(grid_->pp(), config_.model, whole_stage, tensors_of(stage));
+    const ParamRegistry whole_stage = ch07::make_chunks_registry(
+        config_.model, ch07::rank_chunk_stages(config_.model, coord().pp, shape().pp,
+                                               config_.virtual_stages));
+    full = ch07::gather_stages(grid_->pp(), config_.model, whole_stage, tensors_of(stage),
+                               config_.virtual_stages);
   } else {
     full = std::move(stage);
   }
@@ -356,21 +421,8 @@ GptModel& Trainer::eval_model() {
 }
 
 void Trainer::recast_working_copy() {
-  if (zero_) {
-    // The optimizer's tensors are this rank's pieces (views of the working copy in fp32):
-    // each rounded into its place, then every replica gathers the others'.
-    if (optimizer_.has_masters()) {
-      const std::vector<Tensor> views = zero_->shard_params();
-      for (std::size_t k = 0; k < views.size(); ++k) {
-        Tensor v = views[k];
-        v.copy_from(optimizer_.stepped_params()[k]);
-      }
-    }
-    zero_->gather_params();
-    return;
-  }
   if (!optimizer_.has_masters()) return;  // fp32: the masters are the model's own tensors
-  const std::vector<NamedTensor> params = model_.parameters();
+  const std::vector<NamedTensor> params = rank_params(model_).parameters();
   for (std::size_t i = 0; i < params.size(); ++i) {
     Tensor p = params[i].tensor;
     p.copy_from(optimizer_.stepped_params()[i]);
@@ -379,12 +431,7 @@ void Trainer::recast_working_copy() {
 
 void Trainer::load_initial_weights() {
   // Into the FP32 masters, so a 16-bit run starting from FP32 weights keeps all their bits.
-  // Sharded, each rank reads only the pieces it holds.
-  if (gathers_for_eval()) {
-    load_hf_pieces(config_.init_from);
-  } else {
-    load_gpt_hf_into(config_.init_from, config_.model, master_weights());
-  }
+  load_gpt_hf_into(config_.init_from, config_.model, master_weights());
   recast_working_copy();
 }
 

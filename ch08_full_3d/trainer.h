@@ -17,7 +17,6 @@
 
 #include "ch03_master_weights/mixed_precision_optimizer.h"
 #include "ch05_zero/zero_sync.h"
-#include "checkpoint_pieces.h"
 #include "comm/communicator.h"
 #include "comm/parallel_grid.h"
 #include "io/token_loader.h"
@@ -133,11 +132,10 @@ class Trainer {
   // config.checkpoint_dir (every rank the shards it holds, rank 0 the manifest); returns its
   // path.
   std::string save_checkpoint();
-  // Continues from the latest checkpoint in config.checkpoint_dir, written on this layout or any
-  // other (each rank reads the pieces it now holds): InputError if it is corrupt, or was
-  // written by a run with another shape, dtype, rows per micro-batch (dp x batch), data or
-  // seed. Distributed: every rank reads the checkpoint (a directory all ranks see), then the
-  // replicas are checked.
+  // Continues from the latest checkpoint in config.checkpoint_dir: InputError if it is corrupt,
+  // was written by a run with another shape, dtype, batch layout, data or seed, or on another
+  // grid layout. Distributed: every rank reads the checkpoint (a directory all ranks see),
+  // then the replicas are checked.
   void resume();
 
  private:
@@ -150,15 +148,7 @@ class Trainer {
   // names the first layer whose output is not finite (run_watch.h).
   [[noreturn]] void halt_on_non_finite_loss(double loss);
   void load_initial_weights();
-  // --init-from on a sharded layout (tp, pp or ZeRO; trainer_state.cpp): each rank reads its
-  // own pieces of the Hugging Face tensors into its FP32 masters.
-  void load_hf_pieces(const std::string& dir);
-  // The working copy from the masters (ZeRO: this rank's pieces, then gathered over dp).
   void recast_working_copy();
-  // This rank's FP32 masters and AdamW moments as pieces of the global tensors, each marked
-  // with whether this rank is the one that writes it (checkpoint_pieces.h): what a checkpoint
-  // stores and what a resume on any layout fills.
-  std::vector<HeldTensor> held_state() const;
   void write_checkpoint_files(const std::string& dir) const;
   std::uint64_t bytes_sent_so_far() const;
   std::array<std::uint64_t, 6> group_bytes_so_far() const;  // by kGroupNames
@@ -174,7 +164,12 @@ class Trainer {
   // masters for --save.
   std::unique_ptr<GptModel> eval_model_;
   std::vector<NamedTensor> eval_masters_;
+  // --virtual-stages v > 1 (chapter 7's interleaved pipeline): the parameters of this rank's v
+  // model chunks in one registry (ch07_pipeline/model_chunks.h), before the chunks that are
+  // views of it; null otherwise. model_ is chunk 0, chunks_ the others.
+  std::unique_ptr<ParamRegistry> chunk_params_;
   GptModel model_;
+  std::vector<GptModel> chunks_;
   // Before the optimizer: making the replicas equal must reach the working copy before the
   // optimizer copies it into the FP32 masters.
   std::unique_ptr<GradSync> sync_;

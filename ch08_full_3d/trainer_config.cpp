@@ -302,9 +302,12 @@ void validate_pipeline(const TrainerConfig& c) {
   // The schedule's own constraints (interleaved: v >= 2, m a multiple of pp), named.
   ch07::check_layout(ch07::parse_schedule(c.pipeline_schedule),
                      {c.pp, static_cast<int>(c.grad_accum), c.virtual_stages});
-  check_range(c.virtual_stages == 1,
-              "--virtual-stages " + v + ": train_gpt holds one model chunk per rank; the "
-              "interleaved schedule runs in ch07_pipeline and the chapter's runtime");
+  // Interleaved (chapter 7): each rank holds v model chunks in one registry. Checkpoints and
+  // --init-from read and write the pieces of one model per rank (trainer_state.cpp); the
+  // chunks' registry is not theirs yet.
+  check_range(c.virtual_stages == 1 || (c.checkpoint_dir.empty() && c.init_from.empty()),
+              "--virtual-stages " + v + " with --checkpoint-dir or --init-from: checkpoints of "
+              "interleaved model chunks are not built yet; drop one of them");
   // ZB-H1 keeps each block's activations from B to W; recompute keeps one shared set.
   check_range(c.pipeline_schedule != "zb-h1" || !c.recompute,
               "--schedule zb-h1 with --recompute: W needs every block's activations after B, "
@@ -326,6 +329,8 @@ void validate_pipeline(const TrainerConfig& c) {
                   ": ZeRO-2/3 would reduce-scatter or gather a stage's gradients or parameters "
                   "at every micro-batch (DeepSpeed refuses them with pipelines too); use "
                   "--zero-stage 1 or 0");
+  check_range(c.init_from.empty(), "--pp " + pp + " with --init-from: loading a Hugging Face "
+                                   "directory into pipeline stages is not built yet");
 }
 
 void validate_parallel(const TrainerConfig& c) {
@@ -356,6 +361,9 @@ void validate_parallel(const TrainerConfig& c) {
   check_range(c.tp == 1 || c.zero_stage <= 1,
               "--tp " + tp + " with --zero-stage " + num(static_cast<std::int64_t>(c.zero_stage)) +
                   ": ZeRO-2/3 over tensor-parallel shards is not built; use --zero-stage 1 or 0");
+  check_range(c.tp == 1 || c.init_from.empty(),
+              "--tp " + tp + " with --init-from: loading a Hugging Face directory into tp shards "
+                             "is not built (a tp run starts from the very weights of --tp 1)");
   validate_pipeline(c);
   check_range(c.global_batch == 0 || c.global_batch == c.sequences_per_step(),
               "--global-batch " + num(c.global_batch) + " is not --batch x --grad-accum x --dp");
@@ -368,12 +376,11 @@ void validate_parallel(const TrainerConfig& c) {
   // each block before it computes; chapter 5 builds stages 1 and 2.
   check_range(c.zero_stage <= 2 || c.dp == 1,
               zero + ": stage 3 is not built yet; use --zero-stage 2, 1 or 0");
-  // Checkpoints and --init-from read and write pieces of the global tensors
-  // (checkpoint_pieces.h): ZeRO-1/2's flat shards map onto them; stage 3's shards of the
-  // working parameters are not mapped yet.
-  check_range(c.zero_stage <= 2 || c.dp == 1 || (c.checkpoint_dir.empty() && c.init_from.empty()),
-              zero + " shards the parameters: --checkpoint-dir and --init-from need "
-                     "--zero-stage 2, 1 or 0");
+  // The masters and moments of stage 1 live in shards: --save gathers the masters (over dp,
+  // then tp and pp); checkpoints and --init-from would read and write them whole.
+  check_range(c.zero_stage == 0 || c.dp == 1 || (c.checkpoint_dir.empty() && c.init_from.empty()),
+              zero + " shards the FP32 masters and moments: --checkpoint-dir and --init-from "
+                     "need --zero-stage 0");
   check_range(c.trace.empty() || c.distributed(),
               "--trace records the ranks' compute and communication: it needs --ranks N > 1 "
               "or --backend mpi");
