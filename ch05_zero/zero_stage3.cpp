@@ -28,9 +28,8 @@ ZeroConfig with_block_buckets(ZeroConfig c, const GptModel& model) {
   }
   c.bucket_cap_bytes = std::numeric_limits<std::size_t>::max();
   c.close_after = [first](std::size_t k) { return first[k]; };
-  // One thread of a rank talks at a time (the local backend tracks one call per rank, and its
-  // deadlock check relies on it): during the passes that is the gather thread, so the
-  // reduce-scatters run in finish(), on the compute thread, once the gathers are done.
+  // ZeRO-3's own thread carries the reduce-scatters with the gathers; the reducer of stage 2
+  // is never opened.
   c.overlap = false;
   return c;
 }
@@ -76,6 +75,18 @@ ZeroStage3::ZeroStage3(Communicator& dp, GptModel& model, ZeroConfig config,
   units_.push_back({bucket_of("ln_f.weight")});
   if (options_.head_gathers_wte) units_.back().push_back(bucket_of("wte.weight"));
   acquired_.assign(units_.size(), false);
+  bucket_of_.assign(entries.size(), 0);
+  pending_.assign(buckets.size(), 0);
+  for (std::size_t b = 0; b < buckets.size(); ++b) {
+    for (std::size_t e = 0; e < entries.size(); ++e) {
+      if (entries[e].offset >= buckets[b].begin &&
+          entries[e].offset < buckets[b].begin + buckets[b].count) {
+        bucket_of_[e] = b;
+        ++pending_[b];
+      }
+    }
+  }
+  marked_.assign(entries.size(), false);
   order_[0].push_back(kEmbedding);
   for (std::int64_t l = 0; l <= L; ++l) order_[0].push_back(l);
   for (std::int64_t l = L; l >= 0; --l) order_[1].push_back(l);
@@ -137,7 +148,7 @@ std::string ZeroStage3::describe() const {
          (options_.prefetch == 0 ? std::string("no prefetch")
                                  : "prefetching " + std::to_string(options_.prefetch) +
                                        " unit(s) ahead") +
-         "; gradients reduce-scattered per unit after the backward";
+         "; gradients reduce-scattered per unit during backward";
 }
 
 void ZeroStage3::begin_step() {
@@ -145,9 +156,44 @@ void ZeroStage3::begin_step() {
   waited_s_ = 0;
 }
 
+void ZeroStage3::last_backward_starts(int micro_batches) {
+  divisor_ = static_cast<double>(dp_.size()) * micro_batches;
+  std::fill(marked_.begin(), marked_.end(), false);
+  for (std::size_t b = 0; b < pending_.size(); ++b) pending_[b] = 0;
+  for (std::size_t e = 0; e < marked_.size(); ++e) ++pending_[bucket_of_[e]];
+  next_reduce_ = 0;
+  open_grads_ = true;
+}
+
+void ZeroStage3::grad_ready(std::size_t entry) {
+  if (!open_grads_ || marked_[entry]) return;
+  marked_[entry] = true;
+  --pending_[bucket_of_[entry]];
+  queue_complete_buckets();
+}
+
+void ZeroStage3::queue_complete_buckets() {
+  std::lock_guard lock(mu_);
+  while (next_reduce_ < pending_.size() && pending_[next_reduce_] == 0) {
+    queue_.push_back({true, next_reduce_++});
+  }
+  cv_.notify_all();
+}
+
 double ZeroStage3::finish() {
-  drain();  // the gather thread is idle from here: the reduce-scatters may run
-  const double grads = ZeroStage2::finish();
+  const double t0 = trace_now_us();
+  reduced_during_backward_ = next_reduce_;
+  if (open_grads_) {
+    for (std::size_t e = marked_.size(); e-- > 0;) grad_ready(e);  // the post-backward path
+    open_grads_ = false;
+  }
+  drain();
+  {
+    std::lock_guard lock(mu_);
+    if (error_) std::rethrow_exception(error_);
+  }
+  release_full_grads();
+  const double grads = (trace_now_us() - t0) * 1e-6;
   return grads + std::exchange(waited_s_, 0.0);
 }
 
@@ -215,7 +261,7 @@ void ZeroStage3::acquire(std::int64_t block) {
     if (s.holders++ > 0) continue;  // gathered (or being gathered) for another unit
     s.gathered.restore_storage();   // charged here, on the compute thread's ledger
     s.done = false;
-    queue_.push_back(b);
+    queue_.push_back({false, b});
   }
   cv_.notify_all();
 }
@@ -305,6 +351,19 @@ void ZeroStage3::gather_bucket(std::size_t b) {
   gather_comm_->all_gather(in, out);
 }
 
+// Stage 2's reduce-scatter of bucket b, from an FP32 copy of 16-bit gradients (chapter 4's
+// staging, alive for this bucket only) or the FP32 gradients themselves.
+void ZeroStage3::reduce_bucket(std::size_t b) {
+  const ZeroBucket& z = partition_.buckets()[b];
+  Tensor grads = registry_.flat_grads().flat_slice(z.begin, z.count);
+  Tensor work = grads;
+  if (dtype_size(grads.dtype()) < 4) {
+    work = Tensor::empty({z.count}, DType::kF32, MemCategory::kCommBuffers, grads.device());
+    work.copy_from(grads);
+  }
+  reduce_scatter_bucket(b, work, divisor_);
+}
+
 void ZeroStage3::gather_full(Tensor& flat) {
   drain();
   const auto& buckets = partition_.buckets();
@@ -324,11 +383,16 @@ void ZeroStage3::thread_main() {
   while (true) {
     cv_.wait(lock, [&] { return stop_ || (!queue_.empty() && !error_); });
     if (stop_) return;
-    const std::size_t b = queue_.front();
+    const Job job = queue_.front();
+    const std::size_t b = job.bucket;
     lock.unlock();
     const double start = trace_now_us();
     try {
-      gather_bucket(b);
+      if (job.reduce) {
+        reduce_bucket(b);
+      } else {
+        gather_bucket(b);
+      }
     } catch (...) {
       lock.lock();
       error_ = std::current_exception();
@@ -338,10 +402,11 @@ void ZeroStage3::thread_main() {
     const double end = trace_now_us();
     lock.lock();
     queue_.pop_front();
-    state_[b].done = true;
+    if (!job.reduce) state_[b].done = true;
     comm_seconds_ += (end - start) * 1e-6;
-    spans_.push_back({"all_gather params bucket " + std::to_string(b) + " (" +
-                          format_bytes(state_[b].gathered.nbytes()) + ")",
+    spans_.push_back({(job.reduce ? "reduce_scatter grads bucket " : "all_gather params bucket ") +
+                          std::to_string(b) + " (" + format_bytes(state_[b].gathered.nbytes()) +
+                          ")",
                       "comm", dp_.rank(), 2, start, end - start});
     cv_.notify_all();
   }

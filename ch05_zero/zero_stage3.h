@@ -9,14 +9,15 @@
 //   forward    before a unit: its buckets all-gathered over the dp group into their own
 //              buffers (Storage::restore, the ledger charged), the registry's entries being
 //              views of them; after it: released (Storage::release, the ledger credited)
-//   backward   the same before each block's backward and the head's; the reduce-scatter of
-//              stage 2 as each block's gradients are final
+//   backward   the same before each block's backward and the head's; stage 2's reduce-scatter
+//              of each unit as soon as its gradients are final (the last micro-batch's)
 //   the step   the optimizer steps this rank's shard of the parameters in place: nothing is
 //              gathered after it (the next forward gathers block by block)
 //
-// The gathers run on a thread of their own over a communicator split from dp (the reducer's
-// thread uses dp during backward, and a group's collectives must come in one order on every
-// rank). prefetch N: before unit u computes, the gathers of the next N units of the same pass
+// The gathers and the reduce-scatters run on one communication thread of ZeRO-3's own, in the
+// order the compute thread queues them (its program order, the same on every rank), the
+// gathers over a communicator split from dp, the reduce-scatters over dp: one thread of a rank
+// talks at a time, as the local backend's one-call-per-rank bookkeeping needs. prefetch N: before unit u computes, the gathers of the next N units of the same pass
 // are started, so they run under u's compute (DeepSpeed's prefetch bucket, PyTorch FSDP's
 // forward/backward prefetch). The passes' orders are the model's (forward: embedding, blocks
 // 0 .. L-1, head; backward: head, L-1 .. 0); a unit asked for out of that order is an error
@@ -66,8 +67,11 @@ class ZeroStage3 final : public ZeroStage2, public BlockParamHook {
 
   std::string describe() const override;
   void begin_step() override;
-  // Stage 2's finish; returns the seconds the compute thread waited for gradients AND for
-  // parameter gathers in this step (the exposed communication).
+  void last_backward_starts(int micro_batches) override;
+  void grad_ready(std::size_t entry) override;
+  // Every reduce-scatter done, the full gradient buffer released; returns the seconds the
+  // compute thread waited for gradients and for parameter gathers in this step (the exposed
+  // communication).
   double finish() override;
   double take_comm_seconds() override;
   std::vector<TraceSpan> take_spans() override;
@@ -95,6 +99,8 @@ class ZeroStage3 final : public ZeroStage2, public BlockParamHook {
   int prefetch() const { return options_.prefetch; }
   // Units whose gathers a prefetch started before they were asked for, since construction.
   std::int64_t prefetched_units() const { return prefetched_; }
+  // Buckets whose reduce-scatter was queued while the last step's backward still ran.
+  std::size_t reduced_during_backward() const { return reduced_during_backward_; }
 
  private:
   struct BucketState {
@@ -110,6 +116,8 @@ class ZeroStage3 final : public ZeroStage2, public BlockParamHook {
   void wait_unit(std::int64_t block);
   void drain();  // waits until every queued gather has finished
   void gather_bucket(std::size_t b);
+  void reduce_bucket(std::size_t b);
+  void queue_complete_buckets();  // reduce-scatters of the complete buckets, in bucket order
   void thread_main();
 
   GptModel& model_;
@@ -130,7 +138,20 @@ class ZeroStage3 final : public ZeroStage2, public BlockParamHook {
 
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::size_t> queue_;  // buckets to gather, in order
+  struct Job {
+    bool reduce = false;  // reduce-scatter the bucket's gradients; else gather its parameters
+    std::size_t bucket = 0;
+  };
+  std::deque<Job> queue_;  // in the order every rank issues them
+  // The last backward's reduce-scatters (compute thread only, but divisor_ read by the thread
+  // once queued).
+  bool open_grads_ = false;
+  double divisor_ = 1.0;
+  std::vector<std::size_t> bucket_of_;  // by registry entry
+  std::vector<int> pending_;            // by bucket: entries not yet final
+  std::vector<bool> marked_;            // by entry
+  std::size_t next_reduce_ = 0;         // buckets [0, next_reduce_) are queued
+  std::size_t reduced_during_backward_ = 0;
   bool stop_ = false;
   std::exception_ptr error_;
   double comm_seconds_ = 0;

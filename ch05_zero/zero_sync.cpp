@@ -234,7 +234,10 @@ ZeroStage2::ZeroStage2(Communicator& dp, ParamRegistry& registry, ZeroConfig con
   }
   grad_shard_ = Tensor::zeros({total}, registry.flat_grads().dtype(), MemCategory::kGradients,
                               registry.flat_grads().device());
-  // Between steps only the shard is held.
+  release_full_grads();  // between steps only the shard is held
+}
+
+void ZeroStage2::release_full_grads() {
   registry_.flat_grads().release_storage(
       "the full gradients, released by ZeRO-2 after the reduce-scatter (grad_shard() holds "
       "this rank's shard)");
@@ -257,9 +260,7 @@ void ZeroStage2::begin_step() {
 
 double ZeroStage2::finish() {
   const double waited = ZeroStage1::finish();
-  registry_.flat_grads().release_storage(
-      "the full gradients, released by ZeRO-2 after the reduce-scatter (grad_shard() holds "
-      "this rank's shard)");
+  release_full_grads();
   return waited;
 }
 

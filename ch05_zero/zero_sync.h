@@ -89,9 +89,11 @@ class ZeroStage1 : public GradSync {
   // gradients' dtype) is kept. Stage 1: over the owned range of `work`, which the reducer
   // rounds back into the registry's gradients.
   virtual void keep_mean(std::size_t b, const Tensor& mean, Tensor& work);
+  // Bucket b's reduce-scatter over dp from `work` (its gradients, FP32 for 16-bit ones), the
+  // mean kept by keep_mean (ZeRO-3 calls it from its own communication thread).
+  void reduce_scatter_bucket(std::size_t b, Tensor& work, double divisor);
 
  private:
-  void reduce_scatter_bucket(std::size_t b, Tensor& work, double divisor);
   void reduce_scatter_into_shard(std::size_t b, Tensor& work, double divisor);
 
  protected:
@@ -133,6 +135,7 @@ class ZeroStage2 : public ZeroStage1 {
  protected:
   // By bucket: its shard's first element in grad_shard() (ZeRO-3's parameter shard too).
   const std::vector<std::int64_t>& shard_offsets() const { return shard_offset_; }
+  void release_full_grads();  // the registry's full gradient buffer, between steps
 
  private:
   void keep_mean(std::size_t b, const Tensor& mean, Tensor& work) override;
