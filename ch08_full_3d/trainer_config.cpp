@@ -302,12 +302,6 @@ void validate_pipeline(const TrainerConfig& c) {
   // The schedule's own constraints (interleaved: v >= 2, m a multiple of pp), named.
   ch07::check_layout(ch07::parse_schedule(c.pipeline_schedule),
                      {c.pp, static_cast<int>(c.grad_accum), c.virtual_stages});
-  // Interleaved (chapter 7): each rank holds v model chunks in one registry. Checkpoints and
-  // --init-from read and write the pieces of one model per rank (trainer_state.cpp); the
-  // chunks' registry is not theirs yet.
-  check_range(c.virtual_stages == 1 || (c.checkpoint_dir.empty() && c.init_from.empty()),
-              "--virtual-stages " + v + " with --checkpoint-dir or --init-from: checkpoints of "
-              "interleaved model chunks are not built yet; drop one of them");
   // ZB-H1 keeps each block's activations from B to W; recompute keeps one shared set.
   check_range(c.pipeline_schedule != "zb-h1" || !c.recompute,
               "--schedule zb-h1 with --recompute: W needs every block's activations after B, "
