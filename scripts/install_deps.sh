@@ -2,7 +2,8 @@
 # Installs the Debian packages mixpar builds with, when they are missing (Debian 12);
 # python3-matplotlib draws the course's figures (scripts/figures.py).
 # python3-torch, with OpenBLAS for its FP32 GEMMs (Debian's reference BLAS otherwise), is the
-# other side of scripts/bench_vs_pytorch.py.
+# other side of scripts/bench_vs_pytorch.py. libdnnl-dev (oneDNN) runs bf16/fp16 GEMMs on CPUs
+# with 16-bit units (common/ops/onednn_matmul.h); without it they widen to FP32.
 # Run as root, or as a user with sudo. The CUDA toolkit and NCCL are optional and never
 # installed here: when /usr/local/cuda exists the GPU engine compiles too. clang builds the
 # libFuzzer harnesses of fuzz/ (scripts/test.sh fuzz).
@@ -10,7 +11,7 @@ set -euo pipefail
 
 packages=(cmake ninja-build g++ make libeigen3-dev libgtest-dev libgmock-dev libbenchmark-dev
           libopenmpi-dev openmpi-bin python3 python3-matplotlib
-          python3-torch libopenblas0-pthread clang)
+          python3-torch libopenblas0-pthread clang libdnnl-dev)
 missing=()
 for p in "${packages[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then

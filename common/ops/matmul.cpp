@@ -1,5 +1,6 @@
 // GEMM: Eigen on maps of the tensors' buffers for FP32 accumulation (no copy of f32 operands,
-// Eigen's own blocking and threading), a plain triple loop for the FP16-accumulation lesson.
+// Eigen's own blocking and threading), oneDNN for 16-bit operands where the CPU has 16-bit
+// dot products (onednn_matmul.h), a plain triple loop for the FP16-accumulation lesson.
 #include "ops/matmul.h"
 
 #include <stdexcept>
@@ -8,6 +9,7 @@
 #include "ops/checks.h"
 #include "ops/fixed_order.h"
 #include "ops/matrix_view.h"
+#include "ops/onednn_matmul.h"
 #include "ops/parallel_gemm.h"
 #include "ops/op_profile.h"
 
@@ -109,6 +111,8 @@ void matmul(const Tensor& a, const Tensor& b, Tensor& out, bool trans_a, bool tr
     gemm_fp16_accumulate(a, b, out, d, trans_a, trans_b, alpha, beta);
   } else if (fixed_order_active()) {
     detail::gemm_fixed_order(a, b, nullptr, out, trans_a, trans_b, alpha, beta);
+  } else if (detail::onednn_matmul(a, b, out, trans_a, trans_b, alpha, beta)) {
+    // 16-bit operands on the CPU's 16-bit units, where oneDNN has them (onednn_matmul.h)
   } else if (any_f64({&a, &b, &out})) {
     gemm_eigen<double>(a, b, out, trans_a, trans_b, alpha, beta);
   } else {
