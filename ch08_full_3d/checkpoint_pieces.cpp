@@ -149,7 +149,8 @@ std::vector<PieceRun> box_runs(const Shape& global, const PieceBox& box) {
                                 " dimensions in a tensor of " + std::to_string(nd));
   }
   for (std::size_t d = 0; d < nd; ++d) {
-    if (box.offset[d] < 0 || box.shape[d] < 0 || box.offset[d] + box.shape[d] > global[d]) {
+    if (box.offset[d] < 0 || box.shape[d] < 0 || box.offset[d] > global[d] ||
+        box.shape[d] > global[d] - box.offset[d]) {
       throw std::invalid_argument("box_runs: box at " + shape_str(box.offset) + " of " +
                                   shape_str(box.shape) + " is outside " + shape_str(global));
     }
@@ -167,19 +168,20 @@ std::vector<PieceRun> box_runs(const Shape& global, const PieceBox& box) {
     return local_window(all, box.flat_begin, box.flat_count);
   }
   // Each innermost row of the box is one run of the global tensor; consecutive rows merge
-  // when the box spans whole rows.
+  // when the box spans whole rows. Only the rows the flat range touches are walked (a piece's
+  // cost is its own size, whatever box an index names).
   Shape stride(nd, 1);
   for (std::size_t d = nd - 1; d > 0; --d) stride[d - 1] = stride[d] * global[d];
-  const std::int64_t row = box.shape.back(), rows = n / row;
-  Shape idx(nd, 0);
-  for (std::int64_t k = 0; k < rows; ++k) {
-    std::int64_t g = 0;
-    for (std::size_t d = 0; d < nd; ++d) g += (box.offset[d] + idx[d]) * stride[d];
-    append_run(all, {g, k * row, row});
-    for (std::size_t d = nd - 1; d-- > 0;) {  // next row: increment the outer indices
-      if (++idx[d] < box.shape[d]) break;
-      idx[d] = 0;
+  const std::int64_t row = box.shape.back();
+  const std::int64_t first = box.flat_begin / row;
+  const std::int64_t last = (box.flat_begin + box.flat_count + row - 1) / row;
+  for (std::int64_t k = first; k < last; ++k) {
+    std::int64_t g = box.offset[nd - 1] * stride[nd - 1], rest = k;
+    for (std::size_t d = nd - 1; d-- > 0;) {  // row k's outer indices
+      g += (box.offset[d] + rest % box.shape[d]) * stride[d];
+      rest /= box.shape[d];
     }
+    append_run(all, {g, k * row, row});
   }
   return local_window(all, box.flat_begin, box.flat_count);
 }
@@ -314,6 +316,13 @@ void read_pieces(std::span<const std::string> files, std::span<HeldTensor> held)
     for (const StoredPiece& p : stored_pieces(r)) {
       const auto it = by_key.find(p.key);
       if (it == by_key.end()) continue;  // not held here (another stage, a buffer, lm_head)
+      for (std::size_t i : it->second) {  // the shape first: nothing is walked for another model
+        if (p.global != held[i].global) {
+          throw InputError(file + ": " + p.key + " is " + shape_str(p.global) +
+                           " in the checkpoint, this run's model has " +
+                           shape_str(held[i].global));
+        }
+      }
       std::vector<PieceRun> runs;
       try {
         runs = box_runs(p.global, p.box);
@@ -322,11 +331,6 @@ void read_pieces(std::span<const std::string> files, std::span<HeldTensor> held)
       }
       Tensor loaded;  // read on first overlap only
       for (std::size_t i : it->second) {
-        if (p.global != held[i].global) {
-          throw InputError(file + ": " + p.key + " is " + shape_str(p.global) +
-                           " in the checkpoint, this run's model has " +
-                           shape_str(held[i].global));
-        }
         const std::vector<Overlap> parts = intersect(runs, held[i].runs);
         if (parts.empty()) continue;
         if (!loaded.defined()) {

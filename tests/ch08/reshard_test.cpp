@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <functional>
@@ -69,7 +70,11 @@ TEST(CheckpointPieces, BoxRunsWalkABoxRowByRowAndMergeWholeRows) {
             (std::vector<PieceRun>{{2, 0, 2}, {7, 2, 2}, {12, 4, 2}}));
   // Rows 1..2 whole: one run; a flat range of it starts where it says.
   EXPECT_EQ(box_runs({3, 5}, {{1, 0}, {2, 5}, 3, 4}), (std::vector<PieceRun>{{8, 0, 4}}));
+  // A flat range of a 3-D box: its 4th to 6th elements, (0, 1, 1), (1, 0, 0) and (1, 0, 1).
+  EXPECT_EQ(box_runs({2, 3, 4}, {{0, 1, 1}, {2, 2, 2}, 3, 3}),
+            (std::vector<PieceRun>{{10, 0, 1}, {17, 1, 2}}));
   EXPECT_THROW(box_runs({3, 5}, {{2, 0}, {2, 5}, 0, 10}), std::invalid_argument);
+  EXPECT_THROW(box_runs({3, 5}, {{1, 0}, {INT64_MAX, 5}, 0, 5}), std::invalid_argument);
   EXPECT_THROW(box_runs({3, 5}, {{0, 0}, {1, 5}, 2, 4}), std::invalid_argument);
 }
 
