@@ -2,30 +2,35 @@
 # CI's test run (.ci/run calls it). First the main build: everything (CPU engine; the CUDA
 # engine too when a toolkit is present) and every test, so that a failure there is seen
 # quickly. Then the runs that need builds of their own, each building only what it runs:
-#   asan  AddressSanitizer + UBSan (build-asan): the readers of user input (flags, JSON,
-#         safetensors, token shards, config.json, atomic files), the communicator, and every
-#         test of chapter 8 (the trainer, its checkpoints and train_gpt's command line)
-#   tsan  ThreadSanitizer (build-tsan): the communicator and chapter 4's DDP
 #   fuzz  libFuzzer (build-fuzz, clang): every harness of fuzz/ over its seed corpus, then
 #         MIXPAR_FUZZ_SECONDS (default 20) of new inputs each
-# GPU tests skip, saying why, where no GPU is visible. With no argument CI runs main, then
-# fuzz (about 3.5 minutes on 2 idle cores: the build, then 6 x 22 s); asan and tsan run when
-# named, and join the default once their time on the 2-core CI machine is measured to fit its
-# 30 minutes beside the main build's 9.5.
-# Usage: bash scripts/test.sh [main|asan|tsan|fuzz ...]   (no argument: main fuzz)
+#   asan  AddressSanitizer + UBSan (build-asan): the readers of user input (flags, JSON,
+#         safetensors, token shards, config.json, atomic files, the tokenizer, the input
+#         limits: test_sanitize_readers), the communicator and the rank grid
+#         (test_sanitize_comm), and every test of chapter 8 (the trainer, its checkpoints,
+#         train_gpt's command line and its mpirun runs)
+#   tsan  ThreadSanitizer (build-tsan): the communicator and the rank grid (test_sanitize_comm)
+#         and chapter 4's ring, buckets and DDP, with one OpenMP thread
+# The sanitizer builds compile the libraries at -O2 with line tables only (-g1: a report's
+# stack has every function, file and line; no variables, which a sanitizer never prints) and
+# the test executables' own code at -O1 (tests/CMakeLists.txt): an instrumented compile costs
+# several times a plain one, and that, not the tests' run, is most of these stages' time.
+# GPU tests skip, saying why, where no GPU is visible. With no argument CI runs every stage,
+# main, fuzz, asan, tsan, to fit CI's 30 minutes on its 2 cores (the stages' measured times:
+# README.md, "Quick start").
+# Usage: bash scripts/test.sh [main|asan|tsan|fuzz ...]   (no argument: main fuzz asan tsan)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install_deps.sh
 export PATH="/usr/local/cuda/bin:$PATH"
 jobs="$(nproc)"
 stages=("$@")
-[ ${#stages[@]} -eq 0 ] && stages=(main fuzz)
+[ ${#stages[@]} -eq 0 ] && stages=(main fuzz asan tsan)
 
-# The suites of test_common the sanitizer runs take; the rest of it is the math, which the
-# main run covers and which the sanitizers would only make slow.
-readers='Cli|ParseBytes|ParseDouble|ParseInt|RunMain|Json|AtomicWrite|GptConfig|Safetensors'
-readers+='|TokenLoader|TokenShard|Tokenizer|BuiltinData|CheckedMath|ParamRegistry'
-comm='LocalComm|LocalSendrecv|LocalSendrecvReduce|ParallelGrid'
+# What the sanitizer runs take from test_common is built as executables of its own, from only
+# those test files (tests/CMakeLists.txt): test_sanitize_readers and test_sanitize_comm, their
+# tests labelled sanitize_readers and sanitize_comm. From test_ch04 the tsan run takes DDP's
+# suites (not the NCCL ones, nor the MPI executable, which it does not build).
 ddp='Ddp|DdpFailure|BucketReducer|Buckets|Ring|RingTraffic|RingTrace'
 
 stage() { echo; echo "== $* (started $(date -u +%H:%M:%S) UTC)"; }
@@ -41,18 +46,18 @@ for s in "${stages[@]}"; do
     asan)
       stage "asan: readers, communicator and chapter 8 under AddressSanitizer + UBSan"
       cmake --preset asan
-      cmake --build --preset asan -j "$jobs" --target test_common test_ch08 train_gpt
-      ctest --preset asan -L common -R "^($readers|$comm)\."
-      ctest --preset asan -L ch08
+      cmake --build --preset asan -j "$jobs" \
+        --target test_sanitize_readers test_sanitize_comm test_ch08 train_gpt
+      ctest --preset asan -L '^(sanitize_readers|sanitize_comm|ch08)$'
       ;;
     tsan)
       # One OpenMP thread: libgomp is not built with TSan, and its own synchronisation would
       # be reported; the ranks' threads, the communicator's and DDP's, are what is checked.
       stage "tsan: communicator and DDP under ThreadSanitizer"
       cmake --preset tsan
-      cmake --build --preset tsan -j "$jobs" --target test_common test_ch04
-      OMP_NUM_THREADS=1 ctest --preset tsan -L common -R "^($comm)\."
-      OMP_NUM_THREADS=1 ctest --preset tsan -L ch04 -R "^($ddp)\."
+      cmake --build --preset tsan -j "$jobs" --target test_sanitize_comm test_ch04
+      OMP_NUM_THREADS=1 ctest --preset tsan -L '^sanitize_comm$'
+      OMP_NUM_THREADS=1 ctest --preset tsan -L '^ch04$' -R "^($ddp)\."
       ;;
     fuzz)
       stage "fuzz: every libFuzzer harness, seeds then ${MIXPAR_FUZZ_SECONDS:-20} s each"
