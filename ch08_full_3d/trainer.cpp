@@ -17,12 +17,14 @@
 
 #include "ch04_ddp/bucketed_allreduce.h"
 #include "ch04_ddp/ddp.h"
+#include "ch05_zero/zero_stage3.h"
 #include "ch06_tensor_parallel/tp_collectives.h"
 #include "ch06_tensor_parallel/tp_gather.h"
 #include "ch07_pipeline/model_chunks.h"
 #include "ch07_pipeline/pipeline_runtime.h"
 #include "ch07_pipeline/stage_gather.h"
 #include "model/gpt_hf.h"
+#include "model_flops.h"
 #include "parallel/count_once.h"
 #include "parallel/replicas.h"
 #include "run_watch.h"
@@ -101,7 +103,12 @@ std::unique_ptr<GradSync> make_grad_sync(GptModel& model, const ParallelGrid* gr
     ch05::ZeroConfig z;
     z.bucket_cap_bytes = reducer_config(c).bucket_cap_bytes;
     z.overlap = c.overlap;
-    if (c.zero_stage == 2) {
+    if (c.zero_stage == 3) {
+      verify_replicas(dp, rank_params(model).flat_params());  // before the copy is split
+      ch05::Zero3Options o;
+      o.prefetch = c.zero3_prefetch;
+      sync = std::make_unique<ch05::ZeroStage3>(dp, model, z, o);
+    } else if (c.zero_stage == 2) {
       sync = std::make_unique<ch05::ZeroStage2>(dp, rank_params(model), z);
     } else {
       sync = std::make_unique<ch05::ZeroStage1>(dp, rank_params(model), z);
@@ -110,7 +117,8 @@ std::unique_ptr<GradSync> make_grad_sync(GptModel& model, const ParallelGrid* gr
     sync = std::make_unique<ch04::BucketedAllReduce>(dp, rank_params(model), reducer_config(c),
                                                      ch04::model_reports_grad_ready());
   }
-  verify_replicas(dp, rank_params(model).flat_params());
+  // ZeRO-3 has released the whole working copy (it checked the replicas before splitting it).
+  if (c.zero_stage != 3) verify_replicas(dp, rank_params(model).flat_params());
   // ZeRO with pipeline stages: the tied wte's two copies meet before the reduce-scatter
   // (tied_embedding_sync.h); under DDP the schedule sums them after the all-reduce.
   Communicator* embedding = grid->embedding();
@@ -280,7 +288,10 @@ Trainer::Trainer(TrainerConfig config, TrainingData data, Communicator* world)
 }
 
 void Trainer::verify_replicas() {
-  if (grid_) mixpar::verify_replicas(grid_->dp(), rank_params(model_).flat_params());
+  // ZeRO-3: no rank holds a whole copy between steps, and each rank's shard is its own.
+  if (grid_ && rank_params(model_).flat_params().resident()) {
+    mixpar::verify_replicas(grid_->dp(), rank_params(model_).flat_params());
+  }
 }
 
 std::vector<TraceSpan> Trainer::take_spans() {
@@ -300,6 +311,7 @@ std::array<std::uint64_t, 6> Trainer::group_bytes_so_far() const {
   for (std::size_t g = 0; g < groups.size(); ++g) {
     if (groups[g] != nullptr) out[g] = groups[g]->traffic().total().bytes_sent;
   }
+  if (sync_) out[1] += sync_->own_bytes_sent();  // ZeRO-3's parameter gathers: dp's too
   return out;
 }
 
@@ -421,6 +433,19 @@ GptModel& Trainer::eval_model() {
 }
 
 void Trainer::recast_working_copy() {
+  if (zero_) {
+    // The optimizer's tensors are this rank's pieces (views of the working copy in fp32):
+    // each rounded into its place, then every replica gathers the others'.
+    if (optimizer_.has_masters()) {
+      const std::vector<Tensor> views = zero_->shard_params();
+      for (std::size_t k = 0; k < views.size(); ++k) {
+        Tensor v = views[k];
+        v.copy_from(optimizer_.stepped_params()[k]);
+      }
+    }
+    zero_->gather_params();
+    return;
+  }
   if (!optimizer_.has_masters()) return;  // fp32: the masters are the model's own tensors
   const std::vector<NamedTensor> params = rank_params(model_).parameters();
   for (std::size_t i = 0; i < params.size(); ++i) {
@@ -431,7 +456,12 @@ void Trainer::recast_working_copy() {
 
 void Trainer::load_initial_weights() {
   // Into the FP32 masters, so a 16-bit run starting from FP32 weights keeps all their bits.
-  load_gpt_hf_into(config_.init_from, config_.model, master_weights());
+  // Sharded, each rank reads only the pieces it holds.
+  if (gathers_for_eval()) {
+    load_hf_pieces(config_.init_from);
+  } else {
+    load_gpt_hf_into(config_.init_from, config_.model, master_weights());
+  }
   recast_working_copy();
 }
 
@@ -527,8 +557,7 @@ StepStats Trainer::train_step() {
   for (std::size_t g = 0; g < groups_after.size(); ++g) {
     s.group_bytes[g] = groups_after[g] - groups_before[g];
   }
-  s.flops = static_cast<double>(config_.model.flops_per_token(config_.seq)) *
-            static_cast<double>(s.tokens);
+  s.flops = process_flops_per_step(config_, rank_params(model_));
   ++step_;
   s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return s;

@@ -17,6 +17,7 @@
 
 #include "ch03_master_weights/mixed_precision_optimizer.h"
 #include "ch05_zero/zero_sync.h"
+#include "checkpoint_pieces.h"
 #include "comm/communicator.h"
 #include "comm/parallel_grid.h"
 #include "io/token_loader.h"
@@ -48,8 +49,9 @@ struct StepStats {
   // repeated position within an epoch is the "repeated batches" silent killer of source
   // article B (docs/SOURCES.md).
   std::int64_t data_position = 0, epoch = 0;
-  // The step's model FLOPs over the whole grid (6N + 6LCT per token), and their share of the
-  // machine's measured peak (gemm_peak.h; 0 until the train loop sets it).
+  // The step's model FLOPs done in this process (model_flops.h: the whole grid when its ranks
+  // are threads of this process, this rank's share under MPI), and their share of the peak of
+  // the cores the process computes on (gemm_peak.h; 0 until the train loop sets it).
   double flops = 0, mfu = 0;
   // Distributed: the bytes this rank sent in the step over each of its groups, in the order
   // of kGroupNames.
@@ -132,10 +134,11 @@ class Trainer {
   // config.checkpoint_dir (every rank the shards it holds, rank 0 the manifest); returns its
   // path.
   std::string save_checkpoint();
-  // Continues from the latest checkpoint in config.checkpoint_dir: InputError if it is corrupt,
-  // was written by a run with another shape, dtype, batch layout, data or seed, or on another
-  // grid layout. Distributed: every rank reads the checkpoint (a directory all ranks see),
-  // then the replicas are checked.
+  // Continues from the latest checkpoint in config.checkpoint_dir, written on this layout or any
+  // other (each rank reads the pieces it now holds): InputError if it is corrupt, or was
+  // written by a run with another shape, dtype, rows per micro-batch (dp x batch), data or
+  // seed. Distributed: every rank reads the checkpoint (a directory all ranks see), then the
+  // replicas are checked.
   void resume();
 
  private:
@@ -148,7 +151,15 @@ class Trainer {
   // names the first layer whose output is not finite (run_watch.h).
   [[noreturn]] void halt_on_non_finite_loss(double loss);
   void load_initial_weights();
+  // --init-from on a sharded layout (tp, pp or ZeRO; trainer_state.cpp): each rank reads its
+  // own pieces of the Hugging Face tensors into its FP32 masters.
+  void load_hf_pieces(const std::string& dir);
+  // The working copy from the masters (ZeRO: this rank's pieces, then gathered over dp).
   void recast_working_copy();
+  // This rank's FP32 masters and AdamW moments as pieces of the global tensors, each marked
+  // with whether this rank is the one that writes it (checkpoint_pieces.h): what a checkpoint
+  // stores and what a resume on any layout fills.
+  std::vector<HeldTensor> held_state() const;
   void write_checkpoint_files(const std::string& dir) const;
   std::uint64_t bytes_sent_so_far() const;
   std::array<std::uint64_t, 6> group_bytes_so_far() const;  // by kGroupNames

@@ -135,7 +135,10 @@ void add_parallel_flags(ArgParser& a, const TrainerConfig& d) {
       .flag("no-overlap", "reduce every bucket after backward, on the compute thread")
       .option("zero-stage", "0",
               "0|1|2|3: ZeRO (chapter 5); 0 = DDP, 1 = masters and moments sharded over dp, "
-              "2 = the gradients too")
+              "2 = the gradients too, 3 = the parameters too")
+      .option("zero3-prefetch", "1",
+              "ZeRO-3: units (blocks) whose parameters are gathered ahead of the one computing "
+              "(0: none)")
       .option("trace", "", "write every rank's compute and communication spans as Chrome trace "
                            "JSON (Perfetto opens it)")
       .option("check-replicas-every", num(d.check_replicas_every),
@@ -267,6 +270,12 @@ void read_parallel(const ArgParser& a, TrainerConfig& c) {
   check_range(zero >= 0 && zero <= 3,
               "--zero-stage " + num(zero) + " is not a ZeRO stage: one of 0, 1, 2, 3");
   c.zero_stage = static_cast<int>(zero);
+  const std::int64_t prefetch = a.get_int("zero3-prefetch");
+  check_range(prefetch >= 0 && prefetch <= 1024,
+              "--zero3-prefetch " + num(prefetch) + " is not a number of units in [0, 1024]");
+  check_range(!a.given("zero3-prefetch") || zero == 3,
+              "--zero3-prefetch needs --zero-stage 3 (it gathers parameters ahead)");
+  c.zero3_prefetch = static_cast<int>(prefetch);
   c.trace = a.given("trace") ? a.get("trace") : "";
   c.comm_timeout = a.get_double("comm-timeout");
   c.check_replicas_every = non_negative(a, "check-replicas-every");
@@ -323,8 +332,6 @@ void validate_pipeline(const TrainerConfig& c) {
                   ": ZeRO-2/3 would reduce-scatter or gather a stage's gradients or parameters "
                   "at every micro-batch (DeepSpeed refuses them with pipelines too); use "
                   "--zero-stage 1 or 0");
-  check_range(c.init_from.empty(), "--pp " + pp + " with --init-from: loading a Hugging Face "
-                                   "directory into pipeline stages is not built yet");
 }
 
 void validate_parallel(const TrainerConfig& c) {
@@ -355,9 +362,6 @@ void validate_parallel(const TrainerConfig& c) {
   check_range(c.tp == 1 || c.zero_stage <= 1,
               "--tp " + tp + " with --zero-stage " + num(static_cast<std::int64_t>(c.zero_stage)) +
                   ": ZeRO-2/3 over tensor-parallel shards is not built; use --zero-stage 1 or 0");
-  check_range(c.tp == 1 || c.init_from.empty(),
-              "--tp " + tp + " with --init-from: loading a Hugging Face directory into tp shards "
-                             "is not built (a tp run starts from the very weights of --tp 1)");
   validate_pipeline(c);
   check_range(c.global_batch == 0 || c.global_batch == c.sequences_per_step(),
               "--global-batch " + num(c.global_batch) + " is not --batch x --grad-accum x --dp");
@@ -366,15 +370,12 @@ void validate_parallel(const TrainerConfig& c) {
               "--comm-timeout must be a positive number of seconds");
   const std::string zero = "--zero-stage " + num(static_cast<std::int64_t>(c.zero_stage));
   check_range(c.zero_stage >= 0 && c.zero_stage <= 3, zero + " is not a ZeRO stage: 0-3");
-  // Stage 3 releases the parameters between a block's uses, which needs the model to gather
-  // each block before it computes; chapter 5 builds stages 1 and 2.
-  check_range(c.zero_stage <= 2 || c.dp == 1,
-              zero + ": stage 3 is not built yet; use --zero-stage 2, 1 or 0");
-  // The masters and moments of stage 1 live in shards: --save gathers the masters (over dp,
-  // then tp and pp); checkpoints and --init-from would read and write them whole.
-  check_range(c.zero_stage == 0 || c.dp == 1 || (c.checkpoint_dir.empty() && c.init_from.empty()),
-              zero + " shards the FP32 masters and moments: --checkpoint-dir and --init-from "
-                     "need --zero-stage 0");
+  // Checkpoints and --init-from read and write pieces of the global tensors
+  // (checkpoint_pieces.h): ZeRO-1/2's flat shards map onto them; stage 3's shards of the
+  // working parameters are not mapped yet.
+  check_range(c.zero_stage <= 2 || c.dp == 1 || (c.checkpoint_dir.empty() && c.init_from.empty()),
+              zero + " shards the parameters: --checkpoint-dir and --init-from need "
+                     "--zero-stage 2, 1 or 0");
   check_range(c.trace.empty() || c.distributed(),
               "--trace records the ranks' compute and communication: it needs --ranks N > 1 "
               "or --backend mpi");
@@ -525,6 +526,7 @@ Json to_json(const TrainerConfig& c) {
   j.set("bucket_mb", c.bucket_mb);
   j.set("allreduce", ch04::algo_name(c.allreduce));
   if (c.zero_stage != 0) j.set("zero_stage", static_cast<std::int64_t>(c.zero_stage));
+  if (c.zero_stage == 3) j.set("zero3_prefetch", static_cast<std::int64_t>(c.zero3_prefetch));
   return j;
 }
 

@@ -1,6 +1,6 @@
-// train_gpt --zero-stage as a user runs it: a stage that is not 0-3, or one not built, is one
-// line and exit code 2 before any compute; --zero-stage 1 and 2 on 2 local ranks log DDP's
-// losses and norms bit for bit, and so do MPI processes (the MPI backend's default rank-order
+// train_gpt --zero-stage as a user runs it: a stage that is not 0-3, or a layout it does not
+// run, is one line and exit code 2 before any compute; --zero-stage 1, 2 and 3 on 2 local ranks
+// log DDP's losses and norms bit for bit, and so do MPI processes (the MPI backend's default rank-order
 // reduction: the same kernel in the same order).
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -52,28 +52,42 @@ TEST(TrainGptZero, BadStagesAreOneLineAndExitCode2) {
   TempDir d;
   expect_one_line_error(d, kRun + "--zero-stage 4", "--zero-stage 4 is not a ZeRO stage");
   expect_one_line_error(d, kRun + "--zero-stage -1", "--zero-stage -1 is not a ZeRO stage");
-  expect_one_line_error(d, kRun + "--ranks 2 --zero-stage 3", "not built yet");
+  expect_one_line_error(d, kRun + "--ranks 2 --zero-stage 2 --zero3-prefetch 2",
+                        "--zero3-prefetch needs --zero-stage 3");
+  expect_one_line_error(d, kRun + "--ranks 2 --zero-stage 3 --zero3-prefetch -1",
+                        "--zero3-prefetch -1 is not a number of units");
+  expect_one_line_error(d, kRun + "--ranks 4 --tp 2 --zero-stage 3",
+                        "ZeRO-2/3 over tensor-parallel shards is not built");
+  expect_one_line_error(d, kRun + "--ranks 4 --pp 2 --zero-stage 3", "DeepSpeed refuses");
+  expect_one_line_error(d, kRun + "--ranks 2 --zero-stage 3 --checkpoint-dir " + d.file("out"),
+                        "--checkpoint-dir and --init-from need");
 }
 
-TEST(TrainGptZero, StageOneLogsDdpsLossesBitForBit) {
+// Stages 1, 2 and 3 (ZeRO-3 with and without its prefetch) on 2 local ranks: DDP's JSONL.
+class TrainGptZeroStage : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(TrainGptZeroStage, LogsDdpsLossesBitForBit) {
   TempDir d;
   ASSERT_EQ(train_gpt(d, kRun + "--ranks 2 --log-jsonl " + d.file("ddp.jsonl")).code, 0);
   const CliRun r =
-      train_gpt(d, kRun + "--ranks 2 --zero-stage 1 --log-jsonl " + d.file("zero.jsonl"));
+      train_gpt(d, kRun + "--ranks 2 " + GetParam() + " --log-jsonl " + d.file("zero.jsonl"));
   ASSERT_EQ(r.code, 0) << r.err;
   expect_same_bits(d.file("zero.jsonl"), d.file("ddp.jsonl"));
-  EXPECT_NE(r.out.find("ZeRO stage 1"), std::string::npos) << r.out;
+  const std::string stage = GetParam().substr(std::string("--zero-stage ").size(), 1);
+  EXPECT_NE(r.out.find("ZeRO stage " + stage), std::string::npos) << r.out;
 }
 
-TEST(TrainGptZero, StageTwoLogsDdpsLossesBitForBit) {
-  TempDir d;
-  ASSERT_EQ(train_gpt(d, kRun + "--ranks 2 --log-jsonl " + d.file("ddp.jsonl")).code, 0);
-  const CliRun r =
-      train_gpt(d, kRun + "--ranks 2 --zero-stage 2 --log-jsonl " + d.file("zero.jsonl"));
-  ASSERT_EQ(r.code, 0) << r.err;
-  expect_same_bits(d.file("zero.jsonl"), d.file("ddp.jsonl"));
-  EXPECT_NE(r.out.find("ZeRO stage 2"), std::string::npos) << r.out;
-}
+INSTANTIATE_TEST_SUITE_P(Stages, TrainGptZeroStage,
+                         ::testing::Values("--zero-stage 1", "--zero-stage 2", "--zero-stage 3",
+                                           "--zero-stage 3 --zero3-prefetch 0",
+                                           "--zero-stage 3 --zero3-prefetch 2 --recompute"),
+                         [](const ::testing::TestParamInfo<std::string>& p) {
+                           std::string n = p.param.substr(2);
+                           for (char& ch : n) {
+                             if (ch == ' ' || ch == '-') ch = '_';
+                           }
+                           return n;
+                         });
 
 // --save gathers the FP32 masters from the shards: the Hugging Face file DDP writes, byte for
 // byte.
@@ -119,6 +133,15 @@ TEST(TrainGptZeroMpi, StageTwoProcessesLogTheLocalRanksLossesBitForBit) {
   const CliRun r = run_shell(d, mpirun(2) + kRun + "--zero-stage 2 --log-jsonl " + mpi);
   ASSERT_EQ(r.code, 0) << r.err;
   expect_same_bits(mpi, local);  // ZeRO-2 over 2 MPI processes against 2 local ranks
+}
+
+TEST(TrainGptZeroMpi, StageThreeProcessesLogDdpsLossesBitForBit) {
+  TempDir d;
+  const std::string local = d.file("local.jsonl"), mpi = d.file("mpi.jsonl");
+  ASSERT_EQ(train_gpt(d, kRun + "--ranks 2 --log-jsonl " + local).code, 0);
+  const CliRun r = run_shell(d, mpirun(2) + kRun + "--zero-stage 3 --log-jsonl " + mpi);
+  ASSERT_EQ(r.code, 0) << r.err;
+  expect_same_bits(mpi, local);  // ZeRO-3 over 2 MPI processes against DDP on 2 local ranks
 }
 #endif
 
