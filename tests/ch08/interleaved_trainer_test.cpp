@@ -7,9 +7,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <string>
+#include <sys/wait.h>
 #include <vector>
 
 #include "ch08_test_util.h"
@@ -20,6 +22,7 @@ namespace mixpar::ch08 {
 namespace {
 
 using test::random_data;
+using test::TempDir;
 using test::tiny_config;
 
 TrainerConfig pipeline(int pp, std::int64_t n_layer, const std::string& schedule, int v,
@@ -219,6 +222,66 @@ TEST(InterleavedTrainer, EveryRankTracesItsForwardsAndBackwardsPerChunk) {
   EXPECT_TRUE(has(0, "send grad mb0 of stage 2 to r1"));
   EXPECT_TRUE(has(1, "recv grad mb0 of stage 2 from r0"));
 }
+
+int exit_code_of(const std::string& cmd) {
+  const int status = std::system(cmd.c_str());
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+const std::string kTiny = "--n-layer 4 --n-head 2 --n-embd 16 --seq 8 --batch 2 --threads 1 "
+                          "--steps 3 --eval-every 0 --data-order sequential --pp 2 --schedule "
+                          "interleaved --virtual-stages 2 --grad-accum 4 ";
+
+// train_gpt itself: the pre-flight line names the chunks, and --save writes the whole model
+// (every chunk of both ranks, gathered on rank 0) as a Hugging Face directory.
+TEST(InterleavedTrainer, TrainGptRunsTheChunksAndSavesTheWholeModel) {
+  TempDir d;
+  const std::string cmd = std::string(MIXPAR_TRAIN_GPT_PATH) + " --ranks 2 " + kTiny +
+                          "--save " + d.file("hf") + " > " + d.file("out") + " 2>&1";
+  ASSERT_EQ(exit_code_of(cmd), 0) << test::read_bytes(d.file("out"));
+  const std::string out = test::read_bytes(d.file("out"));
+  EXPECT_NE(out.find("interleaved pipeline: 2 stages x 4 micro-batches x 2 virtual stages"),
+            std::string::npos)
+      << out;
+  EXPECT_FALSE(test::read_bytes(d.file("hf/model.safetensors")).empty());
+  EXPECT_NE(test::read_bytes(d.file("hf/config.json")).find("n_layer"), std::string::npos);
+}
+
+#if defined(MIXPAR_MPIEXEC)
+// Two processes under mpirun, two chunks each: the losses and norms of the same run on two
+// threads, bit for bit (the same arithmetic; only the transport differs).
+TEST(InterleavedTrainer, OverMpiLogsTheThreadsRunBitForBit) {
+  TempDir d;
+  const std::string mpirun =
+      "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader "
+      "OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversubscribe=1 " +
+      std::string(MIXPAR_MPIEXEC) + " --oversubscribe -np 2 " + MIXPAR_TRAIN_GPT_PATH +
+      " --backend mpi ";
+  ASSERT_EQ(exit_code_of(std::string(MIXPAR_TRAIN_GPT_PATH) + " --ranks 2 " + kTiny +
+                         "--log-jsonl " + d.file("threads.jsonl") + " > " + d.file("t.out") +
+                         " 2>&1"),
+            0)
+      << test::read_bytes(d.file("t.out"));
+  ASSERT_EQ(exit_code_of(mpirun + kTiny + "--log-jsonl " + d.file("mpi.jsonl") + " > " +
+                         d.file("mpi.out") + " 2>&1"),
+            0)
+      << test::read_bytes(d.file("mpi.out"));
+  const std::string threads = test::read_bytes(d.file("threads.jsonl"));
+  const std::string mpi = test::read_bytes(d.file("mpi.jsonl"));
+  auto field = [](const std::string& log, const std::string& key) {
+    std::vector<std::string> out;
+    for (std::size_t at = log.find("\"" + key + "\":"); at != std::string::npos;
+         at = log.find("\"" + key + "\":", at + 1)) {
+      out.push_back(log.substr(at, log.find(',', at) - at));
+    }
+    return out;
+  };
+  for (const char* key : {"loss", "grad_norm"}) {
+    EXPECT_EQ(field(mpi, key).size(), 3u) << key;
+    EXPECT_EQ(field(mpi, key), field(threads, key)) << key;
+  }
+}
+#endif
 
 }  // namespace
 }  // namespace mixpar::ch08
