@@ -370,12 +370,6 @@ void validate_parallel(const TrainerConfig& c) {
               "--comm-timeout must be a positive number of seconds");
   const std::string zero = "--zero-stage " + num(static_cast<std::int64_t>(c.zero_stage));
   check_range(c.zero_stage >= 0 && c.zero_stage <= 3, zero + " is not a ZeRO stage: 0-3");
-  // Checkpoints and --init-from read and write pieces of the global tensors
-  // (checkpoint_pieces.h): ZeRO-1/2's flat shards map onto them; stage 3's shards of the
-  // working parameters are not mapped yet.
-  check_range(c.zero_stage <= 2 || c.dp == 1 || (c.checkpoint_dir.empty() && c.init_from.empty()),
-              zero + " shards the parameters: --checkpoint-dir and --init-from need "
-                     "--zero-stage 2, 1 or 0");
   check_range(c.trace.empty() || c.distributed(),
               "--trace records the ranks' compute and communication: it needs --ranks N > 1 "
               "or --backend mpi");

@@ -289,6 +289,15 @@ TEST(Reshard, AOneDeviceCheckpointResumesOnThe3dGrid) {
                                    "1 x 1 x 1 -> dp 2 x tp 2 x pp 2 ZeRO-1 AFAB");
 }
 
+// ZeRO-3's ranks keep only their flat shard of the working parameters, the same partition as
+// ZeRO-1's masters: its pieces map the same way (zero_piece_runs).
+TEST(Reshard, AZero3CheckpointResumesOnOneDeviceAndOneDevicesOnIt) {
+  expect_resume_follows_one_device(layout(2, 1, 1, 3, 4), layout(1, 1, 1, 0, 4),
+                                   "dp 2 ZeRO-3 -> 1 x 1 x 1");
+  expect_resume_follows_one_device(layout(1, 1, 1, 0, 4), layout(4, 1, 1, 3, 4),
+                                   "1 x 1 x 1 -> dp 4 ZeRO-3");
+}
+
 // An interleaved pipeline's rank holds v model chunks in one registry under global names: its
 // pieces map like any stage's, so its checkpoint resumes on one device and one device's on it.
 TEST(Reshard, AnInterleavedCheckpointResumesOnOneDeviceAndOneDevicesOnIt) {
@@ -316,11 +325,18 @@ TEST(Reshard, AnInterleavedCheckpointResumesOnOneDeviceAndOneDevicesOnIt) {
                                    "1 x 1 x 1 -> pp 2 x v 2 interleaved", one());
 }
 
-// Resharding does not cost the same-layout resume its exactness: under ZeRO (whose shards
-// were not checkpointed before) 4 + 6 steps are 10 straight steps bit for bit.
+// Resharding does not cost the same-layout resume its exactness: under ZeRO-1, 2 and 3 (whose
+// shards were not checkpointed before) 4 + 6 steps are 10 straight steps bit for bit.
 TEST(Reshard, ASameLayoutZeroResumeIsBitExact) {
   const TrainingData data = random_data(1 << 13);
-  for (const TrainerConfig& c : {layout(2, 2, 2, 1, 4), layout(2, 1, 1, 2, 4)}) {
+  // bf16 too: the working copy is recast from the loaded masters, piece by piece, then
+  // gathered (ZeRO-1), or kept as this rank's shard (ZeRO-3).
+  const auto bf16 = [](TrainerConfig c) {
+    c.dtype = DType::kBF16;
+    return c;
+  };
+  for (const TrainerConfig& c : {layout(2, 2, 2, 1, 4), layout(2, 1, 1, 2, 4), layout(2, 1, 1, 3, 4),
+                                 bf16(layout(2, 2, 2, 1, 4)), bf16(layout(2, 1, 1, 3, 4))}) {
     TempDir dir;
     TrainerConfig first = c, second = c;
     first.checkpoint_dir = second.checkpoint_dir = dir.str();
@@ -378,7 +394,8 @@ TEST(Reshard, InitFromLoadsEachRanksPiecesOfAHuggingFaceDirectory) {
   one.init_from = hf;
   one.steps = 4;
   const Trajectory ref = train(one, data, false);
-  for (TrainerConfig c : {layout(1, 2, 2, 0, 4), layout(2, 2, 2, 1, 4), layout(2, 1, 1, 2, 4)}) {
+  for (TrainerConfig c : {layout(1, 2, 2, 0, 4), layout(2, 2, 2, 1, 4), layout(2, 1, 1, 2, 4),
+                          layout(2, 1, 1, 3, 4)}) {
     c.init_from = hf;
     const std::string what = "dp " + std::to_string(c.dp) + " x tp " + std::to_string(c.tp) +
                              " x pp " + std::to_string(c.pp) + " ZeRO-" +
