@@ -65,7 +65,8 @@ for s in "${stages[@]}"; do
         -DMIXPAR_WITH_CUDA=OFF -DMIXPAR_WERROR=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
         -DMIXPAR_FUZZ_SECONDS="${MIXPAR_FUZZ_SECONDS:-20}"
       cmake --build build-fuzz -j "$jobs" --target mixpar_fuzzers
-      ctest --test-dir build-fuzz -L fuzz --output-on-failure
+      # One harness per core at a time: libFuzzer runs on one thread, for a fixed time each.
+      ctest --test-dir build-fuzz -L fuzz --output-on-failure -j "$jobs"
       ;;
     *)
       echo "scripts/test.sh: unknown stage '$s' (main, asan, tsan or fuzz)" >&2
