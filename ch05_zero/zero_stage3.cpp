@@ -214,18 +214,7 @@ std::vector<TraceSpan> ZeroStage3::take_spans() {
   return all;
 }
 
-std::vector<Tensor> ZeroStage3::shard_params() const {
-  const auto& buckets = partition_.buckets();
-  const int me = dp_.rank();
-  std::vector<Tensor> out;
-  for (const ShardPiece& p : partition_.pieces()) {
-    std::size_t b = 0;
-    while (!(buckets[b].begin <= p.flat && p.flat < buckets[b].begin + buckets[b].count)) ++b;
-    out.push_back(param_shard_.flat_slice(
-        shard_offsets()[b] + p.flat - buckets[b].owned_begin(me), p.count));
-  }
-  return out;
-}
+std::vector<Tensor> ZeroStage3::shard_params() const { return piece_slices(param_shard_); }
 
 const std::vector<std::size_t>& ZeroStage3::unit_buckets(std::int64_t block) const {
   return units_[unit_index(block)];

@@ -271,17 +271,19 @@ void ZeroStage2::keep_mean(std::size_t b, const Tensor& mean, Tensor&) {
   dst.copy_from(mean, Saturation::kNoSat);
 }
 
-std::vector<Tensor> ZeroStage2::shard_grads() const {
+std::vector<Tensor> ZeroStage2::piece_slices(const Tensor& shard) const {
   const auto& buckets = partition_.buckets();
   const int me = dp_.rank();
   std::vector<Tensor> out;
   for (const ShardPiece& p : partition_.pieces()) {
     std::size_t b = 0;
     while (!(buckets[b].begin <= p.flat && p.flat < buckets[b].begin + buckets[b].count)) ++b;
-    out.push_back(grad_shard_.flat_slice(shard_offset_[b] + p.flat - buckets[b].owned_begin(me),
-                                         p.count));
+    out.push_back(shard.flat_slice(shard_offset_[b] + p.flat - buckets[b].owned_begin(me),
+                                   p.count));
   }
   return out;
 }
+
+std::vector<Tensor> ZeroStage2::shard_grads() const { return piece_slices(grad_shard_); }
 
 }  // namespace mixpar::ch05

@@ -135,6 +135,9 @@ class ZeroStage2 : public ZeroStage1 {
  protected:
   // By bucket: its shard's first element in grad_shard() (ZeRO-3's parameter shard too).
   const std::vector<std::int64_t>& shard_offsets() const { return shard_offset_; }
+  // The partition's pieces (parameter by parameter) as slices of a tensor laid out like
+  // grad_shard(): this rank's gradients here, ZeRO-3's parameter shard there.
+  std::vector<Tensor> piece_slices(const Tensor& shard) const;
   void release_full_grads();  // the registry's full gradient buffer, between steps
 
  private:

@@ -168,18 +168,8 @@ std::vector<std::string> state_files(const Json& st, const std::string& dir) {
 void check_config_json(const std::string& dir, const GptConfig& want) {
   if (!fs::exists(fs::path(dir) / "config.json")) return;
   const GptConfig got = read_gpt_hf_config(dir);
-  const std::pair<const char*, std::pair<std::int64_t, std::int64_t>> sizes[] = {
-      {"n_layer", {got.n_layer, want.n_layer}},
-      {"n_head", {got.n_head, want.n_head}},
-      {"n_embd", {got.n_embd, want.n_embd}},
-      {"n_positions", {got.n_positions, want.n_positions}},
-      {"vocab_size", {got.vocab_size, want.vocab_size}}};
-  for (const auto& [key, v] : sizes) {
-    if (v.first != v.second) {
-      throw InputError(dir + ": model shape differs: " + key + " is " + std::to_string(v.first) +
-                       ", expected " + std::to_string(v.second));
-    }
-  }
+  if (const std::string diff = config_difference(got, want); !diff.empty())
+    throw InputError(dir + ": model shape differs: " + diff);
 }
 
 // A loaded weight that is not finite would make every loss NaN: refused, naming it.

@@ -46,22 +46,6 @@ std::string_view strip_prefix(std::string_view name) {
   return name.starts_with(kPrefix) ? name.substr(kPrefix.size()) : name;
 }
 
-// The first size that differs, as "n_embd is 64, expected 128"; empty when equal.
-std::string config_difference(const GptConfig& got, const GptConfig& want) {
-  const std::pair<const char*, std::pair<std::int64_t, std::int64_t>> sizes[] = {
-      {"n_layer", {got.n_layer, want.n_layer}},
-      {"n_head", {got.n_head, want.n_head}},
-      {"n_embd", {got.n_embd, want.n_embd}},
-      {"n_positions", {got.n_positions, want.n_positions}},
-      {"vocab_size", {got.vocab_size, want.vocab_size}}};
-  for (const auto& [key, v] : sizes) {
-    if (v.first != v.second) {
-      return std::string(key) + " is " + std::to_string(v.first) + ", expected " +
-             std::to_string(v.second);
-    }
-  }
-  return {};
-}
 
 // name -> index into dst, checking dst against the registry of `config` (a programming error
 // in the caller, hence std::invalid_argument rather than InputError).
@@ -143,6 +127,22 @@ void save_gpt_hf(const std::string& dir, const GptConfig& config,
 void save_gpt_hf(const std::string& dir, const GptModel& model, const HfSaveOptions& options) {
   const std::vector<NamedTensor> params = model.parameters();
   save_gpt_hf(dir, model.config(), params, options);
+}
+
+std::string config_difference(const GptConfig& got, const GptConfig& want) {
+  const std::pair<const char*, std::pair<std::int64_t, std::int64_t>> sizes[] = {
+      {"n_layer", {got.n_layer, want.n_layer}},
+      {"n_head", {got.n_head, want.n_head}},
+      {"n_embd", {got.n_embd, want.n_embd}},
+      {"n_positions", {got.n_positions, want.n_positions}},
+      {"vocab_size", {got.vocab_size, want.vocab_size}}};
+  for (const auto& [key, v] : sizes) {
+    if (v.first != v.second) {
+      return std::string(key) + " is " + std::to_string(v.first) + ", expected " +
+             std::to_string(v.second);
+    }
+  }
+  return {};
 }
 
 GptConfig read_gpt_hf_config(const std::string& dir) {

@@ -32,6 +32,9 @@ void save_gpt_hf(const std::string& dir, const GptModel& model, const HfSaveOpti
 
 // dir/config.json as a GptConfig (InputError naming the key for anything mixpar cannot compute).
 GptConfig read_gpt_hf_config(const std::string& dir);
+// The first model size that differs, as "n_embd is 64, expected 128"; empty when the sizes
+// (n_layer, n_head, n_embd, n_positions, vocab_size) are equal.
+std::string config_difference(const GptConfig& got, const GptConfig& want);
 
 // Fills dst (registry names and shapes of `expected`, any float dtype, each rounded into its
 // own dtype) from dir. InputError, naming the directory and the first difference, if dir's
