@@ -9,6 +9,7 @@ A README marks each block of expected output it promises to reproduce with an HT
     <!-- expected-output: ch02_loss_scaling --growth-interval 5 -->
     <!-- expected-output: ch04_ddp --bug none | machine-dependent: ms|ran in -->
     <!-- expected-output: ch05_zero | excerpt -->
+    <!-- expected-output: train_gpt --steps 20 | varies: [\d.]+k tok/s|ETA \S+ -->
 
 The program (in --bin-dir) runs with those arguments, once per thread count of --threads
 (OMP_NUM_THREADS; blocks of the same command share its runs), and its standard output must
@@ -16,7 +17,11 @@ equal the block line for line. An `excerpt` block is one section of a longer out
 lines must appear in the output as consecutive lines, anywhere. Lines that match the optional
 `machine-dependent` regular expression (timings, throughput; always the last field of the
 marker) are compared with every number replaced by '#' and runs of spaces collapsed, so their
-words and columns must still match but not their values. Exit code 0: every block
+words and columns must still match but not their values. The parts of any line that match
+the optional `varies` regular expression (a throughput or time inside a line whose other
+figures reproduce) are not compared, beyond their matching it: the rest of the line is,
+digit for digit. The two regular expressions may hold " | "; each runs to the next field or
+the end of the marker. Exit code 0: every block
 reproduced; 1: a block differs (the first differing lines are printed) or a program failed;
 2: bad arguments or a README without any marked block.
 """
@@ -31,28 +36,38 @@ MARK = re.compile(r"^<!-- expected-output: (.*?) -->\s*$")
 NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
 
 
+REGEX_FIELDS = ("machine-dependent: ", "varies: ")
+
+
 def marker_fields(path, line_no, body):
-    """'ARGS [| excerpt] [| machine-dependent: REGEX]' -> (argv, excerpt, regex or None)."""
+    """'ARGS [| excerpt] [| machine-dependent: RE] [| varies: RE]'
+    -> (argv, excerpt, machine-dependent RE or None, varies RE or None)."""
     fields = body.split(" | ")
-    argv, excerpt, vary = fields[0].split(), False, None
-    for k, f in enumerate(fields[1:], start=1):
-        if f == "excerpt" and vary is None:
+    argv, excerpt, res = fields[0].split(), False, {}
+    k = 1
+    while k < len(fields):
+        f = fields[k]
+        key = next((r for r in REGEX_FIELDS if f.startswith(r)), None)
+        if f == "excerpt" and not res:
             excerpt = True
-        elif f.startswith("machine-dependent: "):
-            # The regular expression is the rest of the marker: it may hold " | " itself.
-            vary = " | ".join(fields[k:])[len("machine-dependent: "):]
-            break
+            k += 1
+        elif key and key not in res:
+            # A regular expression may hold " | " itself: it runs to the next field's keyword.
+            j = k + 1
+            while j < len(fields) and not fields[j].startswith(REGEX_FIELDS):
+                j += 1
+            res[key] = " | ".join(fields[k:j])[len(key):]
+            try:
+                re.compile(res[key])
+            except re.error as e:
+                raise ValueError("%s:%d: %s%s" % (path, line_no, key, e))
+            k = j
         else:
-            raise ValueError("%s:%d: unknown marker field '%s' (excerpt, machine-dependent: RE)"
-                             % (path, line_no, f))
+            raise ValueError("%s:%d: unknown marker field '%s' (excerpt, machine-dependent: RE, "
+                             "varies: RE)" % (path, line_no, f))
     if not argv:
         raise ValueError("%s:%d: the marker names no program" % (path, line_no))
-    if vary is not None:
-        try:
-            re.compile(vary)
-        except re.error as e:
-            raise ValueError("%s:%d: machine-dependent: %s" % (path, line_no, e))
-    return argv, excerpt, vary
+    return argv, excerpt, res.get("machine-dependent: "), res.get("varies: ")
 
 
 def blocks(path):
@@ -69,8 +84,8 @@ def blocks(path):
                 j += 1
             if j >= len(lines):
                 raise ValueError("%s:%d: the block is not closed" % (path, i + 2))
-            argv, excerpt, vary = marker_fields(path, i + 1, m.group(1))
-            out.append((i + 1, argv, excerpt, vary, lines[i + 2:j]))
+            argv, excerpt, vary, parts = marker_fields(path, i + 1, m.group(1))
+            out.append((i + 1, argv, excerpt, vary, parts, lines[i + 2:j]))
             i = j
         i += 1
     return out
@@ -80,15 +95,23 @@ def masked(line):
     return " ".join(NUMBER.sub("#", line).split())
 
 
-def same(e, g, pattern):
+def masked_parts(line, parts):
+    """The line with every part that matches `parts` replaced by '#'."""
+    return parts.sub("#", line)
+
+
+def same(e, g, pattern, parts=None):
     if e == g:
+        return True
+    if parts and masked_parts(e, parts) == masked_parts(g, parts):
         return True
     return bool(pattern and (pattern.search(e) or pattern.search(g)) and masked(e) == masked(g))
 
 
-def compare(expected, got, vary, excerpt=False):
+def compare(expected, got, vary, excerpt=False, varies=None):
     """None when the output reproduces the block, else (line of the block, README, output)."""
     pattern = re.compile(vary) if vary else None
+    parts = re.compile(varies) if varies else None
     got = got.rstrip("\n").split("\n")
     if excerpt:
         # The block is a run of consecutive output lines: try every place its first line fits,
@@ -96,11 +119,11 @@ def compare(expected, got, vary, excerpt=False):
         best = (0, expected[0] if expected else "<empty block>", "<no such line in the output>")
         best_len = -1
         for start in range(len(got)):
-            if not expected or not same(expected[0], got[start], pattern):
+            if not expected or not same(expected[0], got[start], pattern, parts):
                 continue
             k = 0
             while k < len(expected) and start + k < len(got) and \
-                    same(expected[k], got[start + k], pattern):
+                    same(expected[k], got[start + k], pattern, parts):
                 k += 1
             if k == len(expected):
                 return None
@@ -111,7 +134,7 @@ def compare(expected, got, vary, excerpt=False):
     for k in range(max(len(expected), len(got))):
         e = expected[k] if k < len(expected) else "<no line>"
         g = got[k] if k < len(got) else "<no line>"
-        if not same(e, g, pattern):
+        if not same(e, g, pattern, parts):
             return k, e, g
     return None
 
@@ -135,7 +158,7 @@ def main():
             print("check_readme_output: %s has no <!-- expected-output: ... --> block" % readme,
                   file=sys.stderr)
             return 2
-        for line_no, argv, excerpt, vary, expected in found:
+        for line_no, argv, excerpt, vary, varies, expected in found:
             program = os.path.join(a.bin_dir, argv[0])
             if not os.path.isfile(program):
                 print("check_readme_output: %s does not exist (build it first)" % program,
@@ -154,7 +177,7 @@ def main():
                     print("FAIL %s: exit code %d\n%s" % (where, p.returncode, p.stderr.strip()))
                     failures += 1
                     continue
-                diff = compare(expected, p.stdout, vary, excerpt)
+                diff = compare(expected, p.stdout, vary, excerpt, varies)
                 if diff is None:
                     print("ok   %s: %d lines reproduced%s"
                           % (where, len(expected), " (an excerpt)" if excerpt else ""))

@@ -6,9 +6,9 @@
 The chapter README tests (ChNNReadme.ExpectedOutputReproducesOnAnyThreadCount) are only as
 good as the comparison: this runs the script on small READMEs against a program that prints
 a known text, and checks that a reproduced block passes (whole, as an excerpt, with its
-machine-dependent numbers changed), and that a changed digit, an excerpt whose lines are not
-consecutive, changed words on a machine-dependent line and an unknown marker field fail with
-the exit codes the script documents. Exit code 0 when every case behaves, 1 otherwise.
+machine-dependent numbers or varying parts changed), and that a changed digit, an excerpt whose
+lines are not consecutive, changed words on a machine-dependent line or in a varying part and
+an unknown marker field fail with the exit codes the script documents. Exit code 0 when every case behaves, 1 otherwise.
 """
 
 import os
@@ -24,6 +24,7 @@ DEMO = """== 1. the table
 step time 12.5 ms
 == 2. the end
 all claims hold
+step 1 | loss 5.5417 | 36.4k tok/s | ETA 1m24s
 """
 
 
@@ -61,6 +62,17 @@ def main():
             ("numbers outside the regular expression still compared",
              "demo | machine-dependent: ms$", [l.replace("5.5362608", "5.5362609") for l in whole],
              1),
+            ("varying parts of a line masked", r"demo | varies: [\d.]+k tok/s|ETA \S+",
+             [l.replace("36.4k", "9.1k").replace("1m24s", "12s") for l in whole], 0),
+            ("a digit outside the varying parts", r"demo | varies: [\d.]+k tok/s|ETA \S+",
+             [l.replace("5.5417", "5.5418") for l in whole], 1),
+            ("varying parts, words compared", r"demo | varies: [\d.]+k tok/s|ETA \S+",
+             [l.replace("tok/s", "tokens/s") for l in whole], 1),
+            ("both regular expressions, each with ' | '",
+             r"demo | excerpt | machine-dependent: ms$ | varies: [\d.]+k tok/s | ETA \S+",
+             [l.replace("12.5", "3").replace("36.4k", "9.1k").replace("1m24s", "12s")
+              for l in whole[4:]], 0),
+            ("a regular expression field twice", "demo | varies: ms | varies: s", whole, 2),
             ("an unknown marker field", "demo | excerpts", whole, 2),
             ("a missing program", "no_such_demo", whole, 2),
         ]
