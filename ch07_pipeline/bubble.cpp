@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <map>
+#include <string>
+
+#include "util/errors.h"
 
 namespace mixpar::ch07 {
 namespace {
@@ -77,6 +80,33 @@ std::vector<int> peak_activations(const Timeline& t) {
     out.push_back(peak);
   }
   return out;
+}
+
+std::int64_t peak_held(const RankProgram& program, std::span<const std::int64_t> chunk_weight) {
+  const bool split = std::any_of(program.begin(), program.end(), [](const Action& a) {
+    return a.work == Work::kBackwardWeight;
+  });
+  const Work frees = split ? Work::kBackwardWeight : Work::kBackward;
+  auto weight = [&](const Action& a) {
+    const auto c = static_cast<std::size_t>(a.chunk);
+    if (c >= chunk_weight.size()) {
+      throw InputError("peak_held: chunk " + std::to_string(a.chunk) + " of an action but " +
+                       std::to_string(chunk_weight.size()) + " chunk weights");
+    }
+    return chunk_weight[c];
+  };
+  std::int64_t held = 0, peak = 0;
+  for (const Action& a : program) {
+    // A forward's buffers are live from its start; a freeing action releases at its end, so
+    // the next forward can reuse them (peak_activations: the release first at equal times).
+    if (a.work == Work::kForward) {
+      held += weight(a);
+      peak = std::max(peak, held);
+    } else if (a.work == frees) {
+      held -= weight(a);
+    }
+  }
+  return peak;
 }
 
 int expected_peak_activations(ScheduleKind kind, const PipelineLayout& l, int rank) {

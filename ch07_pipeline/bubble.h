@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,13 @@ std::string bubble_formula_text(ScheduleKind kind);
 // to the end of its backward (of its W when the backward is split). On an interleaved rank
 // each counts one chunk's activations (1/v of a stage's).
 std::vector<int> peak_activations(const Timeline& t);
+// The same peak read from one rank's program, each micro-batch weighted by its chunk
+// (chunk_weight[c], e.g. the blocks of the rank's chunk c: an interleaved rank's chunks may hold
+// unequal block counts) from its forward to the action that frees it (its backward; its W when
+// the backward is split). A rank runs its actions one at a time, so their order alone decides
+// the peak: with every weight 1 it is peak_activations of the rank in any play. This is what
+// the pre-flight memory bill multiplies by one block's activations (ch08_full_3d/preflight.h).
+std::int64_t peak_held(const RankProgram& program, std::span<const std::int64_t> chunk_weight);
 // What the papers state for rank r: afab m; 1f1b min(p - r, m); zb-h1 min(p, m) on every
 // rank (held until W: 1F1B's first-rank peak); interleaved min(warm-up + 1, m v) chunks.
 int expected_peak_activations(ScheduleKind kind, const PipelineLayout& l, int rank);

@@ -120,6 +120,37 @@ TEST(PipelineBubble, PeakActivationsAreWhatThePapersState) {
   EXPECT_EQ(peak_activations(play(make_plan(ScheduleKind::kOneFOneB, l), SendMode::kEager).timeline)[0], 4);
 }
 
+// The peak read from a rank's program (what the trainer's pre-flight bills) is the timeline's:
+// with unit weights, on every schedule and layout, v = 3 included; with a chunk's weight its
+// blocks, an interleaved rank whose chunks are unequal counts what each holds. p = m = 2, v = 2:
+// rank 0 runs all m v = 4 forwards before its first backward (warm-up min(2 (p - 1) + (v - 1)
+// p, m v) = 4), so it holds both micro-batches of both chunks: 2 x 3 + 2 x 1 blocks.
+TEST(PipelineBubble, PeakHeldFromTheProgramIsTheTimelinesPeak) {
+  for (ScheduleKind k : kAll) {
+    for (const PipelineLayout& l : layouts(k)) {
+      const PipelinePlan plan = make_plan(k, l);
+      const auto peaks = peak_activations(play(plan, SendMode::kEager).timeline);
+      const std::vector<std::int64_t> ones(std::size_t(l.virtual_stages), 1);
+      for (int r = 0; r < l.pp; ++r) {
+        EXPECT_EQ(peak_held(plan.ranks[std::size_t(r)], ones), peaks[std::size_t(r)])
+            << schedule_name(k) << " p" << l.pp << " m" << l.micro_batches << " rank " << r;
+      }
+    }
+  }
+  for (int m : {3, 6}) {
+    const PipelinePlan plan = make_plan(ScheduleKind::kInterleaved, {3, m, 3});
+    const auto peaks = peak_activations(play(plan, SendMode::kEager).timeline);
+    for (int r = 0; r < 3; ++r) {
+      EXPECT_EQ(peak_held(plan.ranks[std::size_t(r)], std::vector<std::int64_t>{1, 1, 1}),
+                peaks[std::size_t(r)])
+          << "p3 v3 m" << m << " rank " << r;
+    }
+  }
+  const PipelinePlan plan = make_plan(ScheduleKind::kInterleaved, {2, 2, 2});
+  EXPECT_EQ(peak_held(plan.ranks[0], std::vector<std::int64_t>{3, 1}), 8);
+  EXPECT_THROW(peak_held(plan.ranks[0], std::vector<std::int64_t>{3}), InputError);
+}
+
 TEST(PipelineSchedule, InterleavedWarmupIsMegatrons) {
   const PipelineLayout l{4, 8, 2};
   const std::vector<RankProgram> order = compute_order(ScheduleKind::kInterleaved, l);
