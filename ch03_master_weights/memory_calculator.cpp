@@ -280,6 +280,12 @@ MemoryBill stage_bill(const TrainingSetup& setup, std::int64_t stage) {
   }
   b.states = model_states(b.device_params, setup.precision, setup.optimizer, l.zero_stage, l.dp);
   b.total_bytes = add(b.states.total(), b.activations.value_or(0));
+  if (setup.offload_optimizer) {
+    // ZeRO-Offload: the device keeps (2 + 2) P (divided by the ZeRO stage as before), the
+    // host the K P / N_d of masters and moments (K = 12 for mixed AdamW).
+    b.host_bytes = add(b.states.master_params, b.states.optimizer_state);
+    b.total_bytes -= b.host_bytes;
+  }
   b.fits = static_cast<double>(b.total_bytes) <= setup.device_memory_bytes;
   return b;
 }

@@ -58,6 +58,10 @@ struct TrainingSetup {
   Optimizer optimizer = Optimizer::kAdamW;
   Layout layout;
   double device_memory_bytes = 80e9;
+  // ZeRO-Offload (Ren et al. 2021): the FP32 masters and the optimizer state (this rank's
+  // shard of them) billed to host memory; the device keeps the working parameters, gradients
+  // and activations, and only those are compared with device_memory_bytes.
+  bool offload_optimizer = false;
 };
 
 // Unsharded bytes per parameter of each model state: fp32 AdamW 4+4+0+8 = 16,
@@ -112,7 +116,10 @@ struct MemoryBill {
   std::int64_t activations_per_layer = 0;  // one micro-batch; 0 without a shape
   ModelStates states;
   std::optional<std::int64_t> activations;  // present only when a shape was given
+  // The device's bytes: model states and activations, less host_bytes when offloaded.
   std::int64_t total_bytes = 0;
+  // offload_optimizer: the host's share, masters + optimizer state (0 otherwise).
+  std::int64_t host_bytes = 0;
   double device_memory_bytes = 0;
   bool fits = false;
 };

@@ -4,6 +4,7 @@
 // params), with the bug switches inserted where each mistake happens in real code.
 #include "mixed_precision_optimizer.h"
 
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -76,6 +77,8 @@ MixedPrecisionOptimizer::MixedPrecisionOptimizer(std::vector<Tensor> params,
       grads_(std::move(grads)),
       scaler_(config_.scaler) {
   check_inputs(params_, grads_, config_);
+  std::optional<HostMemoryScope> host;  // offload: every buffer below billed to the host
+  if (config_.offload) host.emplace();
   const bool fp32 = params_.front().dtype() == DType::kF32;
   has_masters_ = !fp32 && config_.bug != Bug::kFp16Weights;
   copies_grads_ = !fp32;

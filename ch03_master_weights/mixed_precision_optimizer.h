@@ -47,6 +47,11 @@ struct MixedPrecisionConfig {
   double max_grad_norm = 0.0;  // > 0: clip_grad_norm_ on the unscaled FP32 gradients
   ch02::LossScalerConfig scaler = ch02::pytorch_config();  // no_scaling_config() for bf16/fp32
   Bug bug = Bug::kNone;
+  // Optimizer offload (ZeRO-Offload, Ren et al. 2021): everything the optimizer allocates, the
+  // FP32 masters, the FP32 gradient copy and the moments, is host memory (HostMemoryScope: the
+  // ledger's host side); the model's working copy and its gradients stay on the device. The
+  // step is the same arithmetic on the same values: bit-identical to no offload.
+  bool offload = false;
 };
 
 // What one step did: the five-signals material of a training log.

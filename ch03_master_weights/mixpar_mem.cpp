@@ -44,6 +44,9 @@ ArgParser make_parser() {
       .option("recompute", "none", "none | selective | full activation recomputation")
       .flag("sequence-parallel", "Megatron sequence parallelism (with --tp)")
       .option("device-memory", "80GB", "memory of one device: 80GB, 141GB, 24GiB, ...")
+      .flag("offload-optimizer",
+            "ZeRO-Offload: FP32 masters and optimizer state (the ZeRO shard) in host memory; "
+            "the device keeps parameters, gradients and activations")
       .flag("json", "print the bill as JSON (bytes) instead of a table");
   return a;
 }
@@ -104,6 +107,7 @@ TrainingSetup read_setup(const ArgParser& a) {
   t.layout.recompute = parse_recompute(a.get_choice("recompute", {"none", "selective", "full"}));
   t.layout.sequence_parallel = a.get_flag("sequence-parallel");
   t.device_memory_bytes = parse_bytes("--device-memory", a.get("device-memory"));
+  t.offload_optimizer = a.get_flag("offload-optimizer");
   return t;
 }
 
@@ -139,6 +143,7 @@ std::string describe_layout(const TrainingSetup& t) {
     s += ", recompute " + std::string(name(l.recompute));
     if (l.sequence_parallel) s += ", sequence parallel";
   }
+  if (t.offload_optimizer) s += ", optimizer offloaded to host";
   return s;
 }
 
@@ -187,11 +192,12 @@ void print_table(const TrainingSetup& t, const MemoryBill& b,
   print_row("parameters (" + w + " working copy)", per(b.states.parameters), true,
             b.states.parameters);
   print_row("gradients (" + w + ")", per(b.states.gradients), true, b.states.gradients);
-  print_row(
-      t.precision == Precision::kFp32 ? "master params (none in fp32)" : "master params (fp32)",
-      per(b.states.master_params), true, b.states.master_params);
-  print_row(t.optimizer == Optimizer::kAdamW ? "optimizer state (fp32 m, v)"
-                                             : "optimizer state (fp32 momentum)",
+  const std::string where = t.offload_optimizer ? ", host" : "";
+  print_row(t.precision == Precision::kFp32 ? "master params (none in fp32)"
+                                            : "master params (fp32" + where + ")",
+            per(b.states.master_params), true, b.states.master_params);
+  print_row(t.optimizer == Optimizer::kAdamW ? "optimizer state (fp32 m, v" + where + ")"
+                                             : "optimizer state (fp32 momentum" + where + ")",
             per(b.states.optimizer_state), true, b.states.optimizer_state);
   print_row("model states", per(b.states.total()), true, b.states.total());
   if (b.activations) {
@@ -199,7 +205,12 @@ void print_table(const TrainingSetup& t, const MemoryBill& b,
   } else {
     std::printf("  %-34s %8s %20s %12s\n", "activations", "-", "-", "(no shape)");
   }
-  print_row("total", per(b.total_bytes), !b.activations, b.total_bytes);
+  if (t.offload_optimizer) {
+    print_row("device total", per(b.total_bytes), !b.activations, b.total_bytes);
+    print_row("host total (masters, state)", per(b.host_bytes), true, b.host_bytes);
+  } else {
+    print_row("total", per(b.total_bytes), !b.activations, b.total_bytes);
+  }
   std::printf("  (B/param: per parameter of this device's model slice)\n");
   if (b.activations) {
     std::printf(
@@ -242,6 +253,11 @@ void print_json(const TrainingSetup& t, const MemoryBill& b,
   j.set("model_states_bytes", b.states.total());
   j.set("activations_bytes", b.activations ? Json(*b.activations) : Json());  // null: no shape
   j.set("total_bytes", b.total_bytes);
+  if (t.offload_optimizer) {
+    // total_bytes is then the device's; the masters and optimizer state are the host's.
+    j.set("offload_optimizer", true);
+    j.set("host_bytes", b.host_bytes);
+  }
   const double dev = t.device_memory_bytes;  // whole bytes when it fits an int64 ("80GB")
   j.set("device_memory_bytes", dev < 9e18 ? Json(std::llround(dev)) : Json(dev));
   j.set("fits", b.fits);

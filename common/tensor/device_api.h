@@ -18,6 +18,11 @@ std::string cuda_unavailable_reason();
 // Plain cudaMalloc/cudaFree (no managed memory); throws std::runtime_error naming the call.
 void* cuda_malloc(std::size_t bytes);
 void cuda_free(void* p);
+// Pinned (page-locked) host memory, cudaHostAlloc / cudaFreeHost: what the GPU copies to and
+// from asynchronously (HostMemoryScope(pinned), optimizer offload). Throws std::runtime_error
+// naming the call, or saying that the build has no CUDA.
+void* cuda_host_alloc(std::size_t bytes);
+void cuda_host_free(void* p);
 
 enum class CopyKind { kHostToDevice, kDeviceToHost, kDeviceToDevice };
 void cuda_memcpy(void* dst, const void* src, std::size_t bytes, CopyKind kind);

@@ -53,6 +53,17 @@ void cuda_free(void* p) {
   if (p) MIXPAR_CUDART(cudaFree(p));
 }
 
+void* cuda_host_alloc(std::size_t bytes) {
+  void* p = nullptr;
+  if (bytes == 0) return nullptr;
+  MIXPAR_CUDART(cudaHostAlloc(&p, bytes, cudaHostAllocDefault));
+  return p;
+}
+
+void cuda_host_free(void* p) {
+  if (p) MIXPAR_CUDART(cudaFreeHost(p));
+}
+
 void cuda_memcpy(void* dst, const void* src, std::size_t bytes, CopyKind kind) {
   if (bytes == 0) return;
   MIXPAR_CUDART(cudaMemcpy(dst, src, bytes, to_cuda(kind)));

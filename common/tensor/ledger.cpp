@@ -21,9 +21,13 @@ std::string_view category_name(MemCategory c) {
   return "?";
 }
 
-void MemoryLedger::on_alloc(MemCategory c, Device d, std::size_t bytes) {
+MemoryLedger::Counters& MemoryLedger::counters(Device d, MemPlace place) {
+  return place == MemPlace::kHost ? host_ : dev_[static_cast<int>(d)];
+}
+
+void MemoryLedger::on_alloc(MemCategory c, Device d, std::size_t bytes, MemPlace place) {
   std::lock_guard lock(mu_);
-  Counters& k = dev_[static_cast<int>(d)];
+  Counters& k = counters(d, place);
   const int i = static_cast<int>(c);
   k.live[i] += bytes;
   k.peak[i] = std::max(k.peak[i], k.live[i]);
@@ -32,9 +36,9 @@ void MemoryLedger::on_alloc(MemCategory c, Device d, std::size_t bytes) {
   ++k.allocations;
 }
 
-void MemoryLedger::on_free(MemCategory c, Device d, std::size_t bytes) {
+void MemoryLedger::on_free(MemCategory c, Device d, std::size_t bytes, MemPlace place) {
   std::lock_guard lock(mu_);
-  Counters& k = dev_[static_cast<int>(d)];
+  Counters& k = counters(d, place);
   const int i = static_cast<int>(c);
   if (k.live[i] < bytes) throw std::logic_error("MemoryLedger: freeing more bytes than live");
   k.live[i] -= bytes;
@@ -62,12 +66,35 @@ std::int64_t MemoryLedger::allocations(Device d) const {
   return dev_[static_cast<int>(d)].allocations;
 }
 
+std::size_t MemoryLedger::host_live(MemCategory c) const {
+  std::lock_guard lock(mu_);
+  return host_.live[static_cast<int>(c)];
+}
+std::size_t MemoryLedger::host_peak(MemCategory c) const {
+  std::lock_guard lock(mu_);
+  return host_.peak[static_cast<int>(c)];
+}
+std::size_t MemoryLedger::host_live_total() const {
+  std::lock_guard lock(mu_);
+  return host_.live_total;
+}
+std::size_t MemoryLedger::host_peak_total() const {
+  std::lock_guard lock(mu_);
+  return host_.peak_total;
+}
+std::int64_t MemoryLedger::host_allocations() const {
+  std::lock_guard lock(mu_);
+  return host_.allocations;
+}
+
 void MemoryLedger::reset_peaks() {
   std::lock_guard lock(mu_);
   for (Counters& k : dev_) {
     k.peak = k.live;
     k.peak_total = k.live_total;
   }
+  host_.peak = host_.live;
+  host_.peak_total = host_.live_total;
 }
 
 std::string format_bytes(std::size_t bytes) {
@@ -110,7 +137,20 @@ std::string MemoryLedger::table(Device d) const {
 
 namespace {
 thread_local MemoryLedger* t_current = nullptr;
+thread_local MemPlace t_place = MemPlace::kDevice;
+thread_local bool t_pinned = false;
+}  // namespace
+
+HostMemoryScope::HostMemoryScope(bool pinned) : previous_place_(t_place), previous_pinned_(t_pinned) {
+  t_place = MemPlace::kHost;
+  t_pinned = pinned;
 }
+HostMemoryScope::~HostMemoryScope() {
+  t_place = previous_place_;
+  t_pinned = previous_pinned_;
+}
+MemPlace current_mem_place() { return t_place; }
+bool current_host_pinned() { return t_pinned; }
 
 MemoryLedger& default_ledger() {
   static MemoryLedger ledger(0);

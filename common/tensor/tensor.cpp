@@ -38,23 +38,36 @@ std::string shape_str(const Shape& s) {
 static constexpr std::size_t kCpuAlignment = 64;
 
 Storage::Storage(std::size_t bytes, Device device, MemCategory category, MemoryLedger& ledger)
-    : bytes_(bytes), device_(device), category_(category), ledger_(&ledger) {
+    : bytes_(bytes),
+      device_(device),
+      category_(category),
+      place_(device == Device::kCPU ? current_mem_place() : MemPlace::kDevice),
+      pinned_(place_ == MemPlace::kHost && current_host_pinned()),
+      ledger_(&ledger) {
   allocate();
 }
 
 void Storage::allocate() {
-  if (device_ == Device::kCPU) {
+  if (pinned_) {
+    data_ = cuda_host_alloc(bytes_);
+  } else if (device_ == Device::kCPU) {
     const std::size_t rounded = (bytes_ + kCpuAlignment - 1) / kCpuAlignment * kCpuAlignment;
     data_ = rounded ? std::aligned_alloc(kCpuAlignment, rounded) : nullptr;
     if (rounded && !data_) throw std::bad_alloc();
   } else {
     data_ = cuda_malloc(bytes_);
   }
-  ledger_->on_alloc(category_, device_, bytes_);
+  ledger_->on_alloc(category_, device_, bytes_, place_);
 }
 
 void Storage::free_bytes() {
-  if (device_ == Device::kCPU) {
+  if (pinned_) {
+    try {
+      cuda_host_free(data_);
+    } catch (...) {
+      // As cuda_free below: a destructor must not throw.
+    }
+  } else if (device_ == Device::kCPU) {
     std::free(data_);
   } else {
     try {
@@ -64,7 +77,7 @@ void Storage::free_bytes() {
     }
   }
   data_ = nullptr;
-  ledger_->on_free(category_, device_, bytes_);
+  ledger_->on_free(category_, device_, bytes_, place_);
 }
 
 Storage::~Storage() {
@@ -129,6 +142,11 @@ Device Tensor::device() const {
 MemCategory Tensor::category() const {
   if (!storage_) throw std::logic_error("undefined tensor");
   return storage_->category();
+}
+
+MemPlace Tensor::place() const {
+  if (!storage_) throw std::logic_error("undefined tensor");
+  return storage_->place();
 }
 
 void* Tensor::data() const {

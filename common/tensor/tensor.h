@@ -30,7 +30,9 @@ template <> struct DTypeOf<Float8E4M3> { static constexpr DType value = DType::k
 template <> struct DTypeOf<Float8E5M2> { static constexpr DType value = DType::kE5M2; };
 template <class T> inline constexpr DType dtype_of = DTypeOf<T>::value;
 
-// Owns bytes on one device and keeps them on the ledger until destroyed.
+// Owns bytes on one device and keeps them on the ledger until destroyed. CPU bytes allocated
+// inside this thread's HostMemoryScope are billed to the ledger's host side (pinned when the
+// scope says so); everything else to its device's side.
 class Storage {
  public:
   Storage(std::size_t bytes, Device device, MemCategory category, MemoryLedger& ledger);
@@ -42,6 +44,8 @@ class Storage {
   std::size_t bytes() const { return bytes_; }
   Device device() const { return device_; }
   MemCategory category() const { return category_; }
+  MemPlace place() const { return place_; }
+  bool pinned() const { return pinned_; }
   MemoryLedger& ledger() const { return *ledger_; }
 
   // Residency (ZeRO, chapter 5: gradients and parameters absent between their uses). release()
@@ -62,6 +66,8 @@ class Storage {
   std::size_t bytes_;
   Device device_;
   MemCategory category_;
+  MemPlace place_;
+  bool pinned_;
   MemoryLedger* ledger_;
   bool resident_ = true;
   std::string released_what_;
@@ -88,6 +94,7 @@ class Tensor {
   DType dtype() const { return dtype_; }
   Device device() const;
   MemCategory category() const;
+  MemPlace place() const;  // the ledger side its storage is billed to
   std::size_t nbytes() const { return static_cast<std::size_t>(numel_) * dtype_size(dtype_); }
   bool is_cpu() const { return device() == Device::kCPU; }
   // The storage's residency (Storage::release): shared by every view of it.

@@ -115,6 +115,44 @@ TEST(Bill, FitsComparesTotalWithDeviceMemory) {
 
 // ---- ZeRO ------------------------------------------------------------------------------
 
+// ZeRO-Offload (Ren et al. 2021): the device keeps (2 + 2) P of 16-bit parameters and
+// gradients (divided by the stage as before), the host the 12P/N of masters and moments. 7B
+// bf16 on dp 8: ZeRO-1 keeps 28 GB on each device and 10.5 GB on its host, ZeRO-2 15.75 and
+// 10.5; stage 0 on one device 28 GB and 84 GB. fits compares the device's share only.
+TEST(Offload, DeviceKeepsTwoPlusTwoAndTheHostTwelvePOverN) {
+  for (int stage : {0, 1, 2, 3}) {
+    TrainingSetup t = params_setup(7'000'000'000, Precision::kBf16);
+    t.layout.zero_stage = stage;
+    t.layout.dp = stage == 0 ? 1 : 8;
+    const MemoryBill plain = compute_bill(t);
+    t.offload_optimizer = true;
+    const MemoryBill off = compute_bill(t);
+    const std::int64_t n = t.layout.dp;
+    EXPECT_EQ(off.host_bytes, 12 * 7 * kGB / n) << "stage " << stage;
+    EXPECT_EQ(off.total_bytes + off.host_bytes, plain.total_bytes) << "stage " << stage;
+    EXPECT_EQ(plain.host_bytes, 0);
+  }
+  TrainingSetup t = params_setup(7'000'000'000, Precision::kBf16);
+  t.layout.zero_stage = 1;
+  t.layout.dp = 8;
+  t.offload_optimizer = true;
+  EXPECT_EQ(compute_bill(t).total_bytes, 28 * kGB);
+  t.layout.zero_stage = 2;
+  EXPECT_EQ(compute_bill(t).total_bytes, 14 * kGB + 14 * kGB / 8);
+  // One device, 7B: 112 GB does not fit 80 GB; offloaded, 28 GB on the device does.
+  TrainingSetup one = params_setup(7'000'000'000, Precision::kBf16);
+  EXPECT_FALSE(compute_bill(one).fits);
+  one.offload_optimizer = true;
+  EXPECT_TRUE(compute_bill(one).fits);
+  EXPECT_EQ(compute_bill(one).total_bytes, 28 * kGB);
+  EXPECT_EQ(compute_bill(one).host_bytes, 84 * kGB);
+  // fp32 Adam: no masters; the host holds the two moments, 8P.
+  TrainingSetup fp32 = params_setup(1000, Precision::kFp32);
+  fp32.offload_optimizer = true;
+  EXPECT_EQ(compute_bill(fp32).host_bytes, 8000);
+  EXPECT_EQ(compute_bill(fp32).total_bytes, 8000);
+}
+
 TEST(Zero, PaperExample7p5BOn64Gpus) {
   // ZeRO paper Figure 1: 120 GB -> 31.4 -> 16.6 -> 1.9 GB; exactly:
   //   stage 0: 16P = 120e9; stage 1: (4 + 12/64)P = 31.40625e9;
@@ -379,6 +417,26 @@ TEST(Tool, JsonTotalBytesMatchesTheLibrary) {
   EXPECT_EQ(json_int(r.output, "activations_bytes"), *b.activations);
   EXPECT_EQ(json_int(r.output, "master_params_bytes"), b.states.master_params);
   EXPECT_EQ(json_int(r.output, "model_params"), 124'439'808);
+}
+
+// --offload-optimizer: the table's totals are the device's and the host's, the layout says so,
+// and --json adds host_bytes (total_bytes then being the device's), equal to the library.
+TEST(Tool, OffloadPrintsTheDeviceAndTheHostBills) {
+  const RunResult r = run_tool("--params 7e9 --zero-stage 1 --dp 8 --offload-optimizer");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("optimizer offloaded to host"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("device total"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("host total (masters, state)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("10,500,000,000"), std::string::npos) << r.output;  // 12P/8
+  EXPECT_NE(r.output.find("device memory 80 GB: fits (28 GB <= 80 GB)"), std::string::npos)
+      << r.output;
+  const RunResult j = run_tool("--params 7e9 --zero-stage 1 --dp 8 --offload-optimizer --json");
+  ASSERT_EQ(j.exit_code, 0) << j.output;
+  EXPECT_EQ(json_int(j.output, "total_bytes"), 28 * kGB);
+  EXPECT_EQ(json_int(j.output, "host_bytes"), 10'500'000'000);
+  EXPECT_TRUE(Json::parse(j.output).at("offload_optimizer").as_bool());
+  const RunResult plain = run_tool("--params 7e9 --zero-stage 1 --dp 8 --json");
+  EXPECT_FALSE(Json::parse(plain.output).contains("host_bytes")) << plain.output;
 }
 
 TEST(Tool, SevenBillionReports112GBAndNamesTheSeedMistake) {

@@ -297,6 +297,44 @@ TEST(MixedPrecisionOptimizer, LedgerBytesEqualTheCalculatorPlusTheFp32GradientBu
   }
 }
 
+// offload: the masters, the FP32 gradient copy and the moments billed to the ledger's host
+// side (the working copy and its gradients stay the device's), and the same steps bit for bit:
+// AdamW, clipped, in bf16 and fp32 (whose parameters are the masters and stay on the device).
+TEST(MixedPrecisionOptimizer, OffloadBillsTheStateToTheHostAndStepsTheSameBits) {
+  for (DType dtype : {DType::kBF16, DType::kF32}) {
+    SCOPED_TRACE(std::string(dtype_name(dtype)));
+    std::vector<std::vector<unsigned char>> params;
+    for (bool offload : {false, true}) {
+      MemoryLedger ledger;
+      LedgerScope scope(ledger);
+      Toy t({0.5f, -1.25f, 2.0f, 3.0f}, dtype);
+      MixedPrecisionConfig c;
+      c.adamw.lr = 0.1;
+      c.max_grad_norm = 0.3;
+      c.scaler = ch02::no_scaling_config();
+      c.offload = offload;
+      MixedPrecisionOptimizer opt = t.optimizer(c);
+      for (int s = 0; s < 3; ++s) {
+        t.set_grad({0.25f * float(s + 1), -0.5f, 1.0f, 0.125f});
+        ASSERT_TRUE(opt.step().taken);
+      }
+      params.push_back(bytes_of(t.param));
+      const std::size_t n = 4, master = dtype == DType::kF32 ? 0 : 4 * n;
+      const std::size_t moments = 8 * n, copy = dtype == DType::kF32 ? 0 : 4 * n;
+      const std::size_t w = n * dtype_size(dtype);
+      EXPECT_EQ(ledger.live(MemCategory::kParameters), w);
+      EXPECT_EQ(ledger.live(MemCategory::kGradients), w + (offload ? 0 : copy));
+      EXPECT_EQ(ledger.live(MemCategory::kMasterParams), offload ? 0 : master);
+      EXPECT_EQ(ledger.live(MemCategory::kOptimizerState), offload ? 0 : moments);
+      EXPECT_EQ(ledger.host_live(MemCategory::kMasterParams), offload ? master : 0);
+      EXPECT_EQ(ledger.host_live(MemCategory::kOptimizerState), offload ? moments : 0);
+      EXPECT_EQ(ledger.host_live(MemCategory::kGradients), offload ? copy : 0);
+      EXPECT_EQ(opt.adamw()->exp_avg(0).place(), offload ? MemPlace::kHost : MemPlace::kDevice);
+    }
+    EXPECT_EQ(params[0], params[1]);
+  }
+}
+
 TEST(MixedPrecisionOptimizer, Fp32ParamsAreTheirOwnMasters) {
   Toy t({1, 2}, DType::kF32);
   const MixedPrecisionOptimizer opt = t.optimizer(sgd_config(0.1));
