@@ -16,6 +16,8 @@ MemorySnapshot memory_snapshot(const MemoryLedger& ledger) {
   MemorySnapshot m;
   for (MemCategory c : kAllMemCategories) m.live[static_cast<std::size_t>(c)] = ledger.live(c);
   m.peak_total = ledger.peak_total();
+  for (MemCategory c : kAllMemCategories) m.host_live[static_cast<std::size_t>(c)] = ledger.host_live(c);
+  m.host_peak_total = ledger.host_peak_total();
   return m;
 }
 
@@ -57,14 +59,22 @@ Json step_json(const StepStats& s, const MemorySnapshot& mem,
   }
   j.set("mem_bytes", bytes_by_category(mem.live));
   j.set("mem_peak_bytes", static_cast<std::int64_t>(mem.peak_total));
+  if (mem.host_peak_total > 0) {  // keys only where bytes were billed to the host
+    j.set("host_mem_bytes", bytes_by_category(mem.host_live));
+    j.set("host_mem_peak_bytes", static_cast<std::int64_t>(mem.host_peak_total));
+  }
   if (!by_rank.empty()) {
-    Json mem_by_rank = Json::array(), comm_by_rank = Json::array();
+    Json mem_by_rank = Json::array(), comm_by_rank = Json::array(), host_by_rank = Json::array();
+    bool host = false;
     for (const RankMetrics& r : by_rank) {
       mem_by_rank.push_back(bytes_by_category(r.mem));
       comm_by_rank.push_back(static_cast<std::int64_t>(r.comm_bytes_sent));
+      host_by_rank.push_back(bytes_by_category(r.host_mem));
+      host = host || r.host_mem_peak > 0;
     }
     j.set("mem_bytes_by_rank", std::move(mem_by_rank));
     j.set("comm_bytes_by_rank", std::move(comm_by_rank));
+    if (host) j.set("host_mem_bytes_by_rank", std::move(host_by_rank));
   }
   if (s.ranks > 0) {
     Json groups = Json::object();

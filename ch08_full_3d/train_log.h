@@ -21,6 +21,9 @@ namespace mixpar::ch08 {
 struct MemorySnapshot {
   std::array<std::size_t, kNumMemCategories> live{};
   std::size_t peak_total = 0;
+  // The ledger's host side (--offload-optimizer): zero in a run that offloads nothing.
+  std::array<std::size_t, kNumMemCategories> host_live{};
+  std::size_t host_peak_total = 0;
 };
 MemorySnapshot memory_snapshot(const MemoryLedger& ledger);
 
@@ -30,7 +33,8 @@ MemorySnapshot memory_snapshot(const MemoryLedger& ledger);
 // other} (this rank's), mem_peak_bytes; heldout_accuracy when the step was evaluated; with
 // by_rank (Trainer::gather_rank_metrics) mem_bytes_by_rank (a list by rank of objects like
 // mem_bytes) and comm_bytes_by_rank (a list by rank of the bytes each sent in the step, over
-// all its groups).
+// all its groups). mem_bytes are the device's; a run that bills bytes to the host
+// (--offload-optimizer) adds host_mem_bytes and host_mem_peak_bytes, and host_mem_bytes_by_rank.
 Json step_json(const StepStats& s, const MemorySnapshot& mem,
                std::optional<double> heldout_accuracy = std::nullopt,
                std::span<const RankMetrics> by_rank = {});

@@ -109,6 +109,18 @@ std::string memory_line(const TrainerConfig& c) {
   const MemoryLedger& l = current_ledger();  // this rank's: every replica holds the same
   const double flops = static_cast<double>(c.model.flops_per_token(c.seq)) *
                        static_cast<double>(c.tokens_per_step());
+  if (c.offload_optimizer) {
+    // The ledger's two sides: the device keeps the working copy and its gradients, the host
+    // the masters, the FP32 gradient copy and the moments (ZeRO-Offload).
+    return strf(
+        "memory%s: device: parameters %s, gradients %s | host (offloaded): master weights %s, "
+        "optimizer state %s, FP32 gradients %s | %.2f GFLOP/step (6N + 6LCT per token)",
+        c.distributed() ? " per rank" : "", format_bytes(l.live(MemCategory::kParameters)).c_str(),
+        format_bytes(l.live(MemCategory::kGradients)).c_str(),
+        format_bytes(l.host_live(MemCategory::kMasterParams)).c_str(),
+        format_bytes(l.host_live(MemCategory::kOptimizerState)).c_str(),
+        format_bytes(l.host_live(MemCategory::kGradients)).c_str(), flops / 1e9);
+  }
   return strf(
       "memory%s: parameters %s, gradients %s, master weights %s, optimizer state %s | "
       "%.2f GFLOP/step (6N + 6LCT per token)",

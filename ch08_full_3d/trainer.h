@@ -68,6 +68,9 @@ void set_cpu_threads(int threads);
 struct RankMetrics {
   std::array<std::size_t, kNumMemCategories> mem{};
   std::size_t mem_peak = 0;
+  // The ledger's host side (--offload-optimizer; all zero otherwise).
+  std::array<std::size_t, kNumMemCategories> host_mem{};
+  std::size_t host_mem_peak = 0;
   std::uint64_t comm_bytes_sent = 0;
 };
 

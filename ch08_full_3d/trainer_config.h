@@ -87,6 +87,12 @@ struct TrainerConfig {
   int zero_stage = 0;
   // ZeRO-3: units whose parameter all-gather starts ahead of the one computing (0: none).
   int zero3_prefetch = 1;
+  // Optimizer offload (ZeRO-Offload, chapter 5): the FP32 masters, the FP32 gradient copy and
+  // the AdamW moments (this rank's ZeRO shard of them) allocated as host memory, on the
+  // ledger's host side; the device keeps the working parameters, gradients and activations,
+  // and --device-memory is compared with those. On this CPU engine the step's arithmetic is
+  // unchanged (bit-identical): offload is where the bytes are billed and placed.
+  bool offload_optimizer = false;
   std::string trace;          // Chrome trace JSON of every rank's spans, written at the end
   std::int64_t check_replicas_every = 100;  // compare every rank's weights hash (0: at start)
   double comm_timeout = 300;  // a rank blocked this long in one call aborts the run
