@@ -34,11 +34,15 @@ ZeroConfig with_block_buckets(ZeroConfig c, const GptModel& model) {
   return c;
 }
 
+// The whole stack of blocks: its units are the model's (embedding, blocks, head). A tp rank's
+// shard of it is one too (its registry holds that rank's held elements, which the partition
+// splits over the rank's dp group; the block's tp collectives run on the tp group between the
+// gathers). Pipeline stages are refused before (DeepSpeed's reason, trainer_config.cpp).
 const GptModel& whole_model(const GptModel& m) {
-  if (!m.stage().whole() || m.options().tp.size != 1) {
+  if (!m.stage().whole()) {
     throw std::invalid_argument(
-        "ZeroStage3: the model must be the whole model on one tp rank (pipeline stages and "
-        "tensor-parallel shards are not built)");
+        "ZeroStage3: the model must be the whole stack of blocks (pipeline stages are not "
+        "built)");
   }
   return m;
 }

@@ -58,8 +58,9 @@ struct Zero3Options {
 
 class ZeroStage3 final : public ZeroStage2, public BlockParamHook {
  public:
-  // model: this rank's whole model (one pipeline stage of one, tp 1), allocated, its weights
-  // the replicas' (sync_initial_weights before). Collective over dp: the gather communicator
+  // model: this rank's whole model (one pipeline stage of one; under tp its tp shard),
+  // allocated, its weights the replicas' (sync_initial_weights before; under tp the replicas
+  // are the ranks of its tp rank's dp group). Collective over dp: the gather communicator
   // is split from it. The model's entries are pointed at the gathered buffers, its full working
   // copy released, and this object installed as its block hook (removed by the destructor).
   ZeroStage3(Communicator& dp, GptModel& model, ZeroConfig config, Zero3Options options = {});

@@ -90,11 +90,33 @@ std::unique_ptr<ParallelGrid> make_grid(Communicator* world, const TrainerConfig
   return std::make_unique<ParallelGrid>(*world, GridShape{c.dp, c.tp, c.pp});
 }
 
+// ZeRO with one replica (dp 1, e.g. --tp 2 or --pp 2 alone): a shard of one is the whole, so
+// each stage is stage 0 exactly (Rajbhandari et al. 2020: the savings are 1/N_d), run as one
+// replica's gradients and named so in the run's log.
+class OneReplicaZero final : public GradSync {
+ public:
+  explicit OneReplicaZero(int stage) : stage_(stage) {}
+  std::string describe() const override {
+    return "ZeRO-" + std::to_string(stage_) +
+           " with dp 1: nothing to shard, runs as stage 0 (one replica: nothing to synchronise)";
+  }
+  bool averages() const override { return false; }
+  void last_backward_starts(int) override {}
+  void grad_ready(std::size_t) override {}
+  double finish() override { return 0.0; }
+
+ private:
+  int stage_;
+};
+
 // The one place a chapter plugs its gradient synchronisation into the trainer: chapter 4's
 // bucketed all-reduce over the dp group (chapter 5 adds ZeRO's reduce-scatter here). The dp
 // replicas are made equal first (rank 0's weights broadcast, or one seed) and checked.
 std::unique_ptr<GradSync> make_grad_sync(GptModel& model, const ParallelGrid* grid,
                                          const TrainerConfig& c) {
+  if (grid != nullptr && grid->dp().size() == 1 && c.zero_stage >= 1) {
+    return std::make_unique<OneReplicaZero>(c.zero_stage);
+  }
   if (grid == nullptr || grid->dp().size() == 1) return std::make_unique<LocalGradients>();
   Communicator& dp = grid->dp();
   sync_initial_weights(dp, rank_params(model).flat_params(), c.init_sync);

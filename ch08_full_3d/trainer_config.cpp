@@ -326,8 +326,10 @@ void validate_pipeline(const TrainerConfig& c) {
   // ZeRO-1 shards only the optimizer states: each stage's dp group shards its own. Stages 2
   // and 3 would reduce-scatter (2) or re-gather (3) a stage's gradients or parameters at every
   // micro-batch of the pipeline, as DeepSpeed, which refuses ZeRO-2/3 with pipeline
-  // parallelism, says: the traffic of every micro-batch instead of one per step.
-  check_range(c.zero_stage <= 1,
+  // parallelism, says: the traffic of every micro-batch instead of one per step. With dp 1
+  // there is no dp group to shard over and no such traffic: every stage runs as stage 0
+  // (make_grad_sync says so in the run's log).
+  check_range(c.zero_stage <= 1 || c.dp == 1,
               "--pp " + pp + " with --zero-stage " + num(static_cast<std::int64_t>(c.zero_stage)) +
                   ": ZeRO-2/3 would reduce-scatter or gather a stage's gradients or parameters "
                   "at every micro-batch (DeepSpeed refuses them with pipelines too); use "
@@ -357,11 +359,10 @@ void validate_parallel(const TrainerConfig& c) {
   check_range(!c.sequence_parallel || (c.batch * c.seq) % c.tp == 0,
               "--sequence-parallel: --batch x --seq = " + num(c.batch * c.seq) +
                   " rows do not split over --tp " + tp);
-  // ZeRO over tensor-parallel shards: each tp rank's dp group partitions that rank's own
-  // shards (their held elements, zero_partition.h). Stage 1 only so far.
-  check_range(c.tp == 1 || c.zero_stage <= 1,
-              "--tp " + tp + " with --zero-stage " + num(static_cast<std::int64_t>(c.zero_stage)) +
-                  ": ZeRO-2/3 over tensor-parallel shards is not built; use --zero-stage 1 or 0");
+  // ZeRO over tensor-parallel shards needs no check of its own: each tp rank's dp group
+  // partitions that rank's own shards (their held elements, zero_partition.h), reduce-scatters
+  // its gradients (stage 2) and gathers its parameters block by block (stage 3), while the
+  // block's tp collectives stay on the tp group.
   validate_pipeline(c);
   check_range(c.global_batch == 0 || c.global_batch == c.sequences_per_step(),
               "--global-batch " + num(c.global_batch) + " is not --batch x --grad-accum x --dp");

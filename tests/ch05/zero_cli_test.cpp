@@ -56,9 +56,10 @@ TEST(TrainGptZero, BadStagesAreOneLineAndExitCode2) {
                         "--zero3-prefetch needs --zero-stage 3");
   expect_one_line_error(d, kRun + "--ranks 2 --zero-stage 3 --zero3-prefetch -1",
                         "--zero3-prefetch -1 is not a number of units");
-  expect_one_line_error(d, kRun + "--ranks 4 --tp 2 --zero-stage 3",
-                        "ZeRO-2/3 over tensor-parallel shards is not built");
+  // Pipelines of dp > 1 replicas (with tp shards too) keep DeepSpeed's refusal.
   expect_one_line_error(d, kRun + "--ranks 4 --pp 2 --zero-stage 3", "DeepSpeed refuses");
+  expect_one_line_error(d, kRun + "--ranks 8 --dp 2 --tp 2 --pp 2 --zero-stage 2",
+                        "DeepSpeed refuses");
 }
 
 // Stages 1, 2 and 3 (ZeRO-3 with and without its prefetch) on 2 local ranks: DDP's JSONL.
