@@ -71,6 +71,7 @@ ch03::MixedPrecisionConfig optimizer_config(const TrainerConfig& c, const GptMod
     }
   }
   m.max_grad_norm = c.grad_clip;
+  m.offload = c.offload_optimizer;  // masters, FP32 gradients and moments: host memory
   // Only fp16 needs a scaler: bf16 has FP32's exponent range, so small gradients survive.
   m.scaler = c.dtype == DType::kF16 ? ch02::pytorch_config() : ch02::no_scaling_config();
   if (c.dtype == DType::kF16) m.scaler.init_scale = c.loss_scale;
@@ -348,27 +349,47 @@ std::vector<RankMetrics> Trainer::gather_rank_metrics() {
   const MemoryLedger& ledger = current_ledger();
   for (MemCategory c : kAllMemCategories) mine.mem[static_cast<std::size_t>(c)] = ledger.live(c);
   mine.mem_peak = ledger.peak_total();
+  for (MemCategory c : kAllMemCategories) {
+    mine.host_mem[static_cast<std::size_t>(c)] = ledger.host_live(c);
+  }
+  mine.host_mem_peak = ledger.host_peak_total();
   mine.comm_bytes_sent = step_bytes_sent_;
   if (!grid_) return {mine};
-  // Every field as an f64 element (exact below 2^53 bytes), gathered over the world.
-  constexpr std::int64_t kFields = kNumMemCategories + 2;
-  Tensor row = Tensor::empty({kFields}, DType::kF64, MemCategory::kCommBuffers);
+  // Every field as an f64 element (exact below 2^53 bytes), gathered over the world; the host
+  // side's too when the optimizer is offloaded (every rank's config says so alike).
+  constexpr std::int64_t kDeviceFields = kNumMemCategories + 2;
+  const std::int64_t fields =
+      kDeviceFields + (config_.offload_optimizer ? kNumMemCategories + 1 : 0);
+  Tensor row = Tensor::empty({fields}, DType::kF64, MemCategory::kCommBuffers);
   auto* r = row.data_as<double>();
   for (int c = 0; c < kNumMemCategories; ++c) r[c] = static_cast<double>(mine.mem[std::size_t(c)]);
   r[kNumMemCategories] = static_cast<double>(mine.mem_peak);
   r[kNumMemCategories + 1] = static_cast<double>(mine.comm_bytes_sent);
+  if (config_.offload_optimizer) {
+    for (int c = 0; c < kNumMemCategories; ++c) {
+      r[kDeviceFields + c] = static_cast<double>(mine.host_mem[std::size_t(c)]);
+    }
+    r[kDeviceFields + kNumMemCategories] = static_cast<double>(mine.host_mem_peak);
+  }
   const int n = grid_->world().size();
-  Tensor all = Tensor::empty({n * kFields}, DType::kF64, MemCategory::kCommBuffers);
+  Tensor all = Tensor::empty({n * fields}, DType::kF64, MemCategory::kCommBuffers);
   grid_->world().all_gather(row, all);
   std::vector<RankMetrics> out(static_cast<std::size_t>(n));
   const auto* a = all.data_as<double>();
   for (int k = 0; k < n; ++k) {
-    const double* f = a + k * kFields;
+    const double* f = a + k * fields;
     for (int c = 0; c < kNumMemCategories; ++c) {
       out[std::size_t(k)].mem[std::size_t(c)] = static_cast<std::size_t>(f[c]);
     }
     out[std::size_t(k)].mem_peak = static_cast<std::size_t>(f[kNumMemCategories]);
     out[std::size_t(k)].comm_bytes_sent = static_cast<std::uint64_t>(f[kNumMemCategories + 1]);
+    if (config_.offload_optimizer) {
+      for (int c = 0; c < kNumMemCategories; ++c) {
+        out[std::size_t(k)].host_mem[std::size_t(c)] = static_cast<std::size_t>(f[kDeviceFields + c]);
+      }
+      out[std::size_t(k)].host_mem_peak =
+          static_cast<std::size_t>(f[kDeviceFields + kNumMemCategories]);
+    }
   }
   return out;
 }

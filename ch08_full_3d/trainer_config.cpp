@@ -74,7 +74,12 @@ void add_optim_flags(ArgParser& a, const TrainerConfig& d) {
             "activation recompute: keep only each block's input, redo its "
             "forward during backward")
       .option("seed", num(static_cast<std::int64_t>(d.seed)),
-              "initial weights and shuffled data order");
+              "initial weights and shuffled data order")
+      .flag("offload-optimizer",
+            "ZeRO-Offload: FP32 master weights and AdamW moments (this rank's ZeRO shard) in "
+            "host memory, the device keeping parameters, gradients and activations; "
+            "--device-memory budgets the device's share only. On this CPU engine the step is "
+            "unchanged, bit for bit (where the bytes are billed and placed)");
 }
 
 void add_output_flags(ArgParser& a, const TrainerConfig& d) {
@@ -105,8 +110,9 @@ void add_output_flags(ArgParser& a, const TrainerConfig& d) {
       .flag("dry-run", "print the pre-flight checklist (grid, divisibility, batch, memory, "
                        "traffic, bubble, data) and exit without training")
       .option("device-memory", "",
-              "one rank's memory budget (80GiB, 24GB, ...): a run whose estimate is over it "
-              "stops before any compute with the bill");
+              "one rank's device memory budget (80GiB, 24GB, ...): a run whose device bill is "
+              "over it stops before any compute with the bill (--offload-optimizer moves the "
+              "masters and optimizer state off the device's bill)");
 }
 
 void add_parallel_flags(ArgParser& a, const TrainerConfig& d) {
@@ -196,6 +202,7 @@ void read_optim(const ArgParser& a, TrainerConfig& c) {
   c.loss_scale = a.get_double("loss-scale");
   c.recompute = a.get_flag("recompute");
   c.seed = static_cast<std::uint64_t>(non_negative(a, "seed"));
+  c.offload_optimizer = a.get_flag("offload-optimizer");
 }
 
 void read_outputs(const ArgParser& a, TrainerConfig& c) {
@@ -522,6 +529,7 @@ Json to_json(const TrainerConfig& c) {
   j.set("allreduce", ch04::algo_name(c.allreduce));
   if (c.zero_stage != 0) j.set("zero_stage", static_cast<std::int64_t>(c.zero_stage));
   if (c.zero_stage == 3) j.set("zero3_prefetch", static_cast<std::int64_t>(c.zero3_prefetch));
+  if (c.offload_optimizer) j.set("offload_optimizer", true);
   return j;
 }
 
