@@ -59,6 +59,13 @@ ZeroStage3::ZeroStage3(Communicator& dp, GptModel& model, ZeroConfig config,
   if (options_.prefetch < 0) {
     throw std::invalid_argument("ZeroStage3: prefetch " + std::to_string(options_.prefetch));
   }
+  // A tp shard's blocks call the tp group's collectives on the compute thread. The local
+  // backend keeps one call per rank in its bookkeeping (its deadlock check reads it), so a
+  // rank must not talk from two threads while a tp collective may be waiting: under tp the
+  // gathers and reduce-scatters run on the compute thread, in the same program order, between
+  // the block's tp collectives, and nothing is prefetched (the bits are the same).
+  on_compute_thread_ = model.options().tp.size > 1;
+  if (on_compute_thread_) options_.prefetch = 0;
   const auto& buckets = partition_.buckets();
   const auto entries = registry_.entries();
   const std::int64_t L = model.config().n_layer;
@@ -131,7 +138,7 @@ ZeroStage3::ZeroStage3(Communicator& dp, GptModel& model, ZeroConfig config,
       "the full working copy, released by ZeRO-3 (param_shard() holds this rank's shard; "
       "each unit's parameters are gathered before use)");
   model.set_block_param_hook(this);
-  thread_ = std::thread([this] { thread_main(); });
+  if (!on_compute_thread_) thread_ = std::thread([this] { thread_main(); });
 }
 
 ZeroStage3::~ZeroStage3() {
@@ -141,7 +148,7 @@ ZeroStage3::~ZeroStage3() {
     stop_ = true;
   }
   cv_.notify_all();
-  thread_.join();
+  if (thread_.joinable()) thread_.join();
 }
 
 std::string ZeroStage3::describe() const {
@@ -149,7 +156,9 @@ std::string ZeroStage3::describe() const {
          std::to_string(dp_.size()) + " shards; " + std::to_string(partition_.buckets().size()) +
          " units (each block, ln_f, wte with wpe) all-gathered before each forward and "
          "backward that reads them and released after, " +
-         (options_.prefetch == 0 ? std::string("no prefetch")
+         (on_compute_thread_ ? std::string("gathered on the compute thread between the tp "
+                                           "collectives, no prefetch")
+          : options_.prefetch == 0 ? std::string("no prefetch")
                                  : "prefetching " + std::to_string(options_.prefetch) +
                                        " unit(s) ahead") +
          "; gradients reduce-scattered per unit during backward";
@@ -177,11 +186,14 @@ void ZeroStage3::grad_ready(std::size_t entry) {
 }
 
 void ZeroStage3::queue_complete_buckets() {
-  std::lock_guard lock(mu_);
-  while (next_reduce_ < pending_.size() && pending_[next_reduce_] == 0) {
-    queue_.push_back({true, next_reduce_++});
+  {
+    std::lock_guard lock(mu_);
+    while (next_reduce_ < pending_.size() && pending_[next_reduce_] == 0) {
+      queue_.push_back({true, next_reduce_++});
+    }
+    cv_.notify_all();
   }
-  cv_.notify_all();
+  if (on_compute_thread_) run_queued_here();
 }
 
 double ZeroStage3::finish() {
@@ -248,15 +260,18 @@ void ZeroStage3::acquire(std::int64_t block) {
   const std::size_t u = unit_index(block);
   if (acquired_[u]) return;
   acquired_[u] = true;
-  std::lock_guard lock(mu_);
-  for (std::size_t b : units_[u]) {
-    BucketState& s = state_[b];
-    if (s.holders++ > 0) continue;  // gathered (or being gathered) for another unit
-    s.gathered.restore_storage();   // charged here, on the compute thread's ledger
-    s.done = false;
-    queue_.push_back({false, b});
+  {
+    std::lock_guard lock(mu_);
+    for (std::size_t b : units_[u]) {
+      BucketState& s = state_[b];
+      if (s.holders++ > 0) continue;  // gathered (or being gathered) for another unit
+      s.gathered.restore_storage();   // charged here, on the compute thread's ledger
+      s.done = false;
+      queue_.push_back({false, b});
+    }
+    cv_.notify_all();
   }
-  cv_.notify_all();
+  if (on_compute_thread_) run_queued_here();
 }
 
 void ZeroStage3::release_unit(std::int64_t block) {
@@ -376,6 +391,20 @@ void ZeroStage3::thread_main() {
   while (true) {
     cv_.wait(lock, [&] { return stop_ || (!queue_.empty() && !error_); });
     if (stop_) return;
+    run_front(lock);
+  }
+}
+
+// Under tp: the queued jobs, in order, on the calling (compute) thread; an error is thrown here.
+void ZeroStage3::run_queued_here() {
+  std::unique_lock lock(mu_);
+  while (!queue_.empty() && !error_) run_front(lock);
+  if (error_) std::rethrow_exception(error_);
+}
+
+// The queue's first job, with mu_ held by `lock` on entry and on return (released meanwhile).
+void ZeroStage3::run_front(std::unique_lock<std::mutex>& lock) {
+  {
     const Job job = queue_.front();
     const std::size_t b = job.bucket;
     lock.unlock();
@@ -390,7 +419,7 @@ void ZeroStage3::thread_main() {
       lock.lock();
       error_ = std::current_exception();
       cv_.notify_all();
-      continue;
+      return;
     }
     const double end = trace_now_us();
     lock.lock();

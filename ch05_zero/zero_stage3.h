@@ -17,7 +17,9 @@
 // The gathers and the reduce-scatters run on one communication thread of ZeRO-3's own, in the
 // order the compute thread queues them (its program order, the same on every rank), the
 // gathers over a communicator split from dp, the reduce-scatters over dp: one thread of a rank
-// talks at a time, as the local backend's one-call-per-rank bookkeeping needs. prefetch N: before unit u computes, the gathers of the next N units of the same pass
+// talks at a time, as the local backend's one-call-per-rank bookkeeping needs (so over tp
+// shards, whose blocks call the tp group on the compute thread, the jobs run on the compute
+// thread itself, in the same order, with no prefetch). prefetch N: before unit u computes, the gathers of the next N units of the same pass
 // are started, so they run under u's compute (DeepSpeed's prefetch bucket, PyTorch FSDP's
 // forward/backward prefetch). The passes' orders are the model's (forward: embedding, blocks
 // 0 .. L-1, head; backward: head, L-1 .. 0); a unit asked for out of that order is an error
@@ -120,6 +122,8 @@ class ZeroStage3 final : public ZeroStage2, public BlockParamHook {
   void reduce_bucket(std::size_t b);
   void queue_complete_buckets();  // reduce-scatters of the complete buckets, in bucket order
   void thread_main();
+  void run_queued_here();  // under tp: the queue's jobs on the compute thread
+  void run_front(std::unique_lock<std::mutex>& lock);
 
   GptModel& model_;
   Zero3Options options_;
@@ -157,6 +161,7 @@ class ZeroStage3 final : public ZeroStage2, public BlockParamHook {
   std::exception_ptr error_;
   double comm_seconds_ = 0;
   std::vector<TraceSpan> spans_;
+  bool on_compute_thread_ = false;  // tp: the jobs run on the compute thread, no thread_
   std::thread thread_;  // last: started once everything above exists
 };
 

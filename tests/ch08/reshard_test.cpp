@@ -298,6 +298,18 @@ TEST(Reshard, AZero3CheckpointResumesOnOneDeviceAndOneDevicesOnIt) {
                                    "1 x 1 x 1 -> dp 4 ZeRO-3");
 }
 
+// ZeRO-2 and 3 over tensor-parallel shards: each rank's pieces are of its tp shard's flat
+// partition, mapped to the global tensors like ZeRO-1's (zero_piece_runs over held_boxes), so a
+// tp 2 x dp 2 checkpoint resumes on one device and on another layout, and one device's on it.
+TEST(Reshard, ATpZero2And3CheckpointResumesOnOneDeviceAndOtherLayouts) {
+  expect_resume_follows_one_device(layout(2, 2, 1, 2, 4), layout(1, 1, 1, 0, 4),
+                                   "dp 2 x tp 2 ZeRO-2 -> 1 x 1 x 1");
+  expect_resume_follows_one_device(layout(2, 2, 1, 3, 4), layout(4, 1, 1, 1, 4),
+                                   "dp 2 x tp 2 ZeRO-3 -> dp 4 ZeRO-1");
+  expect_resume_follows_one_device(layout(1, 1, 1, 0, 4), layout(2, 2, 1, 3, 4),
+                                   "1 x 1 x 1 -> dp 2 x tp 2 ZeRO-3");
+}
+
 // An interleaved pipeline's rank holds v model chunks in one registry under global names: its
 // pieces map like any stage's, so its checkpoint resumes on one device and one device's on it.
 TEST(Reshard, AnInterleavedCheckpointResumesOnOneDeviceAndOneDevicesOnIt) {
@@ -326,7 +338,8 @@ TEST(Reshard, AnInterleavedCheckpointResumesOnOneDeviceAndOneDevicesOnIt) {
 }
 
 // Resharding does not cost the same-layout resume its exactness: under ZeRO-1, 2 and 3 (whose
-// shards were not checkpointed before) 4 + 6 steps are 10 straight steps bit for bit.
+// shards were not checkpointed before), over tp shards too, 4 + 6 steps are 10 straight steps
+// bit for bit.
 TEST(Reshard, ASameLayoutZeroResumeIsBitExact) {
   const TrainingData data = random_data(1 << 13);
   // bf16 too: the working copy is recast from the loaded masters, piece by piece, then
@@ -336,7 +349,8 @@ TEST(Reshard, ASameLayoutZeroResumeIsBitExact) {
     return c;
   };
   for (const TrainerConfig& c : {layout(2, 2, 2, 1, 4), layout(2, 1, 1, 2, 4), layout(2, 1, 1, 3, 4),
-                                 bf16(layout(2, 2, 2, 1, 4)), bf16(layout(2, 1, 1, 3, 4))}) {
+                                 bf16(layout(2, 2, 2, 1, 4)), bf16(layout(2, 1, 1, 3, 4)),
+                                 layout(2, 2, 1, 2, 4), bf16(layout(2, 2, 1, 3, 4))}) {
     TempDir dir;
     TrainerConfig first = c, second = c;
     first.checkpoint_dir = second.checkpoint_dir = dir.str();
