@@ -3,11 +3,13 @@
 // with LedgerScope, and frees credited to the charged ledger whichever thread frees.
 #include <gtest/gtest.h>
 
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include "tensor/device_api.h"
 #include "tensor/ledger.h"
 #include "tensor/tensor.h"
 
@@ -177,6 +179,72 @@ TEST(Ledger, TableListsEveryCategoryTheTotalAndTheRank) {
   EXPECT_NE(table.find("3.00 MiB"), std::string::npos) << table;
   EXPECT_NE(ledger.table(Device::kCUDA).find("cuda"), std::string::npos);
   ledger.on_free(MC::kOptimizerState, Device::kCPU, 3u << 20);
+}
+
+// Optimizer offload: what is allocated inside a HostMemoryScope is billed to the host side,
+// apart from the device's columns, and freed there; scopes nest and end with their thread's
+// allocations routed back to the device side.
+TEST(Ledger, HostMemoryScopeBillsTheHostSideApartFromTheDevice) {
+  MemoryLedger ledger;
+  LedgerScope scope(ledger);
+  Tensor p = Tensor::empty({16}, DType::kBF16, MC::kParameters);
+  {
+    const HostMemoryScope host;
+    Tensor m = Tensor::zeros({16}, DType::kF32, MC::kMasterParams);
+    EXPECT_EQ(m.place(), MemPlace::kHost);
+    EXPECT_TRUE(m.is_cpu());
+    {
+      const HostMemoryScope nested;
+      Tensor v = Tensor::empty({8}, DType::kF32, MC::kOptimizerState);
+      EXPECT_EQ(ledger.host_live(MC::kOptimizerState), 32u);
+    }
+    EXPECT_EQ(ledger.host_live(MC::kMasterParams), 64u);
+    EXPECT_EQ(ledger.host_live_total(), 64u);
+    EXPECT_EQ(ledger.host_peak_total(), 96u);
+    EXPECT_EQ(ledger.host_allocations(), 2);
+    EXPECT_EQ(ledger.live(MC::kMasterParams), 0u);  // not on the device's side
+    EXPECT_EQ(ledger.live_total(), 32u);            // the device holds the parameters only
+    Tensor copy = m.clone();                        // made inside the scope: the host's too
+    EXPECT_EQ(copy.place(), MemPlace::kHost);
+  }
+  EXPECT_EQ(ledger.host_live_total(), 0u);
+  EXPECT_EQ(current_mem_place(), MemPlace::kDevice);
+  Tensor after = Tensor::empty({4}, DType::kF32, MC::kMasterParams);
+  EXPECT_EQ(after.place(), MemPlace::kDevice);
+  EXPECT_EQ(ledger.live(MC::kMasterParams), 16u);
+  EXPECT_EQ(p.place(), MemPlace::kDevice);
+  ledger.reset_peaks();
+  EXPECT_EQ(ledger.host_peak_total(), 0u);
+  EXPECT_EQ(place_name(MemPlace::kHost), "host");
+  EXPECT_EQ(place_name(MemPlace::kDevice), "device");
+}
+
+// A released and restored storage comes back on the side it was billed to, scope or not.
+TEST(Ledger, ARestoredHostStorageIsBilledToTheHostAgain) {
+  MemoryLedger ledger;
+  LedgerScope scope(ledger);
+  Tensor m;
+  {
+    const HostMemoryScope host;
+    m = Tensor::zeros({10}, DType::kF32, MC::kOptimizerState);
+  }
+  m.release_storage("a test's moments");
+  EXPECT_EQ(ledger.host_live_total(), 0u);
+  m.restore_storage();
+  EXPECT_EQ(ledger.host_live(MC::kOptimizerState), 40u);
+  EXPECT_EQ(ledger.live_total(), 0u);
+}
+
+// Pinning needs the CUDA runtime and a device: elsewhere the allocation is a runtime_error
+// saying why (GpuGptModel's offload is the only user), and nothing is charged.
+TEST(Ledger, PinnedHostMemoryWithoutAGpuIsANamedError) {
+  if (cuda_available()) GTEST_SKIP() << "a GPU is visible: pinning works here";
+  MemoryLedger ledger;
+  LedgerScope scope(ledger);
+  const HostMemoryScope pinned(/*pinned=*/true);
+  EXPECT_TRUE(current_host_pinned());
+  EXPECT_THROW(Tensor::empty({4}, DType::kF32, MC::kMasterParams), std::runtime_error);
+  EXPECT_EQ(ledger.host_live_total(), 0u);
 }
 
 TEST(Ledger, CategoryNamesAreDistinctAndNamed) {
