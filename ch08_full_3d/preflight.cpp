@@ -6,6 +6,8 @@
 #include <sstream>
 
 #include "ch03_master_weights/memory_calculator.h"
+#include "ch07_pipeline/bubble.h"
+#include "ch07_pipeline/model_chunks.h"
 #include "ch07_pipeline/pipeline_runtime.h"
 #include "ch07_pipeline/pipeline_schedule.h"
 #include "comm/parallel_grid.h"
@@ -28,20 +30,47 @@ mem::Precision precision_of(DType d) {
 
 GridShape shape_of(const TrainerConfig& c) { return GridShape{c.dp, c.tp, c.pp}; }
 
-// This rank's elements: the registry of its stage and tp shard, exactly what it allocates
-// (registered only: nothing is allocated here).
-std::int64_t stage_elements(const TrainerConfig& c, int stage) {
-  const GptStage st = c.pp > 1 ? gpt_stage(c.model, stage, c.pp) : GptStage{};
-  return make_gpt2_registry(c.model, st, TensorShard{0, c.tp}).numel();
+// The model chunks pipeline rank `stage` holds: its stage, or its v chunks of an interleaved
+// pipeline (chunk k = virtual stage k pp + stage, ch07_pipeline/model_chunks.h); the whole
+// model without a pipeline.
+std::vector<GptStage> rank_chunks(const TrainerConfig& c, int stage) {
+  if (c.pp == 1) return {GptStage{}};
+  return ch07::rank_chunk_stages(c.model, stage, c.pp, c.virtual_stages);
 }
 
-// Micro-batches whose activations a stage holds at its peak: AFAB keeps all m; 1F1B keeps
-// pp - stage (Narayanan et al. 2021), at most m; without a pipeline each micro-batch's are
-// freed by its backward, one at a time.
-std::int64_t in_flight(const TrainerConfig& c, int stage) {
-  if (c.pp == 1) return 1;
-  if (c.pipeline_schedule == "afab") return c.grad_accum;
-  return std::min<std::int64_t>(mem::micro_batches_in_flight(c.pp, stage), c.grad_accum);
+// This rank's elements: the registry of its chunks and tp shard, exactly what it allocates
+// (registered only: nothing is allocated here).
+std::int64_t stage_elements(const TrainerConfig& c, int stage) {
+  return ch07::make_chunks_registry(c.model, rank_chunks(c, stage), TensorShard{0, c.tp})
+      .numel();
+}
+
+// What a pipeline rank's activations peak at, counted on the action list the run executes
+// (chapter 7's make_plan, ch07::peak_held): each forward holds its chunk's blocks until its
+// backward frees them (until its W under ZB-H1). That is AFAB's m micro-batches, 1F1B's
+// min(pp - r, m) on rank r (Narayanan et al. 2021a), ZB-H1's min(pp, m) on every rank (Qi et
+// al. 2023: the B's in flight plus the W's it delays) and interleaved's min(warm-up + 1, m v)
+// chunks on rank r, warm-up 2 (pp - r - 1) + (v - 1) pp, each of one chunk's blocks, 1/v of
+// the rank's (Narayanan et al. 2021, section 2.2.2). Without a pipeline each micro-batch's
+// activations are freed by its backward, one at a time.
+struct HeldActivations {
+  std::int64_t micro_batches = 1;  // (chunk) micro-batches held at once, at most
+  std::int64_t blocks = 0;         // the peak of the blocks whose activations they hold
+};
+std::vector<HeldActivations> held_activations(const TrainerConfig& c) {
+  if (c.pp == 1) return {HeldActivations{1, c.model.n_layer}};
+  const ch07::PipelinePlan plan =
+      ch07::make_plan(ch07::parse_schedule(c.pipeline_schedule),
+                      {c.pp, static_cast<int>(c.grad_accum), c.virtual_stages});
+  std::vector<HeldActivations> out;
+  for (int r = 0; r < c.pp; ++r) {
+    std::vector<std::int64_t> blocks;
+    for (const GptStage& st : rank_chunks(c, r)) blocks.push_back(st.blocks(c.model));
+    const ch07::RankProgram& program = plan.ranks[static_cast<std::size_t>(r)];
+    const std::vector<std::int64_t> ones(blocks.size(), 1);
+    out.push_back({ch07::peak_held(program, ones), ch07::peak_held(program, blocks)});
+  }
+  return out;
 }
 
 // "{0,1} {2,3}": each distinct group of `of`, over the world.
@@ -70,15 +99,38 @@ std::string ok(const std::string& item, const std::string& text) {
 }  // namespace
 
 std::string RankBill::text() const {
+  const std::string mbs = num(micro_batches_in_flight) + (virtual_stages == 1 ? "" : " chunk") +
+                          (micro_batches_in_flight == 1 ? " micro-batch" : " micro-batches") +
+                          " in flight";
+  const std::string where =
+      virtual_stages == 1
+          ? " (stage " + std::to_string(stage) + ", " + num(parameters) + " parameters, " +
+                mbs + ")"
+          : " (pp rank " + std::to_string(stage) + ", " + num(parameters) + " parameters in " +
+                num(virtual_stages) + " chunks, " + mbs + ": " + num(blocks_held) +
+                " blocks' activations)";
+  if (offloaded) {
+    return "device: parameters " + bytes(param_bytes) + ", gradients " + bytes(grad_bytes) +
+           ", activations " + bytes(activation_bytes) + " = " + bytes(device_total()) +
+           "; host (offloaded): master weights " + bytes(master_bytes) + ", optimizer state " +
+           bytes(optimizer_bytes) + " = " + bytes(host_total()) + where;
+  }
   return "parameters " + bytes(param_bytes) + ", gradients " + bytes(grad_bytes) +
          ", master weights " + bytes(master_bytes) + ", optimizer state " +
          bytes(optimizer_bytes) + ", activations " + bytes(activation_bytes) + " = " +
-         bytes(total()) + " (stage " + std::to_string(stage) + ", " + num(parameters) +
-         " parameters, " + num(micro_batches_in_flight) + " micro-batch" +
-         (micro_batches_in_flight == 1 ? "" : "es") + " in flight)";
+         bytes(total()) + where;
 }
 
 RankBill estimate_rank_bill(const TrainerConfig& c) {
+  const std::vector<RankBill> bills = estimate_rank_bills(c);
+  RankBill worst = bills.front();
+  for (const RankBill& b : bills) {
+    if (b.device_total() > worst.device_total()) worst = b;
+  }
+  return worst;
+}
+
+std::vector<RankBill> estimate_rank_bills(const TrainerConfig& c) {
   const mem::Precision p = precision_of(c.dtype);
   mem::GptShape shape;
   shape.n_layer = c.model.n_layer;
@@ -91,10 +143,12 @@ RankBill estimate_rank_bill(const TrainerConfig& c) {
   const std::int64_t per_layer = mem::activation_bytes_per_layer(
       shape, p, c.tp, c.sequence_parallel,
       c.recompute ? mem::Recompute::kFull : mem::Recompute::kNone);
-  RankBill worst;
+  const std::vector<HeldActivations> held = held_activations(c);
+  std::vector<RankBill> out;
   for (int s = 0; s < c.pp; ++s) {
     RankBill b;
     b.stage = s;
+    b.virtual_stages = c.pp > 1 ? c.virtual_stages : 1;
     b.parameters = stage_elements(c, s);
     const mem::ModelStates st =
         mem::model_states(b.parameters, p, mem::Optimizer::kAdamW, c.dp > 1 ? c.zero_stage : 0,
@@ -103,13 +157,13 @@ RankBill estimate_rank_bill(const TrainerConfig& c) {
     b.grad_bytes = st.gradients;
     b.master_bytes = st.master_params;
     b.optimizer_bytes = st.optimizer_state;
-    const std::int64_t blocks =
-        c.pp > 1 ? gpt_stage(c.model, s, c.pp).blocks(c.model) : c.model.n_layer;
-    b.micro_batches_in_flight = in_flight(c, s);
-    b.activation_bytes = per_layer * blocks * b.micro_batches_in_flight;
-    if (s == 0 || b.total() > worst.total()) worst = b;
+    b.offloaded = c.offload_optimizer;
+    b.micro_batches_in_flight = held[static_cast<std::size_t>(s)].micro_batches;
+    b.blocks_held = held[static_cast<std::size_t>(s)].blocks;
+    b.activation_bytes = per_layer * b.blocks_held;
+    out.push_back(b);
   }
-  return worst;
+  return out;
 }
 
 GroupTraffic estimate_group_traffic(const TrainerConfig& c) {
@@ -189,8 +243,10 @@ std::vector<std::string> preflight_checklist(const TrainerConfig& c, std::int64_
   const RankBill bill = estimate_rank_bill(c);
   std::string memory = "per rank " + bill.text();
   if (c.device_memory > 0) {
-    memory += " of --device-memory " + bytes(static_cast<std::int64_t>(c.device_memory)) +
-              " (" + pct(static_cast<double>(bill.total()) / c.device_memory) + ")";
+    memory += std::string(" of --device-memory ") +
+              bytes(static_cast<std::int64_t>(c.device_memory)) + " (" +
+              (bill.offloaded ? "device " : "") +
+              pct(static_cast<double>(bill.device_total()) / c.device_memory) + ")";
   }
   out.push_back(ok("memory", memory));
   const std::int64_t avail = mem_available_bytes();
@@ -250,9 +306,13 @@ std::int64_t mem_available_bytes() {
 void check_memory(const TrainerConfig& c, int ranks_on_this_machine,
                   std::int64_t available_bytes) {
   const RankBill bill = estimate_rank_bill(c);
-  if (c.device_memory > 0 && static_cast<double>(bill.total()) > c.device_memory) {
-    throw InputError("one rank needs " + bytes(bill.total()) + ", over --device-memory " +
-                     bytes(static_cast<std::int64_t>(c.device_memory)) + ": " + bill.text());
+  // The device's bill only: what --offload-optimizer moves to the host is not the device's.
+  if (c.device_memory > 0 && static_cast<double>(bill.device_total()) > c.device_memory) {
+    throw InputError("one rank needs " + bytes(bill.device_total()) +
+                     (bill.offloaded ? " of device memory" : "") + ", over --device-memory " +
+                     bytes(static_cast<std::int64_t>(c.device_memory)) + ": " + bill.text() +
+                     (bill.offloaded ? "" : "; --offload-optimizer moves the master weights and "
+                                            "optimizer state to host memory"));
   }
   const std::int64_t all = bill.total() * ranks_on_this_machine;
   if (available_bytes >= 0 && all > available_bytes) {

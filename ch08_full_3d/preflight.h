@@ -27,20 +27,33 @@
 namespace mixpar::ch08 {
 
 // One rank's estimated bill, by ledger category (kParameters, kGradients, kMasterParams,
-// kOptimizerState, kActivations), of the pipeline stage whose total is largest.
+// kOptimizerState, kActivations), of the pipeline stage whose total is largest. Activations:
+// one block's for one micro-batch (Korthikanti et al. 2022, chapter 3's calculator) times the
+// peak of the blocks the schedule's action list keeps in flight on that rank (preflight.cpp).
 struct RankBill {
-  int stage = 0;                 // the worst stage
-  std::int64_t parameters = 0;   // its rank's parameter elements (its tp shard)
-  std::int64_t micro_batches_in_flight = 1;
+  int stage = 0;                 // the worst stage (its pp rank)
+  int virtual_stages = 1;        // the model chunks the rank holds (interleaved: v)
+  std::int64_t parameters = 0;   // its rank's parameter elements (its tp shard, every chunk)
+  std::int64_t micro_batches_in_flight = 1;  // (chunk) micro-batches held at once, at most
+  std::int64_t blocks_held = 0;  // the peak of their blocks (a chunk: 1/v of the rank's)
   std::int64_t param_bytes = 0, grad_bytes = 0, master_bytes = 0, optimizer_bytes = 0;
   std::int64_t activation_bytes = 0;
+  // --offload-optimizer: the masters and optimizer state are host memory (ZeRO-Offload).
+  bool offloaded = false;
   std::int64_t total() const {
     return param_bytes + grad_bytes + master_bytes + optimizer_bytes + activation_bytes;
   }
-  // "parameters 1.67 MiB, gradients ..., activations ... = total 9.1 MiB (stage 0)"
+  // What --device-memory is compared with: everything but what is offloaded to the host.
+  std::int64_t host_total() const { return offloaded ? master_bytes + optimizer_bytes : 0; }
+  std::int64_t device_total() const { return total() - host_total(); }
+  // "parameters 1.67 MiB, gradients ..., activations ... = total 9.1 MiB (stage 0)"; offloaded:
+  // "device: parameters ..., gradients ..., activations ... = D; host: master weights ...,
+  // optimizer state ... = H (stage 0, ...)"
   std::string text() const;
 };
 RankBill estimate_rank_bill(const TrainerConfig& c);
+// Every pipeline rank's bill, by pp rank (one without a pipeline).
+std::vector<RankBill> estimate_rank_bills(const TrainerConfig& c);
 
 // Bytes each group sends from its busiest rank in one optimizer step (0 where the group is
 // one rank): dp (DDP's all-reduce or ZeRO-1's reduce-scatter + all-gather), tp (Megatron's

@@ -1,0 +1,124 @@
+// The pre-flight memory bill's activations against what a real run holds: train_gpt's trainer
+// on pp rank threads, one step, each rank's ledger peak of activations. The bill counts the
+// (chunk) micro-batches the schedule's action list keeps in flight on each rank (interleaved:
+// min(warm-up + 1, m v) on rank r, each of one chunk, 1/v of the rank's blocks; Narayanan et al.
+// 2021, section 2.2.2) and bills each chunk's blocks at one block's formula; the ledger's peak
+// divided by the ledger's bytes of one chunk micro-batch (a run whose rank 0 holds exactly
+// one: 1F1B with m = 1 over p v stages of the same blocks) must be that count. A guess such
+// as 1F1B's min(p - r, m) stage micro-batches for interleaved fails: rank 0 of p 2, v 2, m 4
+// holds 5 chunks (2.5 stages' worth), not 2 stages.
+#include <gtest/gtest.h>
+
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "ch08_test_util.h"
+#include "comm/local_backend.h"
+#include "preflight.h"
+#include "tensor/ledger.h"
+#include "trainer.h"
+
+namespace mixpar::ch08 {
+namespace {
+
+using test::random_data;
+using test::tiny_config;
+
+TrainerConfig pipeline(int pp, std::int64_t n_layer, const std::string& schedule, int v,
+                       std::int64_t m) {
+  TrainerConfig c = tiny_config();
+  c.model = GptConfig{n_layer, 2, 16, 8, 256};
+  c.data_order = DataOrder::kSequential;
+  c.steps = 1;
+  c.grad_accum = m;
+  c.threads = 1;
+  c.ranks = c.pp = pp;
+  c.dp = 1;
+  c.pipeline_schedule = schedule;
+  c.virtual_stages = v;
+  return c;
+}
+
+// Each pp rank's ledger peak of activation bytes over one training step.
+std::vector<std::size_t> ledger_peaks(const TrainerConfig& c, const TrainingData& data) {
+  std::vector<std::size_t> peaks(static_cast<std::size_t>(c.ranks));
+  std::mutex mu;
+  run_local(c.ranks, [&](Communicator& comm) {
+    Trainer t(c, data, &comm);
+    current_ledger().reset_peaks();
+    t.train_step();
+    const std::size_t peak = current_ledger().peak(MemCategory::kActivations);
+    std::lock_guard<std::mutex> lock(mu);
+    peaks[static_cast<std::size_t>(comm.rank())] = peak;
+  });
+  return peaks;
+}
+
+struct Layout {
+  const char* schedule;
+  int pp, v;
+  std::int64_t m, n_layer;
+};
+
+// Every schedule, and interleaved at p 2 and 4, v 2 and 4, m = p and 2p (m = p: every chunk
+// forward is warm-up, m v held, as many blocks as 1F1B's m; m = 2p: more than 1F1B's p - r).
+// The last rank is left out: its last chunk also holds the head's logits, so its chunk
+// micro-batches are not all one size.
+TEST(PreflightMemory, ActivationsFollowTheLedgerPeakOfTheRunInEverySchedule) {
+  const TrainingData data = random_data(4096);
+  const Layout layouts[] = {
+      {"afab", 2, 1, 4, 4},        {"1f1b", 4, 1, 8, 8},        {"zb-h1", 4, 1, 8, 8},
+      {"interleaved", 2, 2, 2, 4}, {"interleaved", 2, 2, 4, 4}, {"interleaved", 4, 2, 8, 8},
+      {"interleaved", 2, 4, 4, 8}, {"interleaved", 2, 4, 8, 8},
+  };
+  for (const Layout& l : layouts) {
+    const std::string at = std::string(l.schedule) + " p" + std::to_string(l.pp) + " v" +
+                           std::to_string(l.v) + " m" + std::to_string(l.m);
+    const TrainerConfig c = pipeline(l.pp, l.n_layer, l.schedule, l.v, l.m);
+    // Rank 0 of p v stages holds one micro-batch of one chunk's blocks (a whole stage, v = 1).
+    const TrainerConfig unit = pipeline(l.pp * l.v, l.n_layer, "1f1b", 1, 1);
+    const RankBill unit_bill = estimate_rank_bills(unit).front();
+    const std::size_t one_chunk = ledger_peaks(unit, data).front();
+    ASSERT_GT(one_chunk, 0u) << at;
+    ASSERT_EQ(unit_bill.micro_batches_in_flight, 1) << at;
+    const std::int64_t chunk_blocks = unit_bill.blocks_held;
+    const std::int64_t per_block = unit_bill.activation_bytes / chunk_blocks;
+    const std::vector<RankBill> bills = estimate_rank_bills(c);
+    const std::vector<std::size_t> held = ledger_peaks(c, data);
+    ASSERT_EQ(bills.size(), std::size_t(l.pp)) << at;
+    for (int r = 0; r + 1 < l.pp; ++r) {
+      const auto i = static_cast<std::size_t>(r);
+      const RankBill& b = bills[i];
+      EXPECT_EQ(held[i], static_cast<std::size_t>(b.micro_batches_in_flight) * one_chunk)
+          << at << " rank " << r << ": the bill counts " << b.micro_batches_in_flight
+          << " chunk micro-batches, the ledger holds " << held[i] << " bytes, "
+          << double(held[i]) / double(one_chunk) << " of " << one_chunk;
+      EXPECT_EQ(b.blocks_held, b.micro_batches_in_flight * chunk_blocks) << at << " rank " << r;
+      EXPECT_EQ(b.activation_bytes, b.blocks_held * per_block) << at << " rank " << r;
+    }
+  }
+}
+
+// The text names what was counted: chunk micro-batches and their blocks on an interleaved
+// rank (p 2, v 2, m 4, 4 blocks: rank 0 warms up 2 (p - 1) + (v - 1) p = 4 chunk forwards and
+// holds 5 chunk micro-batches of one block each), 1F1B's stage micro-batches otherwise.
+TEST(PreflightMemory, TheBillSaysWhatItCountedOnAnInterleavedRank) {
+  const RankBill il = estimate_rank_bills(pipeline(2, 4, "interleaved", 2, 4)).front();
+  EXPECT_EQ(il.micro_batches_in_flight, 5);
+  EXPECT_EQ(il.blocks_held, 5);
+  EXPECT_NE(il.text().find("(pp rank 0, "), std::string::npos) << il.text();
+  EXPECT_NE(il.text().find(" parameters in 2 chunks, 5 chunk micro-batches in flight: 5 blocks' "
+                           "activations)"),
+            std::string::npos)
+      << il.text();
+  const RankBill ofob = estimate_rank_bills(pipeline(2, 4, "1f1b", 1, 4)).front();
+  EXPECT_EQ(ofob.micro_batches_in_flight, 2);
+  EXPECT_EQ(ofob.blocks_held, 4);
+  EXPECT_NE(ofob.text().find("(stage 0, "), std::string::npos) << ofob.text();
+  EXPECT_NE(ofob.text().find(" parameters, 2 micro-batches in flight)"), std::string::npos)
+      << ofob.text();
+}
+
+}  // namespace
+}  // namespace mixpar::ch08
