@@ -69,7 +69,7 @@ struct RunResult {
 };
 
 RunResult run_model(GpuAttention attention, bool fuse, std::int64_t B, std::int64_t T,
-                    int warmup, int steps, bool profile) {
+                    int warmup, int steps, bool profile, bool offload) {
   // Each run's peak is its own: the previous run's cached blocks go back to the driver and
   // the high-water mark restarts (otherwise the second run reports the larger of the two).
   MIXPAR_CUDA_CHECK(cudaDeviceSynchronize());
@@ -80,6 +80,7 @@ RunResult run_model(GpuAttention attention, bool fuse, std::int64_t B, std::int6
   options.dtype = DType::kBF16;
   options.attention = attention;
   options.fuse_epilogues = fuse;
+  options.offload_optimizer = offload;  // masters and moments on the host, the step on the CPU
   GpuGptModel model(config, options);
   model.initialize(1);
   std::vector<std::int32_t> data(static_cast<std::size_t>(B * T + 1));
@@ -147,7 +148,10 @@ int bench(int argc, char** argv) {
       .option("warmup", "3", "untimed steps first")
       .option("attention", "both", "materialized | fused | both")
       .option("gemm", "8192", "size of the square BF16 GEMM measured for the peak (0: skip)")
-      .flag("no-fuse", "run without cuBLASLt epilogues");
+      .flag("no-fuse", "run without cuBLASLt epilogues")
+      .flag("offload-optimizer",
+            "ZeRO-Offload: FP32 masters and AdamW moments in pinned host memory, the step on the "
+            "CPU (gradients down, parameters up each step)");
   args.parse(argc, argv);
   const std::int64_t B = args.get_int("batch"), T = args.get_int("seq");
   const std::string which = args.get_choice("attention", {"materialized", "fused", "both"});
@@ -170,12 +174,14 @@ int bench(int argc, char** argv) {
   for (GpuAttention attention : {GpuAttention::kMaterialized, GpuAttention::kFused}) {
     const bool fused = attention == GpuAttention::kFused;
     if (which != "both" && (which == "fused") != fused) continue;
-    std::printf("[%s attention, %s] B %lld, T %lld:\n", fused ? "fused" : "materialized",
+    std::printf("[%s attention, %s%s] B %lld, T %lld:\n", fused ? "fused" : "materialized",
                 args.get_flag("no-fuse") ? "no epilogues" : "cuBLASLt epilogues",
+                args.get_flag("offload-optimizer") ? ", optimizer offloaded" : "",
                 static_cast<long long>(B), static_cast<long long>(T));
     const RunResult r = run_model(attention, !args.get_flag("no-fuse"), B, T,
                                   static_cast<int>(args.get_int("warmup")),
-                                  static_cast<int>(args.get_int("steps")), true);
+                                  static_cast<int>(args.get_int("steps")), true,
+                                  args.get_flag("offload-optimizer"));
     const double tokens_per_s = double(B * T) / (r.ms_per_step * 1e-3);
     const double achieved = flops_per_token * tokens_per_s;
     std::printf("  %.2f ms/step, %.0f tokens/s, %.1f TFLOP/s, MFU %.1f%% of 989", r.ms_per_step,

@@ -55,7 +55,9 @@ GpuGptModel::GpuGptModel(GptConfig config, GpuGptOptions options)
   params_flat_.zero(s);
   grads_flat_ = DeviceTensor::empty({flat_numel_}, dt, MemCategory::kGradients);
   grads_flat_.zero(s);
-  if (dt != DType::kF32) {
+  if (options_.offload_optimizer) {
+    make_host_optimizer();  // the masters on the host; the device keeps no FP32 copy
+  } else if (dt != DType::kF32) {
     master_ = DeviceTensor::empty({flat_numel_}, DType::kF32, MemCategory::kMasterParams);
     master_.zero(s);
   }
@@ -120,6 +122,7 @@ void GpuGptModel::upload_from(const GptModel& cpu) {
     exp_avg_.zero(s);
     exp_avg_sq_.zero(s);
   }
+  if (host_) upload_host_masters(cpu);
   step_ = 0;
   stream_.synchronize();
 }
@@ -156,6 +159,7 @@ void GpuGptModel::ensure_optimizer_state() {
 }
 
 GpuStepResult GpuGptModel::step(const AdamWConfig& config, float loss_scale, double max_norm) {
+  if (host_) return step_on_host(config, loss_scale, max_norm);
   cudaStream_t s = stream_.get();
   ensure_optimizer_state();
   GpuStepResult result;

@@ -2,9 +2,12 @@
 // working dtype (f32, bf16, f16), FP32 masters and AdamW moments, the CPU's layers in the CPU's
 // order, each a kernel tested against it. Parameters keep the registry's names and shapes, and
 // upload_from / download_to move them to and from a CPU GptModel (checkpoints load either way).
+// With offload_optimizer the masters and moments live in pinned host memory and the step runs
+// on the CPU (ZeRO-Offload, Ren et al. 2021; docs/REFERENCE.md, ZeRO memory and traffic).
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -34,6 +37,12 @@ struct GpuGptOptions {
   // wte gets rows up to a multiple of this (GPT-2: 50257 -> 50304): the LM-head GEMM's N then
   // tiles evenly. The extra rows are zero, take no part in the loss and stay zero.
   std::int64_t vocab_multiple = 128;
+  // ZeRO-Offload (Ren et al. 2021): the FP32 masters and AdamW moments in pinned host buffers
+  // (the ledger's host side), and step() on the CPU: the gradients copied device-to-host on
+  // the model's stream, unscaled, checked and clipped there, common/optim's AdamW, and the
+  // updated working copy copied host-to-device. The device keeps the working parameters and
+  // gradients only: 2P + 2P bytes in 16-bit (4P + 4P in f32).
+  bool offload_optimizer = false;
 };
 
 // A parameter as the device holds it: a view of the flat buffers at an offset aligned to 128
@@ -89,6 +98,8 @@ class GpuGptModel {
   // pass (one 8-byte read back, like GradScaler's found_inf.item()); on inf/NaN returns without
   // stepping. Otherwise AdamW on the FP32 masters with the gradients unscaled by 1/loss_scale
   // and clipped to max_norm (<= 0: no clipping), re-casting the working copy in the same kernel.
+  // offload_optimizer: the same on the host (step_on_host), with config's betas, eps and weight
+  // decay those of the first step (only lr may change; std::invalid_argument otherwise).
   GpuStepResult step(const AdamWConfig& config, float loss_scale = 1.0f, double max_norm = 0.0);
   std::int64_t step_count() const { return step_; }
 
@@ -111,6 +122,10 @@ class GpuGptModel {
   const GpuParam& param(std::string_view name) const;
   void ensure_buffers(std::int64_t B, std::int64_t T);
   void ensure_optimizer_state();
+  // offload_optimizer: the host side of the step (gpt_gpu_offload.cpp).
+  void make_host_optimizer();
+  void upload_host_masters(const GptModel& cpu);
+  GpuStepResult step_on_host(const AdamWConfig& config, float loss_scale, double max_norm);
   LinearOptions linear_options() const { return {options_.fuse_epilogues, options_.math}; }
 
   void block_forward(std::int64_t layer, const DeviceTensor& x, DeviceTensor& out);
@@ -131,6 +146,17 @@ class GpuGptModel {
   DeviceTensor master_;                     // f32 kMasterParams (undefined for f32 models)
   DeviceTensor exp_avg_, exp_avg_sq_;       // f32 kOptimizerState, made at the first step
   DeviceTensor scalars_;                    // f64 [2]: sum of squares, loss (kOther)
+  // offload_optimizer: what the host keeps, pinned and on the ledger's host side (null
+  // otherwise). An f32 model's host master is the host's own copy of the parameters it steps.
+  struct HostOptimizer {
+    Tensor grads;    // working dtype [flat]: the device's gradients, copied down each step
+    Tensor grads32;  // f32 [flat]: what AdamW reads (grads itself in an f32 model)
+    Tensor master;   // f32 [flat] kMasterParams: what AdamW steps
+    Tensor working;  // working dtype [flat]: the copy sent up (master itself in an f32 model)
+    std::vector<Tensor> master_views, grad_views;  // by parameter: its device_shape's elements
+    std::unique_ptr<AdamW> adamw;  // its moments made at the first step, as on the device
+  };
+  std::unique_ptr<HostOptimizer> host_;
   std::vector<BlockWeights> w_, dw_;
   std::int64_t step_ = 0;
 
