@@ -3,7 +3,8 @@
 // device keeping the working parameters and gradients; the CPU engine's step is unchanged, so
 // every loss, norm and weight has the bits of the same run without offload (one device, DDP,
 // ZeRO-1, 2 and 3; fp32 and bf16); mixpar-mem's device and host bills agree with the ledger;
-// and the JSONL and the summary's memory line show the two sides apart.
+// --device-memory budgets the device's share only, so a run refused without offload runs with
+// it; and the pre-flight and the JSONL show the two sides apart.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -15,6 +16,7 @@
 #include "ch03_master_weights/memory_calculator.h"
 #include "ch05_zero/zero_stage3.h"
 #include "comm/local_backend.h"
+#include "preflight.h"
 #include "trainer.h"
 
 namespace mixpar::ch08 {
@@ -183,9 +185,49 @@ TEST(Offload, MixparMemsDeviceAndHostBillsAgreeWithTheLedger) {
   }
 }
 
+// The pre-flight's --device-memory check reads the device's bill: a budget below the whole
+// bill but above the device's share is refused without offload and passes with it; the
+// refusal says that offload would move the optimizer's bytes.
+TEST(Offload, ADeviceBudgetThatRefusesTheRunPassesWithOffload) {
+  TrainerConfig c = offload_config(1, 0, DType::kBF16, false);
+  const RankBill bill = estimate_rank_bill(c);
+  ASSERT_GT(bill.total(), 0);
+  c.device_memory = static_cast<double>(bill.total()) - 1.0;
+  const std::string err = test::input_error_of([&] { check_memory(c, 1, -1); });
+  EXPECT_NE(err.find("over --device-memory"), std::string::npos) << err;
+  EXPECT_NE(err.find("--offload-optimizer moves"), std::string::npos) << err;
+  c.offload_optimizer = true;
+  const RankBill offloaded = estimate_rank_bill(c);
+  EXPECT_EQ(offloaded.device_total(), bill.param_bytes + bill.grad_bytes + bill.activation_bytes);
+  EXPECT_EQ(offloaded.host_total(), bill.master_bytes + bill.optimizer_bytes);
+  EXPECT_EQ(offloaded.total(), bill.total());
+  EXPECT_NO_THROW(check_memory(c, 1, -1));
+  // Below the device's share even with offload: refused, naming the device's bytes.
+  c.device_memory = static_cast<double>(offloaded.device_total()) - 1.0;
+  const std::string still = test::input_error_of([&] { check_memory(c, 1, -1); });
+  EXPECT_NE(still.find("of device memory, over --device-memory"), std::string::npos) << still;
+}
+
 const std::string kCli =
     "--n-layer 2 --n-head 2 --n-embd 16 --seq 8 --batch 2 --threads 1 --steps 3 "
     "--data-order sequential --eval-every 0 --dtype bf16 ";
+
+// As a user runs it: --device-memory 100KiB refuses the tiny bf16 model (188.50 KiB a rank in
+// all) in one line with exit code 2; with --offload-optimizer the same budget passes the
+// pre-flight (the device's share is 61.75 KiB), whose memory line shows the two sides.
+TEST(TrainGptOffload, ADeviceBudgetRefusedWithoutOffloadRunsWithIt) {
+  test::TempDir d;
+  test::expect_one_line_error(d, kCli + "--device-memory 100KiB", "--offload-optimizer moves");
+  const test::CliRun dry =
+      test::train_gpt(d, kCli + "--device-memory 100KiB --offload-optimizer --dry-run");
+  ASSERT_EQ(dry.code, 0) << dry.err;
+  EXPECT_NE(dry.out.find("per rank device: parameters"), std::string::npos) << dry.out;
+  EXPECT_NE(dry.out.find("; host (offloaded): master weights"), std::string::npos) << dry.out;
+  EXPECT_NE(dry.out.find("of --device-memory 100.00 KiB (device "), std::string::npos) << dry.out;
+  // A device budget below even the device's share is refused with offload too.
+  test::expect_one_line_error(d, kCli + "--device-memory 40KiB --offload-optimizer",
+                              "of device memory, over --device-memory 40.00 KiB");
+}
 
 // The JSONL of an offloaded run: mem_bytes (the device's) without masters or moments, and
 // host_mem_bytes / host_mem_bytes_by_rank with them; the losses are the run's without offload.
