@@ -4,9 +4,9 @@
 
 #include "ops/checks.h"
 #include "ops/chunked.h"
+#include "ops/eigen_gemm.h"
 #include "ops/fixed_order.h"
 #include "ops/matrix_view.h"
-#include "ops/parallel_gemm.h"
 #include "ops/op_profile.h"
 
 namespace mixpar::ops {
@@ -19,19 +19,11 @@ void check_bias(const Tensor& b, std::int64_t n, const char* op) {
 
 // y = x w + b in C arithmetic, rounded once into y.
 template <class C> void linear_fused(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) {
-  const MatrixIn<C> in_x(x), in_w(w), in_b(b);
-  MatrixOut<C> result(y, false);
-  auto o = result.map();
-  const auto x_map = in_x.map();
-  const auto w_map = in_w.map();
-  const auto b_row = in_b.map().row(0);
-  // Threads take blocks of output rows or columns (parallel_gemm.h), bias included.
-  for_gemm_blocks(o.rows(), o.cols(), x_map.cols(), [&](auto r0, auto nr, auto c0, auto nc) {
-    auto ob = o.block(r0, c0, nr, nc);
-    ob.noalias() = x_map.middleRows(r0, nr) * w_map.middleCols(c0, nc);
-    ob.rowwise() += b_row.segment(c0, nc);
-  });
-  result.store();
+  const ValuesIn<C> in_x(x), in_w(w), in_b(b);
+  ValuesOut<C> result(y, false);
+  detail::eigen_linear<C>(in_x.data(), in_w.data(), in_b.data(), result.data(), x.dim(0),
+                          w.dim(1), x.dim(1));
+  result.commit();
 }
 
 }  // namespace

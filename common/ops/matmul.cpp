@@ -1,5 +1,5 @@
-// GEMM: Eigen on maps of the tensors' buffers for FP32 accumulation (no copy of f32 operands,
-// Eigen's own blocking and threading), oneDNN for 16-bit operands where the CPU has 16-bit
+// GEMM: Eigen on the tensors' buffers for FP32 accumulation (no copy of f32 operands, Eigen's
+// own blocking, our threads: eigen_gemm.h), oneDNN for 16-bit operands where the CPU has 16-bit
 // dot products (onednn_matmul.h), a plain triple loop for the FP16-accumulation lesson.
 #include "ops/matmul.h"
 
@@ -7,10 +7,10 @@
 #include <string>
 
 #include "ops/checks.h"
+#include "ops/eigen_gemm.h"
 #include "ops/fixed_order.h"
 #include "ops/matrix_view.h"
 #include "ops/onednn_matmul.h"
-#include "ops/parallel_gemm.h"
 #include "ops/op_profile.h"
 
 namespace mixpar::ops {
@@ -44,35 +44,17 @@ GemmDims check_matmul(const Tensor& a, const Tensor& b, const Tensor& out, bool 
   return d;
 }
 
-// out = alpha * op(A) op(B) + beta * out in C arithmetic, one rounding into out's dtype.
+// out = alpha * op(A) op(B) + beta * out in C arithmetic, one rounding into out's dtype: the
+// operands as C arrays (in place when already C, widened once otherwise: matrix_view.h), the
+// product by Eigen (eigen_gemm.h).
 template <class C>
-void gemm_eigen(const Tensor& a, const Tensor& b, Tensor& out, bool ta, bool tb, C alpha,
-                C beta) {
-  const MatrixIn<C> in_a(a), in_b(b);
-  MatrixOut<C> result(out, beta != C(0));
-  auto o = result.map();
-  const auto am = in_a.map();
-  const auto bm = in_b.map();
-  // Eigen folds alpha into its GEMM kernel and reads transposed maps without copying them.
-  // Threads take blocks of output rows (x's rows) or columns (y's columns): parallel_gemm.h.
-  auto run = [&](const auto& x, const auto& y) {
-    for_gemm_blocks(o.rows(), o.cols(), x.cols(), [&](auto r0, auto nr, auto c0, auto nc) {
-      auto ob = o.block(r0, c0, nr, nc);
-      const auto xb = x.middleRows(r0, nr);
-      const auto yb = y.middleCols(c0, nc);
-      if (beta == C(0)) {
-        ob.noalias() = alpha * (xb * yb);
-      } else {
-        ob *= beta;
-        ob.noalias() += alpha * (xb * yb);
-      }
-    });
-  };
-  if (!ta && !tb) run(am, bm);
-  else if (ta && !tb) run(am.transpose(), bm);
-  else if (!ta && tb) run(am, bm.transpose());
-  else run(am.transpose(), bm.transpose());
-  result.store();
+void gemm_eigen(const Tensor& a, const Tensor& b, Tensor& out, const GemmDims& d, bool ta,
+                bool tb, C alpha, C beta) {
+  const ValuesIn<C> in_a(a), in_b(b);
+  ValuesOut<C> result(out, beta != C(0));
+  detail::eigen_gemm<C>(in_a.data(), in_b.data(), result.data(), d.m, d.n, d.k, ta, tb, alpha,
+                        beta);
+  result.commit();
 }
 
 // The running sum is an FP16 number: acc = fp16(acc + a_ik * b_kj) after every term. The
@@ -81,11 +63,11 @@ void gemm_eigen(const Tensor& a, const Tensor& b, Tensor& out, bool ta, bool tb,
 // where the lesson is that the sum stops growing once its ulp dwarfs the terms.
 void gemm_fp16_accumulate(const Tensor& a, const Tensor& b, Tensor& out, const GemmDims& d,
                           bool ta, bool tb, float alpha, float beta) {
-  const MatrixIn<float> in_a(a), in_b(b);
-  const float* pa = in_a.map().data();
-  const float* pb = in_b.map().data();
-  MatrixOut<float> result(out, beta != 0.0f);
-  float* po = result.map().data();
+  const ValuesIn<float> in_a(a), in_b(b);
+  const float* pa = in_a.data();
+  const float* pb = in_b.data();
+  ValuesOut<float> result(out, beta != 0.0f);
+  float* po = result.data();
   for (std::int64_t i = 0; i < d.m; ++i) {
     for (std::int64_t j = 0; j < d.n; ++j) {
       float acc = 0.0f;
@@ -98,7 +80,7 @@ void gemm_fp16_accumulate(const Tensor& a, const Tensor& b, Tensor& out, const G
       o = beta == 0.0f ? alpha * acc : alpha * acc + beta * o;
     }
   }
-  result.store();
+  result.commit();
 }
 
 }  // namespace
@@ -114,9 +96,9 @@ void matmul(const Tensor& a, const Tensor& b, Tensor& out, bool trans_a, bool tr
   } else if (detail::onednn_matmul(a, b, out, trans_a, trans_b, alpha, beta)) {
     // 16-bit operands on the CPU's 16-bit units, where oneDNN has them (onednn_matmul.h)
   } else if (any_f64({&a, &b, &out})) {
-    gemm_eigen<double>(a, b, out, trans_a, trans_b, alpha, beta);
+    gemm_eigen<double>(a, b, out, d, trans_a, trans_b, alpha, beta);
   } else {
-    gemm_eigen<float>(a, b, out, trans_a, trans_b, alpha, beta);
+    gemm_eigen<float>(a, b, out, d, trans_a, trans_b, alpha, beta);
   }
 }
 

@@ -1,0 +1,36 @@
+// Eigen's GEMM on row-major arrays of the compute type C (float, or double for references):
+// the kernels that matmul.cpp and linear.cpp call after checking their operands and widening
+// 16-bit ones (matrix_view.h). They are a translation unit of their own, eigen_gemm.cpp,
+// because Eigen's product templates are the most expensive code of the project to compile
+// (tens of seconds at -O2; several times that under AddressSanitizer + UBSan), and a sanitizer
+// build compiles that unit without instrumentation (common/ops/CMakeLists.txt): the bounds of
+// every array passed here are established by the callers' checks, which are instrumented.
+#pragma once
+
+#include <cstdint>
+
+namespace mixpar::ops::detail {
+
+// o = alpha * op(a) op(b) + beta * o, with op(a) [m, k], op(b) [k, n], o [m, n], all dense and
+// row-major (a is [k, m] when ta, b is [n, k] when tb). beta == 0 never reads o. The output is
+// cut into per-thread blocks of rows or columns (parallel_gemm.h).
+template <class C>
+void eigen_gemm(const C* a, const C* b, C* o, std::int64_t m, std::int64_t n, std::int64_t k,
+                bool ta, bool tb, C alpha, C beta);
+
+// y = x w + bias (broadcast over rows): x [m, k], w [k, n], bias [n], y [m, n], the bias added
+// in C to each block as it leaves the GEMM (the fused epilogue of linear_forward).
+template <class C>
+void eigen_linear(const C* x, const C* w, const C* bias, C* y, std::int64_t m, std::int64_t n,
+                  std::int64_t k);
+
+extern template void eigen_gemm<float>(const float*, const float*, float*, std::int64_t,
+                                       std::int64_t, std::int64_t, bool, bool, float, float);
+extern template void eigen_gemm<double>(const double*, const double*, double*, std::int64_t,
+                                        std::int64_t, std::int64_t, bool, bool, double, double);
+extern template void eigen_linear<float>(const float*, const float*, const float*, float*,
+                                         std::int64_t, std::int64_t, std::int64_t);
+extern template void eigen_linear<double>(const double*, const double*, const double*, double*,
+                                          std::int64_t, std::int64_t, std::int64_t);
+
+}  // namespace mixpar::ops::detail
