@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "../ch08/ch08_test_util.h"
+#include "zero3_inflight.h"
 #include "ch03_master_weights/memory_calculator.h"
 #include "ch05_zero/zero_stage3.h"
 #include "comm/local_backend.h"
@@ -59,33 +60,6 @@ struct RankRun {
   std::int64_t prefetched = 0;    // ZeRO-3: units gathered ahead of their turn
 };
 
-// The gathered bytes ZeRO-3 holds while unit `order[k]` computes with prefetch p: the
-// buffers of units order[k .. k + p] (the earlier ones released, a bucket shared by two
-// units counted once), the most over both passes.
-std::size_t zero3_inflight_max(const ch05::ZeroStage3& z, std::int64_t n_layer, int p,
-                               DType dtype) {
-  std::vector<std::int64_t> fwd{-1}, bwd;
-  for (std::int64_t l = 0; l <= n_layer; ++l) fwd.push_back(l);
-  for (std::int64_t l = n_layer; l >= 0; --l) bwd.push_back(l);
-  std::size_t most = 0;
-  for (const auto* order : {&fwd, &bwd}) {
-    for (std::size_t k = 0; k < order->size(); ++k) {
-      std::vector<std::size_t> held;
-      for (std::size_t j = k; j < order->size() && j <= k + std::size_t(p); ++j) {
-        for (std::size_t b : z.unit_buckets((*order)[j])) {
-          if (std::find(held.begin(), held.end(), b) == held.end()) held.push_back(b);
-        }
-      }
-      std::size_t bytes = 0;
-      for (std::size_t b : held) {
-        bytes += static_cast<std::size_t>(z.partition().buckets()[b].padded) * dtype_size(dtype);
-      }
-      most = std::max(most, bytes);
-    }
-  }
-  return most;
-}
-
 std::vector<RankRun> run(const TrainerConfig& c) {
   const TrainingData data = random_data(4096);
   std::vector<RankRun> out(static_cast<std::size_t>(c.ranks));
@@ -104,7 +78,7 @@ std::vector<RankRun> run(const TrainerConfig& c) {
     if (z3) {
       const auto& buckets = z3->partition().buckets();
       r.wte_padded = buckets[z3->unit_buckets(-1).front()].padded;
-      r.inflight_max = zero3_inflight_max(*z3, c.model.n_layer, z3->prefetch(), c.dtype);
+      r.inflight_max = test::zero3_inflight_max(*z3, c.model.n_layer, z3->prefetch(), c.dtype);
       r.prefetched = z3->prefetched_units();
       for (const Tensor& p : z3->shard_params()) r.shard_weights.push_back(test::bytes_of(p));
       r.param_gather_bytes = z3->gather_comm().traffic().totals("all_gather").bytes_sent;

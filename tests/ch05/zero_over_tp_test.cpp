@@ -15,6 +15,7 @@
 
 #include "../ch08/ch08_test_util.h"
 #include "../ch08/train_gpt_cli.h"
+#include "zero3_inflight.h"
 #include "ch03_master_weights/memory_calculator.h"
 #include "ch05_zero/zero_stage3.h"
 #include "comm/local_backend.h"
@@ -68,31 +69,6 @@ struct RankRun {
   std::size_t tp_all_reduce_bytes = 0;      // over the tp group
 };
 
-// ZeRO-3's gathered bytes while unit order[k] computes with prefetch p: units order[k .. k+p]
-// (a bucket two units share counted once), the most over both passes.
-std::size_t inflight_max(const ch05::ZeroStage3& z, std::int64_t n_layer, DType dtype) {
-  std::vector<std::int64_t> fwd{-1}, bwd;
-  for (std::int64_t l = 0; l <= n_layer; ++l) fwd.push_back(l);
-  for (std::int64_t l = n_layer; l >= 0; --l) bwd.push_back(l);
-  std::size_t most = 0;
-  for (const auto* order : {&fwd, &bwd}) {
-    for (std::size_t k = 0; k < order->size(); ++k) {
-      std::vector<std::size_t> held;
-      for (std::size_t j = k; j < order->size() && j <= k + std::size_t(z.prefetch()); ++j) {
-        for (std::size_t b : z.unit_buckets((*order)[j])) {
-          if (std::find(held.begin(), held.end(), b) == held.end()) held.push_back(b);
-        }
-      }
-      std::size_t bytes = 0;
-      for (std::size_t b : held) {
-        bytes += static_cast<std::size_t>(z.partition().buckets()[b].padded) * dtype_size(dtype);
-      }
-      most = std::max(most, bytes);
-    }
-  }
-  return most;
-}
-
 std::vector<RankRun> run(const TrainerConfig& c) {
   const TrainingData data = random_data(4096);
   std::vector<RankRun> out(static_cast<std::size_t>(c.ranks));
@@ -112,7 +88,7 @@ std::vector<RankRun> run(const TrainerConfig& c) {
     }
     if (z3) {
       for (const Tensor& p : z3->shard_params()) r.shard_weights.push_back(test::bytes_of(p));
-      r.inflight_max = inflight_max(*z3, c.model.n_layer, c.dtype);
+      r.inflight_max = test::zero3_inflight_max(*z3, c.model.n_layer, z3->prefetch(), c.dtype);
       r.gathered_between_steps = z3->gathered_bytes();
     } else {
       r.weights = test::bytes_of(t.model().registry().flat_params());
