@@ -10,6 +10,7 @@
 #include "model/layers.h"
 #include "model/layers_internal.h"
 #include "ops/op_profile.h"
+#include "ops/row_math.h"
 
 namespace mixpar::layers {
 namespace {
@@ -76,10 +77,14 @@ template <class C>
 void causal_softmax(Square<C>& p, C scale) {
   const Eigen::Index t = p.rows();
   for (Eigen::Index i = 0; i < t; ++i) {
-    auto row = p.row(i).head(i + 1).array();
-    const C mx = row.maxCoeff();
-    row = (scale * (row - mx)).exp();
-    row *= C(1) / row.sum();
+    // exp and the sum in an order fixed by the row's values alone (ops/row_math.h): rows start
+    // at every alignment, and the lesson's bitwise claims must not depend on which.
+    C* row = p.row(i).data();
+    const C mx = p.row(i).head(i + 1).maxCoeff();
+    for (Eigen::Index j = 0; j <= i; ++j) row[j] = scale * (row[j] - mx);
+    ops::exp_in_place(row, i + 1);
+    const C inv = C(1) / ops::lane_sum(row, i + 1);
+    for (Eigen::Index j = 0; j <= i; ++j) row[j] *= inv;
     p.row(i).tail(t - i - 1).setZero();
   }
 }
@@ -91,7 +96,7 @@ void causal_softmax_backward(const ConstSquare<C>& p, Square<C>& dp, C scale) {
   for (Eigen::Index i = 0; i < t; ++i) {
     const auto pi = p.row(i).head(i + 1).array();
     auto di = dp.row(i).head(i + 1).array();
-    const C dot = (pi * di).sum();
+    const C dot = ops::lane_dot(p.row(i).data(), dp.row(i).data(), i + 1);
     di = scale * pi * (di - dot);
     dp.row(i).tail(t - i - 1).setZero();
   }

@@ -10,6 +10,7 @@
 #include "model/layers_internal.h"
 #include "ops/elementwise.h"
 #include "ops/op_profile.h"
+#include "ops/row_math.h"
 
 namespace mixpar::layers {
 namespace {
@@ -62,8 +63,12 @@ void layernorm_forward_impl(const Tensor& x, const Tensor& w, const Tensor& b, T
   for (std::int64_t i = 0; i < d.rows; ++i) {
     const ConstArrayMap<C> xi(px + i * d.cols, d.cols);
     // Two passes (mean, then squared deviations): no cancellation for rows with a large mean.
-    const C mu = xi.sum() / C(d.cols);
-    const C var = (xi - mu).square().sum() / C(d.cols);
+    const C* pxi = px + i * d.cols;
+    const C mu = ops::lane_sum(pxi, d.cols) / C(d.cols);
+    const C var = ops::lane_sum<C>(d.cols, [&](std::int64_t j) {
+                    const C dev = pxi[j] - mu;
+                    return dev * dev;
+                  }) / C(d.cols);
     const C rs = C(1) / std::sqrt(var + eps);
     ArrayMap<C>(po + i * d.cols, d.cols) = (xi - mu) * rs * wa + ba;
     pm[i] = mu;
@@ -84,8 +89,13 @@ void layernorm_dx(const C* dout, const C* x, const C* w, const C* mean, const C*
     const ConstArrayMap<C> xi(x + i * d.cols, d.cols), gi(dout + i * d.cols, d.cols);
     const auto xhat = (xi - mean[i]) * rstd[i];  // expressions: evaluated where used, no buffer
     const auto dnorm = gi * wa;
-    const C dnorm_mean = dnorm.sum() / C(d.cols);
-    const C dnorm_xhat_mean = (dnorm * xhat).sum() / C(d.cols);
+    const C *pg = dout + i * d.cols, *pxi = x + i * d.cols;
+    const C mi = mean[i], ri = rstd[i];
+    const C dnorm_mean =
+        ops::lane_sum<C>(d.cols, [&](std::int64_t j) { return pg[j] * w[j]; }) / C(d.cols);
+    const C dnorm_xhat_mean = ops::lane_sum<C>(d.cols, [&](std::int64_t j) {
+                                return (pg[j] * w[j]) * ((pxi[j] - mi) * ri);
+                              }) / C(d.cols);
     ArrayMap<C>(dx + i * d.cols, d.cols) += (dnorm - dnorm_mean - xhat * dnorm_xhat_mean) * rstd[i];
   }
 }

@@ -13,6 +13,7 @@
 #include "model/layers.h"
 #include "model/layers_internal.h"
 #include "ops/op_profile.h"
+#include "ops/row_math.h"
 
 namespace mixpar::layers {
 namespace {
@@ -189,7 +190,14 @@ void stats_impl(const Tensor& logits, std::span<const std::int32_t> targets,
   for (std::int64_t i = 0; i < n; ++i) {
     const ConstArrayMap<C> row(pl + i * vs, vs);
     mx[i] = row.maxCoeff();
-    se[i] = (row - mx[i]).exp().sum();
+    // exp and sum in an order fixed by the values alone (ops/row_math.h): exp of whole
+    // packets from the row's start, std::exp on the tail, then lane_sum.
+    thread_local std::vector<C> scratch;
+    scratch.resize(static_cast<std::size_t>(vs));
+    C* e = scratch.data();
+    for (std::int64_t j = 0; j < vs; ++j) e[j] = row[j] - mx[i];
+    ops::exp_in_place(e, vs);
+    se[i] = ops::lane_sum(e, vs);
     const std::int64_t j = local_row(targets[static_cast<std::size_t>(i)], vocab_begin, vs);
     tl[i] = j >= 0 ? row[j] : C(0);
   }
@@ -280,7 +288,10 @@ void crossentropy_backward(const Tensor& logits, std::span<const std::int32_t> t
     MIXPAR_PARALLEL_FOR_IF(n * vs >= detail::kParallelMinWork)
     for (std::int64_t i = 0; i < n; ++i) {
       ArrayMap<C> d(pd + i * vs, vs);
-      d = (ConstArrayMap<C>(pl + i * vs, vs) - pse[i]).exp() * s;  // softmax * s (in place ok)
+      // softmax * s (in place ok); exp whatever the row's alignment (ops/row_math.h)
+      d = ConstArrayMap<C>(pl + i * vs, vs) - pse[i];
+      ops::exp_in_place(d.data(), vs);
+      d *= s;
       const std::int64_t j = local_row(targets[static_cast<std::size_t>(i)], vocab_begin, vs);
       if (j >= 0) d[j] -= s;
     }

@@ -8,6 +8,7 @@
 
 #include "ops/checks.h"
 #include "ops/matrix_view.h"
+#include "ops/row_math.h"
 
 namespace mixpar::ops {
 namespace {
@@ -65,14 +66,8 @@ template <class C> void bias_grad(const Tensor& dy, Tensor& db, bool accumulate)
   const std::int64_t rows = dy.dim(0), n = dy.dim(1);
   const ValuesIn<C> in(dy);
   ValuesOut<C> result(db, accumulate);
-  std::vector<C> acc(static_cast<std::size_t>(n), C(0));
-  for (std::int64_t r = 0; r < rows; ++r) {
-    for (std::int64_t j = 0; j < n; ++j) acc[static_cast<std::size_t>(j)] += in.data()[r * n + j];
-  }
-  C* o = result.data();
-  for (std::int64_t j = 0; j < n; ++j) {
-    o[j] = accumulate ? o[j] + acc[static_cast<std::size_t>(j)] : acc[static_cast<std::size_t>(j)];
-  }
+  std::vector<C> acc(static_cast<std::size_t>(n));
+  column_sums(in.data(), rows, n, result.data(), accumulate, acc.data());
   result.commit();
 }
 

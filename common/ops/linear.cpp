@@ -2,12 +2,15 @@
 // the bias gradient use Eigen row broadcasts and column sums on the same views.
 #include "ops/linear.h"
 
+#include <vector>
+
 #include "ops/checks.h"
 #include "ops/chunked.h"
 #include "ops/eigen_gemm.h"
 #include "ops/fixed_order.h"
 #include "ops/matrix_view.h"
 #include "ops/op_profile.h"
+#include "ops/row_math.h"
 
 namespace mixpar::ops {
 namespace {
@@ -85,11 +88,14 @@ void bias_grad(const Tensor& dy, Tensor& db, bool accumulate) {
   }
   with_compute_type(any_f64({&dy, &db}), [&](auto tag) {
     using C = decltype(tag);
-    const MatrixIn<C> in_dy(dy);
-    MatrixOut<C> result(db, accumulate);
-    if (accumulate) result.map().row(0) += in_dy.map().colwise().sum();
-    else result.map().row(0) = in_dy.map().colwise().sum();
-    result.store();
+    // Each column summed down the rows in order (ops/row_math.h): Eigen's colwise().sum()
+    // splits the columns between packets and a scalar tail by the vector width and db's
+    // alignment, so a bias at another offset would get other last bits.
+    const ValuesIn<C> in_dy(dy);
+    ValuesOut<C> result(db, accumulate);
+    std::vector<C> scratch(static_cast<std::size_t>(dy.dim(1)));
+    column_sums(in_dy.data(), dy.dim(0), dy.dim(1), result.data(), accumulate, scratch.data());
+    result.commit();
   });
 }
 
