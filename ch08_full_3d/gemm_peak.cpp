@@ -4,13 +4,14 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
-#include <fstream>
 #include <string>
 #include <thread>
 
 #include "ops/compute_threads.h"
 #include "ops/matmul.h"
+#include "ops/onednn_matmul.h"
 #include "tensor/tensor.h"
+#include "util/cpu_features.h"
 
 #if defined(_OPENMP)
 #include <omp.h>
@@ -21,94 +22,70 @@ namespace {
 
 int machine_cores() { return std::max(1, static_cast<int>(std::thread::hardware_concurrency())); }
 
-// The highest clock the kernel reports, in GHz: cpufreq's maximum (the boost clock, on bare
-// metal) over every core, else the largest "cpu MHz" of /proc/cpuinfo (a virtual machine's
-// nominal clock); 0 when neither is there.
-double max_clock_ghz() {
-  double khz = 0;
-  for (int cpu = 0; cpu < machine_cores(); ++cpu) {
-    std::ifstream f("/sys/devices/system/cpu/cpu" + std::to_string(cpu) +
-                    "/cpufreq/cpuinfo_max_freq");
-    double v = 0;
-    if (f >> v) khz = std::max(khz, v);
-  }
-  if (khz > 0) return khz / 1e6;
-  std::ifstream info("/proc/cpuinfo");
-  double mhz = 0;
-  for (std::string line; std::getline(info, line);) {
-    if (!line.starts_with("cpu MHz")) continue;
-    const std::size_t colon = line.find(':');
-    if (colon == std::string::npos) continue;
-    try {
-      mhz = std::max(mhz, std::stod(line.substr(colon + 1)));
-    } catch (const std::exception&) {
-      // an unreadable line: the others still count
-    }
-  }
-  return mhz / 1e3;
-}
-
-// The clock this core runs at now, boost included, which a virtual machine's /proc/cpuinfo does
-// not show (it gives the nominal clock): a chain of dependent integer adds retires one add per
-// cycle on every x86 core since the Pentium Pro, so adds / seconds is the clock. The best of
-// many short chains (0.3 ms each at 3 GHz): a chain that another process preempted is slower,
-// never faster. 0 where there is no such chain to time (not x86-64).
-double measured_clock_ghz() {
-#if defined(__x86_64__)
-  constexpr int kIterations = 1 << 16, kAddsPerIteration = 16;
-  double best = 1e30;
-  for (int rep = 0; rep < 20; ++rep) {
-    std::uint64_t x = 0;
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < kIterations; ++i) {
-      // 16 adds, each waiting for the one before (the loop's own counter and branch run beside
-      // them on other ports).
-      asm volatile(
-          "add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\t"
-          "add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\t"
-          "add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\t"
-          "add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0"
-          : "+r"(x));
-    }
-    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  }
-  return static_cast<double>(kIterations) * kAddsPerIteration / best / 1e9;
+// The vector width this build's Eigen kernels were compiled for.
+std::string eigen_path() {
+  const std::string isa(build_isa());
+#if defined(__AVX512F__)
+  return "Eigen, " + isa + " build (AVX-512 FMA)";
+#elif defined(__AVX2__) && defined(__FMA__)
+  return "Eigen, " + isa + " build (AVX2 FMA)";
 #else
-  return 0.0;
+  return "Eigen, " + isa + " build (SSE, no FMA)";
 #endif
 }
 
 }  // namespace
 
-IsaPeak isa_peak(int cores) {
+ComputeUnit gemm_unit(DType dtype, std::string* gemm_path) {
+  const bool onednn = (dtype == DType::kBF16 || dtype == DType::kF16) &&
+                      ops::onednn_matmul_enabled() && ops::onednn_matmul_available(dtype);
+  const std::string widened = dtype == DType::kF32 || dtype == DType::kF64
+                                  ? ""
+                                  : ", " + std::string(dtype_name(dtype)) + " operands widened to FP32";
+  if (!onednn) {
+    if (gemm_path != nullptr) *gemm_path = eigen_path() + widened;
+    return widest_fp32_unit();
+  }
+  const std::string kernel = ops::onednn_matmul_kernel(dtype);
+  if (gemm_path != nullptr) *gemm_path = "oneDNN " + kernel;
+  // oneDNN names the ISA its kernel was generated for ("brg:avx512_core_amx", "..._bf16").
+  if (dtype == DType::kBF16 && kernel.find("amx") != std::string::npos &&
+      unit_usable(ComputeUnit::kAmxBf16)) {
+    return ComputeUnit::kAmxBf16;
+  }
+  if (dtype == DType::kBF16 && (kernel.find("amx") != std::string::npos ||
+                                kernel.find("bf16") != std::string::npos) &&
+      unit_usable(ComputeUnit::kAvx512Bf16)) {
+    return ComputeUnit::kAvx512Bf16;
+  }
+  // Anything else oneDNN runs (an f16 kernel, bf16 emulated on AVX-512) multiplies on the FP32
+  // units.
+  return widest_fp32_unit();
+}
+
+IsaPeak isa_peak(int cores, DType dtype) {
   IsaPeak p;
   p.cores = std::clamp(cores, 1, machine_cores());
-  p.reported_clock_ghz = max_clock_ghz();
-  p.measured_clock_ghz = measured_clock_ghz();
-  // The larger: a core may run above the clock the kernel reports (boost), and a loaded core's
-  // chain can only come out slower than its clock.
-  p.clock_ghz = std::max(p.reported_clock_ghz, p.measured_clock_ghz);
-#if defined(__x86_64__) || defined(__i386__)
-  if (__builtin_cpu_supports("avx512f")) {
-    p.fp32_lanes = 16;
-    p.isa = "AVX-512";
-  } else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
-    p.fp32_lanes = 8;
-    p.isa = "AVX2+FMA";
-  } else {
-    // No FMA: a multiply and an add unit of 4 lanes each give the same 2 x 4 FLOPs per cycle
-    // that one FMA unit of 4 lanes would (the formula's fma_units x 2 then counts both).
-    p.fp32_lanes = 4;
-    p.fma_units = 1;
-    p.isa = "SSE";
-  }
-#else
-  p.fp32_lanes = 4;
-  p.isa = "unknown ISA, 4 lanes assumed";
-#endif
-  p.flops_per_s =
-      static_cast<double>(p.cores) * p.clock_ghz * 1e9 * p.fp32_lanes * p.fma_units * 2.0;
+  p.unit = gemm_unit(dtype, &p.gemm_path);
+  p.flops_per_s = measure_flops_per_s(p.unit, p.cores);
   return p;
+}
+
+std::string refuse_peak(double peak, double gemm) {
+  char buf[256];
+  if (!(peak > 0)) return "no peak was measured";
+  if (gemm > kGemmAbovePeakSlack * peak) {
+    std::snprintf(buf, sizeof buf, "the unit's peak %.1f GFLOP/s is below the measured GEMM's %.1f",
+                  peak / 1e9, gemm / 1e9);
+    return buf;
+  }
+  if (gemm > 0 && peak > kFarAbove * gemm) {
+    std::snprintf(buf, sizeof buf,
+                  "the unit's peak %.1f GFLOP/s is more than %.0f times the measured GEMM's %.1f",
+                  peak / 1e9, kFarAbove, gemm / 1e9);
+    return buf;
+  }
+  return {};
 }
 
 int process_compute_threads(int ranks_here, int threads_per_rank) {
@@ -130,15 +107,22 @@ int process_compute_threads(int ranks_here, int threads_per_rank) {
 }
 
 std::string GemmPeak::describe() const {
-  char buf[512];
-  std::snprintf(buf, sizeof buf,
-                "ISA peak %.1f GFLOP/s (%d cores x %.2f GHz [timed adds %.2f, kernel %.2f] x %s: "
-                "%d FP32 lanes x %d FMA units x 2); measured %d^3 %s GEMM %.1f GFLOP/s on %d "
-                "threads; MFU against %.1f GFLOP/s, the larger",
-                isa.flops_per_s / 1e9, isa.cores, isa.clock_ghz, isa.measured_clock_ghz,
-                isa.reported_clock_ghz, isa.isa.c_str(), isa.fp32_lanes,
-                isa.fma_units, n, std::string(dtype_name(dtype)).c_str(),
-                measured_flops_per_s / 1e9, threads, flops_per_s / 1e9);
+  char buf[1024];
+  const double share = isa.flops_per_s > 0 ? 100.0 * measured_flops_per_s / isa.flops_per_s : 0;
+  if (refused.empty()) {
+    std::snprintf(buf, sizeof buf,
+                  "peak %.1f GFLOP/s: %d cores of %s, measured; the run's GEMMs: %s, a %d^3 %s "
+                  "GEMM %.1f GFLOP/s on %d threads (%.0f%% of the peak); MFU against the peak",
+                  isa.flops_per_s / 1e9, isa.cores, unit_name(isa.unit).c_str(),
+                  isa.gemm_path.c_str(), n, std::string(dtype_name(dtype)).c_str(),
+                  measured_flops_per_s / 1e9, threads, share);
+  } else {
+    std::snprintf(buf, sizeof buf,
+                  "peak refused as a measurement error (%s; %d cores of %s); the run's GEMMs: %s, "
+                  "a %d^3 %s GEMM %.1f GFLOP/s on %d threads; MFU against that GEMM",
+                  refused.c_str(), isa.cores, unit_name(isa.unit).c_str(), isa.gemm_path.c_str(),
+                  n, std::string(dtype_name(dtype)).c_str(), measured_flops_per_s / 1e9, threads);
+  }
   return buf;
 }
 
@@ -172,8 +156,9 @@ GemmPeak measure_gemm_peak(int threads, DType dtype, int n, int repeats) {
     peak.measured_flops_per_s = 2.0 * static_cast<double>(N * N * N) / best;
   });
   worker.join();
-  peak.isa = isa_peak(peak.threads);
-  peak.flops_per_s = std::max(peak.measured_flops_per_s, peak.isa.flops_per_s);
+  peak.isa = isa_peak(peak.threads, dtype);
+  peak.refused = refuse_peak(peak.isa.flops_per_s, peak.measured_flops_per_s);
+  peak.flops_per_s = peak.refused.empty() ? peak.isa.flops_per_s : peak.measured_flops_per_s;
   return peak;
 }
 

@@ -1,54 +1,64 @@
 // The peak that MFU (model FLOPs utilisation, Chowdhery et al. 2022, PaLM appendix B;
 // docs/REFERENCE.md, "FLOPs per token and MFU") is measured against. A GPU has a datasheet peak
-// (bench/bench_gpu_gpt.cpp states it); a CPU's follows from its cores, vector ISA and clock, so
-// train_gpt takes two figures for the cores the process computes on, before any rank starts:
-//   - the ISA peak: cores x clock x FP32 lanes per FMA x 2 FMA units x 2 FLOPs (a multiply and
-//     an add), the clock the larger of what the kernel reports (cpufreq's maximum, else
-//     /proc/cpuinfo, which in a virtual machine is the nominal clock) and the clock measured by
-//     timing a chain of dependent adds (one per cycle: the boost clock the core really runs);
-//   - the measured peak, as a roofline tool measures it: the best of a few square n x n x n
-//     GEMMs (n = 1024: large enough that packing and the threads' barrier are noise) through
-//     ops::matmul, the kernel every layer runs, in the run's dtype, warmed up, on as many
-//     threads as the run computes with.
-// MFU divides by the larger of the two, so that the peak is a peak: a machine whose cores are
-// busy with other work measures a GEMM far below what its cores can do (2.4 GFLOP/s under load
-// 18), and a core that boosts above the clock the kernel reports runs a GEMM above the ISA
-// figure. Two FMA units is what every x86 core since Haswell and Zen 2 has; a core with one
-// gets a peak twice too high, which keeps MFU below 100%, never above.
+// (bench/bench_gpu_gpt.cpp states it); a CPU's is measured, for the cores the process computes
+// on, before any rank starts, in two figures:
+//   - the unit's peak: the multiply-add throughput of the unit that runs the run's GEMMs, by a
+//     kernel that keeps it busy (unit_throughput.h), on that many cores at once. An FP32 run,
+//     and a 16-bit run whose GEMMs widen their operands, count the widest FP32 FMA the CPU has
+//     (AVX-512 where present, even when the build's Eigen uses AVX2: the hardware's peak, as
+//     MFU wants); a bf16 run whose GEMMs oneDNN runs counts the unit oneDNN's kernel names
+//     (AMX-BF16 tiles, or AVX512-BF16 dot products);
+//   - the measured GEMM, as a roofline tool measures it: the best of a few square n x n x n
+//     GEMMs (n = 1024) through ops::matmul, the kernel every layer runs, in the run's dtype,
+//     warmed up, on as many threads.
+// MFU divides by the unit's peak. The GEMM checks it: a peak below what a GEMM on that unit
+// achieved is no peak, and one more than kFarAbove times the GEMM means a measurement went
+// wrong (a kernel preempted throughout, a unit misnamed); either is refused, said in the MFU
+// line, and the measured GEMM stands in for the peak.
 #pragma once
 
 #include <string>
 
 #include "numerics/dtype.h"
+#include "unit_throughput.h"
 
 namespace mixpar::ch08 {
 
 struct IsaPeak {
-  double flops_per_s = 0;  // cores x clock x lanes x fma_units x 2
+  double flops_per_s = 0;  // `cores` cores of `unit` together, measured
   int cores = 0;
-  double clock_ghz = 0;  // max(reported, measured)
-  double reported_clock_ghz = 0;  // cpufreq's maximum, else /proc/cpuinfo's "cpu MHz"
-  double measured_clock_ghz = 0;  // dependent adds per second (0 off x86-64)
-  int fp32_lanes = 0;  // 16 with AVX-512, 8 with AVX2, 4 with SSE
-  int fma_units = 2;
-  std::string isa;  // "AVX-512", "AVX2+FMA", "SSE"
+  ComputeUnit unit = ComputeUnit::kSse;
+  std::string gemm_path;  // what runs the GEMMs: "Eigen, x86-64-v3 build (AVX2 FMA)", "oneDNN brg:avx512_core_amx"
 };
 
-// The peak of `cores` cores of this machine (at most the machine's), every core at the clock
-// measured on the calling one (an all-core boost is lower: the peak errs high, MFU low).
-// About 5 ms. flops_per_s is 0 when no clock is known.
-IsaPeak isa_peak(int cores);
+// The unit a run of `dtype` multiplies on here, and what runs its GEMMs (*gemm_path).
+ComputeUnit gemm_unit(DType dtype, std::string* gemm_path = nullptr);
+
+// The peak of `cores` cores (at most the machine's) of the unit a `dtype` run's GEMMs use.
+// A few milliseconds.
+IsaPeak isa_peak(int cores, DType dtype = DType::kF32);
+
+// A peak more than this many times the measured GEMM is refused as a measurement error.
+inline constexpr double kFarAbove = 100.0;
+// A GEMM may beat a peak measured at another moment by this much before the peak is refused
+// (turbo, a kernel run that lost a time slice).
+inline constexpr double kGemmAbovePeakSlack = 1.10;
+
+// Why a unit peak of `peak` FLOP/s cannot be what MFU divides by, given a GEMM measured at
+// `gemm` FLOP/s on the same unit and cores; empty when it can.
+std::string refuse_peak(double peak, double gemm);
 
 struct GemmPeak {
-  double flops_per_s = 0;  // what MFU divides by: max(measured, isa.flops_per_s)
+  double flops_per_s = 0;  // what MFU divides by: isa.flops_per_s, or the GEMM when refused
   double measured_flops_per_s = 0;  // 2 n^3 / the best GEMM's wall time
   int threads = 0;  // the team the GEMM ran on: the cores the run computes with
   int n = 0;
   DType dtype = DType::kF32;
   IsaPeak isa;
-  // "ISA peak 224.0 GFLOP/s (2 cores x 3.50 GHz [timed adds 3.50, kernel 2.45] x AVX2+FMA: 8
-  // FP32 lanes x 2 FMA units x 2); measured 1024^3 f32 GEMM 150.3 GFLOP/s on 2 threads; MFU
-  // against 224.0 GFLOP/s, the larger"
+  std::string refused;  // refuse_peak's reason, when the unit's peak was refused
+  // "peak 387.1 GFLOP/s: 2 cores of AVX-512 FMA (16 FP32 lanes), measured; the run's GEMMs:
+  // Eigen, x86-64-v3 build (AVX2 FMA), a 1024^3 f32 GEMM 98.2 GFLOP/s on 2 threads (25% of
+  // the peak); MFU against the peak"
   std::string describe() const;
 };
 

@@ -11,6 +11,9 @@
 #         train_gpt's command line and its mpirun runs)
 #   tsan  ThreadSanitizer (build-tsan): the communicator and the rank grid (test_sanitize_comm)
 #         and chapter 4's ring, buckets and DDP, with one OpenMP thread
+#   isa   the whole tree (CPU engine) compiled, not run, for x86-64-v4 (AVX-512) and for
+#         sapphirerapids (AVX512-BF16/FP16, AMX) with warnings as errors (presets isa-v4 and
+#         isa-spr): what an AVX-512 or AMX machine's compiler sees, whatever CPU CI runs on
 # The sanitizer builds compile with line tables only (-g1: a report's stack has every function,
 # file and line; no variables, which a sanitizer never prints), asan at -O1 and tsan at -O2,
 # Eigen's GEMM kernels uninstrumented at -O2 (common/ops/CMakeLists.txt), and every build the
@@ -19,14 +22,14 @@
 # GPU tests skip, saying why, where no GPU is visible. With no argument CI runs every stage,
 # main, fuzz, asan, tsan, to fit CI's 30 minutes on its 2 cores (the stages' measured times:
 # README.md, "Quick start").
-# Usage: bash scripts/test.sh [main|asan|tsan|fuzz ...]   (no argument: main fuzz asan tsan)
+# Usage: bash scripts/test.sh [main|isa|asan|tsan|fuzz ...]   (no argument: main isa fuzz asan tsan)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install_deps.sh
 export PATH="/usr/local/cuda/bin:$PATH"
 jobs="$(nproc)"
 stages=("$@")
-[ ${#stages[@]} -eq 0 ] && stages=(main fuzz asan tsan)
+[ ${#stages[@]} -eq 0 ] && stages=(main isa fuzz asan tsan)
 
 # What the sanitizer runs take from test_common is built as executables of its own, from only
 # those test files (tests/CMakeLists.txt): test_sanitize_readers and test_sanitize_comm, their
@@ -43,6 +46,16 @@ for s in "${stages[@]}"; do
       cmake --preset default
       cmake --build --preset default -j "$jobs"
       ctest --preset default -j "$jobs"
+      ;;
+    isa)
+      # The main build is x86-64-v3 on every host; these two compile what -march=native gives
+      # on AVX-512 and AMX machines (GCC's AVX-512 headers, Eigen's 16-float kernels, the
+      # AVX512-BF16 and AMX code paths), so a warning or error there fails CI on any CPU.
+      for preset in isa-v4 isa-spr; do
+        stage "isa: the whole tree compiled for $preset, warnings as errors"
+        cmake --preset "$preset"
+        cmake --build --preset "$preset" -j "$jobs"
+      done
       ;;
     asan)
       stage "asan: readers, communicator and chapter 8 under AddressSanitizer + UBSan"
@@ -72,7 +85,7 @@ for s in "${stages[@]}"; do
       ctest --test-dir build-fuzz -L fuzz --output-on-failure -j "$jobs"
       ;;
     *)
-      echo "scripts/test.sh: unknown stage '$s' (main, asan, tsan or fuzz)" >&2
+      echo "scripts/test.sh: unknown stage '$s' (main, isa, asan, tsan or fuzz)" >&2
       exit 2
       ;;
   esac

@@ -63,6 +63,7 @@ dnnl::matmul::primitive_desc describe(std::int64_t m, std::int64_t n, std::int64
 struct Availability {
   bool ok = false;
   std::string why_not;
+  std::string kernel;  // impl_info_str() of the probe's primitive
 };
 
 Availability probe(DType dtype) {
@@ -74,6 +75,7 @@ Availability probe(DType dtype) {
   try {
     const dnnl::matmul::primitive_desc pd = describe(64, 64, 64, dtype, DType::kF32, false, false, 1.0f, 0.0f);
     const std::string impl = pd.impl_info_str();
+    a.kernel = impl;
     if (impl.starts_with("ref")) {
       a.why_not = "oneDNN's only " + std::string(dtype_name(dtype)) + " matmul on this CPU is its "
                   "reference kernel (" + impl + "), slower than the software path";
@@ -108,6 +110,11 @@ bool onednn_matmul_available(DType dtype, std::string* why_not) {
   const Availability& a = availability(dtype);
   if (!a.ok && why_not != nullptr) *why_not = a.why_not;
   return a.ok;
+}
+
+std::string onednn_matmul_kernel(DType dtype) {
+  const Availability& a = availability(dtype);
+  return a.ok ? a.kernel : std::string();
 }
 
 void set_onednn_matmul(bool enabled) { enabled_flag().store(enabled); }

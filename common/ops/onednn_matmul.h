@@ -24,6 +24,10 @@ bool onednn_built();
 // FP32 accumulation; when not, *why_not (if given) says why. Checked once per dtype.
 bool onednn_matmul_available(DType dtype, std::string* why_not = nullptr);
 
+// oneDNN's name for the matmul kernel it runs for `dtype` on this CPU ("brg:avx512_core_amx",
+// "brg:avx512_core_bf16", ...), which says which unit multiplies: empty when none is available.
+std::string onednn_matmul_kernel(DType dtype);
+
 // The switch: on unless MIXPAR_ONEDNN=0 (or "off") was in the environment at the first GEMM.
 void set_onednn_matmul(bool enabled);
 bool onednn_matmul_enabled();

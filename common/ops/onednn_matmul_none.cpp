@@ -13,6 +13,8 @@ bool onednn_matmul_available(DType, std::string* why_not) {
   return false;
 }
 
+std::string onednn_matmul_kernel(DType) { return {}; }
+
 void set_onednn_matmul(bool) {}
 bool onednn_matmul_enabled() { return false; }
 
