@@ -11,7 +11,7 @@
 # held-out accuracy (at the default step count), both learn (the loss of the last 50 steps below
 # half of step 1's), and those final losses agree within 5%.
 # Usage: bash scripts/demo.sh [train_gpt flags, given to both runs]
-#   MIXPAR_DEMO_STEPS (default 1000): optimizer steps of each run
+#   MIXPAR_DEMO_STEPS (default 1500, train_gpt's own): optimizer steps of each run
 #   MIXPAR_DEMO_OUT   (default build/demo): where the logs and plots go
 #   MIXPAR_TRAIN_GPT  (default: build it): a train_gpt already built; no set-up, no build
 set -euo pipefail
@@ -26,7 +26,7 @@ if [ -z "$train_gpt" ]; then
 fi
 
 out="${MIXPAR_DEMO_OUT:-build/demo}"
-default_steps=1000
+default_steps=1500
 steps="${MIXPAR_DEMO_STEPS:-$default_steps}"
 mkdir -p "$out"
 rm -f "$out"/grid.jsonl "$out"/one.jsonl "$out"/one.log

@@ -9,6 +9,7 @@
 
 #include "model/layers.h"
 #include "model/layers_internal.h"
+#include "ops/eigen_gemm.h"
 #include "ops/op_profile.h"
 #include "ops/row_math.h"
 
@@ -137,6 +138,7 @@ void attention_backward_head(const C* dout, const C* qkv, const C* att, C* dqkv,
 void attention_forward(const Tensor& qkv, std::int64_t n_head, Tensor& out, Tensor& att) {
   const ops::OpTimer timer("attention forward");
   const AttnDims d = check_attention(qkv, n_head, "attention_forward");
+  ops::detail::fix_eigen_blocking();  // Eigen's panels of k fixed, whatever this CPU's L1
   check_shapes(d, out, att, "attention_forward", "out", "att");
   detail::dispatch({&qkv, &out, &att}, [&](auto tag) {
     using C = decltype(tag);
@@ -159,6 +161,7 @@ void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& att
                         std::int64_t n_head, Tensor& dqkv, Tensor& datt) {
   const ops::OpTimer timer("attention backward");
   const AttnDims d = check_attention(qkv, n_head, "attention_backward");
+  ops::detail::fix_eigen_blocking();
   check_shapes(d, dout, att, "attention_backward", "dout", "att");
   check_shapes(d, dout, datt, "attention_backward", "dout", "datt");
   ops::check_operand(dqkv, "attention_backward", "dqkv");

@@ -14,9 +14,18 @@ using RowMajor = Eigen::Matrix<C, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajo
 
 }  // namespace
 
+void fix_eigen_blocking() {
+  static const bool done = [] {
+    Eigen::setCpuCacheSizes(kEigenCacheSizes[0], kEigenCacheSizes[1], kEigenCacheSizes[2]);
+    return true;
+  }();
+  (void)done;
+}
+
 template <class C>
 void eigen_gemm(const C* a, const C* b, C* o, std::int64_t m, std::int64_t n, std::int64_t k,
                 bool ta, bool tb, C alpha, C beta) {
+  fix_eigen_blocking();
   const Eigen::Map<const RowMajor<C>> am(a, ta ? k : m, ta ? m : k);
   const Eigen::Map<const RowMajor<C>> bm(b, tb ? n : k, tb ? k : n);
   Eigen::Map<RowMajor<C>> om(o, m, n);
@@ -43,6 +52,7 @@ void eigen_gemm(const C* a, const C* b, C* o, std::int64_t m, std::int64_t n, st
 template <class C>
 void eigen_linear(const C* x, const C* w, const C* bias, C* y, std::int64_t m, std::int64_t n,
                   std::int64_t k) {
+  fix_eigen_blocking();
   const Eigen::Map<const RowMajor<C>> xm(x, m, k);
   const Eigen::Map<const RowMajor<C>> wm(w, k, n);
   const Eigen::Map<const Eigen::Matrix<C, 1, Eigen::Dynamic>> bias_row(bias, n);

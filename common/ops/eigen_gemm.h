@@ -11,6 +11,17 @@
 
 namespace mixpar::ops::detail {
 
+// Eigen cuts a GEMM's k dimension into panels of kc and sums each output element panel by
+// panel, kc chosen from the L1 data cache that Eigen reads from CPUID (and the kernel's
+// register block): about 288 with a 32 KiB L1 (AMD Zen, Skylake), 432 with 48 KiB (Ice Lake,
+// Sapphire Rapids). The same binary would then sum a K = 1024 product in other groups, and
+// print other digits, on the two CPUs. fix_eigen_blocking() sets the sizes Eigen plans with to
+// fixed ones (kEigenCacheSizes: 32 KiB, 1 MiB, 8 MiB) once per process; every GEMM of
+// mixpar_ops and the GPT layers calls it first. Only the summation order depends on it,
+// never correctness; the cost is a few percent at most on a CPU with a larger L1.
+inline constexpr std::ptrdiff_t kEigenCacheSizes[3] = {32 * 1024, 1024 * 1024, 8 * 1024 * 1024};
+void fix_eigen_blocking();
+
 // o = alpha * op(a) op(b) + beta * o, with op(a) [m, k], op(b) [k, n], o [m, n], all dense and
 // row-major (a is [k, m] when ta, b is [n, k] when tb). beta == 0 never reads o. The output is
 // cut into per-thread blocks of rows or columns (parallel_gemm.h).

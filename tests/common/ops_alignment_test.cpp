@@ -16,7 +16,11 @@
 #include <vector>
 
 #include "model/layers.h"
+#include <Eigen/Core>
+
+#include "ops/eigen_gemm.h"
 #include "ops/linear.h"
+#include "ops/matmul.h"
 #include "ops/row_math.h"
 #include "ops_test_util.h"
 
@@ -164,6 +168,17 @@ TEST(RowMath, BiasGradientSumsEachColumnInRowOrder) {
     for (int r = 0; r < 19; ++r) s += dy.data_as<float>()[r * 11 + j];
     EXPECT_EQ(db.data_as<float>()[j], s) << j;
   }
+}
+
+// Eigen plans its GEMM panels with fixed cache sizes, not the ones this CPU reports, so a
+// K = 1024 product sums in the same groups on a 32 KiB-L1 and a 48 KiB-L1 CPU.
+TEST(RowMath, EigenPlansGemmsWithFixedCacheSizesNotThisCpus) {
+  const Tensor a = random_tensor({4, 1024}, DType::kF32, 12), b = random_tensor({1024, 4}, DType::kF32, 13);
+  Tensor c = Tensor::zeros({4, 4}, DType::kF32);
+  ops::matmul(a, b, c);
+  EXPECT_EQ(Eigen::l1CacheSize(), ops::detail::kEigenCacheSizes[0]);
+  EXPECT_EQ(Eigen::l2CacheSize(), ops::detail::kEigenCacheSizes[1]);
+  EXPECT_EQ(Eigen::l3CacheSize(), ops::detail::kEigenCacheSizes[2]);
 }
 
 }  // namespace
