@@ -20,6 +20,12 @@
 #define MIXPAR_ISA_NEEDS ""
 #endif
 
+namespace {
+// The end of the refusal, after the missing features.
+constexpr const char* kCpuCheckAdvice =
+    "; rebuild with -DMIXPAR_ISA=native (this CPU's own) or -DMIXPAR_ISA=x86-64 (any x86-64 CPU)";
+}  // namespace
+
 namespace mixpar {
 namespace {
 
@@ -59,7 +65,12 @@ std::vector<std::string_view> words(std::string_view s) {
 
 }  // namespace
 
-bool cpu_has(std::string_view f) {
+namespace {
+
+// Whether feature `name` (len bytes, not NUL-terminated) is present. Plain C: the start-up
+// check below calls it, and it must not reach a C++ library template whose one copy in the
+// program the linker may have taken from a file compiled for the build's ISA.
+bool feature_present(const char* name, std::size_t len) {
 #if defined(__x86_64__) || defined(__i386__)
   const CpuidRegs l1 = cpuid(1, 0), l7 = cpuid(7, 0), l71 = cpuid(7, 1),
                   ext = cpuid(0x80000001u, 0);
@@ -104,13 +115,18 @@ bool cpu_has(std::string_view f) {
       {"amx-int8", os_amx && bit(l7.d, 25)},
   };
   for (const Row& r : rows) {
-    if (f == r.name) return r.present;
+    if (std::strlen(r.name) == len && std::memcmp(r.name, name, len) == 0) return r.present;
   }
 #else
-  (void)f;
+  (void)name;
+  (void)len;
 #endif
   return false;
 }
+
+}  // namespace
+
+bool cpu_has(std::string_view f) { return feature_present(f.data(), f.size()); }
 
 std::string_view build_isa() { return MIXPAR_ISA_NAME; }
 std::string_view build_isa_needs() { return MIXPAR_ISA_NEEDS; }
@@ -129,7 +145,7 @@ std::string cpu_check_message(std::string_view isa, const std::vector<std::strin
   std::string list;
   for (const std::string& f : missing) list += (list.empty() ? "" : " ") + f;
   return "error: this program was built for " + std::string(isa) + " (MIXPAR_ISA) and this CPU lacks " +
-         list + "; rebuild with -DMIXPAR_ISA=native (this CPU's own) or -DMIXPAR_ISA=x86-64 (any x86-64 CPU)";
+         list + kCpuCheckAdvice;
 }
 
 }  // namespace mixpar
@@ -142,22 +158,51 @@ int mixpar_cpu_check_anchor = 0;
 
 namespace {
 
+// Whether the word w (len bytes) is one of the space-separated words of the C string list.
+bool in_word_list(const char* list, const char* w, std::size_t len) {
+  for (const char* p = list; *p != '\0';) {
+    while (*p == ' ') ++p;
+    const char* e = p;
+    while (*e != '\0' && *e != ' ') ++e;
+    if (static_cast<std::size_t>(e - p) == len && std::memcmp(p, w, len) == 0) return true;
+    p = e;
+  }
+  return false;
+}
+
 // Priority 101: before every static initialiser of default priority in the program, which may
-// already be compiled for the build's ISA. MIXPAR_PRETEND_CPU_LACKS (space-separated feature
-// names) makes the check treat those as absent: how the refusal is tested on a CPU that has
-// everything.
+// already be compiled for the build's ISA. Plain C throughout (see feature_present), and this
+// file is compiled for plain x86-64 whatever the build's ISA (common/util/CMakeLists.txt).
+// MIXPAR_PRETEND_CPU_LACKS (space-separated feature names) makes the check treat those as
+// absent: how the refusal is tested on a CPU that has everything. The line it prints is
+// cpu_check_message's (CpuFeatures tests compare them).
 __attribute__((constructor(101))) void mixpar_check_cpu_at_start() {
   const char* pretend = std::getenv("MIXPAR_PRETEND_CPU_LACKS");
-  const std::vector<std::string_view> lacks = mixpar::words(pretend != nullptr ? pretend : "");
-  const auto has = [&](std::string_view f) {
-    return std::find(lacks.begin(), lacks.end(), f) == lacks.end() && mixpar::cpu_has(f);
-  };
-  const std::string msg = mixpar::cpu_check_message(
-      mixpar::build_isa(), mixpar::missing_cpu_features(mixpar::build_isa_needs(), has));
-  if (!msg.empty()) {
-    std::fprintf(stderr, "%s\n", msg.c_str());
-    std::_Exit(2);
+  if (pretend == nullptr) pretend = "";
+  const char* needs = MIXPAR_ISA_NEEDS;
+  char missing[512];
+  std::size_t used = 0;
+  for (const char* p = needs; *p != '\0';) {
+    while (*p == ' ') ++p;
+    const char* e = p;
+    while (*e != '\0' && *e != ' ') ++e;
+    const std::size_t len = static_cast<std::size_t>(e - p);
+    if (len > 0 && (in_word_list(pretend, p, len) || !mixpar::feature_present(p, len)) &&
+        used + len + 2 < sizeof missing) {
+      if (used > 0) missing[used++] = ' ';
+      std::memcpy(missing + used, p, len);
+      used += len;
+    }
+    p = e;
   }
+  if (used == 0) return;
+  missing[used] = '\0';
+  std::fputs("error: this program was built for " MIXPAR_ISA_NAME " (MIXPAR_ISA) and this CPU lacks ",
+             stderr);
+  std::fputs(missing, stderr);
+  std::fputs(kCpuCheckAdvice, stderr);
+  std::fputs("\n", stderr);
+  std::_Exit(2);
 }
 
 }  // namespace
