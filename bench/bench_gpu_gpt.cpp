@@ -179,8 +179,8 @@ int bench(int argc, char** argv) {
                 args.get_flag("offload-optimizer") ? ", optimizer offloaded" : "",
                 static_cast<long long>(B), static_cast<long long>(T));
     const RunResult r = run_model(attention, !args.get_flag("no-fuse"), B, T,
-                                  static_cast<int>(args.get_int("warmup")),
-                                  static_cast<int>(args.get_int("steps")), true,
+                                  static_cast<int>(args.get_int("warmup", 0, 100000)),
+                                  static_cast<int>(args.get_int("steps", 1, 100000)), true,
                                   args.get_flag("offload-optimizer"));
     const double tokens_per_s = double(B * T) / (r.ms_per_step * 1e-3);
     const double achieved = flops_per_token * tokens_per_s;

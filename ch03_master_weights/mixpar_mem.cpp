@@ -101,11 +101,21 @@ TrainingSetup read_setup(const ArgParser& a) {
   t.precision = parse_precision(a.get_choice("precision", {"fp32", "fp16", "bf16"}));
   t.optimizer = parse_optimizer(a.get_choice("optimizer", {"adamw", "sgd"}));
   t.layout.zero_stage = read_int(a, "zero-stage");
-  t.layout.dp = a.get_int("dp");
-  t.layout.tp = a.get_int("tp");
-  t.layout.pp = a.get_int("pp");
+  // Ranges a real layout stays inside, so that no degree is cut to 32 bits on the way (a tp of
+  // 2^32 + 1 used to bill like tp 1).
+  t.layout.dp = a.get_int("dp", 1, 1 << 20);
+  t.layout.tp = a.get_int("tp", 1, 4096);
+  t.layout.pp = a.get_int("pp", 1, 4096);
   t.layout.recompute = parse_recompute(a.get_choice("recompute", {"none", "selective", "full"}));
   t.layout.sequence_parallel = a.get_flag("sequence-parallel");
+  // Flags that would change nothing are refused, not ignored.
+  if (t.layout.sequence_parallel && t.layout.tp == 1) {
+    throw InputError("--sequence-parallel splits activations over the tp group: it needs --tp 2 or more");
+  }
+  if (!t.shape && a.given("recompute")) {
+    throw InputError("--recompute changes the activations, which need a GPT shape "
+                     "(--n-layer --n-embd ...), not --params");
+  }
   t.device_memory_bytes = parse_bytes("--device-memory", a.get("device-memory"));
   t.offload_optimizer = a.get_flag("offload-optimizer");
   return t;

@@ -177,10 +177,8 @@ int run(int argc, char** argv) {
   std::vector<std::string> choices = {"all", "none"};
   for (const std::string& b : bug_names()) choices.push_back(b);
   const std::string bug = args.get_choice("bug", choices);
-  const auto n = static_cast<int>(args.get_int("ranks"));
-  const auto steps = static_cast<int>(args.get_int("steps"));
-  if (n < 2 || n > 8) throw InputError("--ranks must be in [2, 8], got " + std::to_string(n));
-  if (steps < 2 || steps > 1000) throw InputError("--steps must be in [2, 1000]");
+  const auto n = static_cast<int>(args.get_int("ranks", 2, 8));
+  const auto steps = static_cast<int>(args.get_int("steps", 2, 1000));
   const std::string trace_path =
       args.given("trace") ? checked_output_path("--trace", args.get("trace")) : std::string();
   const std::string json_path =

@@ -299,8 +299,7 @@ int run(int argc, char** argv) {
   std::vector<std::string> choices = {"all", "none"};
   for (const std::string& b : kBugs) choices.push_back(b);
   const std::string bug = args.get_choice("bug", choices);
-  const auto steps = static_cast<int>(args.get_int("steps"));
-  if (steps < 2 || steps > 200) throw InputError("--steps must be in [2, 200]");
+  const auto steps = static_cast<int>(args.get_int("steps", 2, 200));
   const std::string json_path =
       args.given("json") ? checked_output_path("--json", args.get("json")) : std::string();
   std::printf("== ch06: tensor parallelism (tp ranks = threads, local backend)\n");

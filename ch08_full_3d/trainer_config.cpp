@@ -462,9 +462,10 @@ void validate_single(const TrainerConfig& c) {
               "--weight-decay must be >= 0 and below 1 / lr");
   check_range(c.beta1 >= 0 && c.beta1 < 1, "--beta1 must be in [0, 1)");
   check_range(c.beta2 >= 0 && c.beta2 < 1, "--beta2 must be in [0, 1)");
-  check_range(c.eps > 0, "--eps must be positive");
+  // An infinite epsilon turns every Adam update into zero: a run that trains nothing.
+  check_range(c.eps > 0 && std::isfinite(c.eps), "--eps must be positive and finite");
   check_range(c.loss_scale > 0 && c.loss_scale <= 3.0e38, "--loss-scale must be a positive float");
-  check_range(c.grad_clip >= 0, "--grad-clip must be >= 0 (0 = off)");
+  check_range(c.grad_clip >= 0 && !std::isnan(c.grad_clip), "--grad-clip must be >= 0 (0 = off)");
   check_range(c.temperature >= 0 && std::isfinite(c.temperature), "--temperature must be >= 0");
   check_range(c.steps >= 1 || !c.init_from.empty() || c.resume,
               "--steps 0 trains nothing: it is for evaluating, sampling or dumping a model given "

@@ -40,14 +40,31 @@ class Fd {
   int fd_;
 };
 
+// What a path that is not a regular file is, for the refusal.
+const char* file_kind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "another kind of file";
+}
+
+// Only regular files are read: a FIFO with no writer would block forever, /dev/zero never
+// ends, /dev/null is empty by nature. O_NONBLOCK so that opening a FIFO returns at once (it is
+// then refused by kind); a regular file ignores the flag.
 int open_for_reading(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) fail(path, "cannot open", errno);
   struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    const int err = S_ISDIR(st.st_mode) ? EISDIR : errno;
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
     ::close(fd);
     fail(path, "cannot read", err);
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw InputError(path + ": not a regular file (" + std::string(file_kind(st.st_mode)) + ")");
   }
   return fd;
 }

@@ -42,8 +42,17 @@ const ArgParser::Spec& ArgParser::spec(const std::string& name) const {
 namespace {
 // "-2.5", "-1e-8", "-inf", "-nan" are values, not options: a tool about numbers must take
 // them as positionals without the user having to write `--` first.
+// Numbers are decimal everywhere: "0x2" would be 2 to strtod, 0 to a reader who expects
+// decimal, so hexadecimal is refused by name (is_hex) rather than taken by some tools.
+bool is_hex(const std::string& text) {
+  const std::size_t i = !text.empty() && (text[0] == '-' || text[0] == '+') ? 1 : 0;
+  return text.size() > i + 1 && text[i] == '0' && (text[i + 1] == 'x' || text[i + 1] == 'X');
+}
+
 bool is_number(const std::string& text) {
-  if (text.empty() || std::isspace(static_cast<unsigned char>(text[0]))) return false;
+  if (text.empty() || std::isspace(static_cast<unsigned char>(text[0])) || is_hex(text)) {
+    return false;
+  }
   char* end = nullptr;
   std::strtod(text.c_str(), &end);
   return end == text.c_str() + text.size();
@@ -81,6 +90,11 @@ void ArgParser::parse(int argc, char** argv) {
     }
     auto it = specs_.find(name);
     if (it == specs_.end()) throw InputError("unknown option '--" + name + "' (see --help)");
+    // One rule for every tool: an option given twice is refused, never "the last one wins"
+    // (`--tp 2 ... --tp 1` would otherwise run as tp 1 without a word).
+    if (values_.count(name) > 0) {
+      throw InputError("--" + name + " is given twice; give each option once");
+    }
     if (it->second.is_flag) {
       if (inline_value) throw InputError("--" + name + " takes no value");
       // (insert_or_assign of a std::string: assigning the literal trips GCC 12's false
@@ -150,6 +164,10 @@ std::int64_t ArgParser::get_int(const std::string& name) const {
   return parse_int("--" + name, get(name));
 }
 
+std::int64_t ArgParser::get_int(const std::string& name, std::int64_t lo, std::int64_t hi) const {
+  return parse_int("--" + name, get(name), lo, hi);
+}
+
 double ArgParser::get_double(const std::string& name) const {
   return parse_double("--" + name, get(name));
 }
@@ -166,6 +184,9 @@ std::string ArgParser::get_choice(const std::string& name,
 }
 
 double parse_double(const std::string& what, const std::string& text) {
+  if (is_hex(text)) {
+    throw InputError(what + ": '" + text + "' is hexadecimal; numbers are decimal (e.g. 2, 1e-3)");
+  }
   if (!is_number(text)) throw InputError(what + ": '" + text + "' is not a number");
   errno = 0;
   const double v = std::strtod(text.c_str(), nullptr);
@@ -180,10 +201,23 @@ double parse_double(const std::string& what, const std::string& text) {
 
 std::int64_t parse_int(const std::string& what, const std::string& text) {
   const double v = parse_double(what, text);
-  if (!std::isfinite(v) || v != std::floor(v) || std::fabs(v) > 9.0e18) {
+  if (std::isnan(v) || (std::isfinite(v) && v != std::floor(v))) {
     throw InputError(what + ": '" + text + "' is not a whole number");
   }
+  if (std::isinf(v) || std::fabs(v) > kMaxWholeNumber) {
+    throw InputError(what + ": '" + text + "' is out of range (whole numbers from -9e18 to 9e18)");
+  }
   return static_cast<std::int64_t>(v);
+}
+
+std::int64_t parse_int(const std::string& what, const std::string& text, std::int64_t lo,
+                       std::int64_t hi) {
+  const std::int64_t v = parse_int(what, text);
+  if (v < lo || v > hi) {
+    throw InputError(what + ": " + std::to_string(v) + " is out of range (" + std::to_string(lo) +
+                     " to " + std::to_string(hi) + ")");
+  }
+  return v;
 }
 
 double parse_bytes(const std::string& what, const std::string& text) {

@@ -2,6 +2,9 @@
 // `--name value` or `--name=value`, `--flag`, `--` ends options (so `fpx -- -2.5` works),
 // an argument that parses as a number ("-2.5", "-inf") is a positional even before `--`,
 // `--help` prints usage and exits 0, and any bad input is an InputError naming the flag.
+// An option given twice is refused (never "the last one wins"); numbers are decimal (hex such
+// as "0x2" is refused by name); a whole number outside its range says "out of range" and the
+// range.
 #pragma once
 
 #include <cstdint>
@@ -35,6 +38,9 @@ class ArgParser {
   bool get_flag(const std::string& name) const;
   std::string get(const std::string& name) const;
   std::int64_t get_int(const std::string& name) const;    // "128", "7e9" if integral
+  // The same within [lo, hi], else InputError "--name: 4294967298 is out of range (1 to 4096)":
+  // what a tool that keeps the value in an int must use.
+  std::int64_t get_int(const std::string& name, std::int64_t lo, std::int64_t hi) const;
   double get_double(const std::string& name) const;       // "1e-3", "0.5"
   // One of `choices`, else InputError "--name: 'x' is not one of a|b|c".
   std::string get_choice(const std::string& name, const std::vector<std::string>& choices) const;
@@ -63,7 +69,12 @@ class ArgParser {
 // parse_double takes the whole text or nothing ("1.5x" fails), accepts inf/nan and
 // subnormal results, and rejects finite literals that overflow a double ("1e400").
 double parse_double(const std::string& what, const std::string& text);
+// Whole numbers up to kMaxWholeNumber in magnitude (doubles hold every integer to 2^53 and
+// 9e18 is below 2^63); past that "out of range".
+inline constexpr double kMaxWholeNumber = 9.0e18;
 std::int64_t parse_int(const std::string& what, const std::string& text);
+std::int64_t parse_int(const std::string& what, const std::string& text, std::int64_t lo,
+                       std::int64_t hi);
 // "80GB", "80GiB", "141e9", "512MiB" -> bytes (GB = 1e9, GiB = 2^30); negative, infinite
 // or NaN sizes are errors.
 double parse_bytes(const std::string& what, const std::string& text);

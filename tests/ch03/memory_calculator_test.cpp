@@ -389,6 +389,12 @@ TEST(Tool, BadFlagsExitWithCode2AndOneLine) {
       // sequence parallelism without tensor parallelism: nothing to split
       "--n-layer 12 --n-embd 768 --n-head 12 --vocab-size 50304 --seq 64 --micro-batch 1 "
       "--sequence-parallel",
+      "--params 7e9 --sequence-parallel",   // the same at tp 1 with --params
+      "--params 7e9 --recompute full",      // no shape: no activations to recompute
+      "--params 7e9 --tp 4294967297",       // out of range, never cut to 32 bits
+      "--params 7e9 --dp 1e18 --zero-stage 3",
+      "--params 7e9 --dp 2 --dp 4",         // given twice
+      "--params 0x10",                      // hexadecimal
   };
   for (const char* flags : cases) {
     const RunResult r = run_tool(flags);

@@ -39,6 +39,11 @@ TEST(TrainGptCli, BadFlagsAreOneLineAndExitCode2) {
   expect_one_line_error(d, "--dtype fp8", "not one of fp32|bf16|fp16");
   expect_one_line_error(d, "--resume", "--resume needs --checkpoint-dir");
   expect_one_line_error(d, "--init-from " + d.file("none"), "cannot open");
+  // The flag rules every tool shares (util/cli.h) and the values that would train nothing.
+  expect_one_line_error(d, "--eps inf", "--eps must be positive and finite");
+  expect_one_line_error(d, "--batch 0x2", "--batch: '0x2' is hexadecimal");
+  expect_one_line_error(d, "--tp 2 --tp 1", "--tp is given twice");
+  expect_one_line_error(d, "--seed 1e30", "--seed: '1e30' is out of range");
   std::filesystem::create_directories(d.file("old_run"));
   test::write_bytes(d.file("old_run") + "/latest", "step-00000010\n");
   expect_one_line_error(d, kTiny + "--checkpoint-dir " + d.file("old_run"),
@@ -248,9 +253,9 @@ TEST(TrainGptMpi, BadConfigIsReportedOnceByRankZeroWithExitCode2) {
   TempDir d;
   for (const auto& [args, part] : std::vector<std::pair<std::string, std::string>>{
            {"--ranks 3", "--ranks 3 but mpirun started 2 processes"},
-           {"--global-batch 6 --batch 2", "--global-batch 6 is not a multiple of --batch x --dp = "
-                                          "2 x 2 = 4"},
-           {"--n-head 5", "not a multiple of n_head = 5"},
+           {"--global-batch 6", "--global-batch 6 is not a multiple of --batch x --dp = "
+                                "2 x 2 = 4"},
+           {"--n-positions 4", "--seq 8 is longer than the position table (n_positions 4)"},
            {"--data " + d.file("missing"), "missing"}}) {
     const CliRun r = run_shell(d, mpirun(2) + kTiny + args);
     EXPECT_EQ(r.code, 2) << args << "\n" << r.err;

@@ -219,5 +219,61 @@ TEST(RunMain, ParserErrorsReachTheUserAsExitCode2) {
             "tool: error: unknown option '--bogus' (see --help)\n");
 }
 
+// Error text of f(), which must throw an InputError.
+template <class F> std::string input_error(F&& f) {
+  try {
+    f();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no InputError";
+  return {};
+}
+
+// One rule for repeated options in every tool: refused, never "the last one wins".
+TEST(Cli, AnOptionGivenTwiceIsRefusedNotOverwritten) {
+  ArgParser p = make_parser();
+  EXPECT_EQ(input_error([&] { parse(p, {"--lr", "0.1", "--lr", "0.2"}); }),
+            "--lr is given twice; give each option once");
+  EXPECT_EQ(input_error([&] { parse(p, {"--lr=0.1", "--lr", "0.1"}); }),
+            "--lr is given twice; give each option once");
+  EXPECT_EQ(input_error([&] { parse(p, {"--json", "--json"}); }),
+            "--json is given twice; give each option once");
+  parse(p, {"--lr", "0.1", "--", "--lr"});  // after --, a positional
+  EXPECT_EQ(p.positionals(), std::vector<std::string>{"--lr"});
+}
+
+// Numbers are decimal in every tool: "0x2" is refused by name, not read as 2 by some.
+TEST(Cli, HexadecimalNumbersAreRefusedByName) {
+  for (const char* hex : {"0x2", "0X10", "-0x1p-3", "+0x2"}) {
+    EXPECT_NE(input_error([&] { parse_double("--batch", hex); }).find("is hexadecimal"),
+              std::string::npos)
+        << hex;
+    EXPECT_THROW(parse_int("--batch", hex), InputError) << hex;
+  }
+  ArgParser p = make_parser();
+  EXPECT_THROW(parse(p, {"-0x2"}), InputError) << "not a negative number, so an unknown option";
+  EXPECT_EQ(parse_int("n", "0"), 0);
+  EXPECT_EQ(parse_int("n", "10"), 10);
+}
+
+// Too large is "out of range" with the range; a fraction is "not a whole number".
+TEST(Cli, WholeNumbersOutsideTheirRangeSaySoAndGiveTheRange) {
+  EXPECT_EQ(input_error([] { parse_int("--seed", "1e30"); }),
+            "--seed: '1e30' is out of range (whole numbers from -9e18 to 9e18)");
+  EXPECT_NE(input_error([] { parse_int("--grad-accum", "9223372036854775807"); }).find("out of range"),
+            std::string::npos);
+  EXPECT_NE(input_error([] { parse_int("--n", "inf"); }).find("out of range"), std::string::npos);
+  EXPECT_EQ(input_error([] { parse_int("--n", "2.5"); }), "--n: '2.5' is not a whole number");
+  EXPECT_EQ(input_error([] { parse_int("--ranks", "4294967298", 2, 8); }),
+            "--ranks: 4294967298 is out of range (2 to 8)");
+  EXPECT_EQ(parse_int("--ranks", "8", 2, 8), 8);
+  ArgParser p("tool", "t");
+  p.option("ranks", "4", "ranks");
+  parse(p, {"--ranks", "4294967298"});
+  EXPECT_EQ(input_error([&] { p.get_int("ranks", 2, 8); }),
+            "--ranks: 4294967298 is out of range (2 to 8)");
+}
+
 }  // namespace
 }  // namespace mixpar

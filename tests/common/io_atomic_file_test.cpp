@@ -2,6 +2,7 @@
 // file intact and no temporary behind, and I/O failures are InputErrors naming the path.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <stdexcept>
 #include <string>
@@ -74,7 +75,22 @@ TEST(AtomicWrite, ReadingAMissingFileOrADirectoryIsAnInputError) {
   TempDir dir;
   EXPECT_THAT(input_error_of([&] { read_file(dir.file("absent")); }),
               HasSubstr("absent: cannot open: No such file or directory"));
-  EXPECT_THAT(input_error_of([&] { read_file(dir.str()); }), HasSubstr("Is a directory"));
+  EXPECT_THAT(input_error_of([&] { read_file(dir.str()); }),
+              HasSubstr("not a regular file (a directory)"));
+}
+
+// Only regular files are read: a FIFO with no writer used to block the reader forever, and
+// /dev/zero and /dev/null failed with "cannot read: Success".
+TEST(AtomicWrite, ReadingAFifoOrADeviceIsRefusedAtOnceByKind) {
+  TempDir dir;
+  ASSERT_EQ(::mkfifo(dir.file("fifo").c_str(), 0600), 0);
+  EXPECT_THAT(input_error_of([&] { read_file(dir.file("fifo")); }),
+              HasSubstr("fifo: not a regular file (a FIFO)"));
+  EXPECT_THAT(input_error_of([&] { file_size(dir.file("fifo")); }), HasSubstr("(a FIFO)"));
+  for (const char* dev : {"/dev/zero", "/dev/null"}) {
+    EXPECT_THAT(input_error_of([&] { read_file(dev); }),
+                HasSubstr(std::string(dev) + ": not a regular file (a character device)"));
+  }
 }
 
 }  // namespace
