@@ -4,6 +4,8 @@
 // to watch while it runs.
 #include "train_loop.h"
 
+#include <csignal>
+#include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <optional>
@@ -233,6 +235,14 @@ struct RankRun {
   bool lead() const { return out != nullptr; }
 };
 
+// Fault injection for the kill-and-resume tests: MIXPAR_KILL_AFTER_CHECKPOINT=K makes the
+// process SIGKILL itself right after the checkpoint of step K commits, the moment a real kill
+// would leave the log and the checkpoints furthest apart (tests/ch08/hardening_test.cpp).
+void kill_here_if_asked(std::int64_t step) {
+  static const char* at = std::getenv("MIXPAR_KILL_AFTER_CHECKPOINT");
+  if (at != nullptr && std::to_string(step) == at) ::raise(SIGKILL);
+}
+
 // The step loop. Returns whether the last step was evaluated (the final accuracy is then known).
 // Evaluation and logging are rank 0's (the replicas hold the same weights); checkpoints are
 // every rank's (each writes what it holds) and the per-rank metrics a collective.
@@ -254,23 +264,30 @@ bool train_steps(RankRun& run) {
     // Every rank's memory and traffic for the log (the same config on every rank: all call).
     const std::vector<RankMetrics> by_rank =
         c.log_jsonl.empty() ? std::vector<RankMetrics>{} : t.gather_rank_metrics();
-    const bool checkpoint_now = due(s.step, c.checkpoint_every);
-    const std::string saved = checkpoint_now ? t.save_checkpoint() : std::string();
     evaluated = c.builtin_data() && (due(s.step, c.eval_every) || s.step == c.steps);
     if (evaluated) t.prepare_eval_model();  // collective: a tp model is gathered on rank 0
-    if (!run.lead()) continue;
-    eta.add(s.seconds);
-    if (s.step % c.print_every == 0 || s.step == c.steps || s.skipped) {
-      const bool fp16 = c.dtype == DType::kF16;
-      std::fprintf(run.out, "%s\n",
-                   progress_line(s, c.steps, fp16, eta.eta(c.steps - s.step)).c_str());
-      std::fflush(run.out);
+    if (run.lead()) {
+      eta.add(s.seconds);
+      if (s.step % c.print_every == 0 || s.step == c.steps || s.skipped) {
+        const bool fp16 = c.dtype == DType::kF16;
+        std::fprintf(run.out, "%s\n",
+                     progress_line(s, c.steps, fp16, eta.eta(c.steps - s.step)).c_str());
+        std::fflush(run.out);
+      }
+      for (const std::string& w : watch.observe(s)) std::fprintf(run.out, "%s\n", w.c_str());
+      std::optional<double> acc;
+      if (evaluated) acc = print_eval(t, run.out);
+      if (run.log) run.log->write(step_json(s, memory_snapshot(current_ledger()), acc, by_rank));
     }
-    for (const std::string& w : watch.observe(s)) std::fprintf(run.out, "%s\n", w.c_str());
-    std::optional<double> acc;
-    if (evaluated) acc = print_eval(t, run.out);
-    if (run.log) run.log->write(step_json(s, memory_snapshot(current_ledger()), acc, by_rank));
-    if (checkpoint_now) std::fprintf(run.out, "checkpoint: %s\n", saved.c_str());
+    // The step's record is written before its checkpoint commits: a kill after the commit
+    // finds the record in the log (a resume from this checkpoint keeps every line up to it),
+    // a kill before it resumes from the previous checkpoint and drops the lines after that
+    // one (JsonlLog). Either way the log ends with every step exactly once.
+    if (due(s.step, c.checkpoint_every)) {
+      const std::string saved = t.save_checkpoint();
+      kill_here_if_asked(s.step);
+      if (run.lead()) std::fprintf(run.out, "checkpoint: %s\n", saved.c_str());
+    }
   }
   return evaluated;
 }
