@@ -65,6 +65,39 @@ void check_output_dir(const std::string& flag, const std::string& path) {
   probe_directory(flag, path, ancestor);
 }
 
+// The checkpoint directory `path` is in, if any: a directory holding `latest` (a checkpoint
+// root) or `manifest.json` (one step's checkpoint), the path itself or an ancestor. Writing
+// there would corrupt a checkpoint (a checksum no longer matching its manifest) or be taken
+// for one.
+std::string checkpoint_dir_holding(const std::string& path) {
+  std::error_code ec;
+  for (fs::path p = fs::absolute(path, ec); !p.empty(); p = p.parent_path()) {
+    if (fs::is_regular_file(p / "latest", ec) || fs::is_regular_file(p / "manifest.json", ec)) {
+      return p.string();
+    }
+    if (p == p.parent_path()) break;
+  }
+  return {};
+}
+
+void refuse_checkpoint_target(const std::string& flag, const std::string& path) {
+  if (path.empty()) return;
+  const std::string ck = checkpoint_dir_holding(path);
+  if (!ck.empty()) {
+    throw InputError(flag + " " + path + " is inside the checkpoint directory " + ck +
+                     ": outputs never go into a checkpoint (choose another path)");
+  }
+}
+
+// An existing output is replaced only with --overwrite. A --save directory counts as existing
+// when it holds anything.
+void refuse_existing(const std::string& flag, const std::string& path, bool overwrite) {
+  std::error_code ec;
+  if (path.empty() || overwrite || !fs::exists(path, ec)) return;
+  if (fs::is_directory(path, ec) && fs::is_empty(path, ec)) return;
+  throw InputError(flag + " " + path + " exists: pass --overwrite to replace it, or choose another path");
+}
+
 }  // namespace
 
 void check_derived_sizes(const TrainerConfig& c) {
@@ -96,16 +129,27 @@ void refuse_empty_paths(const ArgParser& a) {
   }
 }
 
+// One rule for every output path: never into a checkpoint directory, never over an existing
+// output without --overwrite (a resumed run continues its --log-jsonl).
 void check_outputs(const TrainerConfig& c) {
+  for (const auto& [flag, path] : {std::pair<const char*, const std::string*>{"--save", &c.save},
+                                   {"--log-jsonl", &c.log_jsonl},
+                                   {"--trace", &c.trace},
+                                   {"--dump-logits", &c.dump_logits}}) {
+    refuse_checkpoint_target(flag, *path);
+  }
   check_output_dir("--save", c.save);
   check_output_file("--log-jsonl", c.log_jsonl);
   check_output_file("--trace", c.trace);
   check_output_file("--dump-logits", c.dump_logits);
+  refuse_existing("--save", c.save, c.overwrite);
+  refuse_existing("--trace", c.trace, c.overwrite);
+  refuse_existing("--dump-logits", c.dump_logits, c.overwrite);
   std::error_code ec;
-  if (!c.log_jsonl.empty() && !c.resume && fs::exists(c.log_jsonl, ec)) {
+  if (!c.log_jsonl.empty() && !c.resume && !c.overwrite && fs::exists(c.log_jsonl, ec)) {
     throw InputError("--log-jsonl " + c.log_jsonl +
-                     " exists: a fresh run would replace it (remove it or choose another file; "
-                     "--resume continues it)");
+                     " exists: a fresh run would replace it (pass --overwrite, choose another "
+                     "file, or --resume to continue it)");
   }
 }
 

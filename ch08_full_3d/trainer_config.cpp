@@ -84,6 +84,9 @@ void add_optim_flags(ArgParser& a, const TrainerConfig& d) {
 
 void add_output_flags(ArgParser& a, const TrainerConfig& d) {
   a.option("save", "", "write the final model as a Hugging Face directory")
+      .flag("overwrite",
+            "replace outputs that exist already (--save's model, --log-jsonl, --trace, "
+            "--dump-logits); without it they are refused. Never a checkpoint's files")
       .option("checkpoint-dir", "", "directory of full training checkpoints")
       .option("checkpoint-every", "0", "save a checkpoint every K steps (0: only at the end)")
       .option("checkpoint-keep", num(d.checkpoint_keep), "checkpoints kept (older ones removed)")
@@ -207,6 +210,7 @@ void read_optim(const ArgParser& a, TrainerConfig& c) {
 
 void read_outputs(const ArgParser& a, TrainerConfig& c) {
   c.save = a.given("save") ? a.get("save") : "";
+  c.overwrite = a.get_flag("overwrite");
   c.checkpoint_dir = a.given("checkpoint-dir") ? a.get("checkpoint-dir") : "";
   c.checkpoint_every = non_negative(a, "checkpoint-every");
   c.checkpoint_keep = positive(a, "checkpoint-keep");

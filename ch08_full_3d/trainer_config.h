@@ -45,6 +45,7 @@ struct TrainerConfig {
   std::uint64_t seed = 1337;
   // Outputs.
   std::string save;            // HF directory written at the end
+  bool overwrite = false;      // replace existing outputs (--save, --log-jsonl, ...; never a checkpoint)
   std::string checkpoint_dir;  // full training checkpoints
   std::int64_t checkpoint_every = 0, checkpoint_keep = 2;
   bool resume = false;

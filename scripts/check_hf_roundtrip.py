@@ -43,7 +43,7 @@ def ours(train_gpt, model_dir, work):
     """train_gpt's logits [T, V] and tokens [T] for model_dir."""
     out = os.path.join(work, os.path.basename(model_dir) + "_logits.safetensors")
     run([train_gpt, "--init-from", model_dir, "--steps", "0", "--seq", "16",
-         "--prompt", PROMPT, "--dump-logits", out, "--threads", "1"])
+         "--prompt", PROMPT, "--dump-logits", out, "--threads", "1", "--overwrite"])
     t = load_file(out)
     return t["logits"].double(), t["tokens"].long()
 
@@ -77,7 +77,7 @@ def main():
     trained = os.path.join(work, "trained")
     # Trained long enough for logits far from uniform: a wrong layout could not hide in them.
     run([args.train_gpt, "--steps", "300", "--n-layer", "2", "--n-embd", "64", "--n-head", "4",
-         "--seq", "32", "--eval-every", "0", "--threads", "1", "--save", trained])
+         "--seq", "32", "--eval-every", "0", "--threads", "1", "--save", trained, "--overwrite"])
     model = GPT2LMHeadModel.from_pretrained(trained).eval()
     logits, tokens = ours(args.train_gpt, trained, work)
     ok = compare("train_gpt dir -> transformers", logits, theirs(model, tokens))

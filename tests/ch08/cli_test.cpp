@@ -50,6 +50,43 @@ TEST(TrainGptCli, BadFlagsAreOneLineAndExitCode2) {
                         "already holds checkpoints: pass --resume");
 }
 
+// One rule for every output path: never into a checkpoint directory (a --save into a step's
+// directory used to exit 0 and corrupt it), never over an existing output without --overwrite
+// (a --save into an existing model directory used to replace it silently).
+TEST(TrainGptCli, OutputsNeverGoIntoACheckpointNorOverAnOutputWithoutOverwrite) {
+  TempDir d;
+  const std::string ck = d.file("ck");
+  ASSERT_EQ(train_gpt(d, kTiny + "--steps 2 --checkpoint-dir " + ck).code, 0);
+  const std::string step = ck + "/step-00000002";
+  const std::string manifest = test::read_bytes(step + "/manifest.json");
+  for (const std::string& target : {step, ck, step + "/model", ck + "/other"}) {
+    expect_one_line_error(d, kTiny + "--steps 1 --save " + target,
+                          "--save " + target + " is inside the checkpoint directory");
+  }
+  expect_one_line_error(d, kTiny + "--steps 1 --log-jsonl " + step + "/log.jsonl",
+                        "is inside the checkpoint directory");
+  expect_one_line_error(d, kTiny + "--steps 1 --overwrite --save " + step,
+                        "is inside the checkpoint directory");
+  EXPECT_EQ(test::read_bytes(step + "/manifest.json"), manifest) << "the checkpoint is untouched";
+  // An existing model directory, trace or log is replaced only with --overwrite.
+  ASSERT_EQ(train_gpt(d, kTiny + "--steps 1 --save " + d.file("hf")).code, 0);
+  const std::string model = test::read_bytes(d.file("hf") + "/model.safetensors");
+  expect_one_line_error(d, kTiny + "--steps 1 --seed 2 --save " + d.file("hf"),
+                        "--save " + d.file("hf") + " exists: pass --overwrite");
+  EXPECT_EQ(test::read_bytes(d.file("hf") + "/model.safetensors"), model);
+  const CliRun again = train_gpt(d, kTiny + "--steps 1 --seed 2 --overwrite --save " + d.file("hf"));
+  ASSERT_EQ(again.code, 0) << again.err;
+  EXPECT_NE(test::read_bytes(d.file("hf") + "/model.safetensors"), model);
+  test::write_bytes(d.file("trace.json"), "keep");
+  expect_one_line_error(d, kTiny + "--ranks 2 --steps 1 --trace " + d.file("trace.json"),
+                        "pass --overwrite");
+  EXPECT_EQ(test::read_bytes(d.file("trace.json")), "keep");
+  test::write_bytes(d.file("log.jsonl"), "keep");
+  expect_one_line_error(d, kTiny + "--steps 1 --log-jsonl " + d.file("log.jsonl"), "pass --overwrite");
+  EXPECT_EQ(train_gpt(d, kTiny + "--steps 1 --overwrite --log-jsonl " + d.file("log.jsonl")).code, 0);
+  EXPECT_EQ(test::read_jsonl(d.file("log.jsonl")).size(), 1u);
+}
+
 TEST(TrainGptCli, BadDataIsOneLineAndExitCode2) {
   TempDir d;
   expect_one_line_error(d, kTiny + "--data " + d.file("missing.txt"), "missing.txt");
@@ -228,7 +265,7 @@ TEST(TrainGptMpi, ProcessesLogTheLossesOfOneRankWithTheWholeBatch) {
                                " --log-jsonl " + one).code,
               0);
     const CliRun r = run_shell(d, mpirun(np) + kDataParallel + "--batch 2 --log-jsonl " + many +
-                                      " --trace " + d.file("trace.json"));
+                                      " --trace " + d.file("trace.json") + " --overwrite");
     ASSERT_EQ(r.code, 0) << r.err;
     expect_same_losses(many, one);
     const std::string n = std::to_string(np);
