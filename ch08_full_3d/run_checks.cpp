@@ -153,6 +153,18 @@ void check_outputs(const TrainerConfig& c) {
   }
 }
 
+void check_step_fits_the_data(const TrainerConfig& c, const TrainingData& data) {
+  const std::int64_t tokens = static_cast<std::int64_t>(data.tokens->size());
+  const std::int64_t window = c.dp * c.batch * c.seq;
+  const std::int64_t windows = window > 0 ? (tokens - 1) / window : 0;
+  if (windows > 0 && c.grad_accum > windows) {
+    throw InputError("--grad-accum " + std::to_string(c.grad_accum) + ": one optimizer step would read " +
+                     std::to_string(c.grad_accum) + " windows of dp x B x T = " +
+                     std::to_string(window) + " tokens, more than the " + std::to_string(windows) +
+                     " the data holds (" + data.description + "); lower --grad-accum or --batch");
+  }
+}
+
 void check_prompts(const TrainerConfig& c, const TrainingData& data) {
   const std::int64_t context = std::min(c.seq, c.model.n_positions);
   const bool reads_prompt = c.sample > 0 || !c.dump_logits.empty();

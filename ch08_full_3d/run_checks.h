@@ -31,6 +31,12 @@ void check_outputs(const TrainerConfig& c);
 // starts each) shorter than the context, so the completions have room.
 void check_prompts(const TrainerConfig& c, const TrainingData& data);
 
+// One optimizer step reads --grad-accum windows of dp x B x T tokens from the data; a step
+// that would read more windows than the data holds (the same window several times in one
+// step) is refused before any work: --grad-accum 100000000 on the built-in data was accepted
+// and printed nothing for minutes.
+void check_step_fits_the_data(const TrainerConfig& c, const TrainingData& data);
+
 // --resume: the checkpoint `latest` names, checked as Trainer::resume() checks it before it
 // reads a tensor (manifest, sizes and checksums; the state's own numbers; --steps not below
 // its step; the learning-rate schedule unchanged; layout, run identity and data), so that a

@@ -417,6 +417,7 @@ int run_training(const TrainerConfig& c, std::FILE* out) {
   check_lead_outputs(c, lock);
   const TrainingData data = load_data(c);
   check_prompts(c, data);
+  check_step_fits_the_data(c, data);
   check_resume_checkpoint(c, data);
   preflight(c, data, c.ranks, out);
   if (c.dry_run) return 0;
@@ -473,6 +474,7 @@ int run_training_rank(const TrainerConfig& c, Communicator& comm, int ranks_on_t
     if (comm.rank() == 0) check_lead_outputs(c, lock);
     data.emplace(load_data(c));
     check_prompts(c, *data);
+    check_step_fits_the_data(c, *data);
     check_resume_checkpoint(c, *data);
     check_memory(c, ranks_on_this_machine, mem_available_bytes());
   } catch (const InputError& e) {

@@ -44,6 +44,8 @@ TEST(TrainGptCli, BadFlagsAreOneLineAndExitCode2) {
   expect_one_line_error(d, "--batch 0x2", "--batch: '0x2' is hexadecimal");
   expect_one_line_error(d, "--tp 2 --tp 1", "--tp is given twice");
   expect_one_line_error(d, "--seed 1e30", "--seed: '1e30' is out of range");
+  // A step that would read the data set many times over, refused before any work.
+  expect_one_line_error(d, "--grad-accum 100000000", "--grad-accum 100000000: one optimizer step would read");
   std::filesystem::create_directories(d.file("old_run"));
   test::write_bytes(d.file("old_run") + "/latest", "step-00000010\n");
   expect_one_line_error(d, kTiny + "--checkpoint-dir " + d.file("old_run"),
