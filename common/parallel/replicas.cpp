@@ -26,20 +26,57 @@ std::string rank_list(const std::vector<int>& ranks) {
 
 }  // namespace
 
+namespace {
+
+// The element's bits with every NaN as one pattern (the positive quiet NaN): replicas that both
+// hold NaN at an element agree there, whatever sign and payload the arithmetic that made each
+// NaN left (x86 propagates the first operand's NaN, and which operand is first is the
+// compiler's choice: GCC and clang builds of chapter 4's lesson made different NaNs from the
+// same values).
+template <class Bits>
+Bits canonical(Bits b, Bits exp_mask, Bits frac_mask, Bits quiet) {
+  return (b & exp_mask) == exp_mask && (b & frac_mask) != 0 ? quiet : b;
+}
+
+template <class Bits, class F>
+std::uint64_t fnv_elements(const unsigned char* p, std::size_t n, F&& canon) {
+  std::uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a offset basis and prime, per element
+  constexpr std::uint64_t kPrime = 0x100000001b3ull;
+  for (std::size_t i = 0; i + sizeof(Bits) <= n; i += sizeof(Bits)) {
+    Bits b;
+    std::memcpy(&b, p + i, sizeof b);
+    h = (h ^ static_cast<std::uint64_t>(canon(b))) * kPrime;
+  }
+  return h;
+}
+
+}  // namespace
+
 std::uint64_t weights_hash(const Tensor& t) {
   const Tensor host = t.is_cpu() ? t : t.to_device(Device::kCPU);
   const auto* p = static_cast<const unsigned char*>(host.data());
   const std::size_t n = host.nbytes();
-  std::uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a offset basis and prime, on 8-byte words
-  constexpr std::uint64_t kPrime = 0x100000001b3ull;
-  std::size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    std::uint64_t w;
-    std::memcpy(&w, p + i, 8);
-    h = (h ^ w) * kPrime;
+  switch (host.dtype()) {
+    case DType::kF32:
+      return fnv_elements<std::uint32_t>(p, n, [](std::uint32_t b) {
+        return canonical<std::uint32_t>(b, 0x7f800000u, 0x007fffffu, 0x7fc00000u);
+      });
+    case DType::kF64:
+      return fnv_elements<std::uint64_t>(p, n, [](std::uint64_t b) {
+        return canonical<std::uint64_t>(b, 0x7ff0000000000000ull, 0x000fffffffffffffull,
+                                        0x7ff8000000000000ull);
+      });
+    case DType::kF16:
+      return fnv_elements<std::uint16_t>(p, n, [](std::uint16_t b) {
+        return canonical<std::uint16_t>(b, 0x7c00, 0x03ff, 0x7e00);
+      });
+    case DType::kBF16:
+      return fnv_elements<std::uint16_t>(p, n, [](std::uint16_t b) {
+        return canonical<std::uint16_t>(b, 0x7f80, 0x007f, 0x7fc0);
+      });
+    default:  // FP8 weights are never trained here: their bytes as they are
+      return fnv_elements<std::uint8_t>(p, n, [](std::uint8_t b) { return b; });
   }
-  for (; i < n; ++i) h = (h ^ p[i]) * kPrime;
-  return h;
 }
 
 ReplicaCheck check_replicas(Communicator& group, const Tensor& weights) {

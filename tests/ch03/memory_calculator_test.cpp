@@ -387,8 +387,8 @@ TEST(Tool, BadFlagsExitWithCode2AndOneLine) {
       "--n-layer 12 --n-embd 768 --n-head 12 --vocab-size 50257 --seq 64 --micro-batch 1 --pp 5",
       "--n-layer 12 --n-embd 768",  // partial shape
       // sequence parallelism without tensor parallelism: nothing to split
-      "--n-layer 12 --n-embd 768 --n-head 12 --vocab-size 50304 --seq 64 --micro-batch 1 "
-      "--sequence-parallel",
+      ("--n-layer 12 --n-embd 768 --n-head 12 --vocab-size 50304 --seq 64 --micro-batch 1 "
+       "--sequence-parallel"),
       "--params 7e9 --sequence-parallel",   // the same at tp 1 with --params
       "--params 7e9 --recompute full",      // no shape: no activations to recompute
       "--params 7e9 --tp 4294967297",       // out of range, never cut to 32 bits

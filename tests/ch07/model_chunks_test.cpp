@@ -84,7 +84,9 @@ TEST(StageGather, InterleavedChunksGatherIntoTheWholeModelBitForBit) {
   GptOptions o;
   o.seed = 11;
   const GptModel whole(c, o);
-  for (auto [p, v] : {std::pair{2, 2}, std::pair{2, 3}, std::pair{3, 2}}) {
+  for (const auto& pv : {std::pair{2, 2}, std::pair{2, 3}, std::pair{3, 2}}) {
+    // Plain variables, not structured bindings: clang before 16 cannot capture those.
+    const int p = pv.first, v = pv.second;
     std::vector<NamedTensor> got;
     std::mutex mu;
     run_local(p, [&](Communicator& pp) {
