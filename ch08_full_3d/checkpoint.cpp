@@ -16,9 +16,11 @@
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <stdexcept>
 #include <string_view>
 #include <vector>
 
+#include "comm/control.h"
 #include "io/atomic_file.h"
 #include "io/token_loader.h"
 #include "tensor/tensor.h"
@@ -184,29 +186,37 @@ std::string file_checksum(const std::string& path) {
   return hex;
 }
 
-namespace {
-
-// Collective: true when every rank says ok (a max over "failed" flags); no comm: ok itself.
-bool everyone_ok(Communicator* comm, bool ok) {
-  if (comm == nullptr) return ok;
-  Tensor flag = Tensor::empty({1}, DType::kF32, MemCategory::kCommBuffers);
-  flag.data_as<float>()[0] = ok ? 0.0f : 1.0f;
-  comm->all_reduce(flag, ReduceOp::kMax);
-  return flag.data_as<float>()[0] == 0.0f;
-}
-
-}  // namespace
-
 void on_every_rank(Communicator* comm, const std::string& what, const std::function<void()>& f) {
   std::exception_ptr error;
+  std::string message;
+  bool input_error = false;
   try {
     f();
+  } catch (const InputError& e) {
+    error = std::current_exception();
+    message = e.what();
+    input_error = true;
+  } catch (const std::exception& e) {
+    error = std::current_exception();
+    message = e.what();
   } catch (...) {
     error = std::current_exception();
+    message = "unknown error";
   }
-  if (everyone_ok(comm, error == nullptr)) return;
-  if (error) std::rethrow_exception(error);
-  throw InputError(what + " failed on another rank (reported there)");
+  if (comm == nullptr) {
+    if (error) std::rethrow_exception(error);
+    return;
+  }
+  // The lowest failing rank's reason reaches every rank, so whichever rank reports the run's
+  // error (rank 0 under mpirun, the first to throw among threads) prints the real one, once.
+  const int failed = lowest_rank_where(*comm, error != nullptr);
+  if (failed < 0) return;
+  const std::string reason = broadcast_text(*comm, failed, message);
+  const bool reason_is_input = broadcast_text(*comm, failed, input_error ? "1" : "0") == "1";
+  if (error) std::rethrow_exception(error);  // a failing rank reports its own reason
+  const std::string text = failed == 0 ? reason : "rank " + std::to_string(failed) + ": " + reason;
+  if (reason_is_input) throw InputError(text);
+  throw std::runtime_error(what + " failed on rank " + std::to_string(failed) + ": " + reason);
 }
 
 std::string save_checkpoint(const std::string& root, std::int64_t step,

@@ -7,8 +7,12 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "ch08_test_util.h"
+#include "comm/local_backend.h"
 #include "io/gpt_config.h"
 #include "trainer.h"
 
@@ -69,6 +73,43 @@ void check_resume_is_exact(DType dtype, double loss_scale = 65536.0) {
     EXPECT_EQ(second.optimizer().scaler().state().steps_skipped, 4);
     EXPECT_EQ(second.optimizer().adamw()->step_count(), 2);
   }
+}
+
+// A failure on one rank reaches every rank with its reason: the rank that failed rethrows its
+// own error, the others an error of the same kind that names that rank and the reason (it used
+// to be "failed on another rank (reported there)" with the reason printed nowhere).
+TEST(OnEveryRank, EveryRankGetsTheLowestFailingRanksReason) {
+  for (const bool input : {true, false}) {
+    std::vector<std::string> got(4);
+    std::vector<bool> was_input(4, false);
+    run_local(4, [&](Communicator& comm) {
+      const int r = comm.rank();
+      try {
+        on_every_rank(&comm, "reading ck", [&] {
+          if (r == 2 || r == 3) {
+            const std::string why = "shard " + std::to_string(r) + " is missing";
+            if (input) throw InputError(why);
+            throw std::runtime_error(why);
+          }
+        });
+        got[std::size_t(r)] = "no error";
+      } catch (const InputError& e) {
+        got[std::size_t(r)] = e.what();
+        was_input[std::size_t(r)] = true;
+      } catch (const std::exception& e) {
+        got[std::size_t(r)] = e.what();
+      }
+    });
+    for (int r : {0, 1}) {
+      EXPECT_EQ(got[std::size_t(r)],
+                input ? "rank 2: shard 2 is missing" : "reading ck failed on rank 2: shard 2 is missing");
+      EXPECT_EQ(was_input[std::size_t(r)], input) << r;
+    }
+    EXPECT_EQ(got[2], "shard 2 is missing");
+    EXPECT_EQ(got[3], "shard 3 is missing");
+  }
+  // Nothing fails: nothing is thrown anywhere.
+  run_local(3, [&](Communicator& comm) { on_every_rank(&comm, "x", [] {}); });
 }
 
 TEST(Checkpoint, ResumeIsBitExactFp32) { check_resume_is_exact(DType::kF32); }
