@@ -36,6 +36,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     p.parse(static_cast<int>(argv.size()), argv.data());
     (void)p.get_int("batch");
   });
+  fuzz::expect_only_input_errors([&] { (void)p.get_int("batch", 1, 4096); });  // a ranged one
   fuzz::expect_only_input_errors([&] { (void)p.get_double("lr"); });
   fuzz::expect_only_input_errors([&] {
     if (p.given("device-memory")) (void)parse_bytes("--device-memory", p.get("device-memory"));
