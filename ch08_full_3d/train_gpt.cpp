@@ -17,6 +17,7 @@
 #include <mpi.h>
 
 #include "comm/mpi_backend.h"
+#include "comm/parallel_grid.h"
 #endif
 
 namespace mixpar::ch08 {
@@ -48,6 +49,15 @@ int run_mpi_rank(TrainerConfig config, const ArgParser& args, int* argc, char***
     opts.watchdog_seconds = config.comm_timeout;
     comm.emplace(MPI_COMM_WORLD, opts);
     set_world_size(config, comm->size(), args.given("dp"), args.given("ranks"));
+    // The watchdog names this process's place in the grid beside its world rank.
+    if (config.dp * config.tp * config.pp == comm->size()) {
+      const GridCoord g = grid_coord(GridShape{.dp = static_cast<int>(config.dp),
+                                               .tp = static_cast<int>(config.tp),
+                                               .pp = static_cast<int>(config.pp)},
+                                     rank);
+      comm->set_identity("dp " + std::to_string(g.dp) + ", tp " + std::to_string(g.tp) + ", pp " +
+                         std::to_string(g.pp));
+    }
     return run_training_rank(config, *comm, ranks_on_this_node(), stdout,
                              [&training] { training = true; });
   } catch (const ReportedInputError&) {

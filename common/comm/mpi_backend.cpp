@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <stdexcept>
 #include <utility>
+#include <vector>
 
 #include "comm/local_kernels.h"
 
@@ -182,6 +183,24 @@ void MpiCommunicator::init() {
   MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
   MPI_Comm_rank(comm_, &rank_);
   MPI_Comm_size(comm_, &size_);
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank_);
+  int world_size = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  if (size_ != world_size) {
+    // The group's members by world rank: a report names processes as mpirun numbers them.
+    MPI_Group mine = MPI_GROUP_NULL, world = MPI_GROUP_NULL;
+    MPI_Comm_group(comm_, &mine);
+    MPI_Comm_group(MPI_COMM_WORLD, &world);
+    std::vector<int> local(static_cast<std::size_t>(size_)), global(local.size());
+    for (int i = 0; i < size_; ++i) local[std::size_t(i)] = i;
+    MPI_Group_translate_ranks(mine, size_, local.data(), world, global.data());
+    MPI_Group_free(&mine);
+    MPI_Group_free(&world);
+    group_ = ", rank " + std::to_string(rank_) + " of " + std::to_string(size_) +
+             " in the group of world ranks {";
+    for (int i = 0; i < size_; ++i) group_ += (i ? ", " : "") + std::to_string(global[std::size_t(i)]);
+    group_ += "}";
+  }
   CallWatchdog::Handler h = opts_.on_watchdog;
   if (!h) {
     h = [](const std::string& m) {
@@ -214,9 +233,14 @@ void MpiCommunicator::check(int rc, const std::string& what) const {
                   std::string(text, static_cast<std::size_t>(len)));
 }
 
+std::string MpiCommunicator::watch_label(const std::string& what) const {
+  std::string s = "world rank " + std::to_string(world_rank_);
+  if (!opts_.identity.empty()) s += " (" + opts_.identity + ")";
+  return s + group_ + ", in " + what;
+}
+
 CallWatchdog::Guard MpiCommunicator::watch(const std::string& what) {
-  return watchdog_->watch("rank " + std::to_string(rank_) + " of " + std::to_string(size_) +
-                          " in " + what);
+  return watchdog_->watch(watch_label(what));
 }
 
 // Every rank shares its (op, dtype, count, arg); all compare with rank 0's.

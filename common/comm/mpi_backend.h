@@ -84,6 +84,9 @@ struct MpiOptions {
   // What a watchdog timeout does. Default: print the message on stderr and MPI_Abort(3), as a
   // hung collective can only be left by killing the job.
   CallWatchdog::Handler on_watchdog;
+  // This process's place in the run, named in every watchdog report after its world rank
+  // ("dp 1, tp 0, pp 1"): set by the trainer once its grid is known; split() passes it on.
+  std::string identity;
 };
 
 // RAII MPI_Init_thread / MPI_Finalize for a main(). Asks for MPI_THREAD_MULTIPLE (DDP's
@@ -129,6 +132,12 @@ class MpiCommunicator final : public Communicator {
 
   MPI_Comm mpi_comm() const { return comm_; }
   const MpiOptions& options() const { return opts_; }
+  // MpiOptions::identity, for this communicator and those split from it afterwards.
+  void set_identity(std::string identity) { opts_.identity = std::move(identity); }
+  // What a watchdog report says of a call: "world rank 3 (dp 1, tp 1, pp 0), rank 1 of 2 in
+  // the group of world ranks {1, 3}, in all_gather(1 x f32)": the stopped process by its world
+  // rank, its place in the grid and the call it is in, as NCCL's flight recorder names them.
+  std::string watch_label(const std::string& what) const;
 
  private:
   struct Adopt {};
@@ -145,6 +154,8 @@ class MpiCommunicator final : public Communicator {
   MPI_Comm comm_ = MPI_COMM_NULL;
   MpiOptions opts_;
   int rank_ = 0, size_ = 1;
+  int world_rank_ = 0;
+  std::string group_;  // ", rank r of n in the group of world ranks {..}" ("" for the world)
   std::int64_t calls_ = 0;  // collectives so far (the check names them by number)
   struct PendingSend {
     MPI_Request request;

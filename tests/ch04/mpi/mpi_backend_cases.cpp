@@ -176,6 +176,36 @@ TEST(MpiBackend, TheHandBuiltRingRunsOnMpiWithTheSameBitsAndBytes) {
   EXPECT_EQ(c.traffic().totals("sendrecv").bytes_sent, want);
 }
 
+// A watchdog report names the stopped process by its world rank, its place in the grid (the
+// identity the trainer sets) and, in a split group, the group's members by world rank: the
+// index inside a group ("rank 0 of 2") alone named no process.
+TEST(MpiBackend, WatchdogReportsNameWorldRanksGridPlaceAndGroup) {
+  MpiCommunicator c(MPI_COMM_WORLD, fast_options());
+  int world_rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  EXPECT_EQ(c.watch_label("barrier()"), "world rank " + std::to_string(world_rank) + ", in barrier()");
+  c.set_identity("dp " + std::to_string(world_rank) + ", tp 0, pp 0");
+  EXPECT_EQ(c.watch_label("barrier()"), "world rank " + std::to_string(world_rank) + " (dp " +
+                                            std::to_string(world_rank) + ", tp 0, pp 0), in barrier()");
+  // Groups of even and odd world ranks, in descending order (key -rank): the members by world
+  // rank in the group's own order.
+  auto g = c.split(c.rank() % 2, -c.rank());
+  ASSERT_NE(g, nullptr);
+  std::string members;
+  for (int r = c.size() - 1; r >= 0; --r) {
+    if (r % 2 == c.rank() % 2) members += (members.empty() ? "" : ", ") + std::to_string(r);
+  }
+  const auto* mg = dynamic_cast<const MpiCommunicator*>(g.get());
+  ASSERT_NE(mg, nullptr);
+  const std::string label = mg->watch_label("all_gather(1 x f32)");
+  if (g->size() < c.size()) {
+    EXPECT_EQ(label, "world rank " + std::to_string(world_rank) + " (dp " + std::to_string(world_rank) +
+                         ", tp 0, pp 0), rank " + std::to_string(g->rank()) + " of " +
+                         std::to_string(g->size()) + " in the group of world ranks {" + members +
+                         "}, in all_gather(1 x f32)");
+  }
+}
+
 TEST(CallWatchdog, FiresOnceWithTheCallItWatches) {
   std::promise<std::string> fired;
   int calls = 0;
