@@ -2,9 +2,10 @@
 #
 #   x86-64-v3       (default) AVX2, FMA, F16C, BMI2: every x86-64 CPU since Haswell (2013) and
 #                   Excavator/Zen (2015). An AVX2-only AMD and an AVX-512 Intel run the same
-#                   instructions, so they print the same digits (docs/REFERENCE.md, "Which
-#                   results are bit-identical where"); oneDNN still picks AMX or AVX512-BF16
-#                   for 16-bit GEMMs at run time where the CPU has them.
+#                   instructions, so an FP32 run prints the same digits on both
+#                   (docs/REFERENCE.md, "Which results are bit-identical where"); oneDNN
+#                   still picks AMX or AVX512-BF16 for 16-bit GEMMs at run time where the CPU
+#                   has them, and those sum in their own order.
 #   native          this host's own ISA (-march=native: AVX-512 where the CPU has it), the
 #                   fastest on this machine and only there: `cmake --preset native`.
 #   x86-64-v4       AVX-512 F/BW/CD/DQ/VL (Skylake-SP, Zen 4 and later).
