@@ -39,7 +39,11 @@ import json, sys
 def read(p):
     with open(p, encoding="utf-8") as f:
         return [json.loads(l) for l in f if l.strip()]
-grid, one = read(sys.argv[1]), read(sys.argv[2])
+try:
+    grid, one = read(sys.argv[1]), read(sys.argv[2])
+except (OSError, ValueError) as e:
+    print(f"seed {sys.argv[3]:>5}: FAILED before both logs were complete ({e})")
+    sys.exit(0)
 def acc(rows):
     a = [r["heldout_accuracy"] for r in rows if "heldout_accuracy" in r]
     return 100 * a[-1] if a else float("nan")
