@@ -389,7 +389,16 @@ void Trainer::resume() {
   check_config_json(dir, config_.model);
   // Every rank reads the pieces that overlap its own, whatever layout wrote them.
   std::vector<HeldTensor> held = held_state();
-  on_every_rank(world_, "reading " + dir, [&] { read_pieces(state_files(st, dir), held); });
+  on_every_rank(world_, "reading " + dir, [&] {
+    try {
+      read_pieces(state_files(st, dir), held);
+    } catch (const InputError& e) {
+      // A file's own error names the file; a piece that is missing or doubled names the
+      // checkpoint it should have come from.
+      const std::string why = e.what();
+      throw InputError(why.starts_with(dir) ? why : dir + ": " + why);
+    }
+  });
   optimizer_.adamw()->set_step_count(st.at("optimizer_steps").as_int());
   optimizer_.scaler().load_state(ch02::state_from_json(st.at("scaler")));
   loader_.restore(loader_state_from_json(st.at("loader")));

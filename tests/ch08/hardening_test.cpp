@@ -364,6 +364,90 @@ TEST(TrainGptInputs, NonFiniteInitialWeightsAreRefusedNamingTheTensor) {
       << r.err;
 }
 
+// A reason found by one rank, not rank 0, is printed once, with exit code 2: the lines of
+// stderr that say "train_gpt: error:" (mpirun adds its own lines around them).
+void expect_reason_once(const CliRun& r, const std::string& part, const std::string& cmd) {
+  EXPECT_EQ(r.code, 2) << cmd << "\n" << r.err;
+  EXPECT_EQ(r.out.find("step 1/"), std::string::npos) << cmd << "\n" << r.out;
+  std::size_t lines = 0;
+  for (std::size_t at = r.err.find("train_gpt: error: "); at != std::string::npos;
+       at = r.err.find("train_gpt: error: ", at + 1)) {
+    ++lines;
+  }
+  EXPECT_EQ(lines, 1u) << cmd << "\n" << r.err;
+  EXPECT_NE(r.err.find(part), std::string::npos) << cmd << "\nwant '" << part << "' in: " << r.err;
+  EXPECT_EQ(r.err.find("another rank"), std::string::npos) << cmd << "\n" << r.err;
+}
+
+// A ZeRO-1 checkpoint of a dp 2 run, into d/ck, broken two ways that only the rank reading
+// dp 1's shard notices: its model shard deleted and struck from the manifest (an edited shard
+// list), or replaced by dp 0's under a regenerated manifest (a duplicated shard). Returns the
+// failing reason each way must print.
+std::vector<std::pair<std::function<void(const std::string&)>, std::string>> shard_breakages() {
+  const std::string shard = "model-dp1-tp0-pp0.safetensors";
+  return {
+      {[shard](const std::string& dir) {
+         fs::remove(dir + "/" + shard);
+         edit_manifest(dir, [&](Json& m) {
+           Json files = Json::array();
+           for (const Json& f : m.at("files").as_array()) {
+             if (f.at("name").as_string() != shard) files.push_back(f);
+           }
+           m.set("files", std::move(files));
+         });
+       },
+       shard + ": cannot open"},
+      {[shard](const std::string& dir) {
+         fs::copy_file(dir + "/model-dp0-tp0-pp0.safetensors", dir + "/" + shard,
+                       fs::copy_options::overwrite_existing);
+         regenerate_manifest(dir);
+       },
+       "step-00000002: wte.weight: the checkpoint holds"},
+  };
+}
+
+// kTiny without its --batch, for layouts that keep dp x batch with another batch.
+const std::string kTinyNoBatch = "--n-layer 1 --n-head 2 --n-embd 16 --seq 8 --threads 1 ";
+const std::string kShardedRun = kTiny + "--ranks 2 --zero-stage 1 --steps 2 --warmup 1 ";
+
+// Threads: resumed on the layout that wrote it and on two others (resharding reads every
+// piece that overlaps a rank's own), the failing rank's reason is the one line printed.
+TEST(TrainGptResume, ABrokenShardIsReportedOnceWithTheFailingRanksReason) {
+  for (const auto& [brk, part] : shard_breakages()) {
+    TempDir d;
+    ASSERT_EQ(train_gpt(d, kShardedRun + "--checkpoint-dir " + d.file("ck")).code, 0);
+    brk(d.file("ck") + "/step-00000002");
+    const std::string resume = kTinyNoBatch + "--steps 2 --warmup 1 --zero-stage 1 --resume --checkpoint-dir " +
+                               d.file("ck") + " ";
+    for (const std::string layout : {"--ranks 2 --batch 2", "--ranks 4 --batch 1", "--ranks 2 --tp 2 --batch 4"}) {
+      const std::string args = resume + layout;
+      expect_reason_once(train_gpt(d, args), part, args);
+    }
+  }
+}
+
+// Weights read by the second pipeline stage only (block 1), non-finite: rank 1 finds it, and
+// its reason, naming the tensor, is the one line printed.
+void write_hf_with_inf_in_block1(const TempDir& d) {
+  ASSERT_EQ(train_gpt(d, "--n-layer 2" + kTiny.substr(kTiny.find(" --n-head")) + "--steps 1 --save " +
+                          d.file("hf")).code, 0);
+  const std::string file = d.file("hf") + "/model.safetensors";
+  NamedTensors all = SafetensorsReader(file).load_all(MemCategory::kOther);
+  for (auto& [name, t] : all) {
+    if (name.ends_with("h.1.mlp.c_fc.weight")) t.data_as<float>()[3] = std::numeric_limits<float>::quiet_NaN();
+  }
+  write_safetensors(file, all);
+}
+
+TEST(TrainGptInputs, NonFiniteWeightsOnALaterStageAreReportedOnceByTheirStage) {
+  TempDir d;
+  write_hf_with_inf_in_block1(d);
+  for (const std::string layout : {"--ranks 2 --pp 2", "--ranks 4 --pp 2 --tp 2"}) {
+    const std::string args = "--init-from " + d.file("hf") + " --seq 8 --batch 2 --steps 1 " + layout;
+    expect_reason_once(train_gpt(d, args), "h.1.mlp.c_fc.weight holds a non-finite value", args);
+  }
+}
+
 #if defined(MIXPAR_MPIEXEC)
 std::string mpi_env() {
   return "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader "
@@ -387,6 +471,25 @@ TEST(TrainGptMpi, RanksStartedWithDifferentFlagsAreRefusedNamingTheFlags) {
                        "from rank 0's ring"),
             std::string::npos)
       << r.err;
+}
+
+// The same breakages under mpirun: every process reads its own pieces, and the reason of the
+// process that failed is printed once, whichever process it is.
+TEST(TrainGptMpi, ABrokenShardOrWeightIsReportedOnceWithTheFailingProcesssReason) {
+  const std::string bin = std::string(MIXPAR_TRAIN_GPT_PATH) + " --backend mpi ";
+  for (const auto& [brk, part] : shard_breakages()) {
+    TempDir d;
+    ASSERT_EQ(train_gpt(d, kShardedRun + "--checkpoint-dir " + d.file("ck")).code, 0);
+    brk(d.file("ck") + "/step-00000002");
+    const std::string cmd = mpi_env() + "-np 2 " + bin + kTiny +
+                            "--steps 2 --warmup 1 --zero-stage 1 --resume --checkpoint-dir " + d.file("ck");
+    expect_reason_once(test::run_shell(d, cmd), part, cmd);
+  }
+  TempDir d;
+  write_hf_with_inf_in_block1(d);
+  const std::string cmd = mpi_env() + "-np 2 " + bin + "--init-from " + d.file("hf") +
+                          " --seq 8 --batch 2 --steps 1 --pp 2";
+  expect_reason_once(test::run_shell(d, cmd), "h.1.mlp.c_fc.weight holds a non-finite value", cmd);
 }
 #endif
 
