@@ -7,12 +7,12 @@
 #include <string>
 #include <vector>
 
+#include "fp_formats_demo_flags.h"
 #include "fp_lessons.h"
 #include "fp_report.h"
 #include "gemm_lesson.h"
 #include "report/format.h"
 #include "report/text_table.h"
-#include "util/cli.h"
 #include "util/errors.h"
 #include "util/json_file.h"
 
@@ -290,75 +290,24 @@ Json figure_data(const AccumulationLesson& acc) {
   return out;
 }
 
-struct GemmShape {
-  int m, n, k;
-};
-
-GemmShape parse_gemm_shape(const std::string& text) {
-  const auto x1 = text.find('x'), x2 = text.find('x', x1 == std::string::npos ? x1 : x1 + 1);
-  if (x1 == std::string::npos || x2 == std::string::npos) {
-    throw InputError("--gemm: '" + text + "' is not MxNxK (e.g. 256x256x4096)");
-  }
-  const auto dim = [&](std::size_t begin, std::size_t end) {
-    const std::int64_t v = parse_int("--gemm", text.substr(begin, end - begin));
-    if (v < 1 || v > 65536) throw InputError("--gemm: each of M, N, K must be in 1..65536");
-    return static_cast<int>(v);
-  };
-  return {dim(0, x1), dim(x1 + 1, x2), dim(x2 + 1, text.size())};
-}
-
 int demo_main(int argc, char** argv) {
-  ArgParser args("ch01_fp_formats",
-                 "Where the bits go: the number formats of mixed-precision training, their\n"
-                 "ranges and failure modes, each claim checked (exit code 1 if one fails).");
-  args.option("update", "1e-7", "the small update added to the weight 0.5 in section 5")
-      .option("acc-value", "0.1", "the value summed in section 6 (stored in FP16)")
-      .option("acc-count", "10000", "how many times it is summed")
-      .option("gemm", "256x256x4096", "the GEMM of section 7, MxNxK")
-      .option("gemm-inputs", "positive", "positive ([0,1)) or signed ([-1,1)) GEMM inputs")
-      .option("json", "", "also write the figure's data (formats, FP8 values) to this file");
-  args.parse(argc, argv);
-  const std::string json_path =
-      args.given("json") ? checked_output_path("--json", args.get("json")) : std::string();
   // Every flag is read and checked before the first line of the lesson is printed.
-  const double update = args.get_double("update");
-  if (!std::isfinite(update) || !(update > 0)) {
-    throw InputError("--update must be a positive finite number, got '" + args.get("update") + "'");
-  }
-  const double acc_value = args.get_double("acc-value");
-  const double acc_stored = encode(DType::kF16, acc_value).stored;
-  if (!std::isfinite(acc_value) || !(acc_value > 0) || !std::isfinite(acc_stored) ||
-      acc_stored == 0) {
-    throw InputError("--acc-value must be a positive number that FP16 holds as a finite, "
-                     "nonzero value (2^-24 .. 65504), got '" + args.get("acc-value") + "'");
-  }
-  const std::int64_t count = args.get_int("acc-count");
-  if (count < 1 || count > 100000000) throw InputError("--acc-count must be in 1..1e8");
-  const GemmShape g = parse_gemm_shape(args.get("gemm"));
-  // The FP16-accumulating loop is scalar: 2^30 multiply-adds take a few seconds.
-  if (double(g.m) * double(g.n) * double(g.k) > std::ldexp(1.0, 30)) {
-    throw InputError("--gemm: M x N x K must be at most 2^30 (the default is 2^28), got '" +
-                     args.get("gemm") + "'");
-  }
-  const GemmInputs inputs = args.get_choice("gemm-inputs", {"positive", "signed"}) == "signed"
-                                ? GemmInputs::kSigned
-                                : GemmInputs::kPositive;
-
+  const FpFormatsDemoFlags f = parse_fp_formats_demo_flags(argc, argv);
   std::printf("ch01_fp_formats: where the bits go\n");
   Checks checks;
   section_formats(checks);
   section_overflow(checks);
   section_underflow(checks);
   section_pi(checks);
-  section_swamping(checks, update);
-  section_accumulation(checks, acc_value, static_cast<int>(count));
-  section_gemm(checks, g.m, g.n, g.k, inputs);
+  section_swamping(checks, f.update);
+  section_accumulation(checks, f.acc_value, f.acc_count);
+  section_gemm(checks, f.gemm_m, f.gemm_n, f.gemm_k, f.gemm_inputs);
   section_fp8(checks);
   section_memory(checks);
   std::printf("\n%d of %d claims hold%s\n", checks.count() - checks.failures(), checks.count(),
               checks.failures() ? ": see FAIL above" : "");
-  if (!json_path.empty()) {
-    write_json_file(json_path, figure_data(accumulation_lesson(acc_value, static_cast<int>(count))));
+  if (!f.json_path.empty()) {
+    write_json_file(f.json_path, figure_data(accumulation_lesson(f.acc_value, f.acc_count)));
   }
   return checks.failures() ? 1 : 0;
 }
