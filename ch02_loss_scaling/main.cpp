@@ -7,11 +7,11 @@
 #include <string>
 #include <vector>
 
+#include "loss_scaling_demo_flags.h"
 #include "report/claim_table.h"
 #include "report/format.h"
 #include "report/text_table.h"
 #include "scaling_lesson.h"
-#include "util/cli.h"
 #include "util/errors.h"
 #include "util/json_file.h"
 
@@ -20,54 +20,11 @@ namespace {
 using namespace mixpar;
 using namespace mixpar::ch02;
 
-ArgParser make_parser() {
-  ArgParser a("ch02_loss_scaling",
-              "Loss scaling on a small MLP whose gradients mostly underflow FP16: the share of\n"
-              "gradients lost, overflow steps and skipped steps for each format and scheme.");
-  a.option("steps", "200", "training steps per row")
-      .option("loss-weight", "2^-20", "the loss is multiplied by this (makes gradients tiny)")
-      .option("static-scale", "1024", "the hand-picked static scale")
-      .option("too-large-scale", "2^40", "a static scale meant to overflow FP16")
-      .option("growth-interval", "5",
-              "clean steps before the dynamic scale doubles (PyTorch: 2000)")
-      .option("lr", "3e-3", "AdamW learning rate on the FP32 masters")
-      .option("json", "", "also write each row's scale and skipped steps, step by step, here");
-  return a;
-}
-
-// "2^-20" or a plain number; positive and finite (nan and inf are refused, naming the flag).
-double parse_scale(const std::string& flag, const std::string& text) {
-  const double v = text.rfind("2^", 0) == 0
-                       ? std::ldexp(1.0, static_cast<int>(parse_int(flag, text.substr(2))))
-                       : parse_double(flag, text);
-  if (!(v > 0) || !std::isfinite(v)) {
-    throw InputError(flag + " must be a positive finite number, got '" + text + "'");
-  }
-  return v;
-}
-
 // "2^36" for powers of two, else "%g".
 std::string scale_text(double s) {
   int e = 0;
   if (s > 0 && std::frexp(s, &e) == 0.5) return fmt("2^%d", e - 1);
   return fmt("%g", s);
-}
-
-LessonConfig read_config(const ArgParser& a) {
-  LessonConfig c;
-  c.steps = a.get_int("steps");
-  c.loss_weight = parse_scale("--loss-weight", a.get("loss-weight"));
-  c.static_scale = parse_scale("--static-scale", a.get("static-scale"));
-  c.too_large_scale = parse_scale("--too-large-scale", a.get("too-large-scale"));
-  c.dynamic_growth_interval = a.get_int("growth-interval");
-  c.lr = a.get_double("lr");
-  if (c.steps < 1 || c.steps > 100000) throw InputError("--steps must be in [1, 100000]");
-  if (!(c.lr > 0) || !std::isfinite(c.lr)) {
-    throw InputError("--lr must be a positive finite number, got '" + a.get("lr") + "'");
-  }
-  // The schemes themselves are validated by LossScaler (InputError on a bad scale).
-  for (const Scheme& s : lesson_schemes(c)) validate(s.scaler);
-  return c;
 }
 
 void print_census(const LessonConfig& c, const GradientCensus& g) {
@@ -145,11 +102,8 @@ void print_defaults() {
 }
 
 int run(int argc, char** argv) {
-  ArgParser args = make_parser();
-  args.parse(argc, argv);
-  const LessonConfig c = read_config(args);
-  const std::string json_path =
-      args.given("json") ? checked_output_path("--json", args.get("json")) : std::string();
+  const LossScalingDemoFlags flags = parse_loss_scaling_demo_flags(argc, argv);
+  const LessonConfig& c = flags.lesson;
   std::printf("== ch02: keeping small gradients alive\n");
   const GradientCensus census = census_at_init(c);
   print_census(c, census);
@@ -158,7 +112,7 @@ int run(int argc, char** argv) {
   print_defaults();
   ClaimTable checks;
   checks.add(check_claims(c, census, rows));
-  if (!json_path.empty()) write_json_file(json_path, figure_data(c, rows));
+  if (!flags.json_path.empty()) write_json_file(flags.json_path, figure_data(c, rows));
   return checks.print() == 0 ? 0 : 1;
 }
 
