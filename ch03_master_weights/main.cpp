@@ -7,12 +7,12 @@
 #include <string>
 #include <vector>
 
+#include "master_weights_demo_flags.h"
 #include "memory_bill.h"
 #include "order_lesson.h"
 #include "report/claim_table.h"
 #include "report/format.h"
 #include "report/text_table.h"
-#include "util/cli.h"
 #include "util/errors.h"
 #include "util/json_file.h"
 
@@ -21,19 +21,7 @@ namespace {
 using namespace mixpar;
 using namespace mixpar::ch03;
 
-ArgParser make_parser() {
-  ArgParser a("ch03_master_weights",
-              "FP32 master weights: the correct order unscale -> check -> clip -> step -> re-cast\n"
-              "against each mistake, and the memory bill measured by the ledger.");
-  a.option("bug", "all", "all | clip-before-unscale | no-unscale | fp16-weights")
-      .option("steps", "100", "training steps per run")
-      .option("json", "", "also write the memory bill and each run's losses to this file");
-  return a;
-}
-
 using Checks = ClaimTable;
-
-constexpr std::int64_t kMinSteps = 25;
 
 std::string steps_taken(const RunResult& r) {
   return fmt("%lld/%lld", (long long)r.steps_taken, (long long)r.steps);
@@ -177,22 +165,9 @@ void print_calculator(Checks& checks) {
 }
 
 int run(int argc, char** argv) {
-  ArgParser args = make_parser();
-  args.parse(argc, argv);
-  const std::string bug =
-      args.get_choice("bug", {"all", "clip-before-unscale", "no-unscale", "fp16-weights"});
-  LessonConfig c;
-  c.steps = args.get_int("steps");
-  // Below 25 steps the lesson cannot hold: the FP32 masters of the fp16-weights scenario have
-  // not yet gathered enough updates to move most of the FP16 working copy (lr 1e-5), nor SGD
-  // halved the loss; the claims would fail for want of training, not of a bug.
-  if (c.steps < kMinSteps || c.steps > 100000) {
-    throw InputError("--steps must be in [" + std::to_string(kMinSteps) +
-                     ", 100000] (fewer steps are too few for the lesson's claims), got " +
-                     args.get("steps"));
-  }
-  const std::string json_path =
-      args.given("json") ? checked_output_path("--json", args.get("json")) : std::string();
+  const MasterWeightsDemoFlags flags = parse_master_weights_demo_flags(argc, argv);
+  const std::string& bug = flags.bug;
+  const LessonConfig& c = flags.lesson;
   std::string shape;
   for (std::int64_t s : c.sizes) {
     if (!shape.empty()) shape += '-';
@@ -210,7 +185,7 @@ int run(int argc, char** argv) {
     bills = print_memory_bill(c, checks);
     print_calculator(checks);
   }
-  if (!json_path.empty()) write_json_file(json_path, figure_data(results, bills));
+  if (!flags.json_path.empty()) write_json_file(flags.json_path, figure_data(results, bills));
   return checks.print() == 0 ? 0 : 1;
 }
 

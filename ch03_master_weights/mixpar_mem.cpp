@@ -1,14 +1,14 @@
 // mixpar-mem: prints the memory bill of one training device by category (working params,
 // gradients, FP32 masters, optimizer state, activations), bytes per parameter, and whether it
 // fits; --json prints the same numbers for scripts. All arithmetic is memory_calculator.h.
-// Bad flags or impossible layouts: one-line error, exit code 2.
+// Bad flags or impossible layouts: one-line error, exit code 2 (mixpar_mem_flags.cpp).
 #include <cmath>
 #include <cstdio>
 #include <string>
 #include <vector>
 
 #include "ch03_master_weights/memory_calculator.h"
-#include "util/cli.h"
+#include "ch03_master_weights/mixpar_mem_flags.h"
 #include "util/errors.h"
 #include "util/json.h"
 
@@ -19,107 +19,6 @@ using namespace mixpar::mem;
 
 // Decimal GB, as the ZeRO paper and the source articles (docs/SOURCES.md) count.
 constexpr double kGB = 1e9;
-
-const char* const kShapeFlags[] = {"n-layer",    "n-embd", "n-head",
-                                   "vocab-size", "seq",    "micro-batch"};
-
-ArgParser make_parser() {
-  ArgParser a("mixpar-mem",
-              "Per-device memory bill of training: model states (and activations when a GPT-2\n"
-              "shape is given) under mixed precision, ZeRO, tensor and pipeline parallelism.");
-  a.option("params", "", "parameter count, e.g. 7e9 (or give the shape flags instead)")
-      .option("n-layer", "", "transformer layers L")
-      .option("n-embd", "", "hidden size h")
-      .option("n-head", "", "attention heads a")
-      .option("vocab-size", "", "vocabulary size v (GPT-2: 50257)")
-      .option("seq", "", "sequence length s")
-      .option("micro-batch", "", "micro-batch size b (sequences per device per micro-step)")
-      .option("n-positions", "", "position-table length (default: --seq)")
-      .option("precision", "bf16", "fp32 | fp16 | bf16 (16-bit = mixed, with fp32 masters)")
-      .option("optimizer", "adamw", "adamw | sgd (with momentum)")
-      .option("zero-stage", "0", "0 | 1 (optimizer state) | 2 (+ gradients) | 3 (+ parameters)")
-      .option("dp", "1", "data-parallel degree (ZeRO shards over it)")
-      .option("tp", "1", "tensor-parallel degree")
-      .option("pp", "1", "pipeline-parallel degree (1F1B schedule)")
-      .option("recompute", "none", "none | selective | full activation recomputation")
-      .flag("sequence-parallel", "Megatron sequence parallelism (with --tp)")
-      .option("device-memory", "80GB", "memory of one device: 80GB, 141GB, 24GiB, ...")
-      .flag("offload-optimizer",
-            "ZeRO-Offload: FP32 masters and optimizer state (the ZeRO shard) in host memory; "
-            "the device keeps parameters, gradients and activations")
-      .flag("json", "print the bill as JSON (bytes) instead of a table");
-  return a;
-}
-
-std::optional<GptShape> read_shape(const ArgParser& a) {
-  std::vector<std::string> given, missing;
-  for (const char* f : kShapeFlags) (a.given(f) ? given : missing).push_back(f);
-  if (given.empty()) {
-    if (a.given("n-positions")) throw InputError("--n-positions needs the other shape flags");
-    return std::nullopt;
-  }
-  if (!missing.empty()) {
-    std::string list;
-    for (const auto& m : missing) list += (list.empty() ? "--" : ", --") + m;
-    throw InputError("a GPT shape also needs " + list);
-  }
-  GptShape s;
-  s.n_layer = a.get_int("n-layer");
-  s.n_embd = a.get_int("n-embd");
-  s.n_head = a.get_int("n-head");
-  s.vocab_size = a.get_int("vocab-size");
-  s.seq = a.get_int("seq");
-  s.micro_batch = a.get_int("micro-batch");
-  if (a.given("n-positions")) {
-    s.n_positions = a.get_int("n-positions");
-    if (s.n_positions <= 0) throw InputError("--n-positions must be positive");
-  }
-  return s;
-}
-
-int read_int(const ArgParser& a, const char* name) {
-  const std::int64_t v = a.get_int(name);
-  if (v < -1000000000 || v > 1000000000) {
-    throw InputError(std::string("--") + name + ": " + std::to_string(v) + " is out of range");
-  }
-  return static_cast<int>(v);
-}
-
-TrainingSetup read_setup(const ArgParser& a) {
-  TrainingSetup t;
-  t.shape = read_shape(a);
-  if (a.given("params")) {
-    if (t.shape) throw InputError("give either --params or the shape flags, not both");
-    t.params = a.get_int("params");
-    if (t.params <= 0) throw InputError("--params must be positive, got " + a.get("params"));
-  } else if (!t.shape) {
-    throw InputError(
-        "give --params (e.g. 7e9) or a shape (--n-layer --n-embd --n-head "
-        "--vocab-size --seq --micro-batch)");
-  }
-  // get_choice names the flag in its error; the parse_* then map the word to the enum.
-  t.precision = parse_precision(a.get_choice("precision", {"fp32", "fp16", "bf16"}));
-  t.optimizer = parse_optimizer(a.get_choice("optimizer", {"adamw", "sgd"}));
-  t.layout.zero_stage = read_int(a, "zero-stage");
-  // Ranges a real layout stays inside, so that no degree is cut to 32 bits on the way (a tp of
-  // 2^32 + 1 used to bill like tp 1).
-  t.layout.dp = a.get_int("dp", 1, 1 << 20);
-  t.layout.tp = a.get_int("tp", 1, 4096);
-  t.layout.pp = a.get_int("pp", 1, 4096);
-  t.layout.recompute = parse_recompute(a.get_choice("recompute", {"none", "selective", "full"}));
-  t.layout.sequence_parallel = a.get_flag("sequence-parallel");
-  // Flags that would change nothing are refused, not ignored.
-  if (t.layout.sequence_parallel && t.layout.tp == 1) {
-    throw InputError("--sequence-parallel splits activations over the tp group: it needs --tp 2 or more");
-  }
-  if (!t.shape && a.given("recompute")) {
-    throw InputError("--recompute changes the activations, which need a GPT shape "
-                     "(--n-layer --n-embd ...), not --params");
-  }
-  t.device_memory_bytes = parse_bytes("--device-memory", a.get("device-memory"));
-  t.offload_optimizer = a.get_flag("offload-optimizer");
-  return t;
-}
 
 // 124439808 -> "124,439,808"
 std::string grouped(std::int64_t v) {
@@ -278,12 +177,11 @@ void print_json(const TrainingSetup& t, const MemoryBill& b,
 }
 
 int run(int argc, char** argv) {
-  ArgParser args = make_parser();
-  args.parse(argc, argv);
-  const TrainingSetup setup = read_setup(args);
+  const MixparMemFlags flags = parse_mixpar_mem_flags(argc, argv);
+  const TrainingSetup& setup = flags.setup;
   const MemoryBill bill = compute_bill(setup);
   const std::vector<std::string> notes = bill_notes(setup, bill);
-  if (args.get_flag("json")) {
+  if (flags.json) {
     print_json(setup, bill, notes);
   } else {
     print_table(setup, bill, notes);
