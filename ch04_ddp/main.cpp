@@ -8,13 +8,13 @@
 #include <string>
 #include <vector>
 
+#include "ch04_ddp/ddp_demo_flags.h"
 #include "ch04_ddp/ddp_scenarios.h"
 #include "ch04_ddp/ring_lesson.h"
 #include "report/claim_table.h"
 #include "report/format.h"
 #include "report/text_table.h"
 #include "trace/chrome_trace.h"
-#include "util/cli.h"
 #include "util/errors.h"
 #include "util/json_file.h"
 
@@ -22,18 +22,6 @@ namespace {
 
 using namespace mixpar;
 using namespace mixpar::ch04;
-
-ArgParser make_parser() {
-  ArgParser a("ch04_ddp",
-              "Data parallel and the ring: reduce-scatter + all-gather by hand, DDP with\n"
-              "gradient buckets, and what goes wrong when ranks stop agreeing.");
-  a.option("bug", "all", "all | none | different-init | same-data | local-scaler | fp16-reduce")
-      .option("ranks", "4", "data-parallel ranks (threads of this process), 2..8")
-      .option("steps", "10", "training steps of each DDP run")
-      .option("trace", "", "write a Chrome trace (JSON) of the timing run to this file")
-      .option("json", "", "also write the figure's data (the ring's hops, the DDP timeline) here");
-  return a;
-}
 
 using Checks = ClaimTable;
 
@@ -172,17 +160,10 @@ void print_time_split(int n, const std::string& trace_path, std::vector<TraceSpa
 
 int run(int argc, char** argv) {
   const auto start = std::chrono::steady_clock::now();
-  ArgParser args = make_parser();
-  args.parse(argc, argv);
-  std::vector<std::string> choices = {"all", "none"};
-  for (const std::string& b : bug_names()) choices.push_back(b);
-  const std::string bug = args.get_choice("bug", choices);
-  const auto n = static_cast<int>(args.get_int("ranks", 2, 8));
-  const auto steps = static_cast<int>(args.get_int("steps", 2, 1000));
-  const std::string trace_path =
-      args.given("trace") ? checked_output_path("--trace", args.get("trace")) : std::string();
-  const std::string json_path =
-      args.given("json") ? checked_output_path("--json", args.get("json")) : std::string();
+  const DdpDemoFlags flags = parse_ddp_demo_flags(argc, argv);
+  const std::string& bug = flags.bug;
+  const int n = flags.ranks, steps = flags.steps;
+  const std::string &trace_path = flags.trace_path, &json_path = flags.json_path;
   std::printf("== ch04: data parallel and the ring (%d ranks = %d threads, local backend)\n", n, n);
   Checks checks;
   const bool everything = bug == "all" || bug == "none";
