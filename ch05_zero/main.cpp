@@ -8,12 +8,12 @@
 #include <vector>
 
 #include "ch03_master_weights/memory_calculator.h"
+#include "ch05_zero/zero_demo_flags.h"
 #include "ch05_zero/zero_lesson.h"
 #include "report/claim_table.h"
 #include "report/format.h"
 #include "report/text_table.h"
 #include "tensor/ledger.h"
-#include "util/cli.h"
 #include "util/errors.h"
 
 namespace {
@@ -303,26 +303,10 @@ void print_bug(ZeroBug bug, int n, ClaimTable& checks) {
   }
 }
 
-ArgParser make_parser() {
-  ArgParser a("ch05_zero",
-              "ZeRO stages 1, 2 and 3: the FP32 masters and Adam moments (stage 2: and the\n"
-              "gradients; stage 3: and the parameters) sharded over the data-parallel ranks,\n"
-              "gradients reduce-scattered, parameters all-gathered: DDP's result, bit for bit,\n"
-              "in 1/N of the memory.");
-  a.option("bug", "all",
-           "all | none | local-norm | unshared-overflow | released-gradients | "
-           "forgotten-tied-weight | prefetch-order")
-      .option("ranks", "2", "ranks of the failure modes (threads of this process), 2..8");
-  return a;
-}
-
 int run(int argc, char** argv) {
-  ArgParser args = make_parser();
-  args.parse(argc, argv);
-  const std::string bug = args.get_choice(
-      "bug", {"all", "none", "local-norm", "unshared-overflow", "released-gradients",
-              "forgotten-tied-weight", "prefetch-order"});
-  const auto n = static_cast<int>(args.get_int("ranks", 2, 8));
+  const ZeroDemoFlags flags = parse_zero_demo_flags(argc, argv);
+  const std::string& bug = flags.bug;
+  const int n = flags.ranks;
   std::printf("== ch05: ZeRO stages 1, 2 and 3 (local backend, ranks as threads)\n");
   ClaimTable checks;
   if (bug == "all" || bug == "none") {
