@@ -8,12 +8,12 @@
 #include <string>
 #include <vector>
 
+#include "ch06_tensor_parallel/tp_demo_flags.h"
 #include "ch06_tensor_parallel/tp_lesson.h"
 #include "model/gpt_params.h"
 #include "report/claim_table.h"
 #include "report/format.h"
 #include "report/text_table.h"
-#include "util/cli.h"
 #include "util/errors.h"
 #include "util/json_file.h"
 
@@ -24,21 +24,6 @@ using namespace mixpar::ch06;
 
 // Order-of-summation noise over 10 f32 steps (tests/ch06/tensor_parallel_gpt_test.cpp).
 constexpr double kTol = 1e-4;
-
-const std::vector<std::string> kBugs = {"no-f-backward", "norm-counts-replicas",
-                                        "unmasked-padding", "unsummed-layernorm",
-                                        "heads-not-dividing"};
-
-ArgParser make_parser() {
-  ArgParser a("ch06_tensor_parallel",
-              "Tensor parallelism: one GPT-2's layers split over tp ranks (threads), equal to\n"
-              "the unsplit model; its traffic, its activation memory, and its failure modes.");
-  std::string bugs = "all | none";
-  for (const std::string& b : kBugs) bugs += " | " + b;
-  a.option("bug", "all", bugs).option("steps", "10", "training steps of each run");
-  a.option("json", "", "also write the sharding map of block 0 at tp 2 (the figure's data)");
-  return a;
-}
 
 void print_equivalence(int steps, ClaimTable& checks) {
   TpRunConfig c;
@@ -294,14 +279,9 @@ Json sharding_map() {
 
 int run(int argc, char** argv) {
   const auto start = std::chrono::steady_clock::now();
-  ArgParser args = make_parser();
-  args.parse(argc, argv);
-  std::vector<std::string> choices = {"all", "none"};
-  for (const std::string& b : kBugs) choices.push_back(b);
-  const std::string bug = args.get_choice("bug", choices);
-  const auto steps = static_cast<int>(args.get_int("steps", 2, 200));
-  const std::string json_path =
-      args.given("json") ? checked_output_path("--json", args.get("json")) : std::string();
+  const TpDemoFlags flags = parse_tp_demo_flags(argc, argv);
+  const std::string& bug = flags.bug;
+  const int steps = flags.steps;
   std::printf("== ch06: tensor parallelism (tp ranks = threads, local backend)\n");
   ClaimTable checks;
   if (bug == "all" || bug == "none") {
@@ -311,11 +291,11 @@ int run(int argc, char** argv) {
   }
   if (bug != "none") {
     std::printf("\n== 4. Failure modes\n");
-    for (const std::string& name : kBugs) {
+    for (const std::string& name : tp_demo_bugs()) {
       if (bug == "all" || bug == name) print_bug(name, steps, checks);
     }
   }
-  if (!json_path.empty()) write_json_file(json_path, sharding_map());
+  if (!flags.json_path.empty()) write_json_file(flags.json_path, sharding_map());
   const int failures = checks.print();
   std::printf("ran in %.1f s\n",
               std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
