@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "ch07_pipeline/bubble.h"
+#include "ch07_pipeline/pipeline_demo_flags.h"
 #include "ch07_pipeline/pipeline_lesson.h"
 #include "report/claim_table.h"
-#include "util/cli.h"
 #include "util/errors.h"
 
 namespace {
@@ -19,58 +19,26 @@ namespace {
 using namespace mixpar;
 using namespace mixpar::ch07;
 
-ArgParser make_parser() {
-  ArgParser a("ch07_pipeline",
-              "Pipeline parallelism: schedules as lists of actions, a pre-flight play that\n"
-              "refuses deadlocks, and bubbles measured against the formulas.");
-  a.option("schedule", "", "afab | 1f1b | interleaved | zb-h1: print this schedule's timeline only")
-      .option("pp", "4", "pipeline stages p")
-      .option("micro-batches", "8", "micro-batches m per step")
-      .option("virtual-stages", "1", "model chunks v per rank (interleaved: >= 2)")
-      .flag("json", "with --schedule: the timeline as JSON")
-      .option("bug", "all",
-              "all | none | deadlock | loss-not-divided | tied-not-summed | few-micro-batches | "
-              "too-many-stages");
-  return a;
-}
-
-int bounded(const ArgParser& a, const char* name, int lo, int hi) {
-  const std::int64_t v = a.get_int(name);
-  if (v < lo || v > hi) {
-    throw InputError(std::string("--") + name + " " + std::to_string(v) + " is outside [" +
-                     std::to_string(lo) + ", " + std::to_string(hi) + "]");
-  }
-  return static_cast<int>(v);
-}
-
 void print(const Section& s, ClaimTable& checks) {
   std::printf("\n== %s\n%s", s.title.c_str(), s.text.c_str());
   checks.add(s.claims);
 }
 
 int body(int argc, char** argv) {
-  ArgParser a = make_parser();
-  a.parse(argc, argv);
-  const int p = bounded(a, "pp", 2, 64), m = bounded(a, "micro-batches", 1, 256);
-  const int v = bounded(a, "virtual-stages", 1, 16);
-  const std::string bug = a.get_choice(
-      "bug", {"all", "none", "deadlock", "loss-not-divided", "tied-not-summed",
-              "few-micro-batches", "too-many-stages"});
+  const PipelineDemoFlags f = parse_pipeline_demo_flags(argc, argv);
+  const int p = f.pp, m = f.micro_batches;
+  const std::string& bug = f.bug;
   ClaimTable checks;
-  if (a.given("schedule")) {
-    const ScheduleKind kind = parse_schedule(a.get("schedule"));
-    const PipelineLayout l{p, m, v};
-    const PipelinePlan plan = make_plan(kind, l);  // InputError when the layout cannot run
-    preflight(plan);
-    if (a.get_flag("json")) {
+  if (f.plan) {
+    const PipelinePlan& plan = *f.plan;
+    if (f.json) {
       std::printf("%s\n", timeline_json(plan, play(plan, SendMode::kEager).timeline).dump(2).c_str());
       return 0;
     }
     std::printf("%s\n", preflight_summary(plan).c_str());
-    print(schedule_section(kind, l), checks);
+    print(schedule_section(plan.kind, plan.layout), checks);
     return checks.print() == 0 ? 0 : 1;
   }
-  if (a.get_flag("json")) throw InputError("--json needs --schedule NAME");
   if (bug == "all" || bug == "none") {
     print(schedules_side_by_side(p, m), checks);
     for (ScheduleKind k : {ScheduleKind::kOneFOneB, ScheduleKind::kInterleaved,
