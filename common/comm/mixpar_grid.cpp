@@ -2,72 +2,21 @@
 // coordinates and the members of each of its groups (tp, dp, pp, model-parallel, embedding)
 // and its pipeline neighbours; --json prints the same for scripts, each group listed once.
 // All arithmetic is parallel_grid.h's. Bad flags or a shape that does not fill the world:
-// one-line error, exit code 2, nothing on stdout.
+// one-line error, exit code 2, nothing on stdout (mixpar_grid_flags.cpp).
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <string>
 #include <vector>
 
+#include "comm/mixpar_grid_flags.h"
 #include "comm/parallel_grid.h"
-#include "util/cli.h"
 #include "util/errors.h"
 #include "util/json.h"
 
 namespace {
 
 using namespace mixpar;
-
-// The table has one row per rank and lists whole groups: beyond this it stops being readable.
-constexpr std::int64_t kMaxWorld = 4096;
-
-ArgParser make_parser() {
-  ArgParser a("mixpar-grid",
-              "The rank grid of 3D parallelism: each rank's (dp, tp, pp) coordinates, the\n"
-              "members of its tp, dp, pp, model-parallel and embedding groups, and its\n"
-              "pipeline neighbours, in Megatron's order:\n"
-              "rank = (pp x dp_size + dp) x tp_size + tp.");
-  a.option("world", "", "number of ranks (default: dp x tp x pp)")
-      .option("dp", "1", "data-parallel degree")
-      .option("tp", "1", "tensor-parallel degree")
-      .option("pp", "1", "pipeline-parallel degree (stages)")
-      .flag("json", "print the grid as JSON instead of a table");
-  return a;
-}
-
-int read_degree(const ArgParser& a, const char* name) {
-  const std::int64_t v = a.get_int(name);
-  if (v < 1) throw InputError(std::string("--") + name + " must be >= 1, got " + a.get(name));
-  if (v > kMaxWorld) {
-    throw InputError(std::string("--") + name + " " + a.get(name) + ": mixpar-grid lays out " +
-                     "at most " + std::to_string(kMaxWorld) + " ranks");
-  }
-  return static_cast<int>(v);
-}
-
-struct Request {
-  GridShape shape;
-  int world = 1;
-};
-
-Request read_request(const ArgParser& a) {
-  Request q;
-  q.shape.dp = read_degree(a, "dp");
-  q.shape.tp = read_degree(a, "tp");
-  q.shape.pp = read_degree(a, "pp");
-  const std::int64_t product = std::int64_t{q.shape.dp} * q.shape.tp * q.shape.pp;
-  if (a.given("world")) {
-    q.world = read_degree(a, "world");
-  } else if (product > kMaxWorld) {
-    throw InputError("dp " + std::to_string(q.shape.dp) + " x tp " + std::to_string(q.shape.tp) +
-                     " x pp " + std::to_string(q.shape.pp) + " = " + std::to_string(product) +
-                     " ranks: mixpar-grid lays out at most " + std::to_string(kMaxWorld));
-  } else {
-    q.world = static_cast<int>(product);
-  }
-  validate(q.shape, q.world);
-  return q;
-}
 
 // {0,4} -> "0,4"; {} -> "-".
 std::string list(const std::vector<int>& ranks) {
@@ -170,10 +119,8 @@ void print_json(const GridShape& shape) {
 }
 
 int run(int argc, char** argv) {
-  ArgParser args = make_parser();
-  args.parse(argc, argv);
-  const Request q = read_request(args);
-  if (args.get_flag("json")) {
+  const MixparGridFlags q = parse_mixpar_grid_flags(argc, argv);
+  if (q.json) {
     print_json(q.shape);
   } else {
     print_table(q.shape);
