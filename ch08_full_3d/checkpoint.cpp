@@ -208,12 +208,14 @@ void on_every_rank(Communicator* comm, const std::string& what, const std::funct
     return;
   }
   // The lowest failing rank's reason reaches every rank, so whichever rank reports the run's
-  // error (rank 0 under mpirun, the first to throw among threads) prints the real one, once.
+  // error (rank 0 under mpirun, the first to throw among threads) prints the real one, once,
+  // and the same one however the threads are timed: every other rank, failing or not, throws
+  // that rank's reason.
   const int failed = lowest_rank_where(*comm, error != nullptr);
   if (failed < 0) return;
   const std::string reason = broadcast_text(*comm, failed, message);
   const bool reason_is_input = broadcast_text(*comm, failed, input_error ? "1" : "0") == "1";
-  if (error) std::rethrow_exception(error);  // a failing rank reports its own reason
+  if (comm->rank() == failed) std::rethrow_exception(error);
   const std::string text = failed == 0 ? reason : "rank " + std::to_string(failed) + ": " + reason;
   if (reason_is_input) throw InputError(text);
   throw std::runtime_error(what + " failed on rank " + std::to_string(failed) + ": " + reason);

@@ -29,9 +29,9 @@ std::string save_checkpoint(const std::string& root, std::int64_t step,
                             const std::function<void(const std::string& dir)>& write,
                             std::int64_t keep, Communicator* comm = nullptr);
 
-// Collective over comm (null: f alone): runs f on this rank; f's error is rethrown here, and on
-// the ranks where f succeeded while another rank's failed, the lowest failing rank's reason
-// ("rank 3: ...", an InputError when it was one). So a checkpoint that one rank cannot read (a
+// Collective over comm (null: f alone): runs f on this rank. When f failed anywhere, the
+// lowest failing rank rethrows its own error and every other rank throws that rank's reason
+// ("rank 3: ...", an InputError when it was one), so every rank's message is the same. So a checkpoint that one rank cannot read (a
 // piece it needs is missing) stops every rank with one line that says why, whichever rank
 // prints it, instead of leaving the others waiting in the next collective.
 void on_every_rank(Communicator* comm, const std::string& what, const std::function<void()>& f);
