@@ -69,6 +69,7 @@ class ZeroStage3 final : public ZeroStage2, public BlockParamHook {
   ~ZeroStage3() override;
 
   std::string describe() const override;
+  int sharding_stage() const override { return 3; }
   void begin_step() override;
   void last_backward_starts(int micro_batches) override;
   void grad_ready(std::size_t entry) override;

@@ -190,6 +190,36 @@ double ZeroStage1::counted_sum_of_squares(std::span<const Tensor> grads32,
   return !runs.empty() && runs.back().owner == me ? s[1] : 0.0;
 }
 
+std::vector<OwnedPiece> ZeroStage1::owned_pieces(const ParamRegistry& /*params*/) const {
+  std::vector<OwnedPiece> out;
+  for (const ShardPiece& p : partition_.pieces()) out.push_back({p.entry, p.entry_offset, p.count});
+  return out;
+}
+
+std::vector<bool> ZeroStage1::norm_counted(const ParamRegistry& params, const GridCoord& coord) const {
+  GridCoord at = coord;
+  at.dp = 0;  // every dp rank counts the pieces it owns (counted_sum_of_squares' chain)
+  return GradSync::norm_counted(params, at);
+}
+
+std::vector<Tensor> ZeroStage1::whole_params(const ParamRegistry& /*params*/,
+                                             std::span<const Tensor> owned) const {
+  // Every piece copied into zeros and the dp group sums them: each element has one owner, so
+  // its sum is its value exactly.
+  Tensor flat = Tensor::zeros({registry_.numel()}, DType::kF32, MemCategory::kCommBuffers);
+  const std::vector<ShardPiece>& pieces = partition_.pieces();
+  for (std::size_t k = 0; k < pieces.size(); ++k) {
+    Tensor dst = flat.flat_slice(pieces[k].flat, pieces[k].count);
+    dst.copy_from(owned[k].view({pieces[k].count}));
+  }
+  dp_.all_reduce(flat, ReduceOp::kSum);
+  std::vector<Tensor> out;
+  for (const ParamEntry& e : registry_.entries()) {
+    out.push_back(flat.flat_slice(e.offset, e.param.numel()).view(held_shape(e.shape, e.holding)));
+  }
+  return out;
+}
+
 double ZeroStage1::local_sum_of_squares(std::span<const Tensor> grads32,
                                         const std::vector<bool>& counted) const {
   double sum = 0.0;

@@ -72,14 +72,29 @@ class ZeroStage1 : public GradSync {
   // 16-byte messages); the total is returned on the last owner and 0 elsewhere, so the
   // world's sum (StepReductions::grad_norm) is the total, unchanged.
   double counted_sum_of_squares(std::span<const Tensor> grads32,
-                                const std::vector<bool>& counted) const;
+                                const std::vector<bool>& counted) const override;
   // This rank's shard sum alone, with no other rank's: the local-norm clipping mistake.
   double local_sum_of_squares(std::span<const Tensor> grads32,
                               const std::vector<bool>& counted) const;
   // Collective over dp: every rank's shard of the working copy all-gathered into every
   // replica, bucket by bucket (after the optimizer stepped).
   // ZeRO-3 gathers block by block before each use instead: nothing to do after its step.
-  virtual void gather_params();
+  void gather_params() override;
+
+  // GradSync's ownership, answered with this rank's shard: its pieces are the partition's,
+  // its optimizer tensors the shard_* views, every dp rank counts the norm of its own pieces
+  // (the dp coordinate no longer decides who counts), and whole tensors come back from the
+  // pieces by one sum over dp (each element has exactly one owner).
+  int sharding_stage() const override { return 1; }
+  std::vector<OwnedPiece> owned_pieces(const ParamRegistry& params) const override;
+  std::vector<Tensor> owned_params(ParamRegistry&) const override { return shard_params(); }
+  std::vector<Tensor> owned_grads(ParamRegistry&) const override { return shard_grads(); }
+  std::vector<bool> owned_weight_decay(const ParamRegistry&) const override {
+    return shard_weight_decay();
+  }
+  std::vector<bool> norm_counted(const ParamRegistry& params, const GridCoord& at) const override;
+  std::vector<Tensor> whole_params(const ParamRegistry& params,
+                                   std::span<const Tensor> owned) const override;
 
  protected:
   // stage2: each bucket's FP32 staging and ZeRO's own reduce-scatter and all-gather scratch
@@ -126,6 +141,7 @@ class ZeroStage2 : public ZeroStage1 {
   ZeroStage2(Communicator& dp, ParamRegistry& registry, ZeroConfig config);
 
   std::string describe() const override;
+  int sharding_stage() const override { return 2; }
   void begin_step() override;
   double finish() override;
   std::vector<Tensor> shard_grads() const override;

@@ -16,7 +16,7 @@
 // "Distributed checkpoints".
 //
 // ZeRO stage 3 (a rank keeps only its flat shard of the working parameters) maps the same way:
-// its pieces are the partition's ShardPiece ranges, zero_piece_runs() of each.
+// its pieces are the partition's ShardPiece ranges (GradSync::owned_pieces), flat_runs() of each.
 #pragma once
 
 #include <cstdint>
@@ -24,7 +24,6 @@
 #include <string>
 #include <vector>
 
-#include "ch05_zero/zero_partition.h"
 #include "model/gpt_params.h"
 #include "tensor/tensor.h"
 
@@ -60,13 +59,10 @@ std::vector<PieceBox> held_boxes(const ParamEntry& e);
 // Where the elements of e's held tensor (held_shape, row-major) lie in the global tensor;
 // padding rows have no run.
 std::vector<PieceRun> held_runs(const ParamEntry& e);
-// The same for a flat range of the held tensor: ZeRO's piece of a parameter (ShardPiece's
-// entry_offset and count), local positions from 0.
+// The same for a flat range of the held tensor: an owned piece of a parameter (OwnedPiece's
+// entry_offset and count, parallel/grad_sync.h), local positions from 0.
 std::vector<PieceRun> flat_runs(const ParamEntry& e, std::int64_t entry_offset,
                                 std::int64_t count);
-inline std::vector<PieceRun> zero_piece_runs(const ParamEntry& e, const ch05::ShardPiece& p) {
-  return flat_runs(e, p.entry_offset, p.count);
-}
 
 // Whether a holding is one tp rank's part of the tensor (the other tp ranks hold other parts)
 // rather than the whole tensor every tp rank holds alike.

@@ -40,8 +40,31 @@ class TiedEmbeddingFirst final : public GradSync {
   double finish() override;
   double take_comm_seconds() override;
   std::vector<TraceSpan> take_spans() override;
+  std::uint64_t own_bytes_sent() const override { return inner_->own_bytes_sent(); }
 
-  GradSync& inner() { return *inner_; }
+  // What the inner sync owns is what this one owns; it only reorders the wte's reduction.
+  int sharding_stage() const override { return inner_->sharding_stage(); }
+  std::vector<OwnedPiece> owned_pieces(const ParamRegistry& p) const override {
+    return inner_->owned_pieces(p);
+  }
+  std::vector<Tensor> owned_params(ParamRegistry& p) const override { return inner_->owned_params(p); }
+  std::vector<Tensor> owned_grads(ParamRegistry& p) const override { return inner_->owned_grads(p); }
+  std::vector<bool> owned_weight_decay(const ParamRegistry& p) const override {
+    return inner_->owned_weight_decay(p);
+  }
+  std::vector<bool> norm_counted(const ParamRegistry& p, const GridCoord& at) const override {
+    return inner_->norm_counted(p, at);
+  }
+  double counted_sum_of_squares(std::span<const Tensor> grads32,
+                                const std::vector<bool>& counted) const override {
+    return inner_->counted_sum_of_squares(grads32, counted);
+  }
+  void gather_params() override { inner_->gather_params(); }
+  std::vector<Tensor> whole_params(const ParamRegistry& p,
+                                   std::span<const Tensor> owned) const override {
+    return inner_->whole_params(p, owned);
+  }
+  bool sums_tied_copies() const override { return true; }
 
  private:
   std::unique_ptr<GradSync> inner_;

@@ -15,20 +15,15 @@
 #include <omp.h>
 #endif
 
-#include "ch04_ddp/bucketed_allreduce.h"
-#include "ch04_ddp/ddp.h"
-#include "ch05_zero/zero_stage3.h"
-#include "ch06_tensor_parallel/tp_collectives.h"
 #include "ch06_tensor_parallel/tp_gather.h"
 #include "ch07_pipeline/model_chunks.h"
-#include "ch07_pipeline/pipeline_runtime.h"
 #include "ch07_pipeline/stage_gather.h"
 #include "model/gpt_hf.h"
 #include "model_flops.h"
 #include "parallel/count_once.h"
 #include "parallel/replicas.h"
 #include "run_watch.h"
-#include "tied_embedding_sync.h"
+#include "strategy_factory.h"
 #include "util/errors.h"
 
 namespace mixpar::ch08 {
@@ -39,16 +34,6 @@ TrainerConfig validated(TrainerConfig c) {
   return c;
 }
 
-// The parameters the optimizer, the gradient sync, the norm and --save see: the model's own,
-// or with --virtual-stages > 1 the registry of every model chunk of this rank
-// (ch07_pipeline/model_chunks.h), of which the model (chunk 0) and the other chunks are views.
-ParamRegistry& rank_params(GptModel& m) {
-  return m.options().params != nullptr ? *m.options().params : m.registry();
-}
-const ParamRegistry& rank_params(const GptModel& m) {
-  return m.options().params != nullptr ? *m.options().params : m.registry();
-}
-
 GptOptions model_options(const TrainerConfig& c) {
   GptOptions o;
   o.dtype = c.dtype;
@@ -57,19 +42,13 @@ GptOptions model_options(const TrainerConfig& c) {
   return o;
 }
 
-ch03::MixedPrecisionConfig optimizer_config(const TrainerConfig& c, const GptModel& model,
-                                            const ch05::ZeroStage1* zero) {
+// GPT-2's two param groups: 2-D weights decay, biases and LayerNorm gains do not; the mask
+// is by piece of what this rank's optimizer steps (GradSync::owned_weight_decay).
+ch03::MixedPrecisionConfig optimizer_config(const TrainerConfig& c, std::vector<bool> decays) {
   ch03::MixedPrecisionConfig m;
   m.optimizer = ch03::OptimizerKind::kAdamW;
   m.adamw = AdamWConfig{c.schedule.lr, c.beta1, c.beta2, c.eps, c.weight_decay};
-  // GPT-2's two param groups: 2-D weights decay, biases and LayerNorm gains do not.
-  if (zero != nullptr) {
-    m.weight_decay_mask = zero->shard_weight_decay();  // by piece of this rank's shard
-  } else {
-    for (const ParamEntry& e : rank_params(model).entries()) {
-      m.weight_decay_mask.push_back(e.weight_decay);
-    }
-  }
+  m.weight_decay_mask = std::move(decays);
   m.max_grad_norm = c.grad_clip;
   m.offload = c.offload_optimizer;  // masters, FP32 gradients and moments: host memory
   // Only fp16 needs a scaler: bf16 has FP32's exponent range, so small gradients survive.
@@ -78,109 +57,9 @@ ch03::MixedPrecisionConfig optimizer_config(const TrainerConfig& c, const GptMod
   return m;
 }
 
-ch04::ReducerConfig reducer_config(const TrainerConfig& c) {
-  ch04::ReducerConfig r;
-  r.bucket_cap_bytes = static_cast<std::size_t>(c.bucket_mb * 1024.0 * 1024.0);
-  r.algo = c.allreduce;
-  r.overlap = c.overlap;
-  return r;
-}
-
 std::unique_ptr<ParallelGrid> make_grid(Communicator* world, const TrainerConfig& c) {
   if (world == nullptr) return nullptr;
   return std::make_unique<ParallelGrid>(*world, GridShape{c.dp, c.tp, c.pp});
-}
-
-// ZeRO with one replica (dp 1, e.g. --tp 2 or --pp 2 alone): a shard of one is the whole, so
-// each stage is stage 0 exactly (Rajbhandari et al. 2020: the savings are 1/N_d), run as one
-// replica's gradients and named so in the run's log.
-class OneReplicaZero final : public GradSync {
- public:
-  explicit OneReplicaZero(int stage) : stage_(stage) {}
-  std::string describe() const override {
-    return "ZeRO-" + std::to_string(stage_) +
-           " with dp 1: nothing to shard, runs as stage 0 (one replica: nothing to synchronise)";
-  }
-  bool averages() const override { return false; }
-  void last_backward_starts(int) override {}
-  void grad_ready(std::size_t) override {}
-  double finish() override { return 0.0; }
-
- private:
-  int stage_;
-};
-
-// The one place a chapter plugs its gradient synchronisation into the trainer: chapter 4's
-// bucketed all-reduce over the dp group (chapter 5 adds ZeRO's reduce-scatter here). The dp
-// replicas are made equal first (rank 0's weights broadcast, or one seed) and checked.
-std::unique_ptr<GradSync> make_grad_sync(GptModel& model, const ParallelGrid* grid,
-                                         const TrainerConfig& c) {
-  if (grid != nullptr && grid->dp().size() == 1 && c.zero_stage >= 1) {
-    return std::make_unique<OneReplicaZero>(c.zero_stage);
-  }
-  if (grid == nullptr || grid->dp().size() == 1) return std::make_unique<LocalGradients>();
-  Communicator& dp = grid->dp();
-  sync_initial_weights(dp, rank_params(model).flat_params(), c.init_sync);
-  std::unique_ptr<GradSync> sync;
-  if (c.zero_stage >= 1) {
-    ch05::ZeroConfig z;
-    z.bucket_cap_bytes = reducer_config(c).bucket_cap_bytes;
-    z.overlap = c.overlap;
-    if (c.zero_stage == 3) {
-      verify_replicas(dp, rank_params(model).flat_params());  // before the copy is split
-      ch05::Zero3Options o;
-      o.prefetch = c.zero3_prefetch;
-      sync = std::make_unique<ch05::ZeroStage3>(dp, model, z, o);
-    } else if (c.zero_stage == 2) {
-      sync = std::make_unique<ch05::ZeroStage2>(dp, rank_params(model), z);
-    } else {
-      sync = std::make_unique<ch05::ZeroStage1>(dp, rank_params(model), z);
-    }
-  } else {
-    sync = std::make_unique<ch04::BucketedAllReduce>(dp, rank_params(model), reducer_config(c),
-                                                     ch04::model_reports_grad_ready());
-  }
-  // ZeRO-3 has released the whole working copy (it checked the replicas before splitting it).
-  if (c.zero_stage != 3) verify_replicas(dp, rank_params(model).flat_params());
-  // ZeRO with pipeline stages: the tied wte's two copies meet before the reduce-scatter
-  // (tied_embedding_sync.h); under DDP the schedule sums them after the all-reduce.
-  Communicator* embedding = grid->embedding();
-  if (c.zero_stage >= 1 && embedding != nullptr && embedding->size() > 1 &&
-      rank_params(model).contains("wte.weight")) {
-    sync = std::make_unique<TiedEmbeddingFirst>(std::move(sync), rank_params(model), *embedding,
-                                                grid->coord().rank);
-  }
-  return sync;
-}
-
-// Chapter 5's ZeRO inside the sync (null when it is another): the optimizer then steps its
-// shard only.
-ch05::ZeroStage1* zero_of(GradSync* sync) {
-  if (auto* tied = dynamic_cast<TiedEmbeddingFirst*>(sync)) sync = &tied->inner();
-  return dynamic_cast<ch05::ZeroStage1*>(sync);
-}
-
-// The second factory point: what the optimizer steps. DDP and one device: every parameter.
-// ZeRO: this rank's pieces of the flat partition, so its masters and moments are 1/dp of them.
-std::vector<Tensor> optimizer_params(const GptModel& model, const ch05::ZeroStage1* zero) {
-  return zero != nullptr ? zero->shard_params() : tensors_of(rank_params(model).parameters());
-}
-std::vector<Tensor> optimizer_grads(const GptModel& model, const ch05::ZeroStage1* zero) {
-  return zero != nullptr ? zero->shard_grads() : tensors_of(rank_params(model).gradients());
-}
-
-// Who counts an entry in the norm. Under ZeRO every dp rank counts the shards it owns (the
-// chain of ZeroStage1::counted_sum_of_squares), so the dp coordinate no longer decides.
-std::vector<bool> counted_entries(const GptModel& model, GridCoord at,
-                                  const ch05::ZeroStage1* zero) {
-  if (zero != nullptr) at.dp = 0;
-  return norm_counted(rank_params(model).entries(), at);
-}
-
-// Chapter 6's tensor-parallel collectives over the grid's tp group, when there is one.
-std::unique_ptr<TensorParallelOps> make_tp_ops(const ParallelGrid* grid) {
-  if (grid == nullptr || grid->shape().tp == 1) return nullptr;
-  return std::make_unique<ch06::TpCollectives>(grid->tp());
 }
 
 // The tp x pp placement of this rank's model: its tp shard (Megatron's split, chapter 6).
@@ -241,17 +120,6 @@ std::vector<GptModel> later_chunks(const TrainerConfig& c, const ParallelGrid* g
   return out;
 }
 
-// The one place a schedule is chosen: one stage running every micro-batch forward then
-// backward, or chapter 7's pipeline executing this rank's action list over the pp group (the
-// plan checked by the pre-flight play before any compute).
-std::unique_ptr<Schedule> make_schedule(const TrainerConfig& c, const ParallelGrid* grid) {
-  const int m = static_cast<int>(c.grad_accum);
-  if (grid == nullptr || grid->shape().pp == 1) return std::make_unique<SingleStage>(m);
-  return std::make_unique<ch07::PipelineSchedule>(
-      ch07::parse_schedule(c.pipeline_schedule), ch07::PipelineLayout{c.pp, m, c.virtual_stages},
-      *grid);
-}
-
 }  // namespace
 
 void set_cpu_threads(int threads) {
@@ -276,38 +144,36 @@ Trainer::Trainer(TrainerConfig config, TrainingData data, Communicator* world)
                            config_, grid_.get(), 0, chunk_params_.get())),
       chunks_(later_chunks(config_, grid_.get(), tp_ops_.get(), chunk_params_.get())),
       sync_(make_grad_sync(model_, grid_.get(), config_)),
-      zero_(zero_of(sync_.get())),
-      optimizer_(optimizer_params(model_, zero_), optimizer_grads(model_, zero_),
-                 optimizer_config(config_, model_, zero_)),
+      // What the optimizer steps is what the sync says this rank owns: every parameter, or
+      // (sharded over dp) its pieces, so its masters and moments are 1/dp of them.
+      optimizer_(sync_->owned_params(rank_params(model_)), sync_->owned_grads(rank_params(model_)),
+                 optimizer_config(config_, sync_->owned_weight_decay(rank_params(model_)))),
       reductions_(grid_.get()),
-      schedule_(make_schedule(config_, grid_.get())),
-      norm_counted_(counted_entries(model_, coord(), zero_)),
+      schedule_(make_schedule(config_, grid_.get(), model_chunks())),
+      norm_counted_(sync_->norm_counted(rank_params(model_), coord())),
       // Replica d reads rows d*B .. (d+1)*B-1 of each global window of dp*B*T+1 tokens: the
       // tp and pp ranks of one replica read the same rows.
       loader_(data_.tokens, config_.batch, config_.seq, config_.data_order, config_.seed,
               coord().dp, shape().dp) {
   model_.set_grad_ready_hook([this](std::size_t entry) { sync_->grad_ready(entry); });
-  if (!chunks_.empty()) {
-    // Interleaved: the rank's last backward is chunk 0's (model_, the registry's first
-    // entries: its hook's indices are the registry's); the other chunks' gradients are final
-    // before it, report nothing, and are sent by the sync's finish().
-    std::vector<GptModel*> all = {&model_};
-    for (GptModel& m : chunks_) all.push_back(&m);
-    dynamic_cast<ch07::PipelineSchedule&>(*schedule_).set_chunks(std::move(all));
-  }
   if (grid_ && optimizer_.scaler().mode() != ch02::ScaleMode::kNone) {
     // One rank's overflow must skip every rank's step, or the replicas and scales part ways.
     optimizer_.set_found_inf_reducer([this](bool found) { return reductions_.found_inf(found); });
   }
   // Every element once, over the world: on a single device exactly global_grad_norm.
   optimizer_.set_grad_norm_fn([this](std::span<const Tensor> grads32) {
-    return reductions_.grad_norm(zero_ ? zero_->counted_sum_of_squares(grads32, norm_counted_)
-                                       : counted_sum_of_squares(grads32, norm_counted_));
+    return reductions_.grad_norm(sync_->counted_sum_of_squares(grads32, norm_counted_));
   });
   if (!config_.init_from.empty()) {
     load_initial_weights();  // every rank reads the same directory
     verify_replicas();
   }
+}
+
+std::vector<GptModel*> Trainer::model_chunks() {
+  std::vector<GptModel*> all = {&model_};
+  for (GptModel& m : chunks_) all.push_back(&m);
+  return all;
 }
 
 void Trainer::verify_replicas() {
@@ -395,7 +261,7 @@ std::vector<RankMetrics> Trainer::gather_rank_metrics() {
 }
 
 std::vector<NamedTensor> Trainer::master_weights() const {
-  if (zero_) throw std::logic_error("Trainer::master_weights: ZeRO holds the masters in shards");
+  if (sharded()) throw std::logic_error("Trainer::master_weights: the masters are sharded over dp");
   std::vector<NamedTensor> out;
   const auto entries = rank_params(model_).entries();
   for (std::size_t i = 0; i < entries.size(); ++i) {
@@ -404,7 +270,9 @@ std::vector<NamedTensor> Trainer::master_weights() const {
   return out;
 }
 
-bool Trainer::gathers_for_eval() const { return tp_ops_ || pipelined() || zero_; }
+bool Trainer::sharded() const { return sync_->sharding_stage() != 0; }
+
+bool Trainer::gathers_for_eval() const { return tp_ops_ || pipelined() || sharded(); }
 
 void Trainer::save_hf(const std::string& dir) const {
   if (gathers_for_eval() && eval_masters_.empty()) {
@@ -414,23 +282,9 @@ void Trainer::save_hf(const std::string& dir) const {
 }
 
 std::vector<Tensor> Trainer::place_masters() const {
-  if (!zero_) return tensors_of(master_weights());
-  // ZeRO: each dp rank steps its pieces of the flat buffer. Every piece is copied into zeros
-  // and the dp group sums them: each element has one owner, so its sum is its value exactly.
-  const ParamRegistry& reg = rank_params(model_);
-  Tensor flat = Tensor::zeros({reg.numel()}, DType::kF32, MemCategory::kCommBuffers);
-  const std::vector<ch05::ShardPiece>& pieces = zero_->partition().pieces();
-  for (std::size_t k = 0; k < pieces.size(); ++k) {
-    Tensor dst = flat.flat_slice(pieces[k].flat, pieces[k].count);
-    dst.copy_from(optimizer_.stepped_params()[k].view({pieces[k].count}));
-  }
-  grid_->dp().all_reduce(flat, ReduceOp::kSum);
-  std::vector<Tensor> out;
-  for (const ParamEntry& e : reg.entries()) {
-    const Shape held = held_shape(e.shape, e.holding);
-    out.push_back(flat.flat_slice(e.offset, e.param.numel()).view(held));
-  }
-  return out;
+  // The optimizer's FP32 tensors, one per owned piece, made whole (a sum over dp when they
+  // are shards).
+  return sync_->whole_params(rank_params(model_), optimizer_.stepped_params());
 }
 
 void Trainer::prepare_eval_model() {
@@ -476,25 +330,16 @@ GptModel& Trainer::eval_model() {
 }
 
 void Trainer::recast_working_copy() {
-  if (zero_) {
-    // The optimizer's tensors are this rank's pieces (views of the working copy in fp32):
-    // each rounded into its place, then every replica gathers the others'.
-    if (optimizer_.has_masters()) {
-      const std::vector<Tensor> views = zero_->shard_params();
-      for (std::size_t k = 0; k < views.size(); ++k) {
-        Tensor v = views[k];
-        v.copy_from(optimizer_.stepped_params()[k]);
-      }
+  // fp32 without masters: the optimizer stepped the working copy itself. Otherwise each owned
+  // piece rounded into its place; then a sharded sync gathers every replica's pieces.
+  if (optimizer_.has_masters()) {
+    const std::vector<Tensor> views = sync_->owned_params(rank_params(model_));
+    for (std::size_t k = 0; k < views.size(); ++k) {
+      Tensor v = views[k];
+      v.copy_from(optimizer_.stepped_params()[k]);
     }
-    zero_->gather_params();
-    return;
   }
-  if (!optimizer_.has_masters()) return;  // fp32: the masters are the model's own tensors
-  const std::vector<NamedTensor> params = rank_params(model_).parameters();
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    Tensor p = params[i].tensor;
-    p.copy_from(optimizer_.stepped_params()[i]);
-  }
+  sync_->gather_params();
 }
 
 void Trainer::load_initial_weights() {
@@ -512,7 +357,7 @@ ch03::StepReport Trainer::optimizer_step(double lr) {
   optimizer_.set_lr(lr);
   const ch03::StepReport rep = optimizer_.step();
   // Every rank skipped or every rank stepped (the found-inf vote is the world's).
-  if (zero_ && rep.taken) zero_->gather_params();
+  if (rep.taken) sync_->gather_params();
   return rep;
 }
 
@@ -568,7 +413,7 @@ StepStats Trainer::train_step() {
   const double w0 = trace_now_us();
   const double waited = sync_->finish();  // every gradient of this rank synchronised
   // A pipeline sums the tied wte's two copies here, unless the sync did before reducing.
-  if (dynamic_cast<TiedEmbeddingFirst*>(sync_.get()) == nullptr) schedule_->after_sync(model_);
+  if (!sync_->sums_tied_copies()) schedule_->after_sync(model_);
   if (grid_) spans_.push_back({"wait for gradients", "exposed", rank(), 0, w0, waited * 1e6});
   times_.compute_s += r.compute_s;
   times_.exposed_s += waited;

@@ -16,7 +16,6 @@
 #include <vector>
 
 #include "ch03_master_weights/mixed_precision_optimizer.h"
-#include "ch05_zero/zero_sync.h"
 #include "checkpoint_pieces.h"
 #include "comm/communicator.h"
 #include "comm/parallel_grid.h"
@@ -157,8 +156,13 @@ class Trainer {
   // --init-from on a sharded layout (tp, pp or ZeRO; trainer_state.cpp): each rank reads its
   // own pieces of the Hugging Face tensors into its FP32 masters.
   void load_hf_pieces(const std::string& dir);
-  // The working copy from the masters (ZeRO: this rank's pieces, then gathered over dp).
+  // The working copy from the masters (sharded: this rank's pieces, then gathered over dp).
   void recast_working_copy();
+  // The sync splits the training state over dp (GradSync::sharding_stage): the optimizer
+  // steps this rank's pieces only.
+  bool sharded() const;
+  // This rank's model chunks, model_ first (one without --virtual-stages).
+  std::vector<GptModel*> model_chunks();
   // This rank's FP32 masters and AdamW moments as pieces of the global tensors, each marked
   // with whether this rank is the one that writes it (checkpoint_pieces.h): what a checkpoint
   // stores and what a resume on any layout fills.
@@ -187,9 +191,6 @@ class Trainer {
   // Before the optimizer: making the replicas equal must reach the working copy before the
   // optimizer copies it into the FP32 masters.
   std::unique_ptr<GradSync> sync_;
-  // sync_ when it is chapter 5's ZeRO (null otherwise): the optimizer then steps this rank's
-  // shard only, and the updated shards are all-gathered after each step.
-  ch05::ZeroStage1* zero_;
   ch03::MixedPrecisionOptimizer optimizer_;
   StepReductions reductions_;
   std::unique_ptr<Schedule> schedule_;

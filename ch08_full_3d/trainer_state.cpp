@@ -28,6 +28,7 @@
 #include "io/safetensors.h"
 #include "model/gpt_hf.h"
 #include "run_checks.h"
+#include "strategy_factory.h"
 #include "trainer.h"
 #include "util/errors.h"
 
@@ -88,14 +89,16 @@ Json read_state(const std::string& dir) {
 // The grid a checkpoint was written on, as its state names it.
 struct Layout {
   std::int64_t dp = 1, tp = 1, pp = 1;
-  std::int64_t zero_stage = 0;  // sharding the masters and moments over dp when >= 1, dp > 1
+  // GradSync::sharding_stage (ZeRO's numbering): >= 1 with dp > 1, each dp rank wrote the
+  // pieces it owns. Stored under the key "zero_stage".
+  std::int64_t sharding_stage = 0;
   bool operator==(const Layout&) const = default;
   std::string str() const {
     return "dp " + std::to_string(dp) + " x tp " + std::to_string(tp) + " x pp " +
            std::to_string(pp);
   }
   // One rank writes every tensor whole: the files of a Hugging Face directory.
-  bool single_writer() const { return tp == 1 && pp == 1 && (dp == 1 || zero_stage == 0); }
+  bool single_writer() const { return tp == 1 && pp == 1 && (dp == 1 || sharding_stage == 0); }
 };
 
 Json layout_json(const Layout& l) {
@@ -103,7 +106,7 @@ Json layout_json(const Layout& l) {
   j.set("dp", l.dp);
   j.set("tp", l.tp);
   j.set("pp", l.pp);
-  j.set("zero_stage", l.zero_stage);
+  j.set("zero_stage", l.sharding_stage);
   return j;
 }
 
@@ -117,7 +120,7 @@ Layout layout_of(const Json& state, const std::string& path) {
   l.dp = j.at("dp").as_int();
   l.tp = j.at("tp").as_int();
   l.pp = j.at("pp").as_int();
-  if (const Json* z = j.find("zero_stage")) l.zero_stage = z->as_int();
+  if (const Json* z = j.find("zero_stage")) l.sharding_stage = z->as_int();
   if (l.dp < 1 || l.tp < 1 || l.pp < 1) throw InputError(path + ": layout " + l.str() + " is not a grid");
   return l;
 }
@@ -130,10 +133,10 @@ std::string piece_file(const char* what, const Layout& l, const GridCoord& at) {
          "-pp" + std::to_string(at.pp) + ".safetensors";
 }
 
-// Who writes: every dp rank under ZeRO (each owns its flat ranges), dp rank 0 otherwise (the
-// replicas hold the same tensors).
+// Who writes: every dp rank of a sharded layout (each owns its flat ranges), dp rank 0
+// otherwise (the replicas hold the same tensors).
 bool writes_files(const Layout& l, const GridCoord& at) {
-  return (l.dp > 1 && l.zero_stage >= 1) || at.dp == 0;
+  return (l.dp > 1 && l.sharding_stage >= 1) || at.dp == 0;
 }
 
 // The piece files of a checkpoint, as its state lists them. Version 1 and 2 states of one
@@ -297,20 +300,20 @@ std::vector<HeldTensor> Trainer::held_state() const {
   // Every parameter this rank steps: its model's registry, or with several model chunks
   // (chapter 7's interleaved pipeline) the one registry of them all. Each entry has its
   // global name, so each chunk's pieces map like any stage's.
-  const ParamRegistry& params =
-      model_.options().params != nullptr ? *model_.options().params : model_.registry();
+  const ParamRegistry& params = rank_params(model_);
   const auto entries = params.entries();
   std::vector<HeldTensor> out;
-  // The optimizer's k-th tensor: a whole entry's held tensor, or under ZeRO the k-th piece of
-  // this rank's flat shard (checkpoint_pieces.h maps either to the global tensor).
-  const std::size_t n = zero_ ? zero_->partition().pieces().size() : entries.size();
-  for (std::size_t k = 0; k < n; ++k) {
-    const ParamEntry& e = entries[zero_ ? zero_->partition().pieces()[k].entry : k];
-    std::vector<PieceRun> runs =
-        zero_ ? zero_piece_runs(e, zero_->partition().pieces()[k]) : held_runs(e);
+  // The optimizer's k-th tensor is the sync's k-th owned piece: a whole entry's held tensor,
+  // or under a sharding sync a flat range of one (checkpoint_pieces.h maps either to the
+  // global tensor).
+  const std::vector<OwnedPiece> pieces = sync_->owned_pieces(params);
+  for (std::size_t k = 0; k < pieces.size(); ++k) {
+    const OwnedPiece& p = pieces[k];
+    const ParamEntry& e = entries[p.entry];
+    std::vector<PieceRun> runs = flat_runs(e, p.entry_offset, p.count);
     // Written once: not the tied wte's second copy (its owner, stage 0, writes wte), a tensor
-    // every tp rank holds whole only by tp rank 0, and without ZeRO only by dp rank 0.
-    const bool writes = !e.holding.tied_copy && (zero_ != nullptr || at.dp == 0) &&
+    // every tp rank holds whole only by tp rank 0, and, replicated over dp, only by dp rank 0.
+    const bool writes = !e.holding.tied_copy && (sharded() || at.dp == 0) &&
                         (is_tp_part(e.holding) || at.tp == 0);
     const std::pair<std::string, const Tensor*> parts[] = {
         {e.name, &optimizer_.stepped_params()[k]},
@@ -325,7 +328,7 @@ std::vector<HeldTensor> Trainer::held_state() const {
 
 void Trainer::write_checkpoint_files(const std::string& dir) const {
   const GridShape g = shape();
-  const Layout layout{g.dp, g.tp, g.pp, zero_ ? config_.zero_stage : 0};
+  const Layout layout{g.dp, g.tp, g.pp, sync_->sharding_stage()};
   const GridCoord at = coord();
   if (writes_files(layout, at)) {
     const std::vector<HeldTensor> held = held_state();

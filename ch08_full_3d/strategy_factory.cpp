@@ -1,0 +1,111 @@
+// The strategies behind the trainer's seams, chosen from its flags (strategy_factory.h).
+#include "strategy_factory.h"
+
+#include "ch04_ddp/bucketed_allreduce.h"
+#include "ch04_ddp/ddp.h"
+#include "ch05_zero/zero_stage3.h"
+#include "ch06_tensor_parallel/tp_collectives.h"
+#include "ch07_pipeline/pipeline_runtime.h"
+#include "parallel/replicas.h"
+#include "tied_embedding_sync.h"
+
+namespace mixpar::ch08 {
+namespace {
+
+ch04::ReducerConfig reducer_config(const TrainerConfig& c) {
+  ch04::ReducerConfig r;
+  r.bucket_cap_bytes = static_cast<std::size_t>(c.bucket_mb * 1024.0 * 1024.0);
+  r.algo = c.allreduce;
+  r.overlap = c.overlap;
+  return r;
+}
+
+// ZeRO with one replica (dp 1, e.g. --tp 2 or --pp 2 alone): a shard of one is the whole, so
+// each stage is stage 0 exactly (Rajbhandari et al. 2020: the savings are 1/N_d), run as one
+// replica's gradients and named so in the run's log.
+class OneReplicaZero final : public GradSync {
+ public:
+  explicit OneReplicaZero(int stage) : stage_(stage) {}
+  std::string describe() const override {
+    return "ZeRO-" + std::to_string(stage_) +
+           " with dp 1: nothing to shard, runs as stage 0 (one replica: nothing to synchronise)";
+  }
+  bool averages() const override { return false; }
+  void last_backward_starts(int) override {}
+  void grad_ready(std::size_t) override {}
+  double finish() override { return 0.0; }
+
+ private:
+  int stage_;
+};
+
+// Chapter 5's ZeRO stage c.zero_stage (>= 1) over dp.
+std::unique_ptr<GradSync> make_zero(Communicator& dp, GptModel& model, const TrainerConfig& c) {
+  ch05::ZeroConfig z;
+  z.bucket_cap_bytes = reducer_config(c).bucket_cap_bytes;
+  z.overlap = c.overlap;
+  if (c.zero_stage == 3) {
+    verify_replicas(dp, rank_params(model).flat_params());  // before the copy is split
+    ch05::Zero3Options o;
+    o.prefetch = c.zero3_prefetch;
+    return std::make_unique<ch05::ZeroStage3>(dp, model, z, o);
+  }
+  if (c.zero_stage == 2) return std::make_unique<ch05::ZeroStage2>(dp, rank_params(model), z);
+  return std::make_unique<ch05::ZeroStage1>(dp, rank_params(model), z);
+}
+
+}  // namespace
+
+ParamRegistry& rank_params(GptModel& m) {
+  return m.options().params != nullptr ? *m.options().params : m.registry();
+}
+const ParamRegistry& rank_params(const GptModel& m) {
+  return m.options().params != nullptr ? *m.options().params : m.registry();
+}
+
+std::unique_ptr<GradSync> make_grad_sync(GptModel& model, const ParallelGrid* grid,
+                                         const TrainerConfig& c) {
+  if (grid != nullptr && grid->dp().size() == 1 && c.zero_stage >= 1) {
+    return std::make_unique<OneReplicaZero>(static_cast<int>(c.zero_stage));
+  }
+  if (grid == nullptr || grid->dp().size() == 1) return std::make_unique<LocalGradients>();
+  Communicator& dp = grid->dp();
+  sync_initial_weights(dp, rank_params(model).flat_params(), c.init_sync);
+  std::unique_ptr<GradSync> sync =
+      c.zero_stage >= 1 ? make_zero(dp, model, c)
+                        : std::make_unique<ch04::BucketedAllReduce>(
+                              dp, rank_params(model), reducer_config(c),
+                              ch04::model_reports_grad_ready());
+  // ZeRO-3 has released the whole working copy (it checked the replicas before splitting it).
+  if (c.zero_stage != 3) verify_replicas(dp, rank_params(model).flat_params());
+  // ZeRO with pipeline stages: the tied wte's two copies meet before the reduce-scatter
+  // (tied_embedding_sync.h); under DDP the schedule sums them after the all-reduce.
+  Communicator* embedding = grid->embedding();
+  if (c.zero_stage >= 1 && embedding != nullptr && embedding->size() > 1 &&
+      rank_params(model).contains("wte.weight")) {
+    sync = std::make_unique<TiedEmbeddingFirst>(std::move(sync), rank_params(model), *embedding,
+                                                grid->coord().rank);
+  }
+  return sync;
+}
+
+std::unique_ptr<Schedule> make_schedule(const TrainerConfig& c, const ParallelGrid* grid,
+                                        std::vector<GptModel*> chunks) {
+  const int m = static_cast<int>(c.grad_accum);
+  if (grid == nullptr || grid->shape().pp == 1) return std::make_unique<SingleStage>(m);
+  auto pipeline = std::make_unique<ch07::PipelineSchedule>(
+      ch07::parse_schedule(c.pipeline_schedule), ch07::PipelineLayout{c.pp, m, c.virtual_stages},
+      *grid);
+  // Interleaved: the rank's last backward is chunk 0's (the registry's first entries: its
+  // hook's indices are the registry's); the other chunks' gradients are final before it,
+  // report nothing, and are sent by the sync's finish().
+  if (chunks.size() > 1) pipeline->set_chunks(std::move(chunks));
+  return pipeline;
+}
+
+std::unique_ptr<TensorParallelOps> make_tp_ops(const ParallelGrid* grid) {
+  if (grid == nullptr || grid->shape().tp == 1) return nullptr;
+  return std::make_unique<ch06::TpCollectives>(grid->tp());
+}
+
+}  // namespace mixpar::ch08

@@ -1,0 +1,38 @@
+// The one place the trainer's flags become strategies: which gradient sync (chapter 4's
+// bucketed all-reduce, chapter 5's ZeRO stages, decorated for the tied embedding of a
+// pipeline), which schedule (one stage, or chapter 7's pipeline over this rank's model
+// chunks) and which tensor-parallel collectives (chapter 6). The trainer holds what these
+// return through the interfaces of common/parallel and common/model and never asks which
+// implementation it holds: a new strategy touches its chapter and this file only.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "comm/parallel_grid.h"
+#include "model/gpt.h"
+#include "model/tensor_parallel.h"
+#include "parallel/grad_sync.h"
+#include "parallel/schedule.h"
+#include "trainer_config.h"
+
+namespace mixpar::ch08 {
+
+// The parameters the optimizer, the gradient sync, the norm and --save see: the model's own,
+// or with --virtual-stages > 1 the registry of every model chunk of this rank
+// (ch07_pipeline/model_chunks.h), of which the model (chunk 0) and the other chunks are views.
+ParamRegistry& rank_params(GptModel& m);
+const ParamRegistry& rank_params(const GptModel& m);
+
+// --zero-stage, --allreduce, --bucket-mb, --overlap, --init-sync over the grid's dp group. The
+// dp replicas are made equal first (rank 0's weights broadcast, or one seed) and checked.
+std::unique_ptr<GradSync> make_grad_sync(GptModel& model, const ParallelGrid* grid,
+                                         const TrainerConfig& c);
+// --schedule, --grad-accum, --virtual-stages: chunks are this rank's model chunks, chunk 0
+// first (one with --virtual-stages 1).
+std::unique_ptr<Schedule> make_schedule(const TrainerConfig& c, const ParallelGrid* grid,
+                                        std::vector<GptModel*> chunks);
+// Chapter 6's tensor-parallel collectives over the grid's tp group; null unless tp > 1.
+std::unique_ptr<TensorParallelOps> make_tp_ops(const ParallelGrid* grid);
+
+}  // namespace mixpar::ch08
