@@ -7,6 +7,8 @@
 #include <functional>
 #include <utility>
 
+#include "comm/control.h"
+
 namespace mixpar::ch04 {
 namespace {
 
@@ -105,14 +107,13 @@ double DistributedDataParallel::global_mean(double local) {
 
 bool DistributedDataParallel::agree_found_inf(bool local_found_inf) {
   const double t0 = trace_now_us();
-  Tensor v = Tensor::empty({1}, DType::kF32, MemCategory::kCommBuffers);
-  v.data_as<float>()[0] = local_found_inf ? 1.0f : 0.0f;
-  comm_.all_reduce(v, ReduceOp::kMax);
+  // The step is skipped everywhere unless every rank's gradients are finite.
+  const bool all_finite = all_true(comm_, !local_found_inf);
   const double s = seconds_since(t0);
   times_.comm_s += s;
   times_.exposed_s += s;
   span("found-inf vote", "exposed", t0);
-  return v.data_as<float>()[0] != 0.0f;
+  return !all_finite;
 }
 
 ReplicaCheck DistributedDataParallel::check_replicas() {

@@ -1,12 +1,12 @@
-// Each field's FNV-1a 64 hash travels as two 24-bit pieces in FP32 (integers below 2^24 are
-// exact in a float), so the all-gather is the communicator's plainest one on every backend.
+// Each field's FNV-1a 64 hash is gathered from every rank whole (comm/control.h's gather_u64),
+// so two configurations are told apart in all 64 bits.
 #include "config_agreement.h"
 
 #include <cstdio>
 #include <map>
 
 #include "ch04_ddp/ring_allreduce.h"
-#include "tensor/tensor.h"
+#include "comm/control.h"
 #include "util/errors.h"
 
 namespace mixpar::ch08 {
@@ -89,23 +89,15 @@ void agree_on_config(Communicator& comm, const TrainerConfig& c, std::uint64_t d
   const auto fields = agreement_fields(c, data_fingerprint);
   const auto n = static_cast<std::int64_t>(fields.size());
   const int ranks = comm.size();
-  Tensor mine = Tensor::empty({2 * n}, DType::kF32, MemCategory::kCommBuffers);
-  Tensor all = Tensor::empty({static_cast<std::int64_t>(ranks) * 2 * n}, DType::kF32,
-                             MemCategory::kCommBuffers);
-  float* m = mine.data_as<float>();
-  for (std::int64_t f = 0; f < n; ++f) {
-    const std::uint64_t h = fnv1a64(fields[static_cast<std::size_t>(f)].first + "=" +
-                                    fields[static_cast<std::size_t>(f)].second);
-    m[2 * f] = static_cast<float>(h & 0xffffff);
-    m[2 * f + 1] = static_cast<float>((h >> 24) & 0xffffff);
-  }
-  comm.all_gather(mine, all);
-  const float* a = all.data_as<float>();
+  std::vector<std::uint64_t> mine;
+  for (const auto& [flag, value] : fields) mine.push_back(fnv1a64(flag + "=" + value));
+  const std::vector<std::uint64_t> all = gather_u64(comm, mine);  // every bit of every hash
   std::map<std::int64_t, std::vector<int>> differing;  // field -> ranks unlike rank 0
   for (int r = 1; r < ranks; ++r) {
     for (std::int64_t f = 0; f < n; ++f) {
-      const float* x = a + static_cast<std::int64_t>(r) * 2 * n + 2 * f;
-      if (x[0] != a[2 * f] || x[1] != a[2 * f + 1]) differing[f].push_back(r);
+      if (all[static_cast<std::size_t>(r * n + f)] != all[static_cast<std::size_t>(f)]) {
+        differing[f].push_back(r);
+      }
     }
   }
   if (differing.empty()) return;

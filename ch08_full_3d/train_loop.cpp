@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "checkpoint.h"
+#include "comm/control.h"
 #include "comm/local_backend.h"
 #include "config_agreement.h"
 #include "io/tokenizer.h"
@@ -443,15 +444,7 @@ int run_training(const TrainerConfig& c, std::FILE* out) {
 }
 
 bool agree_on_setup(Communicator& comm, const std::string& my_error) {
-  const int n = comm.size();
-  Tensor mine = Tensor::empty({1}, DType::kF32, MemCategory::kCommBuffers);
-  Tensor all = Tensor::empty({n}, DType::kF32, MemCategory::kCommBuffers);
-  mine.data_as<float>()[0] = my_error.empty() ? 0.0f : 1.0f;
-  comm.all_gather(mine, all);
-  int first_failed = -1;
-  for (int r = 0; r < n && first_failed < 0; ++r) {
-    if (all.data_as<float>()[r] != 0.0f) first_failed = r;
-  }
+  const int first_failed = lowest_rank_where(comm, !my_error.empty());
   if (first_failed < 0) return true;
   if (comm.rank() == first_failed) {
     std::fprintf(stderr, "train_gpt: error: %s%s\n",

@@ -16,6 +16,7 @@
 #endif
 
 #include "ch06_tensor_parallel/tp_gather.h"
+#include "comm/control.h"
 #include "ch07_pipeline/model_chunks.h"
 #include "ch07_pipeline/stage_gather.h"
 #include "model/gpt_hf.h"
@@ -381,17 +382,8 @@ void Trainer::halt_on_non_finite_loss(double loss) {
   }
   if (world_ != nullptr && world_->size() > 1) {
     // Only rank 0 replayed the step: every rank halts with its finding (whichever rank's
-    // message reaches the user), the bytes carried as floats (exact for 0-255).
-    Tensor text = Tensor::zeros({1024}, DType::kF32);
-    float* t = text.data_as<float>();
-    for (std::size_t i = 0; i < where.size() && i < 1024; ++i) {
-      t[i] = static_cast<float>(static_cast<unsigned char>(where[i]));
-    }
-    world_->broadcast(text, 0);
-    where.clear();
-    for (std::int64_t i = 0; i < 1024 && t[i] != 0.0f; ++i) {
-      where.push_back(static_cast<char>(static_cast<unsigned char>(t[i])));
-    }
+    // message reaches the user).
+    where = broadcast_text(*world_, 0, where);
   }
   throw RunHalted("step " + std::to_string(step_ + 1) + ": the loss is " +
                            (std::isnan(loss) ? "nan" : "inf") + " and " +

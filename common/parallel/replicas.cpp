@@ -1,9 +1,10 @@
-// The replica hash travels as the 8 bytes of an f64 element (all_gather moves bits, it does
-// not compute on them), so every backend can carry it.
+// Each replica's 64-bit weight hash is gathered whole from every rank (comm/control.h).
 #include "parallel/replicas.h"
 
 #include <cstdio>
 #include <cstring>
+
+#include "comm/control.h"
 
 namespace mixpar {
 namespace {
@@ -82,13 +83,8 @@ std::uint64_t weights_hash(const Tensor& t) {
 ReplicaCheck check_replicas(Communicator& group, const Tensor& weights) {
   const std::uint64_t h = weights_hash(weights);
   const int n = group.size();
-  Tensor mine = Tensor::empty({1}, DType::kF64, MemCategory::kCommBuffers);
-  Tensor all = Tensor::empty({n}, DType::kF64, MemCategory::kCommBuffers);
-  std::memcpy(mine.data(), &h, sizeof h);
-  group.all_gather(mine, all);
   ReplicaCheck check;
-  check.hashes.resize(static_cast<std::size_t>(n));
-  std::memcpy(check.hashes.data(), all.data(), sizeof h * static_cast<std::size_t>(n));
+  check.hashes = gather_u64(group, std::span(&h, 1));
   std::vector<int> differ;
   for (int r = 1; r < n; ++r) {
     if (check.hashes[std::size_t(r)] != check.hashes[0]) differ.push_back(r);

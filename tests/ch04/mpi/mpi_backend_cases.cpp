@@ -11,6 +11,7 @@
 
 #include "../../common/comm_local_test_util.h"
 #include "ch04_ddp/ring_allreduce.h"
+#include "comm/control.h"
 #include "comm/mpi_backend.h"
 
 namespace mixpar {
@@ -32,6 +33,28 @@ TEST(MpiBackend, RankAndSizeMatchTheJob) {
   MpiCommunicator c;
   EXPECT_EQ(c.size(), world);
   EXPECT_EQ(c.backend(), "mpi");
+}
+
+// comm/control.h's typed messages across processes: 64-bit values in all their bits (a
+// difference in the top bit is seen), votes, and every process's text in rank order.
+TEST(MpiBackend, TypedControlMessagesCarryEvery64BitsVotesAndTexts) {
+  MpiCommunicator c(MPI_COMM_WORLD, fast_options());
+  const int r = c.rank(), n = c.size();
+  const std::uint64_t mine[] = {0xfedcba9876543210ull ^ static_cast<std::uint64_t>(r), ~0ull};
+  const std::vector<std::uint64_t> all = gather_u64(c, mine);
+  ASSERT_EQ(all.size(), static_cast<std::size_t>(2 * n));
+  for (int k = 0; k < n; ++k) {
+    EXPECT_EQ(all[2 * std::size_t(k)], 0xfedcba9876543210ull ^ static_cast<std::uint64_t>(k));
+    EXPECT_EQ(all[2 * std::size_t(k) + 1], ~0ull);
+  }
+  EXPECT_TRUE(all_agree(c, 0x8000000000000001ull));
+  EXPECT_FALSE(all_agree(c, 0x0000000000000001ull | (r == n - 1 ? 1ull << 63 : 0)));
+  EXPECT_TRUE(all_true(c, true));
+  EXPECT_FALSE(all_true(c, r != n - 1));
+  const std::vector<std::string> texts = gather_text(c, "process " + std::to_string(r));
+  ASSERT_EQ(texts.size(), static_cast<std::size_t>(n));
+  for (int k = 0; k < n; ++k) EXPECT_EQ(texts[std::size_t(k)], "process " + std::to_string(k));
+  EXPECT_EQ(lowest_rank_where(c, r == n - 1), n - 1);
 }
 
 TEST(MpiBackend, RankOrderAllReduceIsBitIdenticalToTheSerialDefinition) {
