@@ -2,9 +2,9 @@
 // AdamW (FP32 masters, chapter 2's loss scaler for fp16), the token loader and the LR schedule.
 // Given a world communicator it is one rank of a dp x tp x pp grid (common/comm/parallel_grid.h)
 // and composes the seams of common/parallel: a GradSync over the dp group (chapter 4's bucketed
-// all-reduce; chapter 5 adds ZeRO's), the per-step reductions (loss, found-inf, the count-once
-// gradient norm) and a Schedule that runs the step's micro-batches (SingleStage; chapter 7 adds
-// pipelines). One call of train_step() is one optimizer step over grad_accum micro-batches.
+// all-reduce or chapter 5's ZeRO), the per-step reductions (loss, found-inf, the count-once
+// gradient norm) and a Schedule that runs the step's micro-batches (SingleStage or chapter 7's
+// pipeline), each chosen by strategy_factory.h and asked, never cast. One call of train_step() is one optimizer step over grad_accum micro-batches.
 // Checkpoints hold everything that changes while training, so a resumed run continues bit for
 // bit.
 #pragma once
