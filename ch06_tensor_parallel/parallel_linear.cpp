@@ -1,11 +1,15 @@
-// Column- and row-parallel linear layers: common/ops' linear with f and g around it.
+// Column- and row-parallel linear layers: common/ops' linear with f and g around it (f-bar
+// and g-bar with sequence parallelism), the operators as TpCollectives runs them over the tp
+// group (conjugate_ops.h, counted by region).
 #include <stdexcept>
 #include <string>
 
 #include "ch06_tensor_parallel/column_parallel_linear.h"
 #include "ch06_tensor_parallel/conjugate_ops.h"
 #include "ch06_tensor_parallel/row_parallel_linear.h"
+#include "ch06_tensor_parallel/tp_collectives.h"
 #include "ops/linear.h"
+#include "ops/matmul.h"
 
 namespace mixpar::ch06 {
 
@@ -13,20 +17,68 @@ void ColumnParallelLinear::forward(const Tensor& x, Tensor& y) const {
   ops::linear_forward(f_forward(x), w, &b, y);
 }
 
-void ColumnParallelLinear::backward(Communicator& tp, const Tensor& x, const Tensor& dy,
-                                    Tensor* dx) {
-  ops::linear_backward(x, w, dy, dx, dw, &db);
-  if (dx != nullptr) f_backward(tp, *dx);
+void ColumnParallelLinear::backward(TpCollectives& tp, const Tensor& x, const Tensor& dy,
+                                    Tensor* dx, bool accumulate) {
+  if (dx != nullptr) backward_input(tp, dy, *dx);
+  backward_weight(x, dy, accumulate);
 }
 
-void RowParallelLinear::forward(Communicator& tp, const Tensor& x_r, Tensor& y) const {
+void ColumnParallelLinear::backward_input(TpCollectives& tp, const Tensor& dy,
+                                          Tensor& dx) const {
+  ops::matmul(dy, w, dx, false, true);  // this rank's share: its columns' dy times their w^T
+  tp.f_backward(dx);                    // the shares summed
+}
+
+void ColumnParallelLinear::backward_weight(const Tensor& x, const Tensor& dy, bool accumulate) {
+  ops::linear_backward(x, w, dy, nullptr, dw, &db, accumulate);  // dx: backward_input's
+}
+
+void ColumnParallelLinear::forward_sp(TpCollectives& tp, const Tensor& x_rows, Tensor& x_full,
+                                      Tensor& y) const {
+  tp.f_bar_forward(x_rows, x_full);
+  ops::linear_forward(x_full, w, &b, y);
+}
+
+void ColumnParallelLinear::backward_sp(TpCollectives& tp, const Tensor& x_rows, Tensor& x_full,
+                                       const Tensor& dy, Tensor& dx_full, Tensor& dx_rows,
+                                       bool accumulate) {
+  tp.f_bar_forward(x_rows, x_full, "block backward re-gather");
+  ops::linear_backward(x_full, w, dy, &dx_full, dw, &db, accumulate);
+  tp.f_bar_backward(dx_full, dx_rows);
+}
+
+void RowParallelLinear::forward(TpCollectives& tp, const Tensor& x_r, Tensor& y) const {
   ops::linear_forward(x_r, w, nullptr, y);
-  g_forward(tp, y);
+  tp.g_forward(y);
   ops::bias_add(y, b);  // once, after the reduction
 }
 
-void RowParallelLinear::backward(const Tensor& x_r, const Tensor& dy, Tensor* dx_r) {
-  ops::linear_backward(x_r, w, g_backward(dy), dx_r, dw, &db);
+void RowParallelLinear::backward(const Tensor& x_r, const Tensor& dy, Tensor* dx_r,
+                                 bool accumulate) {
+  if (dx_r != nullptr) backward_input(dy, *dx_r);
+  backward_weight(x_r, dy, accumulate);
+}
+
+void RowParallelLinear::backward_input(const Tensor& dy, Tensor& dx_r) const {
+  ops::matmul(g_backward(dy), w, dx_r, false, true);
+}
+
+void RowParallelLinear::backward_weight(const Tensor& x_r, const Tensor& dy, bool accumulate) {
+  ops::linear_backward(x_r, w, g_backward(dy), nullptr, dw, &db, accumulate);
+}
+
+void RowParallelLinear::forward_sp(TpCollectives& tp, const Tensor& x_r, Tensor& y_full,
+                                   Tensor& y_rows) const {
+  ops::linear_forward(x_r, w, nullptr, y_full);
+  tp.g_bar_forward(y_full, y_rows);
+  ops::bias_add(y_rows, b);  // once, on this rank's rows of the sum
+}
+
+void RowParallelLinear::backward_sp(TpCollectives& tp, const Tensor& x_r, const Tensor& dy_rows,
+                                    Tensor& dy_full, Tensor& dx_r, bool accumulate) {
+  ops::bias_grad(dy_rows, db);  // this rank's rows' share of the bias gradient
+  tp.g_bar_backward(dy_rows, dy_full);
+  ops::linear_backward(x_r, w, dy_full, &dx_r, dw, nullptr, accumulate);
 }
 
 Tensor column_block(const Tensor& full, int rank, int size) {

@@ -3,9 +3,70 @@
 #include <chrono>
 #include <utility>
 
+#include "ch06_tensor_parallel/column_parallel_linear.h"
 #include "ch06_tensor_parallel/conjugate_ops.h"
+#include "ch06_tensor_parallel/row_parallel_linear.h"
 
 namespace mixpar::ch06 {
+namespace {
+
+// The model's shard as this chapter's layers: handles on the same tensors.
+ColumnParallelLinear column(const LinearShard& s) { return {s.w, s.b, s.dw, s.db}; }
+RowParallelLinear row(const LinearShard& s) { return {s.w, s.b, s.dw, s.db}; }
+
+}  // namespace
+
+void TpCollectives::column_parallel_forward(const LinearShard& layer, const Tensor& x,
+                                            Tensor& y) {
+  column(layer).forward(x, y);
+}
+
+void TpCollectives::column_parallel_backward_input(const LinearShard& layer, const Tensor& dy,
+                                                   Tensor& dx) {
+  column(layer).backward_input(*this, dy, dx);
+}
+
+void TpCollectives::column_parallel_backward_weight(LinearShard& layer, const Tensor& x,
+                                                    const Tensor& dy, bool accumulate) {
+  column(layer).backward_weight(x, dy, accumulate);
+}
+
+void TpCollectives::row_parallel_forward(const LinearShard& layer, const Tensor& x, Tensor& y) {
+  row(layer).forward(*this, x, y);
+}
+
+void TpCollectives::row_parallel_backward_input(const LinearShard& layer, const Tensor& dy,
+                                                Tensor& dx) {
+  row(layer).backward_input(dy, dx);
+}
+
+void TpCollectives::row_parallel_backward_weight(LinearShard& layer, const Tensor& x,
+                                                 const Tensor& dy, bool accumulate) {
+  row(layer).backward_weight(x, dy, accumulate);
+}
+
+void TpCollectives::column_parallel_forward_sp(const LinearShard& layer, const Tensor& x_rows,
+                                               Tensor& x_full, Tensor& y) {
+  column(layer).forward_sp(*this, x_rows, x_full, y);
+}
+
+void TpCollectives::column_parallel_backward_sp(LinearShard& layer, const Tensor& x_rows,
+                                                Tensor& x_full, const Tensor& dy,
+                                                Tensor& dx_full, Tensor& dx_rows,
+                                                bool accumulate) {
+  column(layer).backward_sp(*this, x_rows, x_full, dy, dx_full, dx_rows, accumulate);
+}
+
+void TpCollectives::row_parallel_forward_sp(const LinearShard& layer, const Tensor& x,
+                                            Tensor& y_full, Tensor& y_rows) {
+  row(layer).forward_sp(*this, x, y_full, y_rows);
+}
+
+void TpCollectives::row_parallel_backward_sp(LinearShard& layer, const Tensor& x,
+                                             const Tensor& dy_rows, Tensor& dy_full, Tensor& dx,
+                                             bool accumulate) {
+  row(layer).backward_sp(*this, x, dy_rows, dy_full, dx, accumulate);
+}
 
 template <class Call>
 void TpCollectives::counted(const char* region, const Tensor& t, Call call) {
@@ -26,6 +87,22 @@ void TpCollectives::f_backward(Tensor& input_grad) {
 
 void TpCollectives::g_forward(Tensor& output) {
   counted("block forward", output, [&] { ch06::g_forward(tp_, output); });
+}
+
+void TpCollectives::f_bar_forward(const Tensor& rows, Tensor& full, const char* region) {
+  counted(region, full, [&] { ch06::f_bar_forward(tp_, rows, full); });
+}
+
+void TpCollectives::f_bar_backward(const Tensor& full_grad, Tensor& rows_grad) {
+  counted("block backward", full_grad, [&] { ch06::f_bar_backward(tp_, full_grad, rows_grad); });
+}
+
+void TpCollectives::g_bar_forward(const Tensor& full, Tensor& rows) {
+  counted("block forward", full, [&] { ch06::g_bar_forward(tp_, full, rows); });
+}
+
+void TpCollectives::g_bar_backward(const Tensor& rows_grad, Tensor& full_grad) {
+  counted("block backward", full_grad, [&] { ch06::g_bar_backward(tp_, rows_grad, full_grad); });
 }
 
 void TpCollectives::embedding_sum(Tensor& embedded) {

@@ -1,7 +1,9 @@
-// Chapter 6's TensorParallelOps (common/model/tensor_parallel.h): the collectives a
-// tensor-parallel GptModel calls, over the tp communicator of the rank grid. f's backward and
-// g's forward are conjugate_ops.h's; the embedding's and the loss's all-reduces are counted
-// apart from the blocks', so the lesson can set each against its formula.
+// Chapter 6's TensorParallelOps (common/model/tensor_parallel.h): a tensor-parallel GptModel's
+// tp group. The block's four linear layers run here as this chapter's ColumnParallelLinear
+// and RowParallelLinear, built on the model's shards; the conjugate operators they call (f,
+// g, and f-bar, g-bar with sequence parallelism: conjugate_ops.h) and the embedding's, the
+// head's and the loss's collectives go over the grid's tp communicator, each counted by region
+// apart from the others, so the lesson can set each against its formula.
 #pragma once
 
 #include <cstdint>
@@ -34,8 +36,39 @@ class TpCollectives final : public TensorParallelOps {
   explicit TpCollectives(Communicator& tp, TpBugs bugs = {}) : tp_(tp), bugs_(bugs) {}
   int rank() const override { return tp_.rank(); }
   int size() const override { return tp_.size(); }
-  void f_backward(Tensor& input_grad) override;
-  void g_forward(Tensor& output) override;
+
+  // The block's linear layers, as ColumnParallelLinear and RowParallelLinear.
+  void column_parallel_forward(const LinearShard& layer, const Tensor& x, Tensor& y) override;
+  void column_parallel_backward_input(const LinearShard& layer, const Tensor& dy,
+                                      Tensor& dx) override;
+  void column_parallel_backward_weight(LinearShard& layer, const Tensor& x, const Tensor& dy,
+                                       bool accumulate) override;
+  void row_parallel_forward(const LinearShard& layer, const Tensor& x, Tensor& y) override;
+  void row_parallel_backward_input(const LinearShard& layer, const Tensor& dy,
+                                   Tensor& dx) override;
+  void row_parallel_backward_weight(LinearShard& layer, const Tensor& x, const Tensor& dy,
+                                    bool accumulate) override;
+  void column_parallel_forward_sp(const LinearShard& layer, const Tensor& x_rows,
+                                  Tensor& x_full, Tensor& y) override;
+  void column_parallel_backward_sp(LinearShard& layer, const Tensor& x_rows, Tensor& x_full,
+                                   const Tensor& dy, Tensor& dx_full, Tensor& dx_rows,
+                                   bool accumulate) override;
+  void row_parallel_forward_sp(const LinearShard& layer, const Tensor& x, Tensor& y_full,
+                               Tensor& y_rows) override;
+  void row_parallel_backward_sp(LinearShard& layer, const Tensor& x, const Tensor& dy_rows,
+                                Tensor& dy_full, Tensor& dx, bool accumulate) override;
+
+  // The conjugate operators (conjugate_ops.h) as the layers call them, counted as "block
+  // forward" (g's, f-bar's and g-bar's forward) and "block backward" (f's, f-bar's and g-bar's
+  // backward); f-bar's forward in a backward, the rows gathered again, is counted apart
+  // (region "block backward re-gather").
+  void f_backward(Tensor& input_grad);
+  void g_forward(Tensor& output);
+  void f_bar_forward(const Tensor& rows, Tensor& full, const char* region = "block forward");
+  void f_bar_backward(const Tensor& full_grad, Tensor& rows_grad);
+  void g_bar_forward(const Tensor& full, Tensor& rows);
+  void g_bar_backward(const Tensor& rows_grad, Tensor& full_grad);
+
   void embedding_sum(Tensor& embedded) override;
   void loss_max(Tensor& row_max) override;
   void loss_sum(Tensor& per_row) override;

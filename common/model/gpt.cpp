@@ -304,7 +304,7 @@ void GptModel::backward_weight(bool accumulate, int slot) {
   for (std::int64_t l = local_blocks() - 1; l >= 0; --l) {
     const auto i = static_cast<std::size_t>(l);
     GptBlockActs& a = acts_of(l);
-    gpt_block_backward_weight(dw_[i], a, cur().resid[i + 1], accumulate);
+    gpt_block_backward_weight(w_[i], dw_[i], a, cur().resid[i + 1], accumulate, tp());
     report_ready(entry_index("h." + std::to_string(first_block() + l) + ".ln_1.weight"), 12);
     if (!options_.keep_buffers) a.release();
   }

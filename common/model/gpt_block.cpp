@@ -1,5 +1,7 @@
 // A GPT-2 block's forward and backward, written out layer by layer; the linear layers are
-// common/ops (Conv1D layout, FP32 accumulation), everything else common/model/layers.h.
+// common/ops' (Conv1D layout, FP32 accumulation) on one rank and chapter 6's column- and
+// row-parallel layers with tensor parallelism (through TensorParallelOps), everything else
+// common/model/layers.h.
 #include "model/gpt_block.h"
 
 #include <string>
@@ -8,6 +10,7 @@
 #include "model/layers.h"
 #include "ops/elementwise.h"
 #include "ops/linear.h"
+#include "ops/matmul.h"
 
 namespace mixpar {
 namespace {
@@ -29,35 +32,54 @@ DType stats_dtype(DType working) { return working == DType::kF64 ? DType::kF64 :
 // [B, T, n] as the 2-D [B*T, n] the linear layers take (a view: same storage).
 Tensor rows2d(const Tensor& t) { return t.view({t.dim(0) * t.dim(1), t.dim(2)}); }
 
-// y = x w + b of a row-parallel layer. One rank (tp null): the fused linear. Tensor parallel:
-// each rank's x [N, in / tp] times its rows of w gives a partial y; g (all-reduce SUM) adds the
-// partials, and the whole bias is added once, after the reduction (Shoeybi et al. 2019, sec. 3).
-void row_parallel_forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y,
-                          TensorParallelOps* tp) {
+// The block's linear layers. One rank (tp null): common/ops' linear. Tensor parallel:
+// chapter 6's split layers through tp (common/model/tensor_parallel.h): c_attn and c_fc
+// column-parallel (f before them), attn.c_proj and mlp.c_proj row-parallel (g after them, the
+// whole bias added once, after g's sum; Shoeybi et al. 2019, section 3).
+enum class Split : std::uint8_t { kColumns, kRows };
+
+// A layer's weight and bias with their gradients (none for a forward): handles, no copy.
+LinearShard shard(const Tensor& w, const Tensor& b, const Tensor& dw = {},
+                  const Tensor& db = {}) {
+  return {w, b, dw, db};
+}
+
+// y = x w + b.
+void linear_forward(Split split, const LinearShard& l, const Tensor& x, Tensor& y,
+                    TensorParallelOps* tp) {
   if (tp == nullptr) {
-    ops::linear_forward(x, w, &b, y);
-    return;
+    ops::linear_forward(x, l.w, &l.b, y);
+  } else if (split == Split::kColumns) {
+    tp->column_parallel_forward(l, x, y);
+  } else {
+    tp->row_parallel_forward(l, x, y);
   }
-  ops::linear_forward(x, w, nullptr, y);
-  tp->g_forward(y);
-  ops::bias_add(y, b);
 }
 
-// Sequence parallel: a LayerNorm output's rows, gathered into ws.gathered [B T, C] (f-bar).
-Tensor gather_rows(const Tensor& rows, GptBlockWorkspace& ws, TensorParallelOps& tp,
-                   const char* region) {
-  tp.all_gather_rows(rows, ws.gathered, region);
-  return rows2d(ws.gathered);
+// dx = dy w^T (B); split by columns, the sum over tp of every rank's share (f's backward).
+void linear_backward_input(Split split, const LinearShard& l, const Tensor& dy, Tensor& dx,
+                           TensorParallelOps* tp) {
+  if (tp == nullptr) {
+    ops::matmul(dy, l.w, dx, false, true);
+  } else if (split == Split::kColumns) {
+    tp->column_parallel_backward_input(l, dy, dx);
+  } else {
+    tp->row_parallel_backward_input(l, dy, dx);
+  }
 }
 
-// Sequence parallel: y_rows [N / tp, C] = this rank's rows of (sum over tp of x w) + b (g-bar:
-// reduce-scatter; the bias added once, on the rows). full [N, C] holds the partial product.
-void row_parallel_sp_forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& full,
-                             Tensor& y_rows, TensorParallelOps& tp) {
-  ops::linear_forward(x, w, nullptr, full);
-  tp.reduce_scatter_rows(full, y_rows, "block forward");
-  Tensor y2d = rows2d(y_rows);
-  ops::bias_add(y2d, b);
+// dw (+)= x^T dy, db (+)= sum_rows(dy) (W): no communication at any tp.
+void linear_backward_weight(Split split, LinearShard& l, const Tensor& x, const Tensor& dy,
+                            bool accumulate, TensorParallelOps* tp) {
+  if (tp == nullptr) {
+    ops::matmul(x, dy, l.dw, true, false, ops::Accumulation::kFP32, 1.0f,
+                accumulate ? 1.0f : 0.0f);
+    ops::bias_grad(dy, l.db, accumulate);
+  } else if (split == Split::kColumns) {
+    tp->column_parallel_backward_weight(l, x, dy, accumulate);
+  } else {
+    tp->row_parallel_backward_weight(l, x, dy, accumulate);
+  }
 }
 
 // g (+)= the tp sum of part, for the replicated parameters of a sequence-parallel region.
@@ -132,40 +154,39 @@ void gpt_block_forward(const GptBlockWeights& w, std::int64_t n_head, const Tens
                        GptBlockActs& a, Tensor* out, Tensor& proj, TensorParallelOps* tp,
                        GptBlockWorkspace* sp) {
   const std::int64_t heads = tp == nullptr ? n_head : n_head / tp->size();  // this rank's
+  Tensor qkv2d = rows2d(a.qkv), proj2d = rows2d(proj), fch2d = rows2d(a.fch);
   if (tp != nullptr && sp != nullptr) {  // sequence parallel: x, res2 and out are our rows
+    // f-bar gathers the LayerNorm output's rows into sp->gathered before each column-parallel
+    // layer; g-bar leaves this rank's rows of each row-parallel sum in sp->dlocal.
+    Tensor gathered = rows2d(sp->gathered), mine = rows2d(sp->dlocal);
     layers::layernorm_forward(x, w.ln1_w, w.ln1_b, a.ln1, a.ln1_mean, a.ln1_rstd);
-    Tensor qkv2d = rows2d(a.qkv), proj2d = rows2d(proj);
-    ops::linear_forward(gather_rows(a.ln1, *sp, *tp, "block forward"), w.attn_w, &w.attn_b,
-                        qkv2d);
+    tp->column_parallel_forward_sp(shard(w.attn_w, w.attn_b), rows2d(a.ln1), gathered, qkv2d);
     layers::attention_forward(a.qkv, heads, a.atty, a.att);
-    row_parallel_sp_forward(rows2d(a.atty), w.attn_proj_w, w.attn_proj_b, proj2d, sp->dlocal,
-                            *tp);
+    tp->row_parallel_forward_sp(shard(w.attn_proj_w, w.attn_proj_b), rows2d(a.atty), proj2d,
+                                mine);
     layers::residual_forward(x, sp->dlocal, a.res2);
     layers::layernorm_forward(a.res2, w.ln2_w, w.ln2_b, a.ln2, a.ln2_mean, a.ln2_rstd);
-    Tensor fch2d = rows2d(a.fch);
-    ops::linear_forward(gather_rows(a.ln2, *sp, *tp, "block forward"), w.fc_w, &w.fc_b, fch2d);
+    tp->column_parallel_forward_sp(shard(w.fc_w, w.fc_b), rows2d(a.ln2), gathered, fch2d);
     layers::gelu_forward(a.fch, a.fch_gelu);
     if (out == nullptr) return;
-    row_parallel_sp_forward(rows2d(a.fch_gelu), w.fc_proj_w, w.fc_proj_b, proj2d, sp->dlocal,
-                            *tp);
+    tp->row_parallel_forward_sp(shard(w.fc_proj_w, w.fc_proj_b), rows2d(a.fch_gelu), proj2d,
+                                mine);
     layers::residual_forward(a.res2, sp->dlocal, *out);
     return;
   }
-  // Attention branch: res2 = x + c_proj(attention(c_attn(ln_1(x)))). With tp, f (identity
-  // forward) stands before c_attn and g after attn.c_proj.
+  // Attention branch: res2 = x + c_proj(attention(c_attn(ln_1(x)))).
   layers::layernorm_forward(x, w.ln1_w, w.ln1_b, a.ln1, a.ln1_mean, a.ln1_rstd);  // [B, T, C]
-  Tensor qkv2d = rows2d(a.qkv), proj2d = rows2d(proj);
-  ops::linear_forward(rows2d(a.ln1), w.attn_w, &w.attn_b, qkv2d);  // qkv [B*T, 3C / tp]
-  layers::attention_forward(a.qkv, heads, a.atty, a.att);          // atty [B, T, C / tp]
-  row_parallel_forward(rows2d(a.atty), w.attn_proj_w, w.attn_proj_b, proj2d, tp);  // [B*T, C]
+  // qkv [B*T, 3C / tp], atty [B, T, C / tp], proj [B*T, C].
+  linear_forward(Split::kColumns, shard(w.attn_w, w.attn_b), rows2d(a.ln1), qkv2d, tp);
+  layers::attention_forward(a.qkv, heads, a.atty, a.att);
+  linear_forward(Split::kRows, shard(w.attn_proj_w, w.attn_proj_b), rows2d(a.atty), proj2d, tp);
   layers::residual_forward(x, proj, a.res2);
   // MLP branch: out = res2 + c_proj(gelu(c_fc(ln_2(res2)))).
   layers::layernorm_forward(a.res2, w.ln2_w, w.ln2_b, a.ln2, a.ln2_mean, a.ln2_rstd);
-  Tensor fch2d = rows2d(a.fch);
-  ops::linear_forward(rows2d(a.ln2), w.fc_w, &w.fc_b, fch2d);  // fch [B*T, 4C]
+  linear_forward(Split::kColumns, shard(w.fc_w, w.fc_b), rows2d(a.ln2), fch2d, tp);  // 4C / tp
   layers::gelu_forward(a.fch, a.fch_gelu);
   if (out == nullptr) return;
-  row_parallel_forward(rows2d(a.fch_gelu), w.fc_proj_w, w.fc_proj_b, proj2d, tp);  // [B*T, C]
+  linear_forward(Split::kRows, shard(w.fc_proj_w, w.fc_proj_b), rows2d(a.fch_gelu), proj2d, tp);
   layers::residual_forward(a.res2, proj, *out);
 }
 
@@ -188,27 +209,22 @@ void gpt_block_backward_sp(const GptBlockWeights& w, GptBlockWeights& g, std::in
   // [ln_1 w | ln_1 b | attn.c_proj b | ln_2 w | ln_2 b | mlp.c_proj b], this rank's rows' part.
   std::vector<Tensor> part;
   for (std::int64_t k = 0; k < 6; ++k) part.push_back(ws.replicated.flat_slice(k * C, C));
+  // The row-parallel biases act on the rows: their gradients are parts too.
+  LinearShard fc_proj = shard(w.fc_proj_w, w.fc_proj_b, g.fc_proj_w, part[5]);
+  LinearShard fc = shard(w.fc_w, w.fc_b, g.fc_w, g.fc_b);
+  LinearShard attn_proj = shard(w.attn_proj_w, w.attn_proj_b, g.attn_proj_w, part[2]);
+  LinearShard attn = shard(w.attn_w, w.attn_b, g.attn_w, g.attn_b);
+  Tensor gathered = rows2d(ws.gathered), mine = rows2d(ws.dlocal);
   // MLP branch.
-  ops::bias_grad(dres, part[5]);
-  tp.all_gather_rows(ws.dres, ws.gathered, "block backward");  // g-bar's backward
-  ops::linear_backward(rows2d(a.fch_gelu), w.fc_proj_w, rows2d(ws.gathered), &dbig, g.fc_proj_w,
-                       nullptr, acc);
+  tp.row_parallel_backward_sp(fc_proj, rows2d(a.fch_gelu), dres, gathered, dbig, acc);
   layers::gelu_backward(a.fch, ws.dbig, ws.dbig);
-  ops::linear_backward(gather_rows(a.ln2, ws, tp, "block backward re-gather"), w.fc_w, dbig,
-                       &dsmall, g.fc_w, &g.fc_b, acc);
-  tp.reduce_scatter_rows(ws.dsmall, ws.dlocal, "block backward");  // f-bar's backward
+  tp.column_parallel_backward_sp(fc, rows2d(a.ln2), gathered, dbig, dsmall, mine, acc);
   layers::layernorm_backward(ws.dlocal, a.res2, w.ln2_w, a.ln2_mean, a.ln2_rstd, ws.dres,
                              part[3], part[4]);  // dres = d(res2)
   // Attention branch.
-  ops::bias_grad(dres, part[2]);
-  tp.all_gather_rows(ws.dres, ws.gathered, "block backward");
-  ops::linear_backward(rows2d(a.atty), w.attn_proj_w, rows2d(ws.gathered), &datty2d,
-                       g.attn_proj_w, nullptr, acc);
+  tp.row_parallel_backward_sp(attn_proj, rows2d(a.atty), dres, gathered, datty2d, acc);
   layers::attention_backward(datty, a.qkv, a.att, heads, dqkv, ws.datt);
-  Tensor dqkv2d = rows2d(dqkv);
-  ops::linear_backward(gather_rows(a.ln1, ws, tp, "block backward re-gather"), w.attn_w, dqkv2d,
-                       &dsmall, g.attn_w, &g.attn_b, acc);
-  tp.reduce_scatter_rows(ws.dsmall, ws.dlocal, "block backward");
+  tp.column_parallel_backward_sp(attn, rows2d(a.ln1), gathered, rows2d(dqkv), dsmall, mine, acc);
   layers::layernorm_backward(ws.dlocal, x, w.ln1_w, a.ln1_mean, a.ln1_rstd, ws.dres, part[0],
                              part[1]);  // dres = d(x)
   tp.sum_replicated_grads(ws.replicated);
@@ -227,7 +243,7 @@ void gpt_block_backward(const GptBlockWeights& w, GptBlockWeights& g, std::int64
   }
   // B, then W at once: d(out) kept in proj, which nothing reads during a backward.
   gpt_block_backward_input(w, g, n_head, x, a, ws, ws.proj, accumulate, tp);
-  gpt_block_backward_weight(g, a, ws.proj, accumulate);
+  gpt_block_backward_weight(w, g, a, ws.proj, accumulate, tp);
 }
 
 // B: the chain of input gradients, d(out) -> d(x). Each GEMM's dx = dy w^T here; its dy is kept
@@ -248,23 +264,24 @@ void gpt_block_backward_input(const GptBlockWeights& w, GptBlockWeights& g, std:
   Tensor datty = ws.dsmall.flat_slice(0, a.atty.numel()).view(a.atty.shape());
   Tensor datty2d = rows2d(datty);
   // MLP branch. dres = d(out) flows to res2 unchanged (skip path); ln_2 adds its share.
-  out_grad.copy_from(ws.dres);                           // W's dy of mlp.c_proj
-  ops::matmul(dres, w.fc_proj_w, dbig, false, true);     // d(fch_gelu) = d(out) w^T
-  layers::gelu_backward(a.fch, ws.dbig, ws.dbig);        // d(fch) [B, T, 4C]
-  a.fch.copy_from(ws.dbig);                              // W's dy of mlp.c_fc
-  ops::matmul(dbig, w.fc_w, dsmall, false, true);        // d(ln2)
-  if (tp != nullptr) tp->f_backward(ws.dsmall);  // f: each rank's c_fc gave a partial d(ln2)
+  out_grad.copy_from(ws.dres);  // W's dy of mlp.c_proj
+  // d(fch_gelu) = d(out) w^T (g's backward: the identity).
+  linear_backward_input(Split::kRows, shard(w.fc_proj_w, w.fc_proj_b), dres, dbig, tp);
+  layers::gelu_backward(a.fch, ws.dbig, ws.dbig);  // d(fch) [B, T, 4C]
+  a.fch.copy_from(ws.dbig);                        // W's dy of mlp.c_fc
+  // d(ln2); with tp f's backward sums each rank's share (its c_fc columns gave a partial one).
+  linear_backward_input(Split::kColumns, shard(w.fc_w, w.fc_b), dbig, dsmall, tp);
   // The LayerNorms' weight gradients (2 C each, O(B T C)) are taken here, where their inputs
   // are: W keeps the GEMMs' weight gradients, the work that fills the bubble.
   layers::layernorm_backward(ws.dsmall, a.res2, w.ln2_w, a.ln2_mean, a.ln2_rstd, ws.dres, g.ln2_w,
                              g.ln2_b, acc);  // dres = d(res2)
   a.res2.copy_from(ws.dres);                 // W's dy of attn.c_proj
   // Attention branch. dres flows to x unchanged; ln_1 adds its share.
-  ops::matmul(dres, w.attn_proj_w, datty2d, false, true);  // d(atty); g's backward: identity
+  linear_backward_input(Split::kRows, shard(w.attn_proj_w, w.attn_proj_b), dres, datty2d, tp);
   layers::attention_backward(datty, a.qkv, a.att, heads, dqkv, ws.datt);
-  a.qkv.copy_from(dqkv);                                   // W's dy of attn.c_attn
-  ops::matmul(rows2d(dqkv), w.attn_w, dsmall, false, true);  // d(ln1)
-  if (tp != nullptr) tp->f_backward(ws.dsmall);  // f: a partial d(ln1) from each rank's heads
+  a.qkv.copy_from(dqkv);  // W's dy of attn.c_attn
+  // d(ln1); with tp the sum of each rank's heads' partial one.
+  linear_backward_input(Split::kColumns, shard(w.attn_w, w.attn_b), rows2d(dqkv), dsmall, tp);
   layers::layernorm_backward(ws.dsmall, x, w.ln1_w, a.ln1_mean, a.ln1_rstd, ws.dres, g.ln1_w,
                              g.ln1_b, acc);  // dres = d(x)
 }
@@ -272,17 +289,19 @@ void gpt_block_backward_input(const GptBlockWeights& w, GptBlockWeights& g, std:
 // W: dw (+)= x^T dy and db (+)= sum_rows(dy) of the four GEMMs, from the layer inputs (fch_gelu,
 // ln2, atty, ln1) and the output gradients B kept: the two products linear_backward takes
 // after its dx, with the same operands, hence the same rounding, as the joint backward.
-void gpt_block_backward_weight(GptBlockWeights& g, const GptBlockActs& a, const Tensor& out_grad,
-                               bool accumulate) {
-  const float beta = accumulate ? 1.0f : 0.0f;
-  auto weight_grad = [&](const Tensor& x, const Tensor& dy, Tensor& dw, Tensor& db) {
-    ops::matmul(rows2d(x), rows2d(dy), dw, true, false, ops::Accumulation::kFP32, 1.0f, beta);
-    ops::bias_grad(rows2d(dy), db, accumulate);
-  };
-  weight_grad(a.fch_gelu, out_grad, g.fc_proj_w, g.fc_proj_b);  // mlp.c_proj: dy = d(out)
-  weight_grad(a.ln2, a.fch, g.fc_w, g.fc_b);                    // mlp.c_fc: dy = d(fch)
-  weight_grad(a.atty, a.res2, g.attn_proj_w, g.attn_proj_b);    // attn.c_proj: dy = d(res2)
-  weight_grad(a.ln1, a.qkv, g.attn_w, g.attn_b);                // attn.c_attn: dy = d(qkv)
+void gpt_block_backward_weight(const GptBlockWeights& w, GptBlockWeights& g,
+                               const GptBlockActs& a, const Tensor& out_grad, bool accumulate,
+                               TensorParallelOps* tp) {
+  LinearShard fc_proj = shard(w.fc_proj_w, w.fc_proj_b, g.fc_proj_w, g.fc_proj_b);
+  LinearShard fc = shard(w.fc_w, w.fc_b, g.fc_w, g.fc_b);
+  LinearShard attn_proj = shard(w.attn_proj_w, w.attn_proj_b, g.attn_proj_w, g.attn_proj_b);
+  LinearShard attn = shard(w.attn_w, w.attn_b, g.attn_w, g.attn_b);
+  const bool acc = accumulate;
+  // mlp.c_proj: dy = d(out); mlp.c_fc: d(fch); attn.c_proj: d(res2); attn.c_attn: d(qkv).
+  linear_backward_weight(Split::kRows, fc_proj, rows2d(a.fch_gelu), rows2d(out_grad), acc, tp);
+  linear_backward_weight(Split::kColumns, fc, rows2d(a.ln2), rows2d(a.fch), acc, tp);
+  linear_backward_weight(Split::kRows, attn_proj, rows2d(a.atty), rows2d(a.res2), acc, tp);
+  linear_backward_weight(Split::kColumns, attn, rows2d(a.ln1), rows2d(a.qkv), acc, tp);
 }
 
 }  // namespace mixpar

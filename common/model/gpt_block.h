@@ -79,8 +79,9 @@ struct GptBlockWorkspace {
 // (recompute before backward) the MLP's c_proj and residual add are skipped: backward does not
 // read their output. proj is the c_proj scratch [B, T, C].
 // tp (tensor parallel, chapter 6): w holds this rank's shards (registry with a TensorShard),
-// n_head is the model's; the rank runs n_head / tp heads and its share of the MLP, and calls
-// tp's g after each row-parallel layer, whose bias is added once, after the reduction.
+// n_head is the model's; the rank runs n_head / tp heads and its share of the MLP, its four
+// linear layers as chapter 6's column-parallel (c_attn, c_fc) and row-parallel (the
+// projections: g's sum, then the bias once) layers, through tp.
 // sp (sequence parallel, with tp): x, out and the LayerNorm activations are this rank's rows;
 // sp's gathered and dlocal are the block's scratch.
 void gpt_block_forward(const GptBlockWeights& w, std::int64_t n_head, const Tensor& x,
@@ -89,9 +90,9 @@ void gpt_block_forward(const GptBlockWeights& w, std::int64_t n_head, const Tens
 
 // Backward of the block given its input x and the activations of its forward. On entry ws.dres
 // holds d(out); on return d(x). Gradients go to g (overwritten, or added when accumulate).
-// tp: f's backward (the all-reduce of each column-parallel layer's input gradient) before
-// each LayerNorm backward. Without sp this is gpt_block_backward_input, then
-// gpt_block_backward_weight (d(out) kept in ws.proj): bit for bit the joint backward, as
+// tp: the split layers' backward through tp (f's all-reduce of each column-parallel layer's
+// input gradient before each LayerNorm backward). Without sp this is gpt_block_backward_input,
+// then gpt_block_backward_weight (d(out) kept in ws.proj): bit for bit the joint backward, as
 // every product has the same operands. a's fch, qkv and res2 hold gradients afterwards.
 void gpt_block_backward(const GptBlockWeights& w, GptBlockWeights& g, std::int64_t n_head,
                         const Tensor& x, GptBlockActs& a, GptBlockWorkspace& ws,
@@ -106,8 +107,10 @@ void gpt_block_backward_input(const GptBlockWeights& w, GptBlockWeights& g, std:
                               const Tensor& x, GptBlockActs& a, GptBlockWorkspace& ws,
                               Tensor& out_grad, bool accumulate, TensorParallelOps* tp = nullptr);
 // W, any time after B and before the block's next forward: the four GEMMs' weight and bias
-// gradients from their inputs (a.fch_gelu, a.ln2, a.atty, a.ln1) and the gradients B kept.
-void gpt_block_backward_weight(GptBlockWeights& g, const GptBlockActs& a, const Tensor& out_grad,
-                               bool accumulate);
+// gradients from their inputs (a.fch_gelu, a.ln2, a.atty, a.ln1) and the gradients B kept
+// (with tp, through chapter 6's layers; none communicates).
+void gpt_block_backward_weight(const GptBlockWeights& w, GptBlockWeights& g,
+                               const GptBlockActs& a, const Tensor& out_grad, bool accumulate,
+                               TensorParallelOps* tp = nullptr);
 
 }  // namespace mixpar

@@ -7,6 +7,7 @@
 
 #include "ch06_tensor_parallel/column_parallel_linear.h"
 #include "ch06_tensor_parallel/row_parallel_linear.h"
+#include "ch06_tensor_parallel/tp_collectives.h"
 #include "comm/local_backend.h"
 #include "ops/linear.h"
 #include "random/philox.h"
@@ -46,6 +47,7 @@ TEST(ParallelLinear, ColumnThenRowEqualsTheUnsplitPairForwardAndBackward) {
   for (int tp : {2, 4}) {
     run_local(tp, [&](Communicator& comm) {
       const int r = comm.rank();
+      TpCollectives group(comm);  // f and g over comm
       ColumnParallelLinear col{column_block(w1, r, tp), column_block(b1, r, tp),
                                Tensor::empty({C, H / tp}, DType::kF32),
                                Tensor::empty({H / tp}, DType::kF32)};
@@ -55,11 +57,11 @@ TEST(ParallelLinear, ColumnThenRowEqualsTheUnsplitPairForwardAndBackward) {
       Tensor h_r = Tensor::empty({N, H / tp}, DType::kF32);
       Tensor y_tp = Tensor::empty({N, C}, DType::kF32);
       col.forward(x, h_r);
-      row.forward(comm, h_r, y_tp);
+      row.forward(group, h_r, y_tp);
       Tensor dh_r = Tensor::empty({N, H / tp}, DType::kF32);
       Tensor dx_tp = Tensor::empty({N, C}, DType::kF32);
       row.backward(h_r, dy, &dh_r);
-      col.backward(comm, x, dh_r, &dx_tp);
+      col.backward(group, x, dh_r, &dx_tp);
       // f32, sums over at most H = 16 products split into tp partial sums: a few ulps of
       // values of order sqrt(H) ~ 4.
       constexpr double kTol = 1e-5;
