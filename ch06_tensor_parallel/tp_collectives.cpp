@@ -80,12 +80,18 @@ void TpCollectives::counted(const char* region, const Tensor& t, Call call) {
   r.bytes_sent += tp_.traffic().total().bytes_sent - before;
 }
 
+void TpCollectives::keep_own_rows(const Tensor& full, Tensor& rows) const {
+  rows.copy_from(full.flat_slice(rank() * rows.numel(), rows.numel()));
+}
+
 void TpCollectives::f_backward(Tensor& input_grad) {
-  if (bugs_.skip_f_backward) return;  // the bug: each rank keeps its partial gradient
+  // The bug and the probe: each rank keeps its partial gradient.
+  if (bugs_.skip_f_backward || bugs_.skip_block_f_backward) return;
   counted("block backward", input_grad, [&] { ch06::f_backward(tp_, input_grad); });
 }
 
 void TpCollectives::g_forward(Tensor& output) {
+  if (bugs_.skip_g_forward) return;  // the probe: each rank keeps its partial product
   counted("block forward", output, [&] { ch06::g_forward(tp_, output); });
 }
 
@@ -94,10 +100,18 @@ void TpCollectives::f_bar_forward(const Tensor& rows, Tensor& full, const char* 
 }
 
 void TpCollectives::f_bar_backward(const Tensor& full_grad, Tensor& rows_grad) {
+  if (bugs_.skip_block_f_backward) {
+    keep_own_rows(full_grad, rows_grad);
+    return;
+  }
   counted("block backward", full_grad, [&] { ch06::f_bar_backward(tp_, full_grad, rows_grad); });
 }
 
 void TpCollectives::g_bar_forward(const Tensor& full, Tensor& rows) {
+  if (bugs_.skip_g_forward) {
+    keep_own_rows(full, rows);
+    return;
+  }
   counted("block forward", full, [&] { ch06::g_bar_forward(tp_, full, rows); });
 }
 

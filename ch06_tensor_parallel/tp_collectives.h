@@ -17,9 +17,15 @@ namespace mixpar::ch06 {
 
 // The failure modes the demo reproduces (--bug) and the tests pin down.
 struct TpBugs {
-  bool skip_f_backward = false;  // f without its backward all-reduce
+  bool skip_f_backward = false;  // f without its backward all-reduce (the blocks' and the head's)
   bool unmasked_padding = false;  // padded vocabulary logits left in the softmax
   bool unsummed_replicated = false;  // sequence parallel: LayerNorm gradients not summed
+  // One kind of the block's split layers broken alone, the embedding, the LM head and the loss
+  // intact: each rank keeps its own partial sums (with sequence parallelism its own rows of
+  // them). How TrainGptTp.RunsChapter6sColumnAndRowParallelLinears shows that the trainer's
+  // blocks run ColumnParallelLinear and RowParallelLinear.
+  bool skip_block_f_backward = false;  // f's (f-bar's) backward sum, in ColumnParallelLinear
+  bool skip_g_forward = false;         // g's (g-bar's) forward sum, in RowParallelLinear
 };
 
 // What one region of the model sent over the tp group: bytes (from the communicator's own
@@ -78,6 +84,9 @@ class TpCollectives final : public TensorParallelOps {
   void sum_replicated_grads(Tensor& grads) override;
   bool mask_padded_logits() const override { return !bugs_.unmasked_padding; }
 
+  // Failure modes switched on in a running model (a trainer builds its TpCollectives itself).
+  void set_bugs(TpBugs bugs) { bugs_ = bugs; }
+
   // By region: "block forward" (g), "block backward" (f), "embedding", "loss" (max, sums),
   // "head backward" (the LM head's f); with sequence parallelism also "block backward
   // re-gather", "head forward", "head backward re-gather", "embedding backward" and
@@ -89,6 +98,8 @@ class TpCollectives final : public TensorParallelOps {
 
  private:
   template <class Call> void counted(const char* region, const Tensor& t, Call call);
+  // A skipped sum (TpBugs): this rank's rows of its own partial full tensor.
+  void keep_own_rows(const Tensor& full, Tensor& rows) const;
 
   Communicator& tp_;
   TpBugs bugs_;
