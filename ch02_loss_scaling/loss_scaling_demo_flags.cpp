@@ -1,5 +1,6 @@
 #include "loss_scaling_demo_flags.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -27,9 +28,15 @@ ArgParser make_parser() {
 
 // "2^-20" or a plain number; positive and finite (nan and inf are refused, naming the flag).
 double parse_scale(const std::string& flag, const std::string& text) {
-  const double v = text.rfind("2^", 0) == 0
-                       ? std::ldexp(1.0, static_cast<int>(parse_int(flag, text.substr(2))))
-                       : parse_double(flag, text);
+  double v = 0;
+  if (text.rfind("2^", 0) == 0) {
+    // Every exponent past a double's range (2^-1074 .. 2^1023) gives 0 or inf, refused below:
+    // clamped first, so that none is cut to an int on the way (2^4294967297 is not 2^1).
+    const std::int64_t e = std::clamp<std::int64_t>(parse_int(flag, text.substr(2)), -2000, 2000);
+    v = std::ldexp(1.0, static_cast<int>(e));
+  } else {
+    v = parse_double(flag, text);
+  }
   if (!(v > 0) || !std::isfinite(v)) {
     throw InputError(flag + " must be a positive finite number, got '" + text + "'");
   }
