@@ -6,22 +6,37 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <system_error>
 
 #include "util/errors.h"
 #include "util/json.h"
 
 namespace mixpar {
 
-// `path` as given to `flag`, refused (InputError) when empty, when it names a directory, or
-// when the directory it would be written into does not exist.
+// What is at `p` (file_type::not_found when nothing is). A path the system cannot even look
+// up (a name too long, a loop of links, a directory it may not search) is the user's, refused
+// naming the flag: never the filesystem_error a bare is_directory() throws, which would leave
+// the tool as an internal error (exit code 1).
+inline std::filesystem::file_type output_path_type(const std::string& flag,
+                                                   const std::filesystem::path& p) {
+  std::error_code ec;
+  const std::filesystem::file_status status = std::filesystem::status(p, ec);
+  if (status.type() == std::filesystem::file_type::none) {
+    throw InputError(flag + ": cannot look up '" + p.string() + "': " + ec.message());
+  }
+  return status.type();
+}
+
+// `path` as given to `flag`, refused (InputError) when empty, when it names a directory, when
+// the directory it would be written into does not exist, or when either cannot be looked up.
 inline std::string checked_output_path(const std::string& flag, const std::string& path) {
   if (path.empty()) throw InputError(flag + ": the path is empty");
   const std::filesystem::path p(path);
-  if (std::filesystem::is_directory(p)) {
+  if (output_path_type(flag, p) == std::filesystem::file_type::directory) {
     throw InputError(flag + ": '" + path + "' is a directory, not a file");
   }
   const std::filesystem::path dir = p.parent_path();
-  if (!dir.empty() && !std::filesystem::is_directory(dir)) {
+  if (!dir.empty() && output_path_type(flag, dir) != std::filesystem::file_type::directory) {
     throw InputError(flag + ": the directory '" + dir.string() + "' does not exist");
   }
   return path;
