@@ -43,7 +43,7 @@ std::int64_t mlp_activation_bytes(const std::vector<std::int64_t>& sizes, std::i
   return batch * elems * static_cast<std::int64_t>(dtype_size(dtype));
 }
 
-MemoryBillRow measure_memory_bill(const LessonConfig& c, mem::Precision p, mem::Optimizer o) {
+MemoryBillRow measure_memory_bill(const ch02::StudentSetup& c, mem::Precision p, mem::Optimizer o) {
   MemoryLedger ledger;
   MemoryBillRow row;
   row.precision = p;
@@ -73,7 +73,7 @@ MemoryBillRow measure_memory_bill(const LessonConfig& c, mem::Precision p, mem::
   return row;
 }
 
-std::vector<MemoryBillRow> lesson_memory_bills(const LessonConfig& c) {
+std::vector<MemoryBillRow> lesson_memory_bills(const ch02::StudentSetup& c) {
   std::vector<MemoryBillRow> rows;
   for (mem::Optimizer o : {mem::Optimizer::kAdamW, mem::Optimizer::kSgdMomentum}) {
     for (mem::Precision p : {mem::Precision::kFp32, mem::Precision::kFp16, mem::Precision::kBf16}) {

@@ -7,8 +7,10 @@
 #include <cstdint>
 #include <vector>
 
+#include "ch02_loss_scaling/scaling_lesson.h"
 #include "memory_calculator.h"
-#include "order_lesson.h"
+#include "mixed_precision_optimizer.h"
+#include "report/claim_table.h"
 
 namespace mixpar::ch03 {
 
@@ -28,11 +30,12 @@ struct MemoryBillRow {
   MeasuredBytes measured;                  // live bytes after the step
 };
 
-// Builds the MLP in the precision's working dtype and runs one full step (forward, backward,
+// Builds chapter 2's student MLP (its sizes and batch: all a bill needs of the lesson's setup)
+// in the precision's working dtype and runs one full step (forward, backward,
 // MixedPrecisionOptimizer::step) with everything charged to a fresh ledger.
-MemoryBillRow measure_memory_bill(const LessonConfig& c, mem::Precision p, mem::Optimizer o);
+MemoryBillRow measure_memory_bill(const ch02::StudentSetup& c, mem::Precision p, mem::Optimizer o);
 // The demo's table: fp32, fp16, bf16 x AdamW, SGD with momentum.
-std::vector<MemoryBillRow> lesson_memory_bills(const LessonConfig& c);
+std::vector<MemoryBillRow> lesson_memory_bills(const ch02::StudentSetup& c);
 
 // What the MLP keeps for backward: its input, and each layer's pre-activation and (hidden
 // layers) activation, in the working dtype: B x (in + 2 x sum(hidden) + out) x bytes.

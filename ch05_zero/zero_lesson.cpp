@@ -64,6 +64,82 @@ std::size_t sent(const Communicator& c) {
   return n;
 }
 
+// The rank's gradient sync: chapter 4's bucketed all-reduce (stage 0) or ZeRO stage 1, 2 or 3,
+// with the ZeRO-3 failure modes set on its options. zero and z3 point into sync when it is one.
+struct LessonSync {
+  std::unique_ptr<GradSync> sync;
+  ZeroStage1* zero = nullptr;
+  ZeroStage3* z3 = nullptr;
+};
+
+LessonSync make_sync(const LessonSetup& s, Communicator& dp, GptModel& model) {
+  LessonSync out;
+  if (s.zero_stage == 0) {
+    ch04::ReducerConfig r;
+    r.bucket_cap_bytes = s.bucket_cap_bytes;
+    out.sync = std::make_unique<ch04::BucketedAllReduce>(dp, model.registry(), r);
+    return out;
+  }
+  ZeroConfig z;
+  z.bucket_cap_bytes = s.bucket_cap_bytes;
+  std::unique_ptr<ZeroStage1> zs;
+  if (s.zero_stage == 3) {
+    Zero3Options z3o;
+    z3o.prefetch = s.prefetch;
+    z3o.head_gathers_wte = s.bug != ZeroBug::kForgottenTiedWeight;
+    if (s.bug == ZeroBug::kPrefetchOrder) {  // the head, then the blocks upwards: wrong
+      z3o.backward_order.push_back(s.model.n_layer);
+      for (std::int64_t l = 0; l < s.model.n_layer; ++l) z3o.backward_order.push_back(l);
+    }
+    auto three = std::make_unique<ZeroStage3>(dp, model, z, z3o);
+    out.z3 = three.get();
+    zs = std::move(three);
+  } else if (s.zero_stage == 2) {
+    zs = std::make_unique<ZeroStage2>(dp, model.registry(), z);
+  } else {
+    zs = std::make_unique<ZeroStage1>(dp, model.registry(), z);
+  }
+  out.zero = zs.get();
+  out.sync = std::move(zs);
+  return out;
+}
+
+// Chapter 3's optimizer on what the sync says this rank owns (every parameter, or its ZeRO
+// pieces), with the grid's found-inf vote and count-once norm, and the failure modes that
+// break them: the released-gradients mistake steps on stage 1's views of the full gradients,
+// the unshared overflow keeps its found-inf to itself, the local norm sums one shard.
+ch03::MixedPrecisionOptimizer make_optimizer(const LessonSetup& s, const LessonSync& ls,
+                                             ParamRegistry& reg, StepReductions& red,
+                                             const std::vector<bool>& counted) {
+  const bool full_views = ls.zero && s.bug == ZeroBug::kReleasedGradients;
+  ch03::MixedPrecisionOptimizer opt(
+      ls.sync->owned_params(reg),
+      full_views ? ls.zero->ZeroStage1::shard_grads() : ls.sync->owned_grads(reg),
+      optimizer_config(s, ls.sync->owned_weight_decay(reg)));
+  if (s.bug != ZeroBug::kUnsharedOverflow) {
+    opt.set_found_inf_reducer([&red](bool f) { return red.found_inf(f); });
+  }
+  const bool local_norm = ls.zero && s.bug == ZeroBug::kLocalNorm;
+  opt.set_grad_norm_fn([&red, &counted, local_norm, sync = ls.sync.get(),
+                        zero = ls.zero](std::span<const Tensor> g) {
+    if (local_norm) return std::sqrt(zero->local_sum_of_squares(g, counted));  // the mistake
+    return red.grad_norm(sync->counted_sum_of_squares(g, counted));
+  });
+  return opt;
+}
+
+// What the lesson reports of the partition: padded and owned elements (a replica owns all).
+void record_partition(const LessonSync& ls, const ParamRegistry& reg, int rank, RankResult& out) {
+  out.params = reg.numel();
+  if (!ls.zero) {
+    out.padded = out.owned = reg.numel();
+    return;
+  }
+  out.padded = ls.zero->partition().padded_elements();
+  out.owned = ls.zero->partition().owned_elements(rank);
+  if (ls.z3) out.wte_padded = ls.z3->partition().buckets()[ls.z3->unit_buckets(-1).front()].padded;
+}
+
 void run_rank(const LessonSetup& s, Communicator& comm, RankResult& out) {
   ParallelGrid grid(comm, GridShape{comm.size(), 1, 1});
   GptOptions o;
@@ -71,91 +147,43 @@ void run_rank(const LessonSetup& s, Communicator& comm, RankResult& out) {
   o.seed = 1;
   GptModel model(s.model, o);
   ParamRegistry& reg = model.registry();
-  std::unique_ptr<GradSync> sync;
-  ZeroStage1* zero = nullptr;
-  ZeroStage3* z3 = nullptr;
-  if (s.zero_stage >= 1) {
-    ZeroConfig z;
-    z.bucket_cap_bytes = s.bucket_cap_bytes;
-    std::unique_ptr<ZeroStage1> zs;
-    if (s.zero_stage == 3) {
-      Zero3Options z3o;
-      z3o.prefetch = s.prefetch;
-      z3o.head_gathers_wte = s.bug != ZeroBug::kForgottenTiedWeight;
-      if (s.bug == ZeroBug::kPrefetchOrder) {  // the head, then the blocks upwards: wrong
-        z3o.backward_order.push_back(s.model.n_layer);
-        for (std::int64_t l = 0; l < s.model.n_layer; ++l) z3o.backward_order.push_back(l);
-      }
-      auto three = std::make_unique<ZeroStage3>(grid.dp(), model, z, z3o);
-      z3 = three.get();
-      zs = std::move(three);
-    } else if (s.zero_stage == 2) {
-      zs = std::make_unique<ZeroStage2>(grid.dp(), reg, z);
-    } else {
-      zs = std::make_unique<ZeroStage1>(grid.dp(), reg, z);
-    }
-    zero = zs.get();
-    sync = std::move(zs);
-  } else {
-    ch04::ReducerConfig r;
-    r.bucket_cap_bytes = s.bucket_cap_bytes;
-    sync = std::make_unique<ch04::BucketedAllReduce>(grid.dp(), reg, r);
-  }
-  model.set_grad_ready_hook([&](std::size_t e) { sync->grad_ready(e); });
-  std::vector<bool> decays;
-  for (const ParamEntry& e : reg.entries()) decays.push_back(e.weight_decay);
-  // The released-gradients mistake: stage 1's views of the registry's full gradients.
-  const bool full_views = zero && s.bug == ZeroBug::kReleasedGradients;
-  ch03::MixedPrecisionOptimizer opt(
-      zero ? zero->shard_params() : tensors_of(model.parameters()),
-      full_views ? zero->ZeroStage1::shard_grads()
-                 : (zero ? zero->shard_grads() : tensors_of(model.gradients())),
-      optimizer_config(s, zero ? zero->shard_weight_decay() : decays));
+  const LessonSync ls = make_sync(s, grid.dp(), model);
+  GradSync& sync = *ls.sync;
+  model.set_grad_ready_hook([&](std::size_t e) { sync.grad_ready(e); });
   StepReductions red(&grid);
-  GridCoord at = grid.coord();
-  if (zero) at.dp = 0;  // every shard is counted by its owner
-  const std::vector<bool> counted = norm_counted(reg.entries(), at);
-  if (s.bug != ZeroBug::kUnsharedOverflow) {
-    opt.set_found_inf_reducer([&](bool f) { return red.found_inf(f); });
-  }
-  opt.set_grad_norm_fn([&](std::span<const Tensor> g) {
-    if (zero && s.bug == ZeroBug::kLocalNorm) {
-      return std::sqrt(zero->local_sum_of_squares(g, counted));  // the mistake
-    }
-    return red.grad_norm(zero ? zero->counted_sum_of_squares(g, counted)
-                              : counted_sum_of_squares(g, counted));
-  });
+  const std::vector<bool> counted = sync.norm_counted(reg, grid.coord());
+  ch03::MixedPrecisionOptimizer opt = make_optimizer(s, ls, reg, red, counted);
   SingleStage schedule(1);
   std::vector<TraceSpan> spans;
   std::size_t grad_bytes = 0;  // sent by the gradient and parameter collectives alone
   // ZeRO-3's parameter gathers travel on their own communicator.
-  auto sent_all = [&] { return sent(grid.dp()) + (z3 ? sent(z3->gather_comm()) : 0); };
+  auto sent_all = [&] { return sent(grid.dp()) + (ls.z3 ? sent(ls.z3->gather_comm()) : 0); };
   // The working copy's hash: ZeRO-3 holds only a shard of it, so it is gathered whole.
   Tensor whole;
-  if (z3) whole = Tensor::zeros({reg.numel()}, s.dtype, MemCategory::kOther);
+  if (ls.z3) whole = Tensor::zeros({reg.numel()}, s.dtype, MemCategory::kOther);
   auto hash_now = [&] {
-    if (!z3) return weights_hash(reg.flat_params());
-    z3->gather_full(whole);
+    if (!ls.z3) return weights_hash(reg.flat_params());
+    ls.z3->gather_full(whole);
     return weights_hash(whole);
   };
   for (int k = 0; k < s.steps; ++k) {
     const std::size_t before = sent_all();
-    sync->begin_step();
+    sync.begin_step();
     const ScheduleResult r = schedule.run_step(
-        model, [&] { return lesson_batch(s, k, comm.rank()); }, *sync, opt.loss_scale(),
+        model, [&] { return lesson_batch(s, k, comm.rank()); }, sync, opt.loss_scale(),
         comm.rank(), spans);
-    sync->finish();
+    sync.finish();
     grad_bytes += sent_all() - before;
     if (s.bug == ZeroBug::kUnsharedOverflow && k == 2 && comm.rank() == comm.size() - 1) {
       // An overflow in the last rank's part of the gradients (its shard, under ZeRO).
-      Tensor g = zero ? zero->shard_grads().front() : reg.flat_grads();
+      Tensor g = ls.zero ? ls.zero->shard_grads().front() : reg.flat_grads();
       g.flat_slice(0, 1).fill(std::numeric_limits<float>::infinity());
     }
     StepRecord rec;
     rec.loss = red.loss(r.loss_sum);
     const ch03::StepReport rep = opt.step();
     const std::size_t before_gather = sent_all();
-    if (zero && rep.taken) zero->gather_params();
+    if (rep.taken) sync.gather_params();  // ZeRO: every rank's stepped shard, to every replica
     grad_bytes += sent_all() - before_gather;
     rec.grad_norm = rep.grad_norm;
     rec.clip_coef = rep.clip_coef;
@@ -166,14 +194,7 @@ void run_rank(const LessonSetup& s, Communicator& comm, RankResult& out) {
   out.sent_per_step = grad_bytes / static_cast<std::size_t>(s.steps);
   const MemoryLedger& ledger = current_ledger();
   for (MemCategory c : kAllMemCategories) out.mem[static_cast<std::size_t>(c)] = ledger.live(c);
-  out.params = reg.numel();
-  if (zero) {
-    out.padded = zero->partition().padded_elements();
-    out.owned = zero->partition().owned_elements(comm.rank());
-    if (z3) out.wte_padded = z3->partition().buckets()[z3->unit_buckets(-1).front()].padded;
-  } else {
-    out.padded = out.owned = reg.numel();
-  }
+  record_partition(ls, reg, comm.rank(), out);
 }
 
 }  // namespace
