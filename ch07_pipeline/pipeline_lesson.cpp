@@ -381,109 +381,140 @@ std::vector<std::string> bug_names() {
           "too-many-stages"};
 }
 
-Section bug_section(const std::string& name) {
+namespace {
+
+// 1F1B with each send-and-receive split, receive first: refused by the pre-flight play before
+// any compute, and, run unchecked, reported by the communicator as a deadlock.
+Section deadlock_section(const GptConfig& c) {
   Section s;
-  const GptConfig c = small_gpt();
-  if (name == "deadlock") {
-    s.title = "--bug deadlock: 1F1B with every send-and-receive split, receive first";
-    const PipelinePlan bad = receive_before_send(make_plan(ScheduleKind::kOneFOneB, {2, 4, 1}));
-    std::string refused;
-    try {
-      preflight(bad);
-    } catch (const ScheduleRefused& e) {
-      refused = e.what();
-    }
-    std::string report;
-    GptPipelineOptions o;
-    o.preflight = false;
-    try {
-      run_gpt_pipeline(c, bad, lesson_batches(c, 4), o);
-    } catch (const CommError& e) {
-      report = e.what();
-    }
-    s.text = "  pre-flight (before any compute):\n    " + refused +
-             "\n  the same lists run unchecked, as the communicator reports them:\n    " +
-             report.substr(0, report.find('\n', 400)) + "\n";
-    s.claims.push_back(yes_claim("the pre-flight check refuses it, naming ranks 0 and 1",
-                                 refused.find("rank 0") != std::string::npos &&
-                                     refused.find("rank 1") != std::string::npos));
-    s.claims.push_back(yes_claim("run unchecked, the communicator reports a deadlock",
-                                 report.find("deadlock") != std::string::npos));
-  } else if (name == "loss-not-divided") {
-    s.title = "--bug loss-not-divided: the last stage seeds each backward with 1, not 1/m";
-    TextTable t({"m", "norm (correct)", "norm (bug)", "ratio", "clip 1.5 x correct fires"});
-    bool ok = true;
-    for (int m : {2, 4, 8}) {
-      const auto bs = lesson_batches(c, m);
-      const PipelinePlan plan = make_plan(ScheduleKind::kOneFOneB, {2, m, 1});
-      GptPipelineOptions bug;
-      bug.divide_loss_by_m = false;
-      const double good = run_gpt_pipeline(c, plan, bs).grad_norm;
-      const double bad = run_gpt_pipeline(c, plan, bs, bug).grad_norm;
-      const double clip = 1.5 * good;
-      ok = ok && std::abs(bad / good - m) < 1e-4 * m && bad > clip;
-      t.add({num(m), fmt("%.5f", good), fmt("%.5f", bad), fmt("%.4f", bad / good),
-             bad > clip ? "yes (every step)" : "no"});
-    }
-    s.text = t.str();
-    s.claims.push_back(yes_claim("without the division the gradients are m times too large "
-                                 "and clipping fires", ok));
-  } else if (name == "tied-not-summed") {
-    s.title = "--bug tied-not-summed: the two wte copies step on their own halves of the gradient";
-    GptPipelineOptions good, bug;
-    good.sgd_steps = bug.sgd_steps = 3;
-    good.lr = bug.lr = 0.1f;
-    bug.sum_tied_embedding = false;
-    const auto bs = lesson_batches(c, 4);
-    const PipelinePlan plan = make_plan(ScheduleKind::kOneFOneB, {4, 4, 1});
-    const GptPipelineRun a = run_gpt_pipeline(c, plan, bs, good);
-    const GptPipelineRun b = run_gpt_pipeline(c, plan, bs, bug);
-    TextTable t({"run", "wte hash, first stage", "wte hash, last stage", "equal"});
-    t.add({"summed over the embedding group", fmt("%016llx", (unsigned long long)a.wte_hash_first),
-           fmt("%016llx", (unsigned long long)a.wte_hash_last),
-           a.wte_hash_first == a.wte_hash_last ? "yes" : "no"});
-    t.add({"not summed (bug)", fmt("%016llx", (unsigned long long)b.wte_hash_first),
-           fmt("%016llx", (unsigned long long)b.wte_hash_last),
-           b.wte_hash_first == b.wte_hash_last ? "yes" : "no"});
-    s.text = t.str() + "  (3 SGD steps, lr 0.1, p 4, m 4)\n";
-    s.claims.push_back(yes_claim("summed: the copies stay bit-identical", a.wte_hash_first == a.wte_hash_last));
-    s.claims.push_back(yes_claim("not summed: the hash shows the copies drifted",
-                                 b.wte_hash_first != b.wte_hash_last));
-  } else if (name == "few-micro-batches") {
-    s.title = "--bug few-micro-batches: m = 2 < p = 4 runs, and the pre-flight summary says the cost";
-    const PipelinePlan plan = make_plan(ScheduleKind::kOneFOneB, {4, 2, 1});
-    const auto bs = lesson_batches(c, 2);
-    const GptPipelineRun run = run_gpt_pipeline(c, plan, bs);
-    const OneDevice ref = one_device(c, bs);
-    const std::string summary = preflight_summary(plan);
-    s.text = "  " + summary + "\n";
-    s.claims.push_back(yes_claim("it runs, with one device's loss", run.loss_sum == ref.loss_sum));
-    s.claims.push_back(yes_claim("the summary states the bubble (60%)",
-                                 summary.find("60%") != std::string::npos));
-  } else if (name == "too-many-stages") {
-    s.title = "--bug too-many-stages: more stages than blocks, or chunks without a block each";
-    auto error_of = [&](int p, int v) {
-      try {
-        for (int st = 0; st < p * v; ++st) gpt_stage(c, st, p * v);
-      } catch (const InputError& e) {
-        return std::string(e.what());
-      }
-      return std::string("accepted");
-    };
-    const std::string many = error_of(16, 1), chunks = error_of(4, 4);
-    s.text = "  p 16 on 8 blocks:        " + many + "\n  p 4 x v 4 on 8 blocks:   " + chunks +
-             "\n  (uneven splits run: 8 blocks on p 3 give " + num(gpt_stage(c, 0, 3).blocks(c)) +
-             " " + num(gpt_stage(c, 1, 3).blocks(c)) + " " + num(gpt_stage(c, 2, 3).blocks(c)) +
-             " blocks, the first stages one more)\n";
-    s.claims.push_back(yes_claim("16 stages of 8 blocks: an input error naming both",
-                                 many.find("16 stages for 8 blocks") != std::string::npos));
-    s.claims.push_back(yes_claim("4 x 4 chunks of 8 blocks: an input error naming both",
-                                 chunks.find("16 stages for 8 blocks") != std::string::npos));
-  } else {
-    throw InputError("--bug: '" + name + "' is not one of all|none|deadlock|loss-not-divided|"
-                     "tied-not-summed|few-micro-batches|too-many-stages");
+  s.title = "--bug deadlock: 1F1B with every send-and-receive split, receive first";
+  const PipelinePlan bad = receive_before_send(make_plan(ScheduleKind::kOneFOneB, {2, 4, 1}));
+  std::string refused;
+  try {
+    preflight(bad);
+  } catch (const ScheduleRefused& e) {
+    refused = e.what();
   }
+  std::string report;
+  GptPipelineOptions o;
+  o.preflight = false;
+  try {
+    run_gpt_pipeline(c, bad, lesson_batches(c, 4), o);
+  } catch (const CommError& e) {
+    report = e.what();
+  }
+  s.text = "  pre-flight (before any compute):\n    " + refused +
+           "\n  the same lists run unchecked, as the communicator reports them:\n    " +
+           report.substr(0, report.find('\n', 400)) + "\n";
+  s.claims.push_back(yes_claim("the pre-flight check refuses it, naming ranks 0 and 1",
+                               refused.find("rank 0") != std::string::npos &&
+                                   refused.find("rank 1") != std::string::npos));
+  s.claims.push_back(yes_claim("run unchecked, the communicator reports a deadlock",
+                               report.find("deadlock") != std::string::npos));
   return s;
+}
+
+// The last stage seeds each backward with 1, not 1/m: the norm is m times too large.
+Section loss_not_divided_section(const GptConfig& c) {
+  Section s;
+  s.title = "--bug loss-not-divided: the last stage seeds each backward with 1, not 1/m";
+  TextTable t({"m", "norm (correct)", "norm (bug)", "ratio", "clip 1.5 x correct fires"});
+  bool ok = true;
+  for (int m : {2, 4, 8}) {
+    const auto bs = lesson_batches(c, m);
+    const PipelinePlan plan = make_plan(ScheduleKind::kOneFOneB, {2, m, 1});
+    GptPipelineOptions bug;
+    bug.divide_loss_by_m = false;
+    const double good = run_gpt_pipeline(c, plan, bs).grad_norm;
+    const double bad = run_gpt_pipeline(c, plan, bs, bug).grad_norm;
+    const double clip = 1.5 * good;
+    ok = ok && std::abs(bad / good - m) < 1e-4 * m && bad > clip;
+    t.add({num(m), fmt("%.5f", good), fmt("%.5f", bad), fmt("%.4f", bad / good),
+           bad > clip ? "yes (every step)" : "no"});
+  }
+  s.text = t.str();
+  s.claims.push_back(yes_claim("without the division the gradients are m times too large "
+                               "and clipping fires", ok));
+  return s;
+}
+
+// The tied wte's two copies step on their own halves of the gradient and drift apart.
+Section tied_not_summed_section(const GptConfig& c) {
+  Section s;
+  s.title = "--bug tied-not-summed: the two wte copies step on their own halves of the gradient";
+  GptPipelineOptions good, bug;
+  good.sgd_steps = bug.sgd_steps = 3;
+  good.lr = bug.lr = 0.1f;
+  bug.sum_tied_embedding = false;
+  const auto bs = lesson_batches(c, 4);
+  const PipelinePlan plan = make_plan(ScheduleKind::kOneFOneB, {4, 4, 1});
+  const GptPipelineRun a = run_gpt_pipeline(c, plan, bs, good);
+  const GptPipelineRun b = run_gpt_pipeline(c, plan, bs, bug);
+  TextTable t({"run", "wte hash, first stage", "wte hash, last stage", "equal"});
+  t.add({"summed over the embedding group", fmt("%016llx", (unsigned long long)a.wte_hash_first),
+         fmt("%016llx", (unsigned long long)a.wte_hash_last),
+         a.wte_hash_first == a.wte_hash_last ? "yes" : "no"});
+  t.add({"not summed (bug)", fmt("%016llx", (unsigned long long)b.wte_hash_first),
+         fmt("%016llx", (unsigned long long)b.wte_hash_last),
+         b.wte_hash_first == b.wte_hash_last ? "yes" : "no"});
+  s.text = t.str() + "  (3 SGD steps, lr 0.1, p 4, m 4)\n";
+  s.claims.push_back(yes_claim("summed: the copies stay bit-identical", a.wte_hash_first == a.wte_hash_last));
+  s.claims.push_back(yes_claim("not summed: the hash shows the copies drifted",
+                               b.wte_hash_first != b.wte_hash_last));
+  return s;
+}
+
+// m < p runs, with one device's loss; the pre-flight summary states the bubble.
+Section few_micro_batches_section(const GptConfig& c) {
+  Section s;
+  s.title = "--bug few-micro-batches: m = 2 < p = 4 runs, and the pre-flight summary says the cost";
+  const PipelinePlan plan = make_plan(ScheduleKind::kOneFOneB, {4, 2, 1});
+  const auto bs = lesson_batches(c, 2);
+  const GptPipelineRun run = run_gpt_pipeline(c, plan, bs);
+  const OneDevice ref = one_device(c, bs);
+  const std::string summary = preflight_summary(plan);
+  s.text = "  " + summary + "\n";
+  s.claims.push_back(yes_claim("it runs, with one device's loss", run.loss_sum == ref.loss_sum));
+  s.claims.push_back(yes_claim("the summary states the bubble (60%)",
+                               summary.find("60%") != std::string::npos));
+  return s;
+}
+
+// More stages than blocks: an input error naming both.
+Section too_many_stages_section(const GptConfig& c) {
+  Section s;
+  s.title = "--bug too-many-stages: more stages than blocks, or chunks without a block each";
+  auto error_of = [&](int p, int v) {
+    try {
+      for (int st = 0; st < p * v; ++st) gpt_stage(c, st, p * v);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  const std::string many = error_of(16, 1), chunks = error_of(4, 4);
+  s.text = "  p 16 on 8 blocks:        " + many + "\n  p 4 x v 4 on 8 blocks:   " + chunks +
+           "\n  (uneven splits run: 8 blocks on p 3 give " + num(gpt_stage(c, 0, 3).blocks(c)) +
+           " " + num(gpt_stage(c, 1, 3).blocks(c)) + " " + num(gpt_stage(c, 2, 3).blocks(c)) +
+           " blocks, the first stages one more)\n";
+  s.claims.push_back(yes_claim("16 stages of 8 blocks: an input error naming both",
+                               many.find("16 stages for 8 blocks") != std::string::npos));
+  s.claims.push_back(yes_claim("4 x 4 chunks of 8 blocks: an input error naming both",
+                               chunks.find("16 stages for 8 blocks") != std::string::npos));
+  return s;
+}
+
+}  // namespace
+
+Section bug_section(const std::string& name) {
+  const GptConfig c = small_gpt();
+  if (name == "deadlock") return deadlock_section(c);
+  if (name == "loss-not-divided") return loss_not_divided_section(c);
+  if (name == "tied-not-summed") return tied_not_summed_section(c);
+  if (name == "few-micro-batches") return few_micro_batches_section(c);
+  if (name == "too-many-stages") return too_many_stages_section(c);
+  throw InputError("--bug: '" + name + "' is not one of all|none|deadlock|loss-not-divided|"
+                   "tied-not-summed|few-micro-batches|too-many-stages");
 }
 
 }  // namespace mixpar::ch07
