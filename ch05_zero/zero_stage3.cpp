@@ -66,11 +66,23 @@ ZeroStage3::ZeroStage3(Communicator& dp, GptModel& model, ZeroConfig config,
   // the block's tp collectives, and nothing is prefetched (the bits are the same).
   on_compute_thread_ = model.options().tp.size > 1;
   if (on_compute_thread_) options_.prefetch = 0;
+  map_units(model.config().n_layer);
+  count_entries_per_bucket();
+  take_param_shard();
+  make_gathered_buckets();
+  model.rebind_params();
+  registry_.flat_params().release_storage(
+      "the full working copy, released by ZeRO-3 (param_shard() holds this rank's shard; "
+      "each unit's parameters are gathered before use)");
+  model.set_block_param_hook(this);
+  if (!on_compute_thread_) thread_ = std::thread([this] { thread_main(); });
+}
+
+// The units the model announces (BlockParamHook) and the buckets each gathers: 0 the
+// embedding, 1 .. L the blocks, L + 1 the head (with wte again, for the tied weight); and the
+// order the units come in, forward and backward.
+void ZeroStage3::map_units(std::int64_t L) {
   const auto& buckets = partition_.buckets();
-  const auto entries = registry_.entries();
-  const std::int64_t L = model.config().n_layer;
-  const int me = dp_.rank();
-  // The bucket holding an entry.
   auto bucket_of = [&](const std::string& name) {
     const std::int64_t at = registry_.at(name).offset;
     for (std::size_t b = 0; b < buckets.size(); ++b) {
@@ -78,7 +90,6 @@ ZeroStage3::ZeroStage3(Communicator& dp, GptModel& model, ZeroConfig config,
     }
     throw std::logic_error("ZeroStage3: no bucket holds " + name);
   };
-  // Units by index: 0 the embedding, 1 .. L the blocks, L + 1 the head.
   units_.push_back({bucket_of("wte.weight")});
   for (std::int64_t l = 0; l < L; ++l) {
     units_.push_back({bucket_of("h." + std::to_string(l) + ".ln_1.weight")});
@@ -86,6 +97,16 @@ ZeroStage3::ZeroStage3(Communicator& dp, GptModel& model, ZeroConfig config,
   units_.push_back({bucket_of("ln_f.weight")});
   if (options_.head_gathers_wte) units_.back().push_back(bucket_of("wte.weight"));
   acquired_.assign(units_.size(), false);
+  order_[0].push_back(kEmbedding);
+  for (std::int64_t l = 0; l <= L; ++l) order_[0].push_back(l);
+  for (std::int64_t l = L; l >= 0; --l) order_[1].push_back(l);
+  if (!options_.backward_order.empty()) order_[1] = options_.backward_order;
+}
+
+// Each entry's bucket, and how many gradients each bucket waits for before it can leave.
+void ZeroStage3::count_entries_per_bucket() {
+  const auto& buckets = partition_.buckets();
+  const auto entries = registry_.entries();
   bucket_of_.assign(entries.size(), 0);
   pending_.assign(buckets.size(), 0);
   for (std::size_t b = 0; b < buckets.size(); ++b) {
@@ -98,14 +119,14 @@ ZeroStage3::ZeroStage3(Communicator& dp, GptModel& model, ZeroConfig config,
     }
   }
   marked_.assign(entries.size(), false);
-  order_[0].push_back(kEmbedding);
-  for (std::int64_t l = 0; l <= L; ++l) order_[0].push_back(l);
-  for (std::int64_t l = L; l >= 0; --l) order_[1].push_back(l);
-  if (!options_.backward_order.empty()) order_[1] = options_.backward_order;
+}
 
-  // This rank's shard of the working copy, from the replicas' weights (bucket by bucket, in
-  // stage 2's gradient-shard layout; the padding zeros).
+// This rank's shard of the working copy, from the replicas' weights (bucket by bucket, in
+// stage 2's gradient-shard layout; the padding zeros).
+void ZeroStage3::take_param_shard() {
+  const auto& buckets = partition_.buckets();
   const std::vector<std::int64_t>& off = shard_offsets();
+  const int me = dp_.rank();
   std::int64_t total = 0;
   for (const ZeroBucket& z : buckets) total += z.shard;
   const Tensor& flat = registry_.flat_params();
@@ -116,7 +137,14 @@ ZeroStage3::ZeroStage3(Communicator& dp, GptModel& model, ZeroConfig config,
     Tensor dst = param_shard_.flat_slice(off[b], n);
     dst.copy_from(flat.flat_slice(buckets[b].owned_begin(me), n));
   }
-  // Each bucket's own gathered buffer; the entries become views of it.
+}
+
+// Each bucket's own gathered buffer, released until a unit gathers it; the registry's
+// entries become views of these buffers.
+void ZeroStage3::make_gathered_buckets() {
+  const auto& buckets = partition_.buckets();
+  const auto entries = registry_.entries();
+  const Tensor& flat = registry_.flat_params();
   state_.resize(buckets.size());
   for (std::size_t b = 0; b < buckets.size(); ++b) {
     BucketState& s = state_[b];
@@ -133,12 +161,6 @@ ZeroStage3::ZeroStage3(Communicator& dp, GptModel& model, ZeroConfig config,
              ", released by ZeRO-3 outside the units that gather them";
     s.gathered.release_storage(s.what);
   }
-  model.rebind_params();
-  registry_.flat_params().release_storage(
-      "the full working copy, released by ZeRO-3 (param_shard() holds this rank's shard; "
-      "each unit's parameters are gathered before use)");
-  model.set_block_param_hook(this);
-  if (!on_compute_thread_) thread_ = std::thread([this] { thread_main(); });
 }
 
 ZeroStage3::~ZeroStage3() {

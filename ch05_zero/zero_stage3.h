@@ -117,6 +117,11 @@ class ZeroStage3 final : public ZeroStage2, public BlockParamHook {
   std::string unit_name(std::int64_t block) const;
   void acquire(std::int64_t block);  // restore and queue the gathers of a unit's buckets
   void release_unit(std::int64_t block);
+  // The constructor's steps, in order.
+  void map_units(std::int64_t n_layer);
+  void count_entries_per_bucket();
+  void take_param_shard();
+  void make_gathered_buckets();
   void wait_unit(std::int64_t block);
   void drain();  // waits until every queued gather has finished
   void gather_bucket(std::size_t b);
