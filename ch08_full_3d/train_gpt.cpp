@@ -48,6 +48,11 @@ int run_mpi_rank(TrainerConfig config, const ArgParser& args, int* argc, char***
     MpiOptions opts;
     opts.watchdog_seconds = config.comm_timeout;
     comm.emplace(MPI_COMM_WORLD, opts);
+    // The first collective of every process, whatever its flags: a process whose own command
+    // line was refused (MPMD, `mpirun -np 1 A : -np 1 B`) votes here from
+    // report_bad_flags_once, and every process stops with its reason instead of waiting in
+    // different collectives.
+    if (!agree_on_setup(*comm, "")) return kExitInputError;
     set_world_size(config, comm->size(), args.given("dp"), args.given("ranks"));
     // The watchdog names this process's place in the grid beside its world rank.
     if (config.dp * config.tp * config.pp == comm->size()) {
@@ -105,8 +110,9 @@ int launcher_rank() {
   return -1;
 }
 
-// A bad flag under mpirun: every process parsed the same command line and found the same
-// error. Rank 0 prints it, the others wait until it has, all exit 2.
+// A bad flag under mpirun: usually every process parsed the same command line and found the
+// same error; under MPMD only some did. The lowest such rank prints its reason, every process
+// exits 2: this vote is the first collective of run_mpi_rank's processes too.
 int report_bad_flags_once(const std::string& message, int* argc, char*** argv) {
   MpiSession session(argc, argv);
   MpiCommunicator comm;

@@ -473,6 +473,23 @@ TEST(TrainGptMpi, RanksStartedWithDifferentFlagsAreRefusedNamingTheFlags) {
       << r.err;
 }
 
+// MPMD: one process's own flags are refused, the other's are fine. The refused process's
+// reason is printed once and the whole job exits 2 at once (the good process used to wait in
+// another MPI collective with no output, forever); `timeout` bounds the test if it regresses.
+TEST(TrainGptMpi, AProcessWhoseOwnFlagsAreRefusedStopsTheJobWithItsReason) {
+  TempDir d;
+  const std::string run = std::string(" -np 1 ") + MIXPAR_TRAIN_GPT_PATH + " --backend mpi " +
+                          kTinyNoBatch + "--steps 2 ";
+  for (const auto& [bad, good] : {std::pair{run + "--batch 0x2", run + "--batch 2"},
+                                  std::pair{run + "--batch 2", run + "--batch 2 --batch 3"}}) {
+    const std::string cmd = "timeout 60 " + mpi_env() + bad + " :" + good;
+    const CliRun r = test::run_shell(d, cmd);
+    const std::string why =
+        bad.ends_with("0x2") ? "--batch: '0x2' is hexadecimal" : "--batch is given twice";
+    expect_reason_once(r, why, cmd);
+  }
+}
+
 // The same breakages under mpirun: every process reads its own pieces, and the reason of the
 // process that failed is printed once, whichever process it is.
 TEST(TrainGptMpi, ABrokenShardOrWeightIsReportedOnceWithTheFailingProcesssReason) {
