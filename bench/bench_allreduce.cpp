@@ -1,5 +1,5 @@
 // All-reduce bandwidth as nccl-tests reports it: algbw = bytes / time, busbw = algbw x
-// 2(n-1)/n (doc/PERFORMANCE.md), for the hand-built ring, the naive reduce-to-root and the
+// 2(n-1)/n (ch04_ddp/PERFORMANCE.md), for the hand-built ring, the naive reduce-to-root and the
 // local backend's all_reduce, N = 2, 4, 8 threads, 4 KiB - 256 MiB of f32; plus this machine's
 // memcpy for reference. Under mpirun with --mpi: MPI_Allreduce and the MPI backend instead.
 // On a shared machine other processes only ever slow a run down, so the best of several runs

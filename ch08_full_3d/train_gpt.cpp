@@ -1,5 +1,5 @@
-// build/bin/train_gpt: trains a GPT-2 on CPU, on one device or data parallel over --ranks N
-// threads or mpirun's processes (see README.md). Flags are trainer_config.cpp's; the run is
+// build/bin/train_gpt: trains a GPT-2 on CPU, on one device or a dp x tp x pp grid (ZeRO 1-3
+// over dp) of --ranks N threads or mpirun's processes (see README.md). Flags are trainer_config.cpp's; the run is
 // train_loop.cpp's. Bad input: one line, exit 2.
 #include <cstdio>
 #include <cstdlib>

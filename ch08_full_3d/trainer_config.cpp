@@ -394,8 +394,8 @@ ArgParser make_trainer_args() {
   ArgParser a("train_gpt",
               "Trains a GPT-2 on CPU: AdamW with warmup + cosine, fp32/bf16/fp16 with FP32 master "
               "weights,\ngradient clipping, checkpoints with bit-exact resume, Hugging Face model "
-              "directories in and out,\nand data parallelism over --ranks N threads or "
-              "--backend mpi processes.\nWith no flags it learns the built-in addition dataset "
+              "directories in and out,\non a grid of data, tensor and pipeline parallelism (--dp, --tp, --pp; "
+              "ZeRO 1-3 over dp)\nover --ranks N threads or --backend mpi processes.\nWith no flags it learns the built-in addition dataset "
               "(\"12+34=64\\n\", answers reversed) in a couple of minutes.");
   add_model_flags(a, d);
   add_data_flags(a, d);

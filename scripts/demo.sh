@@ -36,8 +36,8 @@ py=/usr/bin/python3
 # Windows of 16 tokens (a problem like "12+34=64\n" is 6-10), 2,048 tokens a step: at the 64
 # tokens of train_gpt's default the same tokens a step leave the plateau of well-formed but
 # wrong answers only after 800-1,500 steps, as bf16's rounding noise decides; 16-token windows
-# give four times the sequences, and each answer's loss, for the same work (ch08_full_3d/README.md,
-# "The main demo"). train_gpt's own schedule otherwise (lr 2e-3, warmup 100, cosine).
+# give four times the sequences, and each answer's loss, for the same work (ch08_full_3d/RUNS.md,
+# "Why 16-token windows"). train_gpt's own schedule otherwise (lr 2e-3, warmup 100, cosine).
 common=(--dtype bf16 --seq 16 --steps "$steps" --eval-every 100 --print-every 100)
 
 # The single device starts first, in the background, on one thread (two OpenMP threads meet at
