@@ -4,6 +4,7 @@
 #include "io/gpt_config.h"
 
 #include <filesystem>
+#include <system_error>
 
 #include "io/atomic_file.h"
 #include "util/errors.h"
@@ -131,7 +132,10 @@ HfGpt2Config gpt2_config_from_json(const Json& json, const std::string& source) 
 }
 
 HfGpt2Config read_gpt2_config(const std::string& path) {
-  const std::string file = std::filesystem::is_directory(path)
+  // A path that cannot even be looked up (a name too long, ...) is no directory: read_file
+  // then refuses it as an InputError naming it, where is_directory would throw its own error.
+  std::error_code ec;
+  const std::string file = std::filesystem::is_directory(path, ec)
                                ? (std::filesystem::path(path) / "config.json").string()
                                : path;
   return gpt2_config_from_json(Json::parse(read_file(file), file), file);

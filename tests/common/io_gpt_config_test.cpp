@@ -138,5 +138,12 @@ TEST(GptConfig, RefusesToWriteAnInvalidConfig) {
   EXPECT_TRUE(dir.entries().empty());
 }
 
+// train_gpt --init-from DIR reads DIR/config.json: a name the system cannot look up is bad
+// input naming it (it escaped as a filesystem_error: "internal error", exit code 1).
+TEST(GptConfig, APathTooLongToLookUpIsAnInputErrorNamingIt) {
+  const std::string path = std::string(300, 'x') + "/config.json";
+  EXPECT_THAT(input_error_of([&] { read_gpt2_config(path); }), HasSubstr(path));
+}
+
 }  // namespace
 }  // namespace mixpar
