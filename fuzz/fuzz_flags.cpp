@@ -4,36 +4,20 @@
 // Any outcome but success or an InputError is a finding. ("--help" prints and exits, by
 // design: such arguments are dropped.)
 #include <string>
-#include <vector>
 
 #include "fuzz_util.h"
 #include "util/cli.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using namespace mixpar;
-  std::vector<std::string> args = {"fuzz_flags"};
-  std::string cur;
-  for (char ch : fuzz::text(data, size)) {
-    if (ch == '\n') {
-      args.push_back(cur);
-      cur.clear();
-    } else {
-      cur.push_back(ch);
-    }
-  }
-  args.push_back(cur);
-  std::vector<char*> argv;
-  for (std::string& a : args) {
-    if (a.rfind("--help", 0) == 0 || a == "-h") a = "x";
-    argv.push_back(a.data());
-  }
+  fuzz::CommandLine cl("fuzz_flags", fuzz::text(data, size));
   ArgParser p("fuzz_flags", "flags like train_gpt's");
   p.option("batch", "32", "an integer").option("lr", "1e-3", "a double")
       .option("device-memory", "", "a byte size").option("dtype", "fp32", "a choice")
       .option("data", "", "a path").flag("resume", "a flag")
       .positional("value", "a positional", false, true);
   fuzz::expect_only_input_errors([&] {
-    p.parse(static_cast<int>(argv.size()), argv.data());
+    p.parse(cl.argc(), cl.argv());
     (void)p.get_int("batch");
   });
   fuzz::expect_only_input_errors([&] { (void)p.get_int("batch", 1, 4096); });  // a ranged one

@@ -13,6 +13,8 @@
 #include <fstream>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "util/errors.h"
 
@@ -39,6 +41,40 @@ inline std::string write_input(const std::filesystem::path& path, const std::uin
 inline std::string_view text(const std::uint8_t* data, std::size_t size) {
   return {reinterpret_cast<const char*>(data), size};
 }
+
+// A command line from the input: the program's name, then the input split at newlines, one
+// argument a line ("a\n\nb" holds an empty argument). "--help..." and "-h", which print the
+// usage and exit by design, become "x". argv()[argc()] is null, as main's is.
+class CommandLine {
+ public:
+  CommandLine(std::string prog, std::string_view input) {
+    args_.push_back(std::move(prog));
+    std::string cur;
+    for (char ch : input) {
+      if (ch == '\n') {
+        args_.push_back(cur);
+        cur.clear();
+      } else {
+        cur.push_back(ch);
+      }
+    }
+    args_.push_back(cur);
+    for (std::string& a : args_) {
+      if (a.rfind("--help", 0) == 0 || a == "-h") a = "x";
+      argv_.push_back(a.data());
+    }
+    argv_.push_back(nullptr);
+  }
+  CommandLine(const CommandLine&) = delete;  // argv points into args
+  CommandLine& operator=(const CommandLine&) = delete;
+
+  int argc() const { return static_cast<int>(argv_.size()) - 1; }
+  char** argv() { return argv_.data(); }
+
+ private:
+  std::vector<std::string> args_;
+  std::vector<char*> argv_;
+};
 
 // Runs f; an InputError is the expected answer to bad input.
 template <class F>
