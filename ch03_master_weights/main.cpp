@@ -1,7 +1,8 @@
 // ch03_master_weights: the one correct mixed-precision step against its three classic
 // mistakes (--bug shows one of them step by step), and the memory bill of the chapter's MLP
 // measured by the ledger beside the calculator's prediction. Every claim is checked; a
-// failed claim exits with 1, a bad flag with 2.
+// failed claim exits with 1, a bad flag with 2. --bug NAME also checks the buggy run by the
+// claim the correct run passes: it FAILs, as expected (report/claim_table.h), exit code 0.
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -177,7 +178,7 @@ int run(int argc, char** argv) {
       "== ch03: the FP32 ledger\nMLP %s (GELU, MSE), batch %lld, %lld steps. One step: "
       "unscale -> check inf/NaN (skip) -> clip -> step the FP32 masters -> re-cast\n",
       shape.c_str(), (long long)c.batch, (long long)c.steps);
-  Checks checks;
+  Checks checks(bug);
   std::vector<ScenarioResult> results;
   std::vector<MemoryBillRow> bills;
   run_scenarios(c, bug, checks, results);

@@ -82,6 +82,9 @@ void fp16_weights_claims(const RunResult& ok, const RunResult& bug, std::vector<
   const double drop_bug = bug.initial_loss - bug.final_loss;
   out.push_back({"masters learn at least 2x more (loss drop)", "> 2 x " + num(drop_bug, 4),
                  num(drop_ok, 4), drop_ok > 2 * drop_bug});
+  out.push_back(claim_broken_by(
+      "fp16-weights", {"fp16-weights run: the working copy keeps moving", "< 10% frozen",
+                       num(100 * bug.frozen_fraction, 4) + "% frozen", bug.frozen_fraction < 0.1}));
 }
 
 void clip_claims(const Scenario& s, const RunResult& ok, const RunResult& bug,
@@ -102,6 +105,11 @@ void clip_claims(const Scenario& s, const RunResult& ok, const RunResult& bug,
   out.push_back({"correct order clips only steps whose true norm > max_norm",
                  of_steps(over, ok.steps), of_steps(ok.steps_clipped, ok.steps),
                  ok.steps_clipped == over && over < ok.steps});
+  out.push_back(claim_broken_by(
+      "clip-before-unscale",
+      {"clip-before-unscale run: clips only steps whose true norm > max_norm",
+       of_steps(over, bug.steps), of_steps(bug.steps_clipped, bug.steps),
+       bug.steps_clipped == over}));
   out.push_back({"clip-before-unscale clips every step", of_steps(bug.steps, bug.steps),
                  of_steps(bug.steps_clipped, bug.steps), bug.steps_clipped == bug.steps});
   out.push_back({"... to max_norm / scale: weights move < 1/10 as far",
@@ -115,11 +123,21 @@ void no_unscale_claims(const Scenario& s, const RunResult& ok, const RunResult& 
     out.push_back({"AdamW hides a missing unscale (final loss within 1%)", num(ok.final_loss, 4),
                    num(bug.final_loss, 4),
                    std::fabs(bug.final_loss - ok.final_loss) <= 0.01 * ok.final_loss});
+    // Hidden from the loss, not from the optimizer: it still steps on scale x the gradient.
+    // Same weights and batch at step 0, so the correct run's norm is the true one.
+    const double seen = bug.reports.front().grad_norm, truth = ok.reports.front().grad_norm;
+    out.push_back(claim_broken_by(
+        "no-unscale", {"no-unscale run, AdamW: step 0's gradient norm is the true one",
+                       num(truth, 4), num(seen, 4), std::fabs(seen - truth) <= 1e-6 * truth}));
     return;
   }
   out.push_back({"correct order converges (loss halves at least)",
                  "< " + num(ok.initial_loss / 2, 4), num(ok.final_loss, 4),
                  ok.final_loss < ok.initial_loss / 2});
+  out.push_back(claim_broken_by(
+      "no-unscale", {"no-unscale run, SGD: converges (loss halves at least)",
+                     "< " + num(bug.initial_loss / 2, 4), num(bug.final_loss, 4),
+                     bug.final_loss < bug.initial_loss / 2}));
   out.push_back({"no-unscale diverges (loss > 100x, or inf/NaN)",
                  "> " + num(100 * bug.initial_loss, 4), num(bug.final_loss, 4),
                  !std::isfinite(bug.final_loss) || bug.final_loss > 100 * bug.initial_loss});

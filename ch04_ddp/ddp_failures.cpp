@@ -69,6 +69,10 @@ ScenarioResult different_init_scenario(int ranks, const LessonConfig& base) {
   const int agreeing = count_if_steps(b[0], [](const StepLog& s) { return s.replicas_agree; });
   r.claims.push_back(
       {"steps where the replica check passes (bug)", "0", std::to_string(agreeing), agreeing == 0});
+  r.claims.push_back(claim_broken_by(
+      "different-init", {"different-init run: replicas bit-identical at every step",
+                         fmt("%d of %d steps", base.steps, base.steps),
+                         fmt("%d of %d steps", agreeing, base.steps), agreeing == base.steps}));
   const double drift = max_rel_diff(b[1].final_weights, b[0].final_weights);
   r.claims.push_back(
       {"max |w_rank1 - w_rank0| after training (bug)", "> 1e-3", fmt("%.3g", drift), drift > 1e-3});
@@ -111,6 +115,9 @@ ScenarioResult same_data_scenario(int ranks, const LessonConfig& base) {
                       std::to_string(distinct_rows(b)), distinct_rows(b) == base.B});
   r.claims.push_back({"distinct rows per step (correct)", std::to_string(base.B * ranks),
                       std::to_string(distinct_rows(good)), distinct_rows(good) == base.B * ranks});
+  r.claims.push_back(claim_broken_by(
+      "same-data", {"same-data run: N x B distinct rows per step", std::to_string(base.B * ranks),
+                    std::to_string(distinct_rows(b)), distinct_rows(b) == base.B * ranks}));
   const double d = max_rel_diff(b[0].final_weights, single[0].final_weights);
   r.claims.push_back(tolerance_claim(
       fmt("weights equal ONE rank's with batch %lld (bug)", (long long)base.B), d,
@@ -152,6 +159,12 @@ ScenarioResult local_scaler_scenario(int ranks, const LessonConfig& base) {
   const bool split =
       k + 1 < b[0].steps.size() && b[0].steps[k + 1].scale != b[o].steps[k + 1].scale;
   r.claims.push_back(yes_claim("bug: the ranks' loss scales differ after the overflow", split));
+  const int agreeing = count_if_steps(b[0], [](const StepLog& s) { return s.replicas_agree; });
+  const auto steps = static_cast<int>(b[0].steps.size());
+  r.claims.push_back(claim_broken_by(
+      "local-scaler", {"local-scaler run: replicas bit-identical at every step",
+                       fmt("%d of %d steps", steps, steps),
+                       fmt("%d of %d steps", agreeing, steps), agreeing == steps}));
   bool fixed_ok = replicas_always_agree_all(f);
   for (const RankRun& rr : f) fixed_ok = fixed_ok && !rr.steps[k].taken;
   r.claims.push_back(

@@ -125,6 +125,11 @@ ScenarioResult fp16_reduce_scenario(int ranks, const LessonConfig& base) {
   r.claims.push_back({"FP16 reduction: inf, step skipped", "inf, skipped",
                       m.fp16_inf ? (m.fp16_taken ? "inf, taken" : "inf, skipped") : "finite",
                       m.fp16_inf && !m.fp16_taken});
+  r.claims.push_back(claim_broken_by(
+      "fp16-reduce",
+      {"fp16-reduce run: the reduced gradients are finite, the step taken", "finite, taken",
+       m.fp16_inf ? (m.fp16_taken ? "inf, taken" : "inf, skipped") : "finite",
+       !m.fp16_inf && m.fp16_taken}));
   return r;
 }
 

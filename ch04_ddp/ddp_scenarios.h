@@ -19,7 +19,7 @@ struct ScenarioResult {
   std::string symptom;  // what the lesson says will be seen
   std::string table;    // per-step detail
   std::vector<Claim> claims;
-  bool all_ok() const;
+  bool all_ok() const;  // every claim holds but those broken_by the bug, which fail
 };
 
 // N ranks x batch B vs one rank x batch N*B, same data, same steps (c.accum micro-steps each).

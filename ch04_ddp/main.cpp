@@ -165,7 +165,7 @@ int run(int argc, char** argv) {
   const int n = flags.ranks, steps = flags.steps;
   const std::string &trace_path = flags.trace_path, &json_path = flags.json_path;
   std::printf("== ch04: data parallel and the ring (%d ranks = %d threads, local backend)\n", n, n);
-  Checks checks;
+  Checks checks(bug);
   const bool everything = bug == "all" || bug == "none";
   std::vector<TraceSpan> spans;
   if (everything) {

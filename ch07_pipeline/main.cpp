@@ -28,7 +28,7 @@ int body(int argc, char** argv) {
   const PipelineDemoFlags f = parse_pipeline_demo_flags(argc, argv);
   const int p = f.pp, m = f.micro_batches;
   const std::string& bug = f.bug;
-  ClaimTable checks;
+  ClaimTable checks(bug);
   if (f.plan) {
     const PipelinePlan& plan = *f.plan;
     if (f.json) {

@@ -411,6 +411,9 @@ Section deadlock_section(const GptConfig& c) {
                                    refused.find("rank 1") != std::string::npos));
   s.claims.push_back(yes_claim("run unchecked, the communicator reports a deadlock",
                                report.find("deadlock") != std::string::npos));
+  s.claims.push_back(claim_broken_by(
+      "deadlock", {"deadlock run: every send meets its receive (the pre-flight play passes)",
+                   "passes", refused.empty() ? "passes" : "refused", refused.empty()}));
   return s;
 }
 
@@ -420,6 +423,7 @@ Section loss_not_divided_section(const GptConfig& c) {
   s.title = "--bug loss-not-divided: the last stage seeds each backward with 1, not 1/m";
   TextTable t({"m", "norm (correct)", "norm (bug)", "ratio", "clip 1.5 x correct fires"});
   bool ok = true;
+  double worst_ratio = 1;
   for (int m : {2, 4, 8}) {
     const auto bs = lesson_batches(c, m);
     const PipelinePlan plan = make_plan(ScheduleKind::kOneFOneB, {2, m, 1});
@@ -429,12 +433,17 @@ Section loss_not_divided_section(const GptConfig& c) {
     const double bad = run_gpt_pipeline(c, plan, bs, bug).grad_norm;
     const double clip = 1.5 * good;
     ok = ok && std::abs(bad / good - m) < 1e-4 * m && bad > clip;
+    if (std::abs(bad / good - 1) > std::abs(worst_ratio - 1)) worst_ratio = bad / good;
     t.add({num(m), fmt("%.5f", good), fmt("%.5f", bad), fmt("%.4f", bad / good),
            bad > clip ? "yes (every step)" : "no"});
   }
   s.text = t.str();
   s.claims.push_back(yes_claim("without the division the gradients are m times too large "
                                "and clipping fires", ok));
+  s.claims.push_back(claim_broken_by(
+      "loss-not-divided",
+      {"loss-not-divided run: the norm is the correct pipeline's (to 1e-6), m 2, 4, 8",
+       "1.000000 x", fmt("%.6f x", worst_ratio), std::abs(worst_ratio - 1) <= 1e-6}));
   return s;
 }
 
@@ -461,6 +470,9 @@ Section tied_not_summed_section(const GptConfig& c) {
   s.claims.push_back(yes_claim("summed: the copies stay bit-identical", a.wte_hash_first == a.wte_hash_last));
   s.claims.push_back(yes_claim("not summed: the hash shows the copies drifted",
                                b.wte_hash_first != b.wte_hash_last));
+  s.claims.push_back(claim_broken_by(
+      "tied-not-summed", yes_claim("tied-not-summed run: the copies stay bit-identical",
+                                   b.wte_hash_first == b.wte_hash_last)));
   return s;
 }
 
@@ -477,6 +489,12 @@ Section few_micro_batches_section(const GptConfig& c) {
   s.claims.push_back(yes_claim("it runs, with one device's loss", run.loss_sum == ref.loss_sum));
   s.claims.push_back(yes_claim("the summary states the bubble (60%)",
                                summary.find("60%") != std::string::npos));
+  // Correct, but not efficient: the claim it breaks is the one m >= p buys, a bubble
+  // (p - 1) / (m + p - 1) below half.
+  const double bubble = bubble_formula(ScheduleKind::kOneFOneB, plan.layout);
+  s.claims.push_back(claim_broken_by(
+      "few-micro-batches", {"few-micro-batches run: the bubble (p-1)/(m+p-1) is below half",
+                            "< 50%", fmt("%.0f%%", 100 * bubble), bubble < 0.5}));
   return s;
 }
 
@@ -501,6 +519,9 @@ Section too_many_stages_section(const GptConfig& c) {
                                many.find("16 stages for 8 blocks") != std::string::npos));
   s.claims.push_back(yes_claim("4 x 4 chunks of 8 blocks: an input error naming both",
                                chunks.find("16 stages for 8 blocks") != std::string::npos));
+  s.claims.push_back(claim_broken_by(
+      "too-many-stages", {"too-many-stages run: p 16 on 8 blocks builds its stages", "built",
+                          many == "accepted" ? "built" : "refused", many == "accepted"}));
   return s;
 }
 

@@ -11,12 +11,23 @@
 namespace mixpar::ch04 {
 namespace {
 
+// The symptoms hold; the correctness claim measured on the buggy run (what --bug NAME prints
+// as "FAIL (expected)") fails, and every failure mode has one.
 void expect_symptoms(const ScenarioResult& r) {
   ASSERT_FALSE(r.claims.empty());
+  int broken = 0;
   for (const Claim& c : r.claims) {
+    if (!c.broken_by.empty()) {
+      ++broken;
+      EXPECT_EQ(c.broken_by, r.name);
+      EXPECT_FALSE(c.ok) << "--bug " << c.broken_by << " no longer breaks: " << c.claim
+                         << " (measured " << c.measured << ")\n" << r.table;
+      continue;
+    }
     EXPECT_TRUE(c.ok) << r.name << ": " << c.claim << ": expected " << c.expected << ", measured "
                       << c.measured << "\n" << r.table;
   }
+  EXPECT_GE(broken, 1) << r.name << ": no claim is marked as the one the bug breaks";
 }
 
 TEST(DdpFailure, DifferentInitDriftsAndTheReplicaCheckSaysSo) {

@@ -87,5 +87,55 @@ TEST(ClaimTable, CountsFailedClaims) {
   EXPECT_NE(out.find("1 claim(s) FAILED"), std::string::npos);
 }
 
+// The --bug convention: a claim broken_by the bug the table runs prints "FAIL (expected)" and
+// is no surprise; broken_by another bug it is not shown; one that holds, or an unmarked
+// failure, is a surprise (exit code 1); a --bug that breaks nothing is one too.
+TEST(ClaimTable, ABugsExpectedFailuresAreTheLessonAndAnythingElseIsASurprise) {
+  const Claim holds = yes_claim("it holds", true);
+  const Claim broken = claim_broken_by("same-data", yes_claim("replicas agree", false));
+  const Claim other = claim_broken_by("different-init", yes_claim("other bug's claim", false));
+  const auto printed = [](const ClaimTable& t, int* surprises) {
+    testing::internal::CaptureStdout();
+    *surprises = t.print();
+    return testing::internal::GetCapturedStdout();
+  };
+  int surprises = -1;
+
+  ClaimTable lesson("same-data");
+  lesson.add({holds, broken, other});
+  std::string out = printed(lesson, &surprises);
+  EXPECT_EQ(surprises, 0);
+  EXPECT_NE(out.find("FAIL (expected)  replicas agree"), std::string::npos) << out;
+  EXPECT_EQ(out.find("other bug's claim"), std::string::npos) << out;
+  EXPECT_NE(out.find("--bug same-data breaks 1 claim(s), as expected: \"replicas agree\""),
+            std::string::npos) << out;
+  EXPECT_NE(out.find("the FAIL lines are the lesson (exit code 0)"), std::string::npos) << out;
+
+  ClaimTable overview("all");  // the overview shows no bug's correctness claims
+  overview.add({holds, broken, other});
+  out = printed(overview, &surprises);
+  EXPECT_EQ(surprises, 0);
+  EXPECT_EQ(out.find("FAIL"), std::string::npos) << out;
+  EXPECT_NE(out.find("all claims hold"), std::string::npos) << out;
+
+  ClaimTable fixed("same-data");  // the bug no longer breaks its claim
+  fixed.add({claim_broken_by("same-data", yes_claim("replicas agree", true))});
+  out = printed(fixed, &surprises);
+  EXPECT_EQ(surprises, 1);
+  EXPECT_NE(out.find("ok (expected FAIL)"), std::string::npos) << out;
+  EXPECT_NE(out.find("(exit code 1)"), std::string::npos) << out;
+
+  ClaimTable worse("same-data");  // it breaks another claim too
+  worse.add({broken, yes_claim("loss falls", false)});
+  out = printed(worse, &surprises);
+  EXPECT_EQ(surprises, 1);
+  EXPECT_NE(out.find("1 other claim(s) FAILED"), std::string::npos) << out;
+
+  ClaimTable silent("same-data");  // a bug with no claim to break teaches nothing
+  silent.add({holds});
+  out = printed(silent, &surprises);
+  EXPECT_EQ(surprises, 1);
+}
+
 }  // namespace
 }  // namespace mixpar
