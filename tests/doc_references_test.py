@@ -213,6 +213,12 @@ class Repo:
                         s, n = name.split(".", 1)
                         tests.add((s, n))
                         suites.add(s)
+                # Helpers that register a ctest named by their second argument, e.g.
+                # mixpar_bug_lesson_test(ch03 Ch03Demo.BugFp16WeightsFreezesTheWorkingCopy ...).
+                for name in re.findall(r"^\s*mixpar_\w+_test\(\s*\w+\s+([A-Z]\w*\.\w+)", text, re.M):
+                    s, n = name.split(".", 1)
+                    tests.add((s, n))
+                    suites.add(s)
                 for label in re.findall(r"^\s*mixpar_readme_test\((\w+)", text, re.M):
                     s = label[0].upper() + label[1:] + "Readme"
                     tests.add((s, "ExpectedOutputReproducesOnAnyThreadCount"))

@@ -85,7 +85,10 @@ class ClaimTable {
                   joined(held_).c_str());
     }
     if (failures_ > 0) std::printf("%d other claim(s) FAILED\n", failures_);
-    const int surprises = failures_ + static_cast<int>(held_.size()) + (broken_.empty() ? 1 : 0);
+    // A --bug that marks no claim at all is one surprise; one whose marked claims held is
+    // counted by held_ already.
+    const bool marks_none = !bug_.empty() && broken_.empty() && held_.empty();
+    const int surprises = failures_ + static_cast<int>(held_.size()) + (marks_none ? 1 : 0);
     std::printf("%s\n", surprises == 0
                             ? "every other claim holds: the FAIL lines are the lesson (exit code 0)"
                             : "the bug does not show what the lesson says (exit code 1)");

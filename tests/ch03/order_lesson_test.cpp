@@ -26,7 +26,9 @@ void expect_claims(const std::vector<Claim>& claims, bool of_a_bug = false) {
     }
     EXPECT_TRUE(k.ok) << k.claim << ": expected " << k.expected << ", measured " << k.measured;
   }
-  if (of_a_bug) EXPECT_GE(broken, 1) << "no claim is marked as the one the bug breaks";
+  if (of_a_bug) {
+    EXPECT_GE(broken, 1) << "no claim is marked as the one the bug breaks";
+  }
 }
 
 void expect_scenario(std::size_t index, Bug bug) {
