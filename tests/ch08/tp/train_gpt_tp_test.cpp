@@ -77,7 +77,7 @@ double max_diff(const std::vector<double>& a, const std::vector<double>& b) {
   return d;
 }
 
-// Order-of-summation noise over 10 f32 steps (see tensor_parallel_gpt_test.cpp): 1e-4.
+// Order-of-summation noise over 10 f32 steps (see tests/ch06/tensor_parallel_gpt_test.cpp): 1e-4.
 constexpr double kTol = 1e-4;
 
 // extra + what against extra + base (one device, or the same dp without tp).

@@ -11,8 +11,8 @@
 #include <iterator>
 #include <sstream>
 
-#include "../ch08/ch08_test_util.h"
-#include "../ch08/train_gpt_cli.h"
+#include "../ch08_test_util.h"
+#include "../train_gpt_cli.h"
 #include "util/json.h"
 
 #ifndef MIXPAR_TRAIN_GPT_PATH

@@ -1,5 +1,5 @@
 // ZeRO-3's expected gathered bytes in flight, computed from the partition's units (not read
-// from the run): what the ZeRO-3 tests of chapter 5 compare the ledger's peak with.
+// from the run): what the trainer's ZeRO-3 tests compare the ledger's peak with.
 #pragma once
 
 #include <algorithm>

@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "../ch08/ch08_test_util.h"
-#include "../ch08/train_gpt_cli.h"
+#include "../ch08_test_util.h"
+#include "../train_gpt_cli.h"
 #include "zero3_inflight.h"
 #include "ch03_master_weights/memory_calculator.h"
 #include "ch05_zero/zero_stage3.h"
