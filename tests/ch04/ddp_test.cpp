@@ -7,9 +7,9 @@
 
 #include <string>
 
-#include "../common/comm_local_test_util.h"
 #include "ch04_ddp/ddp_scenarios.h"
 #include "comm/local_backend.h"
+#include "comm_local_test_util.h"
 #include "io/token_loader.h"
 #include "ops/compute_threads.h"
 #include "util/json.h"

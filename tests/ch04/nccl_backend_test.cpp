@@ -6,8 +6,8 @@
 #include <cstdio>
 #include <string>
 
-#include "../common/comm_local_test_util.h"
 #include "comm/local_backend.h"
+#include "comm_local_test_util.h"
 #ifdef MIXPAR_HAVE_NCCL
 #include <unistd.h>
 

@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "../common/comm_local_test_util.h"
 #include "ch04_ddp/ring_allreduce.h"
 #include "comm/local_backend.h"
+#include "comm_local_test_util.h"
 
 namespace mixpar::ch04 {
 namespace {

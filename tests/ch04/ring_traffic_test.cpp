@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "../common/comm_local_test_util.h"
 #include "ch04_ddp/ring_lesson.h"
 #include "comm/local_backend.h"
+#include "comm_local_test_util.h"
 
 namespace mixpar::ch04 {
 namespace {

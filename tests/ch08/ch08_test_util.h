@@ -1,21 +1,22 @@
 // Helpers for chapter 8's tests: a tiny trainer configuration that runs in milliseconds,
 // byte-exact tensor comparison, and raw file edits for building corrupt checkpoints by hand
-// (the scratch directory and raw writes are the io tests').
+// (the scratch directory, the file reads and writes and the InputError check are every test's:
+// tests/support).
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "../common/io_test_util.h"
+#include "expect.h"
 #include "model/mlp.h"
 #include "random/philox.h"
+#include "temp_dir.h"
 #include "tensor/tensor.h"
 #include "trainer_config.h"
 #include "training_data.h"
@@ -23,9 +24,9 @@
 
 namespace mixpar::ch08::test {
 
-// A scratch directory per test, raw writes and InputError capture: the io tests' helpers.
-using io_test::input_error_of;
-using io_test::TempDir;
+using test_support::input_error_of;
+using test_support::read_bytes;
+using test_support::TempDir;
 
 // 2 layers, 2 heads, width 16, 8 positions, byte vocabulary: ~16K parameters.
 inline TrainerConfig tiny_config() {
@@ -68,13 +69,8 @@ inline void expect_same_tensors(const std::vector<NamedTensor>& a,
   }
 }
 
-inline std::string read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
 inline void write_bytes(const std::string& path, const std::string& bytes) {
-  io_test::write_raw(path, bytes);
+  test_support::write_raw(path, bytes);
 }
 
 }  // namespace mixpar::ch08::test

@@ -23,7 +23,8 @@
 
 #include "comm/local_backend.h"
 #include "comm_local_test_util.h"
-#include "io_test_util.h"
+#include "expect.h"
+#include "temp_dir.h"
 #include "util/errors.h"
 #include "util/json.h"
 
@@ -190,7 +191,7 @@ TEST(ParallelGrid, EveryGroupPartitionsTheWorld) {
 
 TEST(ParallelGrid, ProductMismatchIsOneLineInputError) {
   const auto message = [](const GridShape& s, int world) {
-    return io_test::input_error_of([&] { validate(s, world); });
+    return test_support::input_error_of([&] { validate(s, world); });
   };
   EXPECT_EQ(message({.dp = 2, .tp = 2, .pp = 3}, 8),
             "grid: dp 2 x tp 2 x pp 3 = 12 ranks, but the world has 8");
@@ -366,7 +367,7 @@ std::string read_text(const std::string& path) {
 }
 
 ToolRun mixpar_grid(const std::string& args) {
-  io_test::TempDir dir;
+  test_support::TempDir dir;
   const std::string cmd = std::string("'") + MIXPAR_GRID_PATH + "' " + args + " > " +
                           dir.file("stdout") + " 2> " + dir.file("stderr");
   const int status = std::system(cmd.c_str());

@@ -8,14 +8,18 @@
 #include <new>
 #include <string>
 
+#include "expect.h"
 #include "io/token_shard.h"
-#include "io_test_util.h"
 #include "model/gpt_params.h"
+#include "temp_dir.h"
 #include "util/checked_math.h"
 #include "util/errors.h"
 
 namespace mixpar {
 namespace {
+
+using test_support::input_error_of;
+using test_support::TempDir;
 
 TEST(CheckedMath, ProductsAndSumsThatFitAreExact) {
   EXPECT_EQ(checked_product("x", {{"--batch", 32}, {"--seq", 1024}, {"--grad-accum", 8}}), 262144);
@@ -27,13 +31,13 @@ TEST(CheckedMath, ProductsAndSumsThatFitAreExact) {
 }
 
 TEST(CheckedMath, AnOverflowIsAnInputErrorNamingTheProductAndItsFactors) {
-  const std::string e = io_test::input_error_of([] {
+  const std::string e = input_error_of([] {
     checked_product("tokens per step", {{"--batch", std::int64_t{1} << 40}, {"", 4}, {"--seq", std::int64_t{1} << 30}});
   });
   EXPECT_EQ(e, "tokens per step: --batch 1099511627776 x 4 x --seq 1073741824 overflows a 64-bit integer");
-  EXPECT_NE(io_test::input_error_of([] { checked_product("n", {{"a", -1}}); }).find("overflows"),
+  EXPECT_NE(input_error_of([] { checked_product("n", {{"a", -1}}); }).find("overflows"),
             std::string::npos);
-  EXPECT_NE(io_test::input_error_of([] {
+  EXPECT_NE(input_error_of([] {
               checked_sum("total", std::numeric_limits<std::int64_t>::max(), 1);
             }).find("total: "),
             std::string::npos);
@@ -41,10 +45,10 @@ TEST(CheckedMath, AnOverflowIsAnInputErrorNamingTheProductAndItsFactors) {
 
 TEST(GptConfig, AShapeWhoseParameterCountOverflowsIsRefused) {
   const GptConfig wide{1, 1, std::int64_t{1} << 32, 8, 256};
-  EXPECT_NE(io_test::input_error_of([&] { wide.validate(); }).find("GptConfig: the parameter count"),
+  EXPECT_NE(input_error_of([&] { wide.validate(); }).find("GptConfig: the parameter count"),
             std::string::npos);
   const GptConfig deep{std::int64_t{1} << 50, 1, 1024, 8, 256};
-  EXPECT_NE(io_test::input_error_of([&] { deep.validate(); }).find("n_layer 1125899906842624"),
+  EXPECT_NE(input_error_of([&] { deep.validate(); }).find("n_layer 1125899906842624"),
             std::string::npos);
 }
 
@@ -71,10 +75,9 @@ TEST(RunMain, OutOfMemoryIsOneLineAndExitCode2) {
 }
 
 TEST(TokenShard, AnEmptyShardIsRefusedWithoutCopyingItsNoTokens) {
-  io_test::TempDir d;
+  TempDir d;
   write_token_shard(d.file("empty.bin"), {});
-  const std::string e =
-      io_test::input_error_of([&] { read_token_shard(d.file("empty.bin"), 256, 9); });
+  const std::string e = input_error_of([&] { read_token_shard(d.file("empty.bin"), 256, 9); });
   EXPECT_NE(e.find("too few tokens: 0"), std::string::npos) << e;
   EXPECT_TRUE(read_token_shard(d.file("empty.bin"), 256, 0).empty());
 }

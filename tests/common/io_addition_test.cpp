@@ -9,14 +9,14 @@
 #include <sstream>
 #include <string>
 
+#include "expect.h"
 #include "io/addition_data.h"
 #include "io/tokenizer.h"
-#include "io_test_util.h"
 
 namespace mixpar {
 namespace {
 
-using io_test::input_error_of;
+using test_support::input_error_of;
 using ::testing::HasSubstr;
 
 // 3-digit operands at a 2% split: many problems, and a held-out share small enough that the

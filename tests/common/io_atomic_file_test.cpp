@@ -8,14 +8,15 @@
 #include <string>
 #include <vector>
 
+#include "expect.h"
 #include "io/atomic_file.h"
-#include "io_test_util.h"
+#include "temp_dir.h"
 
 namespace mixpar {
 namespace {
 
-using io_test::input_error_of;
-using io_test::TempDir;
+using test_support::input_error_of;
+using test_support::TempDir;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 

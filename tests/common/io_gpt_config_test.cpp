@@ -5,15 +5,16 @@
 
 #include <string>
 
+#include "expect.h"
 #include "io/atomic_file.h"
 #include "io/gpt_config.h"
-#include "io_test_util.h"
+#include "temp_dir.h"
 
 namespace mixpar {
 namespace {
 
-using io_test::input_error_of;
-using io_test::TempDir;
+using test_support::input_error_of;
+using test_support::TempDir;
 using ::testing::HasSubstr;
 
 // The config.json of the published "gpt2" checkpoint (Hugging Face hub), abridged only in

@@ -8,16 +8,17 @@
 #include <string>
 #include <vector>
 
+#include "expect.h"
 #include "io/atomic_file.h"
 #include "io/safetensors.h"
-#include "io_test_util.h"
 #include "random/philox.h"
+#include "temp_dir.h"
 
 namespace mixpar {
 namespace {
 
-using io_test::input_error_of;
-using io_test::TempDir;
+using test_support::input_error_of;
+using test_support::TempDir;
 using ::testing::HasSubstr;
 
 // A tensor whose bytes are random bit patterns (NaNs, infinities and subnormals included).
@@ -112,7 +113,7 @@ TEST(Safetensors, RefusesUndefinedOrRepeatedTensorsOnWrite) {
 
 // Writes a hand-built file and returns the reader's error, which must name the file.
 std::string open_error(TempDir& dir, const std::string& bytes) {
-  io_test::write_raw(dir.file("bad.safetensors"), bytes);
+  test_support::write_raw(dir.file("bad.safetensors"), bytes);
   const std::string msg = input_error_of([&] { SafetensorsReader r(dir.file("bad.safetensors")); });
   EXPECT_THAT(msg, HasSubstr(dir.file("bad.safetensors") + ": "));
   return msg;
@@ -201,8 +202,8 @@ TEST(Safetensors, OtherSpecDtypesValidateButOnlyOursLoad) {
   TempDir dir;
   const std::string h =
       "{" + entry("ids", "I64", "[1]", "[0,8]") + "," + entry("w", "F32", "[1]", "[8,12]") + "}";
-  io_test::write_raw(dir.file("mixed.safetensors"),
-                     hand_built(h, std::string(8, '\0') + floats_le({2.5f})));
+  test_support::write_raw(dir.file("mixed.safetensors"),
+                          hand_built(h, std::string(8, '\0') + floats_le({2.5f})));
   const SafetensorsReader r(dir.file("mixed.safetensors"));
   EXPECT_EQ(r.load("w", MemCategory::kOther).item(), 2.5f);
   EXPECT_THAT(input_error_of([&] { r.load("ids", MemCategory::kOther); }),
@@ -216,7 +217,7 @@ TEST(Safetensors, ReadsFilesWithEntriesInAnyHeaderOrder) {
   // Older writers sorted by name only: offsets need not follow the header's order.
   const std::string h =
       "{" + entry("b", "F32", "[1]", "[4,8]") + "," + entry("a", "F32", "[1]", "[0,4]") + "}";
-  io_test::write_raw(dir.file("o.safetensors"), hand_built(h, floats_le({1.f, 2.f})));
+  test_support::write_raw(dir.file("o.safetensors"), hand_built(h, floats_le({1.f, 2.f})));
   const SafetensorsReader r(dir.file("o.safetensors"));
   EXPECT_EQ(r.entries()[0].name, "a");
   EXPECT_EQ(r.load("a", MemCategory::kOther).item(), 1.f);

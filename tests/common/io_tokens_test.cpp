@@ -10,17 +10,18 @@
 #include <string>
 #include <vector>
 
+#include "expect.h"
 #include "io/atomic_file.h"
 #include "io/token_loader.h"
 #include "io/token_shard.h"
 #include "io/tokenizer.h"
-#include "io_test_util.h"
+#include "temp_dir.h"
 
 namespace mixpar {
 namespace {
 
-using io_test::input_error_of;
-using io_test::TempDir;
+using test_support::input_error_of;
+using test_support::TempDir;
 using ::testing::HasSubstr;
 
 // ---------------------------------------------------------------- tokenizer
@@ -48,7 +49,7 @@ TEST(Tokenizer, DecodeRefusesTokensOutsideTheVocabulary) {
 
 TEST(Tokenizer, EncodesFilesAndNamesAMissingOne) {
   TempDir dir;
-  io_test::write_raw(dir.file("a.txt"), "hi\n");
+  test_support::write_raw(dir.file("a.txt"), "hi\n");
   EXPECT_EQ(ByteTokenizer::encode_file(dir.file("a.txt")),
             (std::vector<std::uint16_t>{'h', 'i', '\n'}));
   EXPECT_THAT(input_error_of([&] { ByteTokenizer::encode_file(dir.file("nope.txt")); }),
@@ -100,7 +101,7 @@ std::string shard_bytes(const std::vector<std::uint16_t>& tokens) {
 
 std::string shard_error(TempDir& dir, const std::string& bytes, int vocab = 256,
                         std::int64_t min = 0) {
-  io_test::write_raw(dir.file("bad.bin"), bytes);
+  test_support::write_raw(dir.file("bad.bin"), bytes);
   const std::string msg =
       input_error_of([&] { read_token_shard(dir.file("bad.bin"), vocab, min); });
   EXPECT_THAT(msg, HasSubstr(dir.file("bad.bin") + ": "));  // every message names the file

@@ -10,13 +10,13 @@
 #include <limits>
 #include <string>
 
-#include "io_test_util.h"
+#include "expect.h"
 #include "util/errors.h"
 
 namespace mixpar {
 namespace {
 
-using io_test::input_error_of;
+using test_support::input_error_of;
 using ::testing::HasSubstr;
 
 Json sample_document() {

@@ -9,10 +9,10 @@
 #include <string>
 #include <vector>
 
-#include "../../common/comm_local_test_util.h"
 #include "ch04_ddp/ring_allreduce.h"
 #include "comm/control.h"
 #include "comm/mpi_backend.h"
+#include "comm_local_test_util.h"
 
 namespace mixpar {
 namespace {

@@ -3,9 +3,9 @@
 // every rank; the replica check names the ranks that differ; found-inf is agreed by all.
 #include <gtest/gtest.h>
 
-#include "../../common/comm_local_test_util.h"
 #include "ch04_ddp/ddp_scenarios.h"
 #include "comm/mpi_backend.h"
+#include "comm_local_test_util.h"
 
 namespace mixpar::ch04 {
 namespace {

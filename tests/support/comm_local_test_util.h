@@ -1,6 +1,7 @@
-// Helpers for the local communicator tests: deterministic per-rank data, the documented
-// reduction semantics computed serially (the specification the backend must match bit for
-// bit), and a runner that collects the CommError each rank saw.
+// Helpers for the communicator tests (common/comm's backends, chapter 4's ring and DDP, on
+// threads and under mpirun): deterministic per-rank data, the documented reduction semantics
+// computed serially (the specification every backend must match bit for bit), and a runner
+// that collects the CommError each rank saw.
 #pragma once
 
 #include <cmath>
@@ -13,11 +14,7 @@
 #include <gtest/gtest.h>
 
 #include "comm/local_backend.h"
-
-// Expects `piece` inside the string `text`, printing the whole text when it is not.
-#define EXPECT_CONTAINS(text, piece) \
-  EXPECT_NE(std::string(text).find(piece), std::string::npos) \
-      << "no \"" << (piece) << "\" in: " << (text)
+#include "expect.h"
 
 namespace mixpar::comm_testing {
 
