@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "cuda/caching_allocator.h"
-#include "tensor/device_api.h"
+#include "gpu.h"
 #include "tensor/ledger.h"
 #if MIXPAR_HAVE_CUDA
 #include "cuda/device_tensor.h"
@@ -281,7 +281,7 @@ TEST(CudaAllocatorLogic, AForgottenLedgerIsNeverCreditedAndRefusalsAreCounted) {
 #if MIXPAR_HAVE_CUDA
 
 TEST(CudaAllocator, ReuseAcrossANonBlockingStreamWaitsForTheOldOwner) {
-  if (!mixpar::cuda_available()) GTEST_SKIP() << mixpar::cuda_unavailable_reason();
+  SKIP_WITHOUT_GPU();
   cudaStream_t nb = nullptr;
   ASSERT_EQ(cudaStreamCreateWithFlags(&nb, cudaStreamNonBlocking), cudaSuccess);
   device_allocator().empty_cache();  // no older block of this class to be handed out instead
@@ -308,7 +308,7 @@ TEST(CudaAllocator, ReuseAcrossANonBlockingStreamWaitsForTheOldOwner) {
 }
 
 TEST(CudaAllocator, AScopedDeviceLedgerDetachesTheTensorsThatOutliveIt) {
-  if (!mixpar::cuda_available()) GTEST_SKIP() << mixpar::cuda_unavailable_reason();
+  SKIP_WITHOUT_GPU();
   const std::int64_t errors_before = device_allocator().stats().ledger_errors;
   DeviceTensor outliving;
   {
@@ -321,7 +321,7 @@ TEST(CudaAllocator, AScopedDeviceLedgerDetachesTheTensorsThatOutliveIt) {
 }
 
 TEST(CudaAllocator, DeviceTensorsComeFromTheCacheAndChargeTheLedger) {
-  if (!mixpar::cuda_available()) GTEST_SKIP() << mixpar::cuda_unavailable_reason();
+  SKIP_WITHOUT_GPU();
   MemoryLedger ledger;
   LedgerScope scope(ledger);
   void* first = nullptr;
@@ -342,7 +342,7 @@ TEST(CudaAllocator, DeviceTensorsComeFromTheCacheAndChargeTheLedger) {
 }
 
 TEST(CudaAllocator, HostRoundTripKeepsEveryBitAndPoisonIsNaN) {
-  if (!mixpar::cuda_available()) GTEST_SKIP() << mixpar::cuda_unavailable_reason();
+  SKIP_WITHOUT_GPU();
   for (DType dt : {DType::kF32, DType::kF16, DType::kBF16}) {
     const Tensor host = cuda_testing::random_host({17, 5}, dt, 3);
     DeviceTensor d = DeviceTensor::from_host(host);

@@ -4,7 +4,7 @@
 // no CUDA device is visible.
 #include <gtest/gtest.h>
 
-#include "tensor/device_api.h"
+#include "gpu.h"
 
 #if MIXPAR_HAVE_CUDA
 
@@ -26,9 +26,6 @@ using cuda_testing::all_close;
 using cuda_testing::max_abs;
 using cuda_testing::random_host;
 using cuda_testing::Tolerance;
-
-#define SKIP_WITHOUT_GPU() \
-  if (!mixpar::cuda_available()) GTEST_SKIP() << mixpar::cuda_unavailable_reason()
 
 constexpr std::int64_t kB = 2, kH = 2, kD = 64, kC = kH * kD;
 

@@ -4,7 +4,7 @@
 // layers. Each test skips, saying why, where no CUDA device is visible.
 #include <gtest/gtest.h>
 
-#include "tensor/device_api.h"
+#include "gpu.h"
 
 #if MIXPAR_HAVE_CUDA
 
@@ -30,9 +30,6 @@ using cuda_testing::random_host;
 using cuda_testing::sum_tolerance;
 using cuda_testing::Tolerance;
 using cuda_testing::tolerance_for;
-
-#define SKIP_WITHOUT_GPU() \
-  if (!mixpar::cuda_available()) GTEST_SKIP() << mixpar::cuda_unavailable_reason()
 
 double unit_roundoff(DType dt) {
   switch (dt) {

@@ -4,7 +4,7 @@
 // 2 layers, 2 heads of 64, vocabulary 300 (384 padded on the device), T 33.
 #include <gtest/gtest.h>
 
-#include "tensor/device_api.h"
+#include "gpu.h"
 
 #if MIXPAR_HAVE_CUDA
 
@@ -27,9 +27,6 @@ namespace {
 using cuda_testing::all_close;
 using cuda_testing::kExact;
 using cuda_testing::max_abs;
-
-#define SKIP_WITHOUT_GPU() \
-  if (!mixpar::cuda_available()) GTEST_SKIP() << mixpar::cuda_unavailable_reason()
 
 constexpr std::int64_t kB = 2, kT = 33;
 

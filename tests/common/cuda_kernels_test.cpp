@@ -4,7 +4,7 @@
 // cuda_test_util.h. Each test skips, saying why, where no CUDA device is visible.
 #include <gtest/gtest.h>
 
-#include "tensor/device_api.h"
+#include "gpu.h"
 
 #if MIXPAR_HAVE_CUDA
 
@@ -26,9 +26,6 @@ using cuda_testing::random_host;
 using cuda_testing::tolerance_for;
 
 constexpr DType kWorkingTypes[] = {DType::kF32, DType::kBF16, DType::kF16};
-
-#define SKIP_WITHOUT_GPU() \
-  if (!mixpar::cuda_available()) GTEST_SKIP() << mixpar::cuda_unavailable_reason()
 
 // A device copy of t whose values are then NaN-poisoned (for outputs), or kept (inputs).
 DeviceTensor poisoned_like(const Tensor& t) {

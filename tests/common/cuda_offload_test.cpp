@@ -4,7 +4,7 @@
 // toolkit is; each test skips, saying why, where no GPU is visible.
 #include <gtest/gtest.h>
 
-#include "tensor/device_api.h"
+#include "gpu.h"
 
 #if MIXPAR_HAVE_CUDA
 
@@ -20,9 +20,6 @@ namespace mixpar::cuda {
 namespace {
 
 using cuda_testing::all_close;
-
-#define SKIP_WITHOUT_GPU() \
-  if (!mixpar::cuda_available()) GTEST_SKIP() << mixpar::cuda_unavailable_reason()
 
 constexpr std::int64_t kB = 2, kT = 33;
 

@@ -4,7 +4,7 @@
 // Each test skips, saying why, where no CUDA device is visible.
 #include <gtest/gtest.h>
 
-#include "tensor/device_api.h"
+#include "gpu.h"
 
 #if MIXPAR_HAVE_CUDA
 
@@ -26,9 +26,6 @@ namespace {
 using cuda_testing::all_close;
 using cuda_testing::kExact;
 using cuda_testing::random_host;
-
-#define SKIP_WITHOUT_GPU() \
-  if (!mixpar::cuda_available()) GTEST_SKIP() << mixpar::cuda_unavailable_reason()
 
 DeviceTensor flag(float value) {
   DeviceTensor f = DeviceTensor::empty({1}, DType::kF32);

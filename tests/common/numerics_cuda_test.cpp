@@ -10,6 +10,7 @@
 #include <cstring>
 #include <vector>
 
+#include "gpu.h"
 #include "numerics/convert_cuda.h"
 #include "numerics/formats.h"
 #include "numerics_test_util.h"
@@ -102,7 +103,7 @@ const char* mode_name(Saturation sat) {
 }
 
 TEST(ConvertCuda, FloatToEveryFormatMatchesCpuInBothModes) {
-  if (!mixpar::cuda_available()) GTEST_SKIP() << mixpar::cuda_unavailable_reason();
+  SKIP_WITHOUT_GPU();
   for (const Codec* c : kCodecs) {
     const std::vector<float> in = inputs_for(*c);
     const std::size_t n = in.size();
@@ -117,7 +118,7 @@ TEST(ConvertCuda, FloatToEveryFormatMatchesCpuInBothModes) {
 }
 
 TEST(ConvertCuda, EveryPatternDecodesToTheCpuFloat) {
-  if (!mixpar::cuda_available()) GTEST_SKIP() << mixpar::cuda_unavailable_reason();
+  SKIP_WITHOUT_GPU();
   for (const Codec* c : kCodecs) {
     const std::size_t n = c->patterns();
     std::vector<std::byte> src(n * dtype_size(c->dtype));
@@ -135,7 +136,7 @@ TEST(ConvertCuda, EveryPatternDecodesToTheCpuFloat) {
 // FP64 sources round once on both sides (__double2half etc. on the device). CUDA keeps a
 // double NaN's sign, we canonicalise it, so NaN results compare as NaN.
 TEST(ConvertCuda, DoubleToEveryFormatRoundsOnceLikeTheCpu) {
-  if (!mixpar::cuda_available()) GTEST_SKIP() << mixpar::cuda_unavailable_reason();
+  SKIP_WITHOUT_GPU();
   for (const Codec* c : kCodecs) {
     const std::vector<double> in = testing::double_rounding_traps(testing::make_grid(*c));
     const std::size_t n = in.size();
@@ -151,7 +152,7 @@ TEST(ConvertCuda, DoubleToEveryFormatRoundsOnceLikeTheCpu) {
 
 // Every source/target pair, on values that are exact in the source: the bulk paths agree.
 TEST(ConvertCuda, EveryPairOfDTypesMatchesCpu) {
-  if (!mixpar::cuda_available()) GTEST_SKIP() << mixpar::cuda_unavailable_reason();
+  SKIP_WITHOUT_GPU();
   std::vector<float> in = testing::boundary_floats(testing::make_grid(testing::kE5M2Codec));
   const std::vector<float>& r = testing::random_floats();
   in.insert(in.end(), r.begin(), r.begin() + 100'000);
@@ -175,7 +176,7 @@ TEST(ConvertCuda, EveryPairOfDTypesMatchesCpu) {
 }
 
 TEST(ConvertCuda, EmptyConversionIsANoOp) {
-  if (!mixpar::cuda_available()) GTEST_SKIP() << mixpar::cuda_unavailable_reason();
+  SKIP_WITHOUT_GPU();
   EXPECT_NO_THROW(convert_on_device(nullptr, DType::kF32, nullptr, DType::kF16, 0));
 }
 

@@ -9,8 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include "gpu.h"
 #include "random/philox.h"
-#include "tensor/device_api.h"
 
 namespace mixpar {
 namespace {
@@ -319,7 +319,7 @@ TEST(Random, FillOfAnEmptyTensorDrawsNothing) {
 }
 
 TEST(RandomCuda, FillOfADeviceTensorMatchesTheHostFill) {
-  if (!mixpar::cuda_available()) GTEST_SKIP() << mixpar::cuda_unavailable_reason();
+  SKIP_WITHOUT_GPU();
   MemoryLedger ledger;
   LedgerScope scope(ledger);
   for (DType d : kAllDTypes) {

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <vector>
 
+#include "gpu.h"
 #include "tensor/device_api.h"
 #include "tensor/tensor.h"
 
@@ -30,7 +31,7 @@ Tensor scrambled(std::int64_t n, DType d) {
 }
 
 TEST(TensorCuda, AllocationChargesTheCudaColumnAndFreesIt) {
-  if (!mixpar::cuda_available()) GTEST_SKIP() << mixpar::cuda_unavailable_reason();
+  SKIP_WITHOUT_GPU();
   MemoryLedger ledger;
   LedgerScope scope(ledger);
   {
@@ -46,7 +47,7 @@ TEST(TensorCuda, AllocationChargesTheCudaColumnAndFreesIt) {
 }
 
 TEST(TensorCuda, HostDeviceRoundTripKeepsEveryBitOfEveryDtype) {
-  if (!mixpar::cuda_available()) GTEST_SKIP() << mixpar::cuda_unavailable_reason();
+  SKIP_WITHOUT_GPU();
   for (DType d : kAllDTypes) {
     const Tensor host = scrambled(1025, d);
     const Tensor dev = host.to_device(Device::kCUDA);
@@ -58,7 +59,7 @@ TEST(TensorCuda, HostDeviceRoundTripKeepsEveryBitOfEveryDtype) {
 }
 
 TEST(TensorCuda, ExhaustiveFp8PatternsSurviveTheRoundTrip) {
-  if (!mixpar::cuda_available()) GTEST_SKIP() << mixpar::cuda_unavailable_reason();
+  SKIP_WITHOUT_GPU();
   for (DType d : {DType::kE4M3, DType::kE5M2}) {
     Tensor host = Tensor::empty({256}, d);
     auto* bytes = static_cast<std::uint8_t*>(host.data());
@@ -70,7 +71,7 @@ TEST(TensorCuda, ExhaustiveFp8PatternsSurviveTheRoundTrip) {
 
 // A dtype change across devices stages through the host and must match the host conversion.
 TEST(TensorCuda, ConvertingCopiesAcrossDevicesMatchTheHostConversion) {
-  if (!mixpar::cuda_available()) GTEST_SKIP() << mixpar::cuda_unavailable_reason();
+  SKIP_WITHOUT_GPU();
   const std::vector<float> v = {0.1f, -3.5f, 1e-6f, 500.f, 70000.f, 1e-40f};
   const Tensor host = Tensor::from_floats(v, {6});
   const Tensor dev = host.to_device(Device::kCUDA);
@@ -90,7 +91,7 @@ TEST(TensorCuda, ConvertingCopiesAcrossDevicesMatchTheHostConversion) {
 }
 
 TEST(TensorCuda, FillZeroAndItemOnTheDevice) {
-  if (!mixpar::cuda_available()) GTEST_SKIP() << mixpar::cuda_unavailable_reason();
+  SKIP_WITHOUT_GPU();
   for (DType d : kAllDTypes) {
     Tensor t = Tensor::empty({5, 7}, d, MC::kActivations, Device::kCUDA);
     t.fill(0.1f);
@@ -105,7 +106,7 @@ TEST(TensorCuda, FillZeroAndItemOnTheDevice) {
 }
 
 TEST(TensorCuda, StagingBuffersAreReturnedToTheLedger) {
-  if (!mixpar::cuda_available()) GTEST_SKIP() << mixpar::cuda_unavailable_reason();
+  SKIP_WITHOUT_GPU();
   MemoryLedger ledger;
   LedgerScope scope(ledger);
   Tensor t = Tensor::empty({100}, DType::kF16, MC::kParameters, Device::kCUDA);
@@ -116,7 +117,7 @@ TEST(TensorCuda, StagingBuffersAreReturnedToTheLedger) {
 }
 
 TEST(TensorCuda, DeviceCountAgreesWithAvailability) {
-  if (!mixpar::cuda_available()) GTEST_SKIP() << mixpar::cuda_unavailable_reason();
+  SKIP_WITHOUT_GPU();
   EXPECT_GE(cuda_device_count(), 1);
   EXPECT_TRUE(cuda_unavailable_reason().empty());
   cuda_synchronize();
