@@ -3,9 +3,7 @@
 // resumed from the command line logs the same losses as one run straight through; --ranks N
 // and mpirun -np N --backend mpi log the losses of one rank with N times the batch.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
-#include <cstdlib>
 #include <sstream>
 
 #include "ch08_test_util.h"
@@ -249,13 +247,7 @@ TEST(TrainGptCli, RanksFlagLogsTheLossesOfOneRankWithTheWholeBatch) {
 }
 
 #if defined(MIXPAR_MPIEXEC)
-// mpirun as the tests run it: as root in a container, on shared memory, oversubscribed.
-std::string mpirun(int np) {
-  return "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader "
-         "OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversubscribe=1 " +
-         std::string(MIXPAR_MPIEXEC) + " --oversubscribe -np " + std::to_string(np) + " " +
-         MIXPAR_TRAIN_GPT_PATH + " --backend mpi ";
-}
+using test::mpirun_train_gpt;
 
 TEST(TrainGptMpi, ProcessesLogTheLossesOfOneRankWithTheWholeBatch) {
   TempDir d;
@@ -266,8 +258,8 @@ TEST(TrainGptMpi, ProcessesLogTheLossesOfOneRankWithTheWholeBatch) {
     ASSERT_EQ(train_gpt(d, kDataParallel + "--batch " + std::to_string(2 * np) +
                                " --log-jsonl " + one).code,
               0);
-    const CliRun r = run_shell(d, mpirun(np) + kDataParallel + "--batch 2 --log-jsonl " + many +
-                                      " --trace " + d.file("trace.json") + " --overwrite");
+    const CliRun r = run_shell(d, mpirun_train_gpt(np) + kDataParallel + "--batch 2 --log-jsonl " +
+                                      many + " --trace " + d.file("trace.json") + " --overwrite");
     ASSERT_EQ(r.code, 0) << r.err;
     expect_same_losses(many, one);
     const std::string n = std::to_string(np);
@@ -296,7 +288,7 @@ TEST(TrainGptMpi, BadConfigIsReportedOnceByRankZeroWithExitCode2) {
                                 "2 x 2 = 4"},
            {"--n-positions 4", "--seq 8 is longer than the position table (n_positions 4)"},
            {"--data " + d.file("missing"), "missing"}}) {
-    const CliRun r = run_shell(d, mpirun(2) + kTiny + args);
+    const CliRun r = run_shell(d, mpirun_train_gpt(2) + kTiny + args);
     EXPECT_EQ(r.code, 2) << args << "\n" << r.err;
     EXPECT_EQ(r.out, "") << args;
     // One line from train_gpt; what else mpirun prints is its own report of the exit code.

@@ -246,14 +246,9 @@ TEST(Full3dMpi, EightProcessesOnATwoByTwoByTwoGridLogWhatOneDeviceLogs) {
       "--warmup 2 --lr 0.01 --eval-every 0 --threads 1 --grad-accum 2 ";
   const std::string one = d.file("one.jsonl"), many = d.file("mpi.jsonl");
   ASSERT_EQ(test::train_gpt(d, common + "--batch 4 --log-jsonl " + one).code, 0);
-  const std::string mpirun =
-      "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader "
-      "OMPI_MCA_btl_vader_single_copy_mechanism=none " +
-      std::string(MIXPAR_MPIEXEC) + " --oversubscribe -np 8 -x OMP_NUM_THREADS=1 " +
-      MIXPAR_TRAIN_GPT_PATH + " --backend mpi ";
-  const test::CliRun r =
-      test::run_shell(d, mpirun + common + "--batch 2 --dp 2 --tp 2 --pp 2 --zero-stage 1 "
-                                           "--schedule 1f1b --log-jsonl " + many);
+  const test::CliRun r = test::run_shell(d, test::mpirun_train_gpt(8) + common +
+                                                "--batch 2 --dp 2 --tp 2 --pp 2 --zero-stage 1 "
+                                                "--schedule 1f1b --log-jsonl " + many);
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("parallel: dp 2 x tp 2 x pp 2 grid over 8 ranks (MPI"), std::string::npos)
       << r.out;

@@ -449,20 +449,16 @@ TEST(TrainGptInputs, NonFiniteWeightsOnALaterStageAreReportedOnceByTheirStage) {
 }
 
 #if defined(MIXPAR_MPIEXEC)
-std::string mpi_env() {
-  return "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader "
-         "OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversubscribe=1 " +
-         std::string(MIXPAR_MPIEXEC) + " --oversubscribe ";
-}
-
 TEST(TrainGptMpi, RanksStartedWithDifferentFlagsAreRefusedNamingTheFlags) {
   TempDir d;
   // kTiny without its --batch, which each rank gives its own (a flag given twice is refused).
   std::string tiny = kTiny;
   tiny.erase(tiny.find("--batch 2 "), std::string("--batch 2 ").size());
-  const std::string run = std::string(" -np 1 ") + MIXPAR_TRAIN_GPT_PATH + " --backend mpi " + tiny +
-                          "--steps 2 ";
-  const CliRun r = test::run_shell(d, mpi_env() + run + "--batch 2 --allreduce ring" + " :" + run +
+  // mpirun's multiple-program form: one process each, rank 0's flags, ':', rank 1's.
+  const std::string run =
+      std::string(MIXPAR_TRAIN_GPT_PATH) + " --backend mpi " + tiny + "--steps 2 ";
+  const CliRun r = test::run_shell(d, test_support::mpirun_command(1) + run +
+                                          "--batch 2 --allreduce ring : -np 1 " + run +
                                           "--batch 4 --allreduce naive");
   EXPECT_EQ(r.code, 2) << r.err;
   EXPECT_EQ(r.out, "");
@@ -493,18 +489,17 @@ TEST(TrainGptMpi, AProcessWhoseOwnFlagsAreRefusedStopsTheJobWithItsReason) {
 // The same breakages under mpirun: every process reads its own pieces, and the reason of the
 // process that failed is printed once, whichever process it is.
 TEST(TrainGptMpi, ABrokenShardOrWeightIsReportedOnceWithTheFailingProcesssReason) {
-  const std::string bin = std::string(MIXPAR_TRAIN_GPT_PATH) + " --backend mpi ";
   for (const auto& [brk, part] : shard_breakages()) {
     TempDir d;
     ASSERT_EQ(train_gpt(d, kShardedRun + "--checkpoint-dir " + d.file("ck")).code, 0);
     brk(d.file("ck") + "/step-00000002");
-    const std::string cmd = mpi_env() + "-np 2 " + bin + kTiny +
+    const std::string cmd = test::mpirun_train_gpt(2) + kTiny +
                             "--steps 2 --warmup 1 --zero-stage 1 --resume --checkpoint-dir " + d.file("ck");
     expect_reason_once(test::run_shell(d, cmd), part, cmd);
   }
   TempDir d;
   write_hf_with_inf_in_block1(d);
-  const std::string cmd = mpi_env() + "-np 2 " + bin + "--init-from " + d.file("hf") +
+  const std::string cmd = test::mpirun_train_gpt(2) + "--init-from " + d.file("hf") +
                           " --seq 8 --batch 2 --steps 1 --pp 2";
   expect_reason_once(test::run_shell(d, cmd), "h.1.mlp.c_fc.weight holds a non-finite value", cmd);
 }

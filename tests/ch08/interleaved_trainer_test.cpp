@@ -7,15 +7,14 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <string>
-#include <sys/wait.h>
 #include <vector>
 
 #include "ch08_test_util.h"
 #include "comm/local_backend.h"
+#include "train_gpt_cli.h"
 #include "trainer.h"
 
 namespace mixpar::ch08 {
@@ -223,11 +222,6 @@ TEST(InterleavedTrainer, EveryRankTracesItsForwardsAndBackwardsPerChunk) {
   EXPECT_TRUE(has(1, "recv grad mb0 of stage 2 from r0"));
 }
 
-int exit_code_of(const std::string& cmd) {
-  const int status = std::system(cmd.c_str());
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
 const std::string kTiny = "--n-layer 4 --n-head 2 --n-embd 16 --seq 8 --batch 2 --threads 1 "
                           "--steps 3 --eval-every 0 --data-order sequential --pp 2 --schedule "
                           "interleaved --virtual-stages 2 --grad-accum 4 ";
@@ -236,13 +230,11 @@ const std::string kTiny = "--n-layer 4 --n-head 2 --n-embd 16 --seq 8 --batch 2 
 // (every chunk of both ranks, gathered on rank 0) as a Hugging Face directory.
 TEST(InterleavedTrainer, TrainGptRunsTheChunksAndSavesTheWholeModel) {
   TempDir d;
-  const std::string cmd = std::string(MIXPAR_TRAIN_GPT_PATH) + " --ranks 2 " + kTiny +
-                          "--save " + d.file("hf") + " > " + d.file("out") + " 2>&1";
-  ASSERT_EQ(exit_code_of(cmd), 0) << test::read_bytes(d.file("out"));
-  const std::string out = test::read_bytes(d.file("out"));
-  EXPECT_NE(out.find("interleaved pipeline: 2 stages x 4 micro-batches x 2 virtual stages"),
+  const test::CliRun r = test::train_gpt(d, "--ranks 2 " + kTiny + "--save " + d.file("hf"));
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("interleaved pipeline: 2 stages x 4 micro-batches x 2 virtual stages"),
             std::string::npos)
-      << out;
+      << r.out;
   EXPECT_FALSE(test::read_bytes(d.file("hf/model.safetensors")).empty());
   EXPECT_NE(test::read_bytes(d.file("hf/config.json")).find("n_layer"), std::string::npos);
 }
@@ -252,20 +244,12 @@ TEST(InterleavedTrainer, TrainGptRunsTheChunksAndSavesTheWholeModel) {
 // threads, bit for bit (the same arithmetic; only the transport differs).
 TEST(InterleavedTrainer, OverMpiLogsTheThreadsRunBitForBit) {
   TempDir d;
-  const std::string mpirun =
-      "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader "
-      "OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversubscribe=1 " +
-      std::string(MIXPAR_MPIEXEC) + " --oversubscribe -np 2 " + MIXPAR_TRAIN_GPT_PATH +
-      " --backend mpi ";
-  ASSERT_EQ(exit_code_of(std::string(MIXPAR_TRAIN_GPT_PATH) + " --ranks 2 " + kTiny +
-                         "--log-jsonl " + d.file("threads.jsonl") + " > " + d.file("t.out") +
-                         " 2>&1"),
-            0)
-      << test::read_bytes(d.file("t.out"));
-  ASSERT_EQ(exit_code_of(mpirun + kTiny + "--log-jsonl " + d.file("mpi.jsonl") + " > " +
-                         d.file("mpi.out") + " 2>&1"),
-            0)
-      << test::read_bytes(d.file("mpi.out"));
+  const test::CliRun t =
+      test::train_gpt(d, "--ranks 2 " + kTiny + "--log-jsonl " + d.file("threads.jsonl"));
+  ASSERT_EQ(t.code, 0) << t.out << t.err;
+  const test::CliRun m =
+      test::run_shell(d, test::mpirun_train_gpt(2) + kTiny + "--log-jsonl " + d.file("mpi.jsonl"));
+  ASSERT_EQ(m.code, 0) << m.out << m.err;
   const std::string threads = test::read_bytes(d.file("threads.jsonl"));
   const std::string mpi = test::read_bytes(d.file("mpi.jsonl"));
   auto field = [](const std::string& log, const std::string& key) {

@@ -6,12 +6,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
-#include <sys/wait.h>
 #include <vector>
 
 #include "ch08_test_util.h"
 #include "comm/local_backend.h"
+#include "train_gpt_cli.h"
 #include "trainer.h"
 
 namespace mixpar::ch08 {
@@ -154,14 +153,6 @@ TEST(PipelineTrainer, EveryRankTracesItsForwardsBackwardsSendsAndReceives) {
   EXPECT_TRUE(has(1, "send grad mb1 to r0"));
 }
 
-int exit_code_of(const TempDir& d, const std::string& args, std::string* err) {
-  const std::string cmd = std::string(MIXPAR_TRAIN_GPT_PATH) + " " + args + " > " +
-                          d.file("stdout") + " 2> " + d.file("stderr");
-  const int status = std::system(cmd.c_str());
-  *err = test::read_bytes(d.file("stderr"));
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
 TEST(PipelineTrainer, PipelinesThatCannotRunAreOneLineAndExitCode2) {
   TempDir d;
   const std::string tiny = "--n-layer 4 --n-head 2 --n-embd 16 --seq 8 --batch 2 --threads 1 ";
@@ -176,10 +167,10 @@ TEST(PipelineTrainer, PipelinesThatCannotRunAreOneLineAndExitCode2) {
       {"--ranks 2 --pp 2 --schedule gpipe", "not one of afab|1f1b|interleaved|zb-h1"},
   };
   for (const auto& [args, part] : cases) {
-    std::string err;
-    EXPECT_EQ(exit_code_of(d, tiny + args, &err), 2) << args << "\n" << err;
-    EXPECT_NE(err.find(part), std::string::npos) << "want '" << part << "' in: " << err;
-    EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+    const test::CliRun r = test::train_gpt(d, tiny + args);
+    EXPECT_EQ(r.code, 2) << args << "\n" << r.err;
+    EXPECT_NE(r.err.find(part), std::string::npos) << "want '" << part << "' in: " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   }
 }
 
@@ -191,16 +182,11 @@ TEST(PipelineTrainer, ZeroBubbleH1OverMpiLogsTheThreadsRunBitForBit) {
   const std::string args = "--n-layer 4 --n-head 2 --n-embd 16 --seq 8 --batch 2 --threads 1 "
                            "--steps 3 --pp 2 --schedule zb-h1 --grad-accum 4 --eval-every 0 "
                            "--data-order sequential --log-jsonl ";
-  const std::string mpirun =
-      "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader "
-      "OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversubscribe=1 " +
-      std::string(MIXPAR_MPIEXEC) + " --oversubscribe -np 2 " + MIXPAR_TRAIN_GPT_PATH +
-      " --backend mpi ";
-  std::string err;
-  ASSERT_EQ(exit_code_of(d, "--ranks 2 " + args + d.file("threads.jsonl"), &err), 0) << err;
-  const int status = std::system((mpirun + args + d.file("mpi.jsonl") + " > " +
-                                  d.file("mpi.out") + " 2>&1").c_str());
-  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << test::read_bytes(d.file("mpi.out"));
+  const test::CliRun t = test::train_gpt(d, "--ranks 2 " + args + d.file("threads.jsonl"));
+  ASSERT_EQ(t.code, 0) << t.err;
+  const test::CliRun m =
+      test::run_shell(d, test::mpirun_train_gpt(2) + args + d.file("mpi.jsonl"));
+  ASSERT_EQ(m.code, 0) << m.out << m.err;
   const std::string threads = test::read_bytes(d.file("threads.jsonl"));
   const std::string mpi = test::read_bytes(d.file("mpi.jsonl"));
   auto field = [](const std::string& log, const std::string& key) {
@@ -221,13 +207,12 @@ TEST(PipelineTrainer, ZeroBubbleH1OverMpiLogsTheThreadsRunBitForBit) {
 // m < p runs, and the pre-flight summary states what it costs.
 TEST(PipelineTrainer, FewerMicroBatchesThanStagesRunsAndThePreflightStatesTheBubble) {
   TempDir d;
-  std::string err;
   const std::string args = "--n-layer 4 --n-head 2 --n-embd 16 --seq 8 --batch 2 --threads 1 "
                            "--steps 2 --ranks 4 --pp 4 --grad-accum 2 --eval-every 0";
-  EXPECT_EQ(exit_code_of(d, args, &err), 0) << err;
-  const std::string out = test::read_bytes(d.file("stdout"));
-  EXPECT_NE(out.find("fewer micro-batches than stages: each rank idles 60%"), std::string::npos)
-      << out;
+  const test::CliRun r = test::train_gpt(d, args);
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("fewer micro-batches than stages: each rank idles 60%"), std::string::npos)
+      << r.out;
 }
 
 }  // namespace

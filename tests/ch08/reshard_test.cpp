@@ -456,12 +456,7 @@ TEST(TrainGptReshard, ACheckpointOfThe3dGridResumesOnOneRankAndSavesOneHfDirecto
 }
 
 #if defined(MIXPAR_MPIEXEC)
-std::string mpirun(int np) {
-  return "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader "
-         "OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversubscribe=1 " +
-         std::string(MIXPAR_MPIEXEC) + " --oversubscribe -np " + std::to_string(np) + " " +
-         MIXPAR_TRAIN_GPT_PATH + " --backend mpi ";
-}
+using test::mpirun_train_gpt;
 
 // Processes write their own pieces: a dp 2 x pp 2 ZeRO-1 checkpoint of mpirun -np 4 resumed on
 // threads of another layout (tp 2 x pp 2) logs what the threads log resuming the threads'
@@ -470,7 +465,7 @@ TEST(TrainGptReshardMpi, ProcessesCheckpointResumesOnThreadsOfAnotherLayout) {
   TempDir d;
   const std::string grid = "--dp 2 --pp 2 --zero-stage 1 --batch 2 --steps 2 ";
   const test::CliRun mpi =
-      test::run_shell(d, mpirun(4) + kRun + grid + "--checkpoint-dir " + d.file("mpi"));
+      test::run_shell(d, mpirun_train_gpt(4) + kRun + grid + "--checkpoint-dir " + d.file("mpi"));
   ASSERT_EQ(mpi.code, 0) << mpi.err;
   ASSERT_EQ(train_gpt(d, kRun + "--ranks 4 " + grid + "--checkpoint-dir " + d.file("thr")).code,
             0);

@@ -7,11 +7,8 @@
 #include "comm/parallel_grid.h"
 
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <fstream>
 #include <functional>
 #include <memory>
 #include <numeric>
@@ -23,6 +20,7 @@
 
 #include "comm/local_backend.h"
 #include "comm_local_test_util.h"
+#include "command.h"
 #include "expect.h"
 #include "temp_dir.h"
 #include "util/errors.h"
@@ -354,32 +352,15 @@ TEST(ParallelGrid, PipelineNeighboursExchangeByPointToPoint) {
 
 // ---- build/bin/mixpar-grid
 
-struct ToolRun {
-  int code = -1;
-  std::string out, err;
-};
+using test_support::CliRun;
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-ToolRun mixpar_grid(const std::string& args) {
-  test_support::TempDir dir;
-  const std::string cmd = std::string("'") + MIXPAR_GRID_PATH + "' " + args + " > " +
-                          dir.file("stdout") + " 2> " + dir.file("stderr");
-  const int status = std::system(cmd.c_str());
-  ToolRun r;
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.out = read_text(dir.file("stdout"));
-  r.err = read_text(dir.file("stderr"));
-  return r;
+CliRun mixpar_grid(const std::string& args) {
+  const test_support::TempDir dir;
+  return test_support::run_shell(dir, std::string("'") + MIXPAR_GRID_PATH + "' " + args);
 }
 
 TEST(ParallelGrid, MixparGridJsonNamesEveryRankAndGroupOnce) {
-  const ToolRun run = mixpar_grid("--world 8 --dp 2 --tp 2 --pp 2 --json");
+  const CliRun run = mixpar_grid("--world 8 --dp 2 --tp 2 --pp 2 --json");
   ASSERT_EQ(run.code, 0) << run.err;
   EXPECT_EQ(run.err, "");
   const Json j = Json::parse(run.out, "mixpar-grid --json");
@@ -408,13 +389,13 @@ TEST(ParallelGrid, MixparGridJsonNamesEveryRankAndGroupOnce) {
       "model_parallel": [[0, 1, 4, 5], [2, 3, 6, 7]],
       "embedding": [[0, 4], [1, 5], [2, 6], [3, 7]]})"));
   // The world defaults to dp x tp x pp.
-  const ToolRun deflt = mixpar_grid("--dp 2 --tp 2 --pp 2 --json");
+  const CliRun deflt = mixpar_grid("--dp 2 --tp 2 --pp 2 --json");
   ASSERT_EQ(deflt.code, 0) << deflt.err;
   EXPECT_EQ(deflt.out, run.out);
 }
 
 TEST(ParallelGrid, MixparGridTableHasOneRowPerRankAndTheFormula) {
-  const ToolRun run = mixpar_grid("--world 8 --dp 2 --tp 2 --pp 2");
+  const CliRun run = mixpar_grid("--world 8 --dp 2 --tp 2 --pp 2");
   ASSERT_EQ(run.code, 0) << run.err;
   std::vector<std::string> lines;
   std::istringstream in(run.out);
@@ -435,12 +416,7 @@ TEST(ParallelGrid, MixparGridTableHasOneRowPerRankAndTheFormula) {
 TEST(ParallelGrid, MixparGridBadShapeExitsTwoWithOneLine) {
   // Exit code 2, nothing on stdout, one line on stderr naming the problem.
   const auto expect_one_line = [](const std::string& args, const std::string& message) {
-    const ToolRun run = mixpar_grid(args);
-    EXPECT_EQ(run.code, 2) << args << "\n" << run.err;
-    EXPECT_EQ(run.out, "") << args;
-    EXPECT_EQ(std::count(run.err.begin(), run.err.end(), '\n'), 1) << run.err;
-    EXPECT_TRUE(run.err.starts_with("mixpar-grid: error: ")) << run.err;
-    EXPECT_CONTAINS(run.err, message);
+    test_support::expect_one_line_error(mixpar_grid(args), "mixpar-grid", message, args);
   };
   expect_one_line("--world 8 --dp 3", "grid: dp 3 x tp 1 x pp 1 = 3 ranks, but the world has 8");
   expect_one_line("--world 8 --dp 2 --tp 2 --pp 3",

@@ -2,7 +2,6 @@
 // the changed reduction order; checkpoints resume bit-exactly; --save writes the full,
 // unpadded model; a layout whose heads tp does not divide exits 2 before any compute.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <cmath>
 #include <cstdio>
@@ -13,52 +12,21 @@
 #include <string>
 #include <vector>
 
+#include "../train_gpt_cli.h"
 #include "io/safetensors.h"
 
 namespace {
+
+using mixpar::ch08::test::CliRun;
+using mixpar::ch08::test::read_bytes;
+using mixpar::ch08::test::run_shell;
+using mixpar::ch08::test::TempDir;
+using mixpar::ch08::test::train_gpt;
 
 // 2 layers, 4 heads, width 32, byte vocabulary (256: tp 2 and 4 divide it) or 257 (padded).
 const std::string kBase =
     "--n-layer 2 --n-head 4 --n-embd 32 --seq 16 --batch 4 --threads 1 --lr 3e-3 ";
 const std::string kModel = kBase + "--steps 10 ";
-
-struct CliRun {
-  int code = -1;
-  std::string out, err;
-};
-
-std::string read_all(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
-class Dir {
- public:
-  Dir() {
-    path_ = std::filesystem::temp_directory_path() /
-            ("ch06_tp_" + std::to_string(::getpid()) + "_" + std::to_string(counter_++));
-    std::filesystem::create_directories(path_);
-  }
-  ~Dir() { std::filesystem::remove_all(path_); }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  std::filesystem::path path_;
-  static inline int counter_ = 0;
-};
-
-CliRun train_gpt(const Dir& d, const std::string& args, const std::string& launcher = "") {
-  const std::string cmd = launcher + std::string(MIXPAR_TRAIN_GPT_PATH) + " " + args + " > " +
-                          d.file("stdout") + " 2> " + d.file("stderr");
-  const int status = std::system(cmd.c_str());
-  CliRun r;
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.out = read_all(d.file("stdout"));
-  r.err = read_all(d.file("stderr"));
-  return r;
-}
 
 // The values of "key": in each JSONL line.
 std::vector<double> field(const std::string& jsonl, const std::string& key) {
@@ -80,17 +48,18 @@ double max_diff(const std::vector<double>& a, const std::vector<double>& b) {
 // Order-of-summation noise over 10 f32 steps (see tests/ch06/tensor_parallel_gpt_test.cpp): 1e-4.
 constexpr double kTol = 1e-4;
 
-// extra + what against extra + base (one device, or the same dp without tp).
+// extra + what against extra + base (one device, or the same dp without tp); `launcher`, when
+// given, starts the tp run (mpirun).
 void expect_like_one_device(const std::string& extra, const std::string& what,
                             const std::string& launcher = "", const std::string& base = "") {
-  Dir d;
+  TempDir d;
   const CliRun one =
       train_gpt(d, kModel + extra + base + " --log-jsonl " + d.file("one.jsonl"));
   ASSERT_EQ(one.code, 0) << one.err;
-  const CliRun tp = train_gpt(d, kModel + extra + what + " --log-jsonl " + d.file("tp.jsonl"),
-                           launcher);
+  const CliRun tp = run_shell(d, launcher + MIXPAR_TRAIN_GPT_PATH + " " + kModel + extra + what +
+                                     " --log-jsonl " + d.file("tp.jsonl"));
   ASSERT_EQ(tp.code, 0) << tp.err << tp.out;
-  const std::string a = read_all(d.file("one.jsonl")), b = read_all(d.file("tp.jsonl"));
+  const std::string a = read_bytes(d.file("one.jsonl")), b = read_bytes(d.file("tp.jsonl"));
   const double dl = max_diff(field(a, "loss"), field(b, "loss"));
   const double dn = max_diff(field(a, "grad_norm"), field(b, "grad_norm"));
   std::printf("%s%s against %s: tolerance %.0e, loss differs by %.2e, grad norm by %.2e\n",
@@ -114,14 +83,12 @@ TEST(TrainGptTp, AVocabularyTpDoesNotDivideIsPaddedAndEqualsOneDevice) {
 
 #if defined(MIXPAR_MPIEXEC)
 TEST(TrainGptTp, Tp2UnderMpirunEqualsOneDevice) {
-  expect_like_one_device("", "--backend mpi --tp 2",
-                         std::string(MIXPAR_MPIEXEC) +
-                             " --allow-run-as-root --oversubscribe -np 2 -x OMP_NUM_THREADS=1 ");
+  expect_like_one_device("", "--backend mpi --tp 2", mixpar::test_support::mpirun_command(2));
 }
 #endif
 
 TEST(TrainGptTp, ATpRunResumesBitExactlyAndSavesTheFullUnpaddedModel) {
-  Dir d;
+  TempDir d;
   const std::string tp = "--ranks 2 --tp 2 --checkpoint-dir " + d.file("ck") +
                          " --checkpoint-every 5 --checkpoint-keep 5 ";
   const CliRun straight = train_gpt(d, kModel + tp + "--log-jsonl " + d.file("straight.jsonl") +
@@ -132,8 +99,8 @@ TEST(TrainGptTp, ATpRunResumesBitExactlyAndSavesTheFullUnpaddedModel) {
   const CliRun rest = train_gpt(d, kModel + tp + "--resume --log-jsonl " + d.file("rest.jsonl"));
   ASSERT_EQ(rest.code, 0) << rest.err;
   EXPECT_TRUE(std::filesystem::exists(d.file("ck") + "/step-00000005/model-dp0-tp1-pp0.safetensors"));
-  const std::vector<double> a = field(read_all(d.file("straight.jsonl")), "loss");
-  const std::vector<double> b = field(read_all(d.file("rest.jsonl")), "loss");
+  const std::vector<double> a = field(read_bytes(d.file("straight.jsonl")), "loss");
+  const std::vector<double> b = field(read_bytes(d.file("rest.jsonl")), "loss");
   ASSERT_EQ(a.size(), 10u);
   ASSERT_EQ(b.size(), 5u);
   for (std::size_t i = 0; i < 5; ++i) EXPECT_EQ(a[5 + i], b[i]) << "step " << 6 + i;
@@ -147,7 +114,7 @@ TEST(TrainGptTp, ATpRunResumesBitExactlyAndSavesTheFullUnpaddedModel) {
 }
 
 TEST(TrainGptTp, HeadsThatTpDoesNotDivideExitTwoNamingTheNumbers) {
-  Dir d;
+  TempDir d;
   const CliRun r = train_gpt(d, kModel + "--ranks 3 --tp 3");
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.out, "");

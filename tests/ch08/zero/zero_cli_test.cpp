@@ -3,10 +3,8 @@
 // log DDP's losses and norms bit for bit, and so do MPI processes (the MPI backend's default rank-order
 // reduction: the same kernel in the same order).
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <fstream>
 #include <iterator>
 #include <sstream>
@@ -105,12 +103,7 @@ TEST(TrainGptZero, StageTwoSavesDdpsModelByteForByte) {
 }
 
 #if defined(MIXPAR_MPIEXEC)
-std::string mpirun(int np) {
-  return "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader "
-         "OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversubscribe=1 " +
-         std::string(MIXPAR_MPIEXEC) + " --oversubscribe -np " + std::to_string(np) + " " +
-         MIXPAR_TRAIN_GPT_PATH + " --backend mpi ";
-}
+using test::mpirun_train_gpt;
 
 TEST(TrainGptZeroMpi, ProcessesLogTheLocalRanksLossesBitForBit) {
   TempDir d;
@@ -119,7 +112,8 @@ TEST(TrainGptZeroMpi, ProcessesLogTheLocalRanksLossesBitForBit) {
     const std::string n = std::to_string(np);
     const std::string local = d.file("local" + n + ".jsonl"), mpi = d.file("mpi" + n + ".jsonl");
     ASSERT_EQ(train_gpt(d, kRun + "--ranks " + n + " --log-jsonl " + local).code, 0);
-    const CliRun r = run_shell(d, mpirun(np) + kRun + "--zero-stage 1 --log-jsonl " + mpi);
+    const CliRun r =
+        run_shell(d, mpirun_train_gpt(np) + kRun + "--zero-stage 1 --log-jsonl " + mpi);
     ASSERT_EQ(r.code, 0) << r.err;
     expect_same_bits(mpi, local);  // ZeRO-1 over MPI against DDP on local ranks
   }
@@ -129,7 +123,7 @@ TEST(TrainGptZeroMpi, StageTwoProcessesLogTheLocalRanksLossesBitForBit) {
   TempDir d;
   const std::string local = d.file("local.jsonl"), mpi = d.file("mpi.jsonl");
   ASSERT_EQ(train_gpt(d, kRun + "--ranks 2 --zero-stage 2 --log-jsonl " + local).code, 0);
-  const CliRun r = run_shell(d, mpirun(2) + kRun + "--zero-stage 2 --log-jsonl " + mpi);
+  const CliRun r = run_shell(d, mpirun_train_gpt(2) + kRun + "--zero-stage 2 --log-jsonl " + mpi);
   ASSERT_EQ(r.code, 0) << r.err;
   expect_same_bits(mpi, local);  // ZeRO-2 over 2 MPI processes against 2 local ranks
 }
@@ -138,7 +132,7 @@ TEST(TrainGptZeroMpi, StageThreeProcessesLogDdpsLossesBitForBit) {
   TempDir d;
   const std::string local = d.file("local.jsonl"), mpi = d.file("mpi.jsonl");
   ASSERT_EQ(train_gpt(d, kRun + "--ranks 2 --log-jsonl " + local).code, 0);
-  const CliRun r = run_shell(d, mpirun(2) + kRun + "--zero-stage 3 --log-jsonl " + mpi);
+  const CliRun r = run_shell(d, mpirun_train_gpt(2) + kRun + "--zero-stage 3 --log-jsonl " + mpi);
   ASSERT_EQ(r.code, 0) << r.err;
   expect_same_bits(mpi, local);  // ZeRO-3 over 2 MPI processes against DDP on 2 local ranks
 }

@@ -343,12 +343,7 @@ TEST(TrainGptZeroOverTp, Tp2Dp2StagesTwoAndThreeLogStageZerosLossesBitForBit) {
 }
 
 #if defined(MIXPAR_MPIEXEC)
-std::string mpirun(int np) {
-  return "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader "
-         "OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversubscribe=1 " +
-         std::string(MIXPAR_MPIEXEC) + " --oversubscribe -np " + std::to_string(np) + " " +
-         MIXPAR_TRAIN_GPT_PATH + " --backend mpi ";
-}
+using test::mpirun_train_gpt;
 
 // Four MPI processes on tp 2 x dp 2 at ZeRO-3: each process's compute thread runs the tp
 // all-reduces while ZeRO-3's thread gathers over dp (MPI_THREAD_MULTIPLE); the threads run's
@@ -358,7 +353,7 @@ TEST(TrainGptZeroOverTpMpi, FourProcessesAtZeroThreeLogTheThreadsRunBitForBit) {
   const std::string grid = "--tp 2 --dp 2 --zero-stage 3 ";
   const std::string local = d.file("local.jsonl"), mpi = d.file("mpi.jsonl");
   ASSERT_EQ(train_gpt(d, kRun + grid + "--ranks 4 --log-jsonl " + local).code, 0);
-  const CliRun r = run_shell(d, mpirun(4) + kRun + grid + "--log-jsonl " + mpi);
+  const CliRun r = run_shell(d, mpirun_train_gpt(4) + kRun + grid + "--log-jsonl " + mpi);
   ASSERT_EQ(r.code, 0) << r.err;
   expect_same_jsonl(mpi, local);
 }
