@@ -16,8 +16,10 @@
 #include "expect.h"
 #include "model/mlp.h"
 #include "random/philox.h"
+#include "ranks.h"
 #include "temp_dir.h"
 #include "tensor/tensor.h"
+#include "trainer.h"
 #include "trainer_config.h"
 #include "training_data.h"
 #include "util/errors.h"
@@ -51,6 +53,17 @@ inline TrainingData random_data(std::size_t n, std::uint64_t seed = 7) {
   d.fingerprint = seed;
   d.tokens = std::make_shared<const std::vector<std::uint16_t>>(std::move(tokens));
   return d;
+}
+
+// A Trainer of c on each of its ranks, running body(trainer, rank) (test_support::on_each_rank:
+// c.ranks threads of the local backend, or one device without a communicator); what each body
+// returned, by rank.
+template <class Body>
+auto train_on_each_rank(const TrainerConfig& c, const TrainingData& data, Body&& body) {
+  return test_support::on_each_rank(c.ranks, [&](Communicator* world, int rank) {
+    Trainer t(c, data, world);
+    return body(t, rank);
+  });
 }
 
 // Raw bytes of a tensor: "bit for bit" means these compare equal.

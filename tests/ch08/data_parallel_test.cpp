@@ -58,16 +58,7 @@ RankLog train(Trainer& t) {
 
 // Every rank's log, by rank (a single device when c.ranks == 1).
 std::vector<RankLog> run(const TrainerConfig& c, const TrainingData& data) {
-  if (c.ranks == 1) {
-    Trainer t(c, data);
-    return {train(t)};
-  }
-  std::vector<RankLog> logs(static_cast<std::size_t>(c.ranks));
-  run_local(c.ranks, [&](Communicator& comm) {
-    Trainer t(c, data, &comm);
-    logs[static_cast<std::size_t>(comm.rank())] = train(t);
-  });
-  return logs;
+  return test::train_on_each_rank(c, data, [](Trainer& t, int) { return train(t); });
 }
 
 double rel(double a, double b) { return std::abs(a - b) / std::max(1.0, std::abs(b)); }
@@ -132,15 +123,14 @@ TEST(DataParallelTrainer, OneRanksOverflowSkipsEveryRanksStep) {
   const TrainingData data = random_data(4000);
   std::vector<ch03::StepReport> reports(2);
   std::vector<float> scales(2);
-  run_local(2, [&](Communicator& comm) {
-    Trainer t(c, data, &comm);
+  test::train_on_each_rank(c, data, [&](Trainer& t, int rank) {
     t.model().zero_grad();
-    if (comm.rank() == 1) {
+    if (rank == 1) {
       Tensor g = t.model().gradients().front().tensor;
       const float inf[] = {std::numeric_limits<float>::infinity()};
       g.flat_slice(0, 1).copy_from(Tensor::from_floats(inf, {1}));
     }
-    const std::size_t r = static_cast<std::size_t>(comm.rank());
+    const std::size_t r = static_cast<std::size_t>(rank);
     reports[r] = t.optimizer_step(1e-3);
     scales[r] = t.optimizer().loss_scale();
   });
@@ -160,19 +150,17 @@ TEST(DataParallelTrainer, ResumedRunContinuesBitForBit) {
   const TrainingData data = random_data(4000);
   const std::vector<RankLog> straight = run(c, data);
   // Stop after 3 steps with a checkpoint (every rank takes part), then resume to 6.
-  run_local(2, [&](Communicator& comm) {
-    Trainer t(c, data, &comm);
+  test::train_on_each_rank(c, data, [&](Trainer& t, int) {
     for (int i = 0; i < 3; ++i) t.train_step();
     t.save_checkpoint();
   });
   TrainerConfig again = c;
   again.resume = true;
   std::vector<RankLog> resumed(2);
-  run_local(2, [&](Communicator& comm) {
-    Trainer t(again, data, &comm);
+  test::train_on_each_rank(again, data, [&](Trainer& t, int rank) {
     t.resume();
     EXPECT_EQ(t.step(), 3);
-    resumed[static_cast<std::size_t>(comm.rank())] = train(t);
+    resumed[static_cast<std::size_t>(rank)] = train(t);
   });
   for (std::size_t r = 0; r < 2; ++r) {
     ASSERT_EQ(resumed[r].steps.size(), 3u);

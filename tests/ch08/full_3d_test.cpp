@@ -11,7 +11,6 @@
 #include <vector>
 
 #include "ch08_test_util.h"
-#include "comm/local_backend.h"
 #include "preflight.h"
 #include "train_gpt_cli.h"
 #include "trainer.h"
@@ -42,19 +41,16 @@ std::vector<std::vector<float>> weights_of(GptModel& m) {
 
 GridRun run(const TrainerConfig& c, const TrainingData& data) {
   GridRun r;
-  r.steps.resize(static_cast<std::size_t>(c.ranks));
-  if (c.ranks == 1) {
-    Trainer t(c, data);
-    while (t.step() < c.steps) r.steps[0].push_back(t.train_step());
-    r.weights = weights_of(t.model());
-    return r;
-  }
-  run_local(c.ranks, [&](Communicator& comm) {
-    Trainer t(c, data, &comm);
-    auto& mine = r.steps[static_cast<std::size_t>(comm.rank())];
+  r.steps = test::train_on_each_rank(c, data, [&](Trainer& t, int rank) {
+    std::vector<StepStats> mine;
     while (t.step() < c.steps) mine.push_back(t.train_step());
-    t.prepare_eval_model();  // collective: the whole model gathered on rank 0
-    if (comm.rank() == 0) r.weights = weights_of(t.eval_model());
+    if (c.ranks == 1) {
+      r.weights = weights_of(t.model());  // one device: the model is whole
+    } else {
+      t.prepare_eval_model();  // collective: the whole model gathered on rank 0
+      if (rank == 0) r.weights = weights_of(t.eval_model());
+    }
+    return mine;
   });
   return r;
 }

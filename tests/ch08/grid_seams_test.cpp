@@ -12,7 +12,6 @@
 #include "ch04_ddp/bucketed_allreduce.h"
 #include "ch08_test_util.h"
 #include "checkpoint.h"
-#include "comm/local_backend.h"
 #include "train_loop.h"
 #include "trainer.h"
 #include "util/json.h"
@@ -35,12 +34,11 @@ TrainerConfig grid_config(int dp) {
 TEST(TrainerGrid, ADataParallelRunIsADpByOneByOneGridWhoseDpGroupSyncsTheGradients) {
   const TrainerConfig c = grid_config(2);
   const TrainingData data = random_data(4096);
-  run_local(2, [&](Communicator& world) {
-    Trainer t(c, data, &world);
+  test::train_on_each_rank(c, data, [&](Trainer& t, int rank) {
     ASSERT_NE(t.grid(), nullptr);
     EXPECT_EQ(t.shape().dp, 2);
     EXPECT_EQ(t.shape().tp * t.shape().pp, 1);
-    EXPECT_EQ(t.coord().dp, world.rank());
+    EXPECT_EQ(t.coord().dp, rank);
     EXPECT_NE(dynamic_cast<const ch04::BucketedAllReduce*>(&t.grad_sync()), nullptr);
     EXPECT_TRUE(t.grad_sync().averages());
     t.train_step();
@@ -58,8 +56,7 @@ TEST(TrainerGrid, ADataParallelRunIsADpByOneByOneGridWhoseDpGroupSyncsTheGradien
 TEST(TrainerGrid, RankMetricsGiveEveryRanksMemoryAndTheBytesItSentInTheStep) {
   const TrainerConfig c = grid_config(2);
   const TrainingData data = random_data(4096);
-  run_local(2, [&](Communicator& world) {
-    Trainer t(c, data, &world);
+  test::train_on_each_rank(c, data, [&](Trainer& t, int) {
     const auto& sync = dynamic_cast<const ch04::BucketedAllReduce&>(t.grad_sync());
     auto expected = [&](int r) {
       std::uint64_t n = 2 * all_reduce_traffic(1, DType::kF64, 2, r).bytes_sent;
@@ -106,23 +103,17 @@ TEST(TrainerGrid, TheJsonlRecordsMemoryAndTrafficByRank) {
 
 std::vector<std::string> run_ranks(const TrainerConfig& c, const TrainingData& data,
                                    bool resume) {
-  std::vector<std::string> errors(static_cast<std::size_t>(c.ranks));
-  auto one = [&](Communicator* world) {
+  return test_support::on_each_rank(c.ranks, [&](Communicator* world, int) -> std::string {
     try {
       Trainer t(c, data, world);
       if (resume) t.resume();
       while (t.step() < c.steps) t.train_step();
       t.save_checkpoint();
     } catch (const InputError& e) {
-      errors[std::size_t(world ? world->rank() : 0)] = e.what();
+      return e.what();
     }
-  };
-  if (c.ranks == 1) {
-    one(nullptr);
-  } else {
-    run_local(c.ranks, [&](Communicator& world) { one(&world); });
-  }
-  return errors;
+    return "";
+  });
 }
 
 TEST(TrainerGrid, ACheckpointNamesItsLayoutAndTheShardEveryPlaceWrote) {

@@ -13,7 +13,6 @@
 #include <vector>
 
 #include "ch08_test_util.h"
-#include "comm/local_backend.h"
 #include "train_gpt_cli.h"
 #include "trainer.h"
 
@@ -71,15 +70,8 @@ TrainedRun run(const TrainerConfig& c, const TrainingData& data) {
       out.weights[e.name] = e.param.to_floats();
     }
   };
-  if (c.ranks == 1) {
-    Trainer t(c, data);
-    train(t, 0);
-    return out;
-  }
-  run_local(c.ranks, [&](Communicator& comm) {
-    Trainer t(c, data, &comm);
-    train(t, static_cast<std::size_t>(comm.rank()));
-  });
+  test::train_on_each_rank(c, data,
+                           [&](Trainer& t, int rank) { train(t, static_cast<std::size_t>(rank)); });
   return out;
 }
 

@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "ch08_test_util.h"
-#include "comm/local_backend.h"
 #include "train_gpt_cli.h"
 #include "trainer.h"
 
@@ -35,20 +34,11 @@ TrainerConfig pipeline_config(int pp, const std::string& schedule, std::int64_t 
 
 // Every rank's steps, by rank (a single device when c.ranks == 1).
 std::vector<std::vector<StepStats>> run(const TrainerConfig& c, const TrainingData& data) {
-  std::vector<std::vector<StepStats>> logs(static_cast<std::size_t>(c.ranks));
-  auto train = [&](Trainer& t, std::vector<StepStats>& log) {
+  return test::train_on_each_rank(c, data, [&](Trainer& t, int) {
+    std::vector<StepStats> log;
     while (t.step() < c.steps) log.push_back(t.train_step());
-  };
-  if (c.ranks == 1) {
-    Trainer t(c, data);
-    train(t, logs[0]);
-    return logs;
-  }
-  run_local(c.ranks, [&](Communicator& comm) {
-    Trainer t(c, data, &comm);
-    train(t, logs[static_cast<std::size_t>(comm.rank())]);
+    return log;
   });
-  return logs;
 }
 
 TEST(PipelineTrainer, StagesTrainLikeOneDeviceAccumulatingTheSameMicroBatches) {
@@ -111,10 +101,9 @@ TEST(PipelineTrainer, ZeroBubbleH1TracesItsInputAndWeightGradientsApart) {
   const TrainingData data = random_data(4096);
   const TrainerConfig c = pipeline_config(2, "zb-h1", 2);
   std::vector<std::vector<std::string>> names(2);
-  run_local(2, [&](Communicator& comm) {
-    Trainer t(c, data, &comm);
+  test::train_on_each_rank(c, data, [&](Trainer& t, int rank) {
     t.train_step();
-    for (const TraceSpan& s : t.take_spans()) names[std::size_t(comm.rank())].push_back(s.name);
+    for (const TraceSpan& s : t.take_spans()) names[std::size_t(rank)].push_back(s.name);
   });
   for (int r = 0; r < 2; ++r) {
     const auto& v = names[std::size_t(r)];
@@ -134,11 +123,10 @@ TEST(PipelineTrainer, EveryRankTracesItsForwardsBackwardsSendsAndReceives) {
   const TrainingData data = random_data(4096);
   const TrainerConfig c = pipeline_config(2, "1f1b", 2);
   std::vector<std::vector<std::string>> names(2);
-  run_local(2, [&](Communicator& comm) {
-    Trainer t(c, data, &comm);
+  test::train_on_each_rank(c, data, [&](Trainer& t, int rank) {
     t.train_step();
     for (const TraceSpan& s : t.take_spans()) {
-      names[std::size_t(comm.rank())].push_back(s.name);
+      names[std::size_t(rank)].push_back(s.name);
     }
   });
   auto has = [&](int r, const std::string& n) {

@@ -9,12 +9,10 @@
 // holds 5 chunks (2.5 stages' worth), not 2 stages.
 #include <gtest/gtest.h>
 
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "ch08_test_util.h"
-#include "comm/local_backend.h"
 #include "preflight.h"
 #include "tensor/ledger.h"
 #include "trainer.h"
@@ -42,17 +40,11 @@ TrainerConfig pipeline(int pp, std::int64_t n_layer, const std::string& schedule
 
 // Each pp rank's ledger peak of activation bytes over one training step.
 std::vector<std::size_t> ledger_peaks(const TrainerConfig& c, const TrainingData& data) {
-  std::vector<std::size_t> peaks(static_cast<std::size_t>(c.ranks));
-  std::mutex mu;
-  run_local(c.ranks, [&](Communicator& comm) {
-    Trainer t(c, data, &comm);
+  return test::train_on_each_rank(c, data, [](Trainer& t, int) {
     current_ledger().reset_peaks();
     t.train_step();
-    const std::size_t peak = current_ledger().peak(MemCategory::kActivations);
-    std::lock_guard<std::mutex> lock(mu);
-    peaks[static_cast<std::size_t>(comm.rank())] = peak;
+    return current_ledger().peak(MemCategory::kActivations);
   });
-  return peaks;
 }
 
 struct Layout {

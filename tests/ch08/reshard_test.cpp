@@ -19,7 +19,6 @@
 #include "ch04_ddp/ddp_tolerances.h"
 #include "ch08_test_util.h"
 #include "checkpoint_pieces.h"
-#include "comm/local_backend.h"
 #include "io/safetensors.h"
 #include "train_gpt_cli.h"
 #include "trainer.h"
@@ -173,15 +172,7 @@ Trajectory train(const TrainerConfig& c, const TrainingData& data, bool resume) 
     t.prepare_eval_model();  // collective: the whole model on rank 0
     if (rank == 0) out.weights = weights_of(t.eval_model());
   };
-  if (c.ranks == 1) {
-    Trainer t(c, data);
-    body(t, 0);
-  } else {
-    run_local(c.ranks, [&](Communicator& comm) {
-      Trainer t(c, data, &comm);
-      body(t, comm.rank());
-    });
-  }
+  test::train_on_each_rank(c, data, body);
   return out;
 }
 

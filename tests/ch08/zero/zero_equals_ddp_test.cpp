@@ -17,7 +17,6 @@
 #include "zero3_inflight.h"
 #include "ch03_master_weights/memory_calculator.h"
 #include "ch05_zero/zero_stage3.h"
-#include "comm/local_backend.h"
 #include "trainer.h"
 
 namespace mixpar::ch08 {
@@ -62,10 +61,8 @@ struct RankRun {
 
 std::vector<RankRun> run(const TrainerConfig& c) {
   const TrainingData data = random_data(4096);
-  std::vector<RankRun> out(static_cast<std::size_t>(c.ranks));
-  run_local(c.ranks, [&](Communicator& comm) {
-    Trainer t(c, data, &comm);
-    RankRun& r = out[static_cast<std::size_t>(comm.rank())];
+  return test::train_on_each_rank(c, data, [&](Trainer& t, int rank) {
+    RankRun r;
     current_ledger().reset_peaks();
     while (t.step() < c.steps) r.steps.push_back(t.train_step());
     r.params_peak = current_ledger().peak(MemCategory::kParameters);
@@ -86,15 +83,15 @@ std::vector<RankRun> run(const TrainerConfig& c) {
     } else {
       r.weights = test::bytes_of(t.model().registry().flat_params());
     }
-    const RankMetrics m = t.gather_rank_metrics()[static_cast<std::size_t>(comm.rank())];
+    const RankMetrics m = t.gather_rank_metrics()[static_cast<std::size_t>(rank)];
     r.mem.assign(m.mem.begin(), m.mem.end());
     const TrafficRecorder& tr = t.grid()->dp().traffic();
     r.reduce_scatter_bytes = tr.totals("reduce_scatter").bytes_sent;
     r.all_gather_bytes = tr.totals("all_gather").bytes_sent;
     r.all_reduce_bytes = tr.totals("all_reduce").bytes_sent;
     for (const Tensor& p : t.optimizer().stepped_params()) r.masters.push_back(p.to_floats());
+    return r;
   });
-  return out;
 }
 
 struct Layout {
@@ -319,15 +316,14 @@ TEST(ZeroStage2, TheFullGradientIsReleasedBetweenSteps) {
   const TrainingData data = random_data(4096);
   std::vector<std::string> errors(2);
   std::vector<int> resident(2, -1);
-  run_local(2, [&](Communicator& comm) {
-    Trainer t(c, data, &comm);
+  test::train_on_each_rank(c, data, [&](Trainer& t, int rank) {
     t.train_step();
     const Tensor& full = t.model().registry().flat_grads();
-    resident[std::size_t(comm.rank())] = full.resident();
+    resident[std::size_t(rank)] = full.resident();
     try {
       (void)full.data();
     } catch (const std::logic_error& e) {
-      errors[std::size_t(comm.rank())] = e.what();
+      errors[std::size_t(rank)] = e.what();
     }
     EXPECT_TRUE(std::isfinite(t.train_step().loss));
   });
@@ -342,13 +338,12 @@ TEST(ZeroStage1, BucketsAreReduceScatteredWhileBackwardRuns) {
   const TrainerConfig c = zero_config(2, 1, DType::kBF16);
   const TrainingData data = random_data(4096);
   std::vector<std::size_t> during(2), buckets(2);
-  run_local(2, [&](Communicator& comm) {
-    Trainer t(c, data, &comm);
+  test::train_on_each_rank(c, data, [&](Trainer& t, int rank) {
     t.train_step();
     const auto* z = dynamic_cast<const ch05::ZeroStage1*>(&t.grad_sync());
     ASSERT_NE(z, nullptr);
-    during[std::size_t(comm.rank())] = z->buckets_sent_during_backward();
-    buckets[std::size_t(comm.rank())] = z->partition().buckets().size();
+    during[std::size_t(rank)] = z->buckets_sent_during_backward();
+    buckets[std::size_t(rank)] = z->partition().buckets().size();
   });
   for (int r = 0; r < 2; ++r) {
     EXPECT_GE(buckets[std::size_t(r)], 4u);
@@ -468,13 +463,12 @@ TEST(ZeroStage3, UnitsAreReduceScatteredWhileBackwardRuns) {
   const TrainerConfig c = zero_config(2, 3, DType::kBF16);
   const TrainingData data = random_data(4096);
   std::vector<std::size_t> during(2), buckets(2);
-  run_local(2, [&](Communicator& comm) {
-    Trainer t(c, data, &comm);
+  test::train_on_each_rank(c, data, [&](Trainer& t, int rank) {
     t.train_step();
     const auto* z = dynamic_cast<const ch05::ZeroStage3*>(&t.grad_sync());
     ASSERT_NE(z, nullptr);
-    during[std::size_t(comm.rank())] = z->reduced_during_backward();
-    buckets[std::size_t(comm.rank())] = z->partition().buckets().size();
+    during[std::size_t(rank)] = z->reduced_during_backward();
+    buckets[std::size_t(rank)] = z->partition().buckets().size();
   });
   for (int r = 0; r < 2; ++r) {
     EXPECT_EQ(buckets[std::size_t(r)], std::size_t(c.model.n_layer + 2));
@@ -487,13 +481,12 @@ TEST(ZeroStage3, AParameterReadOutsideItsUnitIsANamedError) {
   const TrainerConfig c = zero_config(2, 3, DType::kBF16);
   const TrainingData data = random_data(4096);
   std::vector<std::string> errors(2);
-  run_local(2, [&](Communicator& comm) {
-    Trainer t(c, data, &comm);
+  test::train_on_each_rank(c, data, [&](Trainer& t, int rank) {
     t.train_step();
     try {
       (void)t.model().param("h.1.attn.c_attn.weight").data();
     } catch (const std::logic_error& e) {
-      errors[std::size_t(comm.rank())] = e.what();
+      errors[std::size_t(rank)] = e.what();
     }
     EXPECT_TRUE(std::isfinite(t.train_step().loss));
   });

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,7 +16,6 @@
 #include "../train_gpt_cli.h"
 #include "ch03_master_weights/memory_calculator.h"
 #include "ch05_zero/zero_stage3.h"
-#include "comm/local_backend.h"
 #include "preflight.h"
 #include "trainer.h"
 
@@ -68,24 +68,17 @@ RankRun finish(Trainer& t, RankRun r) {
 // Rank 0's run: on one device without a communicator, else on `ranks` local threads.
 RankRun run(const TrainerConfig& c) {
   const TrainingData data = random_data(4096);
-  if (c.ranks == 1) {
-    MemoryLedger ledger;
-    LedgerScope scope(ledger);
-    Trainer t(c, data);
+  // One device bills the calling thread's ledger: a fresh one, so that its metrics are this
+  // run's alone, as each local rank's thread has its own.
+  MemoryLedger ledger;
+  std::optional<LedgerScope> scope;
+  if (c.ranks == 1) scope.emplace(ledger);
+  return test::train_on_each_rank(c, data, [&](Trainer& t, int rank) {
     RankRun r;
     while (t.step() < c.steps) r.steps.push_back(t.train_step());
-    r.metrics = t.gather_rank_metrics()[0];
+    r.metrics = t.gather_rank_metrics()[static_cast<std::size_t>(rank)];
     return finish(t, std::move(r));
-  }
-  std::vector<RankRun> out(static_cast<std::size_t>(c.ranks));
-  run_local(c.ranks, [&](Communicator& comm) {
-    Trainer t(c, data, &comm);
-    RankRun r;
-    while (t.step() < c.steps) r.steps.push_back(t.train_step());
-    r.metrics = t.gather_rank_metrics()[static_cast<std::size_t>(comm.rank())];
-    out[static_cast<std::size_t>(comm.rank())] = finish(t, std::move(r));
-  });
-  return out[0];
+  })[0];
 }
 
 std::size_t at(const std::array<std::size_t, kNumMemCategories>& m, MemCategory c) {

@@ -18,7 +18,6 @@
 #include "zero3_inflight.h"
 #include "ch03_master_weights/memory_calculator.h"
 #include "ch05_zero/zero_stage3.h"
-#include "comm/local_backend.h"
 #include "trainer.h"
 #include "util/json.h"
 
@@ -71,10 +70,8 @@ struct RankRun {
 
 std::vector<RankRun> run(const TrainerConfig& c) {
   const TrainingData data = random_data(4096);
-  std::vector<RankRun> out(static_cast<std::size_t>(c.ranks));
-  run_local(c.ranks, [&](Communicator& comm) {
-    Trainer t(c, data, &comm);
-    RankRun& r = out[static_cast<std::size_t>(comm.rank())];
+  return test::train_on_each_rank(c, data, [&](Trainer& t, int rank) {
+    RankRun r;
     r.sync = t.grad_sync().describe();
     current_ledger().reset_peaks();
     while (t.step() < c.steps) r.steps.push_back(t.train_step());
@@ -93,13 +90,13 @@ std::vector<RankRun> run(const TrainerConfig& c) {
     } else {
       r.weights = test::bytes_of(t.model().registry().flat_params());
     }
-    const RankMetrics m = t.gather_rank_metrics()[static_cast<std::size_t>(comm.rank())];
+    const RankMetrics m = t.gather_rank_metrics()[static_cast<std::size_t>(rank)];
     r.mem.assign(m.mem.begin(), m.mem.end());
     r.dp_reduce_scatter_bytes = t.grid()->dp().traffic().totals("reduce_scatter").bytes_sent;
     r.tp_all_reduce_bytes = t.grid()->tp().traffic().totals("all_reduce").bytes_sent;
     for (const Tensor& p : t.optimizer().stepped_params()) r.masters.push_back(p.to_floats());
+    return r;
   });
-  return out;
 }
 
 // `zero` against `ddp` (stage 0 on the same grid): every step's loss, skip, scale, norm and
