@@ -474,11 +474,13 @@ TEST(TrainGptMpi, RanksStartedWithDifferentFlagsAreRefusedNamingTheFlags) {
 // another MPI collective with no output, forever); `timeout` bounds the test if it regresses.
 TEST(TrainGptMpi, AProcessWhoseOwnFlagsAreRefusedStopsTheJobWithItsReason) {
   TempDir d;
-  const std::string run = std::string(" -np 1 ") + MIXPAR_TRAIN_GPT_PATH + " --backend mpi " +
-                          kTinyNoBatch + "--steps 2 ";
+  const std::string run =
+      std::string(MIXPAR_TRAIN_GPT_PATH) + " --backend mpi " + kTinyNoBatch + "--steps 2 ";
   for (const auto& [bad, good] : {std::pair{run + "--batch 0x2", run + "--batch 2"},
                                   std::pair{run + "--batch 2", run + "--batch 2 --batch 3"}}) {
-    const std::string cmd = "timeout 60 " + mpi_env() + bad + " :" + good;
+    // mpirun's multiple-program form: one process each, the first's flags, ':', the second's.
+    const std::string cmd =
+        "timeout 60 " + test_support::mpirun_command(1) + bad + " : -np 1 " + good;
     const CliRun r = test::run_shell(d, cmd);
     const std::string why =
         bad.ends_with("0x2") ? "--batch: '0x2' is hexadecimal" : "--batch is given twice";
