@@ -113,9 +113,10 @@ std::string RankBill::text() const {
     return "device: parameters " + bytes(param_bytes) + ", gradients " + bytes(grad_bytes) +
            ", activations " + bytes(activation_bytes) + " = " + bytes(device_total()) +
            "; host (offloaded): master weights " + bytes(master_bytes) + ", optimizer state " +
-           bytes(optimizer_bytes) + " = " + bytes(host_total()) + where;
+           bytes(optimizer_bytes) + ", FP32 gradients " + bytes(fp32_grad_bytes) + " = " +
+           bytes(host_total()) + where;
   }
-  return "parameters " + bytes(param_bytes) + ", gradients " + bytes(grad_bytes) +
+  return "parameters " + bytes(param_bytes) + ", gradients " + bytes(grad_bytes + fp32_grad_bytes) +
          ", master weights " + bytes(master_bytes) + ", optimizer state " +
          bytes(optimizer_bytes) + ", activations " + bytes(activation_bytes) + " = " +
          bytes(total()) + where;
@@ -157,6 +158,7 @@ std::vector<RankBill> estimate_rank_bills(const TrainerConfig& c) {
     b.grad_bytes = st.gradients;
     b.master_bytes = st.master_params;
     b.optimizer_bytes = st.optimizer_state;
+    b.fp32_grad_bytes = c.dtype == DType::kF32 ? 0 : st.master_params;
     b.offloaded = c.offload_optimizer;
     b.micro_batches_in_flight = held[static_cast<std::size_t>(s)].micro_batches;
     b.blocks_held = held[static_cast<std::size_t>(s)].blocks;
@@ -311,8 +313,8 @@ void check_memory(const TrainerConfig& c, int ranks_on_this_machine,
     throw InputError("one rank needs " + bytes(bill.device_total()) +
                      (bill.offloaded ? " of device memory" : "") + ", over --device-memory " +
                      bytes(static_cast<std::int64_t>(c.device_memory)) + ": " + bill.text() +
-                     (bill.offloaded ? "" : "; --offload-optimizer moves the master weights and "
-                                            "optimizer state to host memory"));
+                     (bill.offloaded ? "" : "; --offload-optimizer moves the master weights, the "
+                                            "FP32 gradients and optimizer state to host memory"));
   }
   const std::int64_t all = bill.total() * ranks_on_this_machine;
   if (available_bytes >= 0 && all > available_bytes) {

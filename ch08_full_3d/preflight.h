@@ -37,14 +37,22 @@ struct RankBill {
   std::int64_t micro_batches_in_flight = 1;  // (chunk) micro-batches held at once, at most
   std::int64_t blocks_held = 0;  // the peak of their blocks (a chunk: 1/v of the rank's)
   std::int64_t param_bytes = 0, grad_bytes = 0, master_bytes = 0, optimizer_bytes = 0;
+  // A 16-bit run's FP32 copy of the gradients the optimizer steps (chapter 3: unscaled,
+  // checked and clipped in FP32), as many elements as the masters; 0 in an fp32 run. The
+  // ledger counts it with the gradients.
+  std::int64_t fp32_grad_bytes = 0;
   std::int64_t activation_bytes = 0;
-  // --offload-optimizer: the masters and optimizer state are host memory (ZeRO-Offload).
+  // --offload-optimizer: the masters, the FP32 gradient copy and the optimizer state are host
+  // memory (ZeRO-Offload).
   bool offloaded = false;
   std::int64_t total() const {
-    return param_bytes + grad_bytes + master_bytes + optimizer_bytes + activation_bytes;
+    return param_bytes + grad_bytes + fp32_grad_bytes + master_bytes + optimizer_bytes +
+           activation_bytes;
   }
   // What --device-memory is compared with: everything but what is offloaded to the host.
-  std::int64_t host_total() const { return offloaded ? master_bytes + optimizer_bytes : 0; }
+  std::int64_t host_total() const {
+    return offloaded ? master_bytes + fp32_grad_bytes + optimizer_bytes : 0;
+  }
   std::int64_t device_total() const { return total() - host_total(); }
   // "parameters 1.67 MiB, gradients ..., activations ... = total 9.1 MiB (stage 0)"; offloaded:
   // "device: parameters ..., gradients ..., activations ... = D; host: master weights ...,

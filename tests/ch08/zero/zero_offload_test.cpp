@@ -192,7 +192,7 @@ TEST(Offload, ADeviceBudgetThatRefusesTheRunPassesWithOffload) {
   c.offload_optimizer = true;
   const RankBill offloaded = estimate_rank_bill(c);
   EXPECT_EQ(offloaded.device_total(), bill.param_bytes + bill.grad_bytes + bill.activation_bytes);
-  EXPECT_EQ(offloaded.host_total(), bill.master_bytes + bill.optimizer_bytes);
+  EXPECT_EQ(offloaded.host_total(), bill.master_bytes + bill.fp32_grad_bytes + bill.optimizer_bytes);
   EXPECT_EQ(offloaded.total(), bill.total());
   EXPECT_NO_THROW(check_memory(c, 1, -1));
   // Below the device's share even with offload: refused, naming the device's bytes.
