@@ -500,18 +500,8 @@ def main():
         return 2
     os.makedirs(a.out, exist_ok=True)
     global plt
-    try:
-        import matplotlib
-    except ImportError:
-        # Debian's python3-matplotlib lives in the system interpreter's packages: another
-        # python3 first in PATH (a virtualenv, pyenv) does not see it.
-        system = "/usr/bin/python3"
-        if os.path.realpath(sys.executable) != os.path.realpath(system) and os.path.exists(system):
-            os.execv(system, [system, os.path.abspath(__file__), *sys.argv[1:]])
-        print("figures.py: matplotlib is missing: apt-get install python3-matplotlib "
-              "(scripts/install_deps.sh)", file=sys.stderr)
-        return 2
-    matplotlib.use("Agg")
+    from system_matplotlib import import_matplotlib  # scripts/, beside this file
+    matplotlib = import_matplotlib(__file__, sys.argv[1:], "figures.py")
     matplotlib.rcParams["svg.hashsalt"] = "mixpar"  # stable ids in the SVG files
     matplotlib.rcParams["svg.fonttype"] = "none"    # text stays text: small, searchable SVGs
     import matplotlib.pyplot as plt  # noqa: F401 (module-level name used by the figures)

@@ -57,12 +57,9 @@ def main():
 
     rows = read_log(args.log)
     other = read_log(args.compare) if args.compare else None
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        fail("matplotlib is missing: bash scripts/install_deps.sh installs python3-matplotlib")
+    from system_matplotlib import import_matplotlib  # scripts/, beside this file
+    import_matplotlib(__file__, sys.argv[1:], "plot_run.py")
+    import matplotlib.pyplot as plt
 
     out = args.out or os.path.dirname(os.path.abspath(args.log))
     os.makedirs(out, exist_ok=True)
