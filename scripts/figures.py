@@ -481,7 +481,10 @@ def fig_ch08(recs):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True, help="folder the SVG and PNG files go into")
-    ap.add_argument("--bin-dir", default="build/bin", help="where the demos are (build/bin)")
+    # The repository's build/bin by default, wherever the script is run from.
+    repo_bin = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "build", "bin")
+    ap.add_argument("--bin-dir", default=os.path.normpath(repo_bin),
+                    help="where the demos are (default: build/bin of this repository)")
     ap.add_argument("--only", default="", help="comma-separated chapters, e.g. ch02,ch04")
     ap.add_argument("--ch08-jsonl", default=None, help="a train_gpt --log-jsonl file to plot")
     a = ap.parse_args()
