@@ -61,6 +61,7 @@ TERMS = {
     "MFU": ("mfu", r"\bmfu\b"),
     "rank grid": ("rank-grid", r"\bgrid\b"),
     "tied embedding": ("tied-embedding", r"\btied\b"),
+    "addition task": ("addition-task", r"\baddition (?:task|dataset)\b"),
     "cosine schedule": ("cosine-schedule", r"\bcosine\b"),
     "OpenMP": ("openmp", r"\bopenmp\b"),
     "safetensors": ("safetensors", r"\bsafetensors\b"),
