@@ -397,40 +397,84 @@ def fig_ch06(data):
 SCHEDULES = ["afab", "1f1b", "interleaved", "zb-h1"]
 
 
-def fig_ch07(bin_dir):
+def ch07_timelines(bin_dir):
     timelines = []
     for s in SCHEDULES:
         args = ["--schedule", s, "--json"]
         if s == "interleaved":
             args += ["--virtual-stages", "2"]
         timelines.append((s, json.loads(run([os.path.join(bin_dir, "ch07_pipeline"), *args]))))
-    fig, axes = plt.subplots(len(timelines), 1, figsize=(11, 2.1 * len(timelines)))
+    return timelines
+
+
+def fig_ch07(bin_dir):
+    """One panel per schedule, all on one time axis: the time of one full stage's forward.
+    The simulator counts an interleaved timeline in a chunk's forward, T_F / v (each rank's
+    stage is cut into v chunks: schedule_simulator.h), so its times are divided by v here;
+    drawn in its own unit, the schedule with the smallest bubble would look the longest."""
+    timelines = ch07_timelines(bin_dir)
+    fig, axes = plt.subplots(len(timelines), 1, figsize=(11, 2.1 * len(timelines)),
+                             sharex=True)
     colours = {"F": "#4c72b0", "B": "#dd8452", "W": "#55a868"}
+    longest = max(t["makespan"] / t["virtual_stages"] for _, t in timelines)
     for ax, (name, t) in zip(axes, timelines):
+        unit = 1.0 / t["virtual_stages"]  # this timeline's time unit, in full-stage forwards
         for rank, actions in enumerate(t["ranks"]):
             for a in actions:
                 words = a["action"].split()
                 kind = "W" if words[0] == "W" else words[0][0]
-                start, end = a["start"], a["end"]
+                start, end = a["start"] * unit, a["end"] * unit
                 chunk = words[2] if len(words) > 2 else ""
                 ax.broken_barh([(start, end - start)], (rank - 0.4, 0.8),
                                color=colours.get(kind, "grey"), edgecolor="white",
                                alpha=0.6 if chunk == "c1" else 1.0)
                 ax.text((start + end) / 2, rank, words[1][2:], ha="center", va="center",
-                        fontsize=6, color="white")
-        ax.set_xlim(0, t["makespan"])
-        ax.set_title("%s: bubble %.1f%% (formula %s = %.1f%%), white = idle"
-                     % (name, 100 * t["bubble_fraction"], t["formula"],
+                        fontsize=6 if t["virtual_stages"] == 1 else 5, color="white")
+        ax.set_xlim(0, longest)
+        ax.set_title("%s: step %g T_F, bubble %.1f%% (formula %s = %.1f%%), white = idle"
+                     % (name, t["makespan"] * unit, 100 * t["bubble_fraction"], t["formula"],
                         100 * t["formula_value"]), fontsize=9, loc="left")
         ax.set_yticks(range(t["pp"]))
         ax.set_yticklabels(["rank %d" % r for r in range(t["pp"])], fontsize=7)
         ax.invert_yaxis()
-    axes[-1].set_xlabel("time in units of one forward of one model chunk (blue F, orange B, "
-                        "green W; pale: the second chunk; numbers: micro-batch)")
-    fig.suptitle("Chapter 7: pipeline schedules, p = 4 stages, m = 8 micro-batches "
-                 "(ch07_pipeline --schedule S --json)")
+    for ax in axes:
+        ax.tick_params(labelbottom=True)  # every panel shows the shared time scale
+    axes[-1].set_xlabel("time in T_F, one forward of a whole stage (blue F, orange B, green W;"
+                        " numbers: micro-batch)\npale: an interleaved rank's second model "
+                        "chunk; each chunk's forward takes T_F / 2")
+    fig.suptitle("Chapter 7: pipeline schedules, p = 4 stages, m = 8 micro-batches, one time "
+                 "axis (ch07_pipeline --schedule S --json)")
     fig.tight_layout()
+    problems = time_axis_problems(fig)
+    if problems:
+        raise Failure("the schedules are not drawn on one time axis: " + "; ".join(problems))
     return fig
+
+
+def time_axis_problems(fig):
+    """What keeps a figure's panels from sharing one time axis, read from what was drawn: every
+    panel must have the same x limits, and the first rank's bars the same total length (every
+    schedule does the same work, m forwards and m backwards of one stage: a panel counted in
+    another unit draws it longer or shorter). Empty when the panels agree."""
+    panels = []
+    for ax in fig.axes:
+        busy = 0.0
+        for coll in ax.collections:
+            for path in coll.get_paths():
+                xs = [v[0] for v in path.vertices]
+                ys = [v[1] for v in path.vertices]
+                if min(ys) < 0 < max(ys):  # the bars of rank 0, drawn on (-0.4, 0.4)
+                    busy += max(xs) - min(xs)
+        panels.append((ax.get_title(loc="left").split(":")[0], tuple(ax.get_xlim()), busy))
+    problems = []
+    for name, xlim, busy in panels[1:]:
+        if max(abs(x - y) for x, y in zip(xlim, panels[0][1])) > 1e-9:
+            problems.append("%s's x limits %s differ from %s's %s"
+                            % (name, xlim, panels[0][0], panels[0][1]))
+        if abs(busy - panels[0][2]) > 1e-6 * max(1.0, panels[0][2]):
+            problems.append("%s's rank 0 is busy for %g, %s's for %g: another time unit"
+                            % (name, busy, panels[0][0], panels[0][2]))
+    return problems
 
 
 # ---- Chapter 8: loss, gradient norm, loss scale and throughput of a training run.
