@@ -4,8 +4,9 @@ memory per rank by category, and throughput (tokens/s and MFU when logged), one 
 
     python3 scripts/plot_run.py RUN.jsonl [--out DIR] [--compare OTHER.jsonl --label A --other-label B]
 
---compare draws a second run's loss beside the first (the main demo's single-device reference)
-and prints, computed from the two logs, the largest loss difference over the common steps.
+--compare draws a second run's loss (and held-out accuracy, when logged) beside the first (the
+main demo's single-device reference), each line named after its run (--label, --other-label)
+in the legend, and prints, computed from the two logs, the largest loss difference over the common steps.
 Matplotlib from Debian's python3-matplotlib (scripts/install_deps.sh). Prints each file it
 wrote, one per line, and exits 2 with one line on a missing or malformed log.
 """
@@ -46,13 +47,42 @@ def series(rows, key):
     return [p[0] for p in pts], [p[1] for p in pts]
 
 
+def loss_figure(plt, rows, label, other=None, other_label=None):
+    """The loss of each run (left axis) and its held-out accuracy when logged (right axis, the
+    same run's colour family), every line named after its run in one legend."""
+    fig, ax = plt.subplots(figsize=(7, 4.6))
+    runs = [(rows, label, "-")] + ([(other, other_label, "--")] if other else [])
+    ax2 = None
+    for run_rows, name, style in runs:
+        ax.plot(*series(run_rows, "loss"), linestyle=style, label=f"loss, {name}")
+        acc = series(run_rows, "heldout_accuracy")
+        if acc[0]:
+            ax2 = ax2 or ax.twinx()
+            ax2.plot(acc[0], [100 * a for a in acc[1]], marker="o", linestyle=style,
+                     color="tab:green" if style == "-" else "tab:olive",
+                     label=f"held-out accuracy, {name}")
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss")
+    handles, labels = ax.get_legend_handles_labels()
+    if ax2:
+        ax2.set_ylabel("held-out accuracy (%)")
+        ax2.set_ylim(-2, 102)
+        h2, l2 = ax2.get_legend_handles_labels()
+        handles, labels = handles + h2, labels + l2
+    # Below the plot, on the upper axes: no curve runs under it, none is drawn over it.
+    (ax2 or ax).legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.15),
+                       ncol=2, fontsize="small")
+    return fig
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("log")
     ap.add_argument("--out", default=None, help="directory for the PNGs (default: beside the log)")
     ap.add_argument("--compare", default=None, help="a second JSONL whose loss is drawn too")
-    ap.add_argument("--label", default="run")
-    ap.add_argument("--other-label", default="reference")
+    ap.add_argument("--label", default="run", help="the first run's name in the legend")
+    ap.add_argument("--other-label", default="reference",
+                    help="the --compare run's name in the legend")
     args = ap.parse_args()
 
     rows = read_log(args.log)
@@ -73,20 +103,7 @@ def main():
         plt.close(fig)
         written.append(path)
 
-    fig, ax = plt.subplots(figsize=(7, 4))
-    ax.plot(*series(rows, "loss"), label=args.label)
-    if other:
-        ax.plot(*series(other, "loss"), label=args.other_label, linestyle="--")
-    acc = series(rows, "heldout_accuracy")
-    if acc[0]:
-        ax2 = ax.twinx()
-        ax2.plot(acc[0], [100 * a for a in acc[1]], "o-", color="tab:green", label="held-out accuracy")
-        ax2.set_ylabel("held-out accuracy (%)")
-        ax2.legend(loc="center right")
-    ax.set_xlabel("step")
-    ax.set_ylabel("loss")
-    ax.legend(loc="upper right")
-    save(fig, "loss")
+    save(loss_figure(plt, rows, args.label, other, args.other_label), "loss")
 
     fig, ax = plt.subplots(figsize=(7, 4))
     steps, norms = series(rows, "grad_norm")

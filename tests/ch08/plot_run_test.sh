@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # PlotRun.DrawsLossGradNormLossScaleMemoryAndThroughputFromAJsonl: a short fp16 run on 2 rank
 # threads logs its JSONL; scripts/plot_run.py turns it into five PNGs, each a real image file;
-# a malformed log is one line and exit code 2. Skipped (exit 77) where matplotlib is missing.
+# --compare with a one-device run names every line of the loss plot (each run's loss and
+# held-out accuracy) after its run; a malformed log is one line and exit code 2. Skipped (exit 77) where matplotlib is missing.
 # Usage: plot_run_test.sh TRAIN_GPT PLOT_RUN_PY SCRATCH_DIR
 set -euo pipefail
 train_gpt="$1" script="$2" dir="$3"
@@ -20,6 +21,35 @@ for kind in loss grad_norm loss_scale memory throughput; do
   grep -qx "$f" "$dir/plots.txt" || { echo "FAIL: $f not listed"; cat "$dir/plots.txt"; exit 1; }
   head -c 8 "$f" | od -An -tx1 | grep -q "89 50 4e 47" || { echo "FAIL: $f is not a PNG"; exit 1; }
 done
+# --compare: a second run (one device) beside the first, and every line of the loss plot named
+# after its run in the legend: the two losses and the two held-out accuracy lines.
+"$train_gpt" --n-layer 2 --n-head 2 --n-embd 16 --seq 8 --batch 4 --steps 6 --warmup 2 \
+  --eval-every 3 --threads 1 --dtype fp16 --log-jsonl "$dir/one.jsonl" > "$dir/one.txt"
+"$py" "$script" "$dir/run.jsonl" --compare "$dir/one.jsonl" --label "2 ranks" \
+  --other-label "one device" --out "$dir/compare" > "$dir/compare.txt"
+grep -q "^compared over 6 steps: largest loss difference" "$dir/compare.txt" ||
+  { echo "FAIL: no comparison line"; cat "$dir/compare.txt"; exit 1; }
+grep -qx "$dir/compare/run_loss.png" "$dir/compare.txt" ||
+  { echo "FAIL: no compared loss plot"; cat "$dir/compare.txt"; exit 1; }
+"$py" - "$(dirname "$script")" "$dir/run.jsonl" "$dir/one.jsonl" <<'PY' ||
+import sys
+sys.path.insert(0, sys.argv[1])
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import plot_run
+fig = plot_run.loss_figure(plt, plot_run.read_log(sys.argv[2]), "2 ranks",
+                           plot_run.read_log(sys.argv[3]), "one device")
+legends = [ax.get_legend() for ax in fig.axes if ax.get_legend()]
+legend = sorted(t.get_text() for lg in legends for t in lg.get_texts())
+lines = sorted(line.get_label() for ax in fig.axes for line in ax.get_lines())
+want = sorted(["loss, 2 ranks", "loss, one device",
+               "held-out accuracy, 2 ranks", "held-out accuracy, one device"])
+if lines != want or legend != want:
+    print("FAIL: the loss plot's lines %s and legend %s should both be %s" % (lines, legend, want))
+    sys.exit(1)
+PY
+  exit 1
 echo '{"step": 1' > "$dir/bad.jsonl"
 set +e
 "$py" "$script" "$dir/bad.jsonl" --out "$dir/bad" 2> "$dir/bad.err"
@@ -39,4 +69,4 @@ if python3 -m venv --without-pip "$dir/venv" > /dev/null 2>&1 &&
 else
   venv_note=" (no virtualenv here: its re-exec not checked)"
 fi
-echo "ok: 5 plots from $dir/run.jsonl$venv_note"
+echo "ok: 5 plots from $dir/run.jsonl, a comparison with every line named after its run$venv_note"
