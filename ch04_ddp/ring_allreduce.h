@@ -46,7 +46,7 @@ struct RingOptions {
   // instead of one chunk, and here the slice is still in cache when it is reduced and sent on.
   // Each slice costs every rank 2(N-1) hand-offs between threads, so slices must not be too
   // small either: 2 MiB (one core's L2 here) was fastest at 64 MiB, N = 4 and 8, and within
-  // 10% of the fastest at N = 2 (README, section 1).
+  // 10% of the fastest at N = 2 (PERFORMANCE.md, "The ring's slices and hops").
   std::size_t slice_bytes = std::size_t{2} << 20;
   RingAccumulation accumulation = RingAccumulation::kPerHop;
   int tag = 40;                         // tag of the ring's point-to-point messages
