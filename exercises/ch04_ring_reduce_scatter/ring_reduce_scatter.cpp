@@ -3,7 +3,7 @@
 namespace mixpar::exercises {
 
 ChunkRange ring_chunk(std::int64_t size, int n, int c) {
-  // Write this: chunk c's bounds, the first size % n chunks one element longer.
+  // Write this: chunk c's bounds (the rules in the header).
   (void)size;
   (void)n;
   (void)c;
@@ -11,8 +11,8 @@ ChunkRange ring_chunk(std::int64_t size, int n, int c) {
 }
 
 void ring_reduce_scatter(int rank, int n, std::vector<float>& buf, const RingExchange& exchange) {
-  // Write this: n - 1 steps of send chunk (rank - s) mod n, receive and add chunk
-  // (rank - s - 1) mod n.
+  // Write this: n - 1 calls of exchange(), each sending one chunk and adding what arrives
+  // into the chunk it belongs to.
   (void)rank;
   (void)n;
   (void)buf;

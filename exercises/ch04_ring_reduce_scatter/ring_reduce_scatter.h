@@ -1,9 +1,18 @@
 // Exercise (chapter 4): the ring reduce-scatter, on nothing but "send to my right
-// neighbour, receive from my left". The buffer is cut into n chunks (n = ranks; when n does
-// not divide the size, the first size % n chunks are one element longer). In step s = 0..n-2
-// rank r sends its chunk (r - s) mod n to rank r + 1 and adds the chunk it receives, which is
-// chunk (r - s - 1) mod n, into its own copy. After n - 1 steps rank r holds chunk (r + 1) mod n
-// summed over every rank. See ch04_ddp/README.md, section 1 (and the demo's first table).
+// neighbour, receive from my left". n ranks each hold a buffer of the same size, cut into n
+// chunks; afterwards rank r's chunk (r + 1) mod n holds that chunk summed over every rank's
+// buffer (the ownership convention of ch04_ddp/ring_allreduce.h, ring_owned_chunk).
+//
+// The rules a ring must keep (and the tests check):
+//   - the only communication is exchange(): each rank calls it exactly n - 1 times, and every
+//     rank sends one chunk per call, so a rank sends (n - 1)/n of the buffer in all, whatever n;
+//   - every element of the owned chunk is the sum of exactly n values, one from each rank;
+//   - what a rank sends is one of its chunks as it holds it at that moment (its own values,
+//     plus what it has added in so far): each call, every chunk's partial sum that is passed
+//     on should carry one rank more than before.
+// Which chunk to send at each call is yours to find: start from where chunk (r + 1) mod n must
+// end up, and from the fact that all ranks call exchange() in the same step at once.
+// See ch04_ddp/README.md, section 1 (and the demo's first table).
 #pragma once
 
 #include <cstdint>
@@ -16,14 +25,16 @@ namespace mixpar::exercises {
 // the same step.
 using RingExchange = std::function<std::vector<float>(const std::vector<float>& to_right)>;
 
-// [begin, end) of chunk c of a buffer of `size` elements cut into n chunks as above.
+// [begin, end) of chunk c of a buffer of `size` elements cut into n chunks: the chunks cover
+// [0, size) in order, without gaps or overlap, their lengths differ by at most one, and the
+// longer ones come first.
 struct ChunkRange {
   std::int64_t begin = 0, end = 0;
 };
 ChunkRange ring_chunk(std::int64_t size, int n, int c);
 
-// Rank `rank` of n: reduce-scatters buf in place (only chunk (rank + 1) mod n is complete
-// afterwards). Calls exchange exactly n - 1 times.
+// Rank `rank` of n: reduce-scatters buf in place. Afterwards chunk (rank + 1) mod n is the sum
+// over the ranks; what the other chunks hold is unspecified (partial sums).
 void ring_reduce_scatter(int rank, int n, std::vector<float>& buf, const RingExchange& exchange);
 
 }  // namespace mixpar::exercises

@@ -3,6 +3,7 @@
 // given dy_r [B, out/t]:  dw_r = x^T . dy_r  (this rank's columns of the full dW, no
 // communication) and dx_r = dy_r . w_r^T, a partial sum: the full dx is the sum of dx_r over
 // the ranks, which Megatron's f operator all-reduces. Matrices are row-major float vectors.
+// The tests compare it with chapter 6's ColumnParallelLinear (column_parallel_linear.h).
 // See ch06_tensor_parallel/README.md and docs/REFERENCE.md (Tensor parallelism).
 #pragma once
 

@@ -3,7 +3,7 @@
 namespace mixpar::exercises {
 
 std::vector<PipeStep> one_f_one_b(int rank, int p, int m) {
-  // Write this: warm-up forwards, the steady 1F1B phase, the cool-down backwards.
+  // Write this: the list the four rules of the header determine.
   (void)rank;
   (void)p;
   (void)m;
