@@ -6,6 +6,7 @@
 #   bash exercises/build_one.sh NAME [BUILD_DIR] [-- GTEST_FLAGS...]
 #       NAME       an exercise's folder, e.g. ch01_round_bf16 (`exercises/build_one.sh --list`)
 #       BUILD_DIR  a configured build of this checkout (default: build, `cmake --preset default`)
+#       GTEST_FLAGS GoogleTest's, handed to the tests: --gtest_filter='*Padding*', --gtest_brief=1
 #
 # It builds the target exercise_NAME (your STEM.cpp and the exercise's tests; the libraries only
 # if they are not built yet) and runs build/exercises/exercise_NAME. Exit code: the tests'

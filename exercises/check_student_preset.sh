@@ -7,8 +7,8 @@
 #
 #   bash exercises/check_student_preset.sh [SCRATCH_DIR]      (default: a new mktemp -d)
 #
-# It builds the libraries the exercises' tests compare with (common/, chapters 2, 3, 5 and 7),
-# so it takes minutes, not seconds: docs/COURSE.md records a measured run. Exit code 0: the
+# It builds the libraries the exercises' tests compare with (common/ and chapters 2-8), so it
+# takes minutes, not seconds: docs/COURSE.md records a measured run. Exit code 0: the
 # blanks fail and the solutions pass; 1: they do not; 2: not run from a git checkout.
 set -u
 root=$(git -C "$(dirname "$0")" rev-parse --show-toplevel 2>/dev/null) || {

@@ -45,6 +45,7 @@ OWNED = {
     "--dump-logits": "nothing is dumped",
     "--trace": "tracing slows the run down",
     "--sample": "nothing is sampled",
+    "--print-every": "the run's progress lines are not shown",
 }
 
 
@@ -68,7 +69,8 @@ def parse(argv):
                                 description="Time a train_gpt configuration to a held-out "
                                 "accuracy target on the built-in task.")
     p.add_argument("--target", type=float, default=0.5,
-                   help="held-out exact-match accuracy to reach, in (0, 1] (default 0.5)")
+                   help="held-out exact-match accuracy to reach, in [0, 1] (default 0.5; 0: the "
+                   "first evaluation, a smoke test of a configuration)")
     p.add_argument("--eval-every", type=int, default=25,
                    help="evaluate every K steps (default 25): the resolution of the score")
     p.add_argument("--timeout", type=float, default=1800,
@@ -89,8 +91,8 @@ def parse(argv):
     flags = args.flags[1:] if args.flags[:1] == ["--"] else args.flags
     if args.flags and args.flags[0] != "--":
         raise BadInput(f"unknown argument '{args.flags[0]}' (train_gpt's flags go after --)")
-    if not 0 < args.target <= 1:
-        raise BadInput(f"--target must be in (0, 1], got {args.target}")
+    if not 0 <= args.target <= 1:
+        raise BadInput(f"--target must be in [0, 1], got {args.target}")
     if args.eval_every < 1:
         raise BadInput(f"--eval-every must be at least 1, got {args.eval_every}")
     if not args.timeout > 0:

@@ -172,7 +172,11 @@ class Repo:
                 self.tools[name] = None
 
     def _read_scripts(self):
-        for path in glob.glob(os.path.join(self.root, "scripts", "*")):
+        # scripts/, and the course's scripts in exercises/ (build_one.sh, grade.sh, leaderboard.sh
+        # and the Python they run).
+        for path in glob.glob(os.path.join(self.root, "scripts", "*")) + \
+                glob.glob(os.path.join(self.root, "exercises", "*.sh")) + \
+                glob.glob(os.path.join(self.root, "exercises", "*.py")):
             name = os.path.basename(path)
             text = open(path, encoding="utf-8", errors="replace").read()
             if name.endswith(".py"):
@@ -382,6 +386,9 @@ class Checker:
                 tool = None
                 continue
             if tok.startswith("#"):  # a shell comment: prose from here on
+                tool = None
+                continue
+            if tok == "--":  # the flags after it are handed on (leaderboard.sh to train_gpt)
                 tool = None
                 continue
             t = self.tool_of(tok.strip("`(\"'"))
