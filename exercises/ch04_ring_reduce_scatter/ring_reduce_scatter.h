@@ -4,8 +4,9 @@
 // buffer (the ownership convention of ch04_ddp/ring_allreduce.h, ring_owned_chunk).
 //
 // The rules a ring must keep (and the tests check):
-//   - the only communication is exchange(): each rank calls it exactly n - 1 times, and every
-//     rank sends one chunk per call, so a rank sends (n - 1)/n of the buffer in all, whatever n;
+//   - the only communication is exchange(): each rank calls it exactly n - 1 times, sending one
+//     chunk per call, and never the same chunk twice: n - 1 of its n chunks in all (the test
+//     counts the elements: all but those of the chunk the rank ends up owning);
 //   - every element of the owned chunk is the sum of exactly n values, one from each rank;
 //   - what a rank sends is one of its chunks as it holds it at that moment (its own values,
 //     plus what it has added in so far): each call, every chunk's partial sum that is passed
