@@ -20,8 +20,8 @@ std::vector<SeqChunk> cp_chunks(std::int64_t seq_len, int cp, int rank, CpSplit 
   const std::int64_t parts = split == CpSplit::kZigzag ? 2 * std::int64_t{cp} : cp;
   if (seq_len <= 0 || seq_len % parts != 0) {
     throw InputError("context parallel: sequence length " + std::to_string(seq_len) +
-                     " is not divisible by " +
-                     (split == CpSplit::kZigzag ? "2 x cp = " : "cp = ") + std::to_string(parts));
+                     " is not divisible by " + (split == CpSplit::kZigzag ? "2 x cp = " : "cp = ") +
+                     std::to_string(parts));
   }
   const std::int64_t c = seq_len / parts;
   if (split == CpSplit::kContiguous) return {{rank * c, c}};
@@ -104,9 +104,12 @@ BlockKind classify_block(const SeqChunk& q, const SeqChunk& k) {
 
 const char* block_kind_name(BlockKind kind) {
   switch (kind) {
-    case BlockKind::kFull: return "full";
-    case BlockKind::kDiagonal: return "diagonal";
-    case BlockKind::kSkipped: return "skipped";
+    case BlockKind::kFull:
+      return "full";
+    case BlockKind::kDiagonal:
+      return "diagonal";
+    case BlockKind::kSkipped:
+      return "skipped";
   }
   return "?";
 }
@@ -117,9 +120,17 @@ CpWork expected_work(const CpLayout& layout, int rank) {
     for (const auto& theirs : layout.chunks) {
       for (const SeqChunk& k : theirs) {
         switch (classify_block(q, k)) {
-          case BlockKind::kFull: ++w.full; w.scores += q.count * k.count; break;
-          case BlockKind::kDiagonal: ++w.diagonal; w.scores += q.count * k.count; break;
-          case BlockKind::kSkipped: ++w.skipped; break;
+          case BlockKind::kFull:
+            ++w.full;
+            w.scores += q.count * k.count;
+            break;
+          case BlockKind::kDiagonal:
+            ++w.diagonal;
+            w.scores += q.count * k.count;
+            break;
+          case BlockKind::kSkipped:
+            ++w.skipped;
+            break;
         }
       }
     }

@@ -1,13 +1,14 @@
 #include "ch06_tensor_parallel/cp_lesson.h"
 
-#include "ch06_tensor_parallel/ring_attention.h"
-
+#include <Eigen/Dense>
 #include <algorithm>
 #include <cmath>
 #include <mutex>
 
+#include "ch06_tensor_parallel/ring_attention.h"
 #include "comm/local_backend.h"
 #include "model/layers.h"
+#include "parallel/replicas.h"
 #include "random/philox.h"
 #include "tensor/ledger.h"
 
@@ -104,7 +105,8 @@ CpCaseResult run_cp_case(const CpCase& c) {
     std::lock_guard<std::mutex> lock(mu);
     put_positions(o32, pos, out_full);
     put_positions(d32, pos, dqkv_full);
-    if (const auto* ring = dynamic_cast<const RingAttention*>(attn.get())) r.work[u] = ring->last_work();
+    if (const auto* ring = dynamic_cast<const RingAttention*>(attn.get()))
+      r.work[u] = ring->last_work();
     r.forward_bytes[u] = fwd;
     r.backward_bytes[u] = bwd;
     r.activation_bytes[u] = act;
@@ -114,7 +116,8 @@ CpCaseResult run_cp_case(const CpCase& c) {
   } else {
     LocalOptions opts;
     opts.synchronous_sends = c.synchronous_sends;
-    run_local(c.cp, [&](Communicator& world) { rank_body(&world); }, opts);
+    run_local(
+        c.cp, [&](Communicator& world) { rank_body(&world); }, opts);
   }
   r.out = out_full.to_floats();
   r.dqkv = dqkv_full.to_floats();
@@ -123,6 +126,76 @@ CpCaseResult run_cp_case(const CpCase& c) {
   r.out_scale = max_abs(r.ref_out);
   r.grad_scale = max_abs(r.ref_dqkv);
   return r;
+}
+
+}  // namespace mixpar::ch06
+
+namespace mixpar::ch06 {
+
+CpTrainResult train_cp_attention(const CpTrainConfig& c) {
+  using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  using Map = Eigen::Map<RowMat>;
+  using CMap = Eigen::Map<const RowMat>;
+  CpTrainResult res;
+  res.loss.assign(static_cast<std::size_t>(c.steps), 0.0);
+  const std::int64_t B = c.B, T = c.T, C = c.C, Tl = T / c.cp;
+  const CpLayout layout = cp_layout(T, c.cp, c.split);
+  const Tensor w0 = random_tensor({C, 3 * C}, c.seed, 7);
+  std::vector<std::vector<float>> final_w(static_cast<std::size_t>(c.cp));
+  std::mutex mu;
+  auto rank_body = [&](Communicator* comm) {
+    const int rank = comm ? comm->rank() : 0;
+    const std::vector<std::int64_t> pos =
+        chunk_positions(layout.chunks[static_cast<std::size_t>(rank)]);
+    Tensor w = w0.clone();
+    std::unique_ptr<CpAttention> attn = make_cp_attention(c.algo, comm, layout, c.n_head);
+    for (int s = 0; s < c.steps; ++s) {
+      const Tensor x = take_positions(random_tensor({B, T, C}, c.seed, 100), pos);
+      const Tensor r = take_positions(random_tensor({B, T, C}, c.seed, 200), pos);
+      Tensor qkv = Tensor::empty({B, Tl, 3 * C}, DType::kF32);
+      const CMap xm(x.data_as<float>(), B * Tl, C);
+      Map(qkv.data_as<float>(), B * Tl, 3 * C).noalias() = xm * CMap(w.data_as<float>(), C, 3 * C);
+      Tensor out = Tensor::empty({B, Tl, C}, DType::kF32);
+      CpAttentionSaved saved;
+      attn->forward(qkv, out, saved);
+      const float inv = 1.0f / float(B * T);
+      Tensor loss = Tensor::zeros({1}, DType::kF64);
+      double l = 0;
+      for (std::int64_t i = 0; i < out.numel(); ++i)
+        l += double(out.data_as<float>()[i]) * r.data_as<float>()[i];
+      loss.data_as<double>()[0] = l * inv;
+      Tensor dout = Tensor::empty({B, Tl, C}, DType::kF32);
+      for (std::int64_t i = 0; i < dout.numel(); ++i)
+        dout.data_as<float>()[i] = r.data_as<float>()[i] * inv;
+      Tensor dqkv = Tensor::empty({B, Tl, 3 * C}, DType::kF32);
+      attn->backward(dout, qkv, out, saved, dqkv);
+      Tensor dw = Tensor::empty({C, 3 * C}, DType::kF32);
+      Map(dw.data_as<float>(), C, 3 * C).noalias() =
+          xm.transpose() * CMap(dqkv.data_as<float>(), B * Tl, 3 * C);
+      if (comm) {
+        comm->all_reduce(loss);
+        if (c.sum_gradients) comm->all_reduce(dw);  // parameters are replicated over cp
+      }
+      float* wp = w.data_as<float>();
+      const float* g = dw.data_as<float>();
+      for (std::int64_t i = 0; i < w.numel(); ++i) wp[i] -= float(c.lr) * g[i];
+      const bool same = comm ? check_replicas(*comm, w).ok : true;
+      std::lock_guard<std::mutex> lock(mu);
+      if (rank == 0) res.loss[static_cast<std::size_t>(s)] = loss.data_as<double>()[0];
+      if (!same && res.first_drift_step == 0) res.first_drift_step = s + 1;
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    final_w[static_cast<std::size_t>(rank)] = w.to_floats();
+  };
+  if (c.cp == 1) {
+    rank_body(nullptr);
+  } else {
+    run_local(c.cp, [&](Communicator& world) { rank_body(&world); });
+  }
+  res.weight = final_w[0];
+  for (const auto& w : final_w)
+    res.replica_drift = std::max(res.replica_drift, max_abs_diff(w, final_w[0]));
+  return res;
 }
 
 }  // namespace mixpar::ch06

@@ -55,3 +55,31 @@ double cp_grad_tolerance(const CpCase& c, double scale);
 double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b);
 
 }  // namespace mixpar::ch06
+
+namespace mixpar::ch06 {
+
+// A few SGD steps of one attention layer's q|k|v projection W [C, 3C] (replicated on every cp
+// rank) on one fixed batch x with the loss sum(out * R) / (B T) for a fixed random R: each rank
+// holds its rows, so its dW = x_rows^T dqkv_rows is a partial sum, and the cp ranks must add
+// them (an all-reduce over cp, as over dp) for the replicas to stay equal to one device.
+struct CpTrainConfig {
+  int cp = 2;
+  CpAlgo algo = CpAlgo::kRing;
+  CpSplit split = CpSplit::kZigzag;
+  int steps = 10;
+  bool sum_gradients = true;  // false: the bug "gradients not summed over cp"
+  std::int64_t B = 2, T = 32, C = 32, n_head = 4;
+  double lr = 0.5;
+  std::uint64_t seed = 5;
+};
+
+struct CpTrainResult {
+  std::vector<double> loss;   // per step, over the whole sequence
+  std::vector<float> weight;  // rank 0's W after the last step
+  int first_drift_step = 0;   // first step whose replica hashes differ (0: never)
+  double replica_drift = 0;   // max |W(rank) - W(rank 0)| after the last step
+};
+
+CpTrainResult train_cp_attention(const CpTrainConfig& c);
+
+}  // namespace mixpar::ch06

@@ -1,14 +1,18 @@
 // ch06_tensor_parallel: Megatron's split of a GPT-2 (column- and row-parallel layers with f
 // and g, attention by heads, the vocabulary-parallel embedding and loss) trained on 1, 2 and 4
 // ranks; the traffic per block against its formula; activation memory per layer against
-// Korthikanti et al.'s; and the failure modes (--bug shows one of them alone). Every claim is
+// Korthikanti et al.'s; then context parallelism (part 2: causal attention split by sequence,
+// ring and all-to-all, against one device, its traffic, work balance and memory); and the
+// failure modes of both (--bug shows one of them alone). Every claim is
 // checked: a failed claim exits with 1, a bad flag with 2.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <string>
 #include <vector>
 
+#include "ch06_tensor_parallel/cp_report.h"
 #include "ch06_tensor_parallel/tp_demo_flags.h"
 #include "ch06_tensor_parallel/tp_lesson.h"
 #include "model/gpt_params.h"
@@ -308,11 +312,18 @@ int run(int argc, char** argv) {
     print_equivalence(steps, checks);
     print_traffic(checks);
     print_memory(checks);
+    print_context_parallel(steps, checks);
   }
   if (bug != "none") {
-    std::printf("\n== 4. Failure modes\n");
+    std::printf("\n== 9. Failure modes (tensor parallelism, then context parallelism)\n");
     for (const std::string& name : tp_demo_bugs()) {
-      if (bug == "all" || bug == name) print_bug(name, steps, checks);
+      if (bug != "all" && bug != name) continue;
+      const std::vector<std::string>& cp_bugs = cp_demo_bugs();
+      if (std::find(cp_bugs.begin(), cp_bugs.end(), name) != cp_bugs.end()) {
+        print_cp_bug(name, steps, checks);
+      } else {
+        print_bug(name, steps, checks);
+      }
     }
   }
   if (!flags.json_path.empty()) write_json_file(flags.json_path, sharding_map());

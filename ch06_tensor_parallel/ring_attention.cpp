@@ -68,8 +68,9 @@ void merge_partial_attention(Tensor& out, Tensor& lse, const Tensor& out2, const
   if (out.dtype() != DType::kF32 || lse.dtype() != DType::kF32 || out2.dtype() != DType::kF32 ||
       lse2.dtype() != DType::kF32 || out.ndim() != 2 || out2.shape() != out.shape() ||
       lse.numel() != out.dim(0) || lse2.numel() != out.dim(0)) {
-    throw std::invalid_argument("merge_partial_attention: expected f32 out [N, d], lse [N] on "
-                                "both sides");
+    throw std::invalid_argument(
+        "merge_partial_attention: expected f32 out [N, d], lse [N] on "
+        "both sides");
   }
   const std::int64_t n = out.dim(0), d = out.dim(1);
   float *o = out.data_as<float>(), *l = lse.data_as<float>();
@@ -262,8 +263,7 @@ void RingAttention::backward(const Tensor& dout_in, const Tensor& qkv_in, const 
                     Eigen::OuterStride<>(2 * d.C));
             MMap dv(dkvp + krow * 2 * d.C + d.C + h * d.hd, kc.count, d.hd,
                     Eigen::OuterStride<>(2 * d.C));
-            MMap dqh(dq.data() + qrow * d.C + h * d.hd, qc.count, d.hd,
-                     Eigen::OuterStride<>(d.C));
+            MMap dqh(dq.data() + qrow * d.C + h * d.hd, qc.count, d.hd, Eigen::OuterStride<>(d.C));
             // P from the final log-sum-exp: the true softmax restricted to this block.
             RowMat p = block_scores(q, k, scale, qc, kc, masked);
             const std::int64_t row0 = (b * d.H + h) * d.Tl + my_off[qi];
@@ -271,16 +271,16 @@ void RingAttention::backward(const Tensor& dout_in, const Tensor& qkv_in, const 
               const float l = lse[row0 + i];
               for (std::int64_t j = 0; j < kc.count; ++j) p(i, j) = std::exp(p(i, j) - l);
             }
-            dv.noalias() += p.transpose() * go;        // dV += P^T dO
-            RowMat ds = go * v.transpose();            // dP = dO V^T
+            dv.noalias() += p.transpose() * go;            // dV += P^T dO
+            RowMat ds = go * v.transpose();                // dP = dO V^T
             for (std::int64_t i = 0; i < qc.count; ++i) {  // dS = P (dP - D) / sqrt(hd)
               const float di = delta[static_cast<std::size_t>(row0 + i)];
               for (std::int64_t j = 0; j < kc.count; ++j) {
                 ds(i, j) = scale * p(i, j) * (ds(i, j) - di);
               }
             }
-            dqh.noalias() += ds * k;                   // dQ += dS K
-            dk.noalias() += ds.transpose() * q;        // dK += dS^T Q
+            dqh.noalias() += ds * k;             // dQ += dS K
+            dk.noalias() += ds.transpose() * q;  // dK += dS^T Q
           }
         }
       }

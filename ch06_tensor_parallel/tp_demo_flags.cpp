@@ -9,7 +9,9 @@ namespace {
 ArgParser make_parser() {
   ArgParser a("ch06_tensor_parallel",
               "Tensor parallelism: one GPT-2's layers split over tp ranks (threads), equal to\n"
-              "the unsplit model; its traffic, its activation memory, and its failure modes.");
+              "the unsplit model; its traffic, its activation memory, and its failure modes.\n"
+              "Context parallelism: causal attention split by sequence over cp ranks (ring and\n"
+              "all-to-all), equal to one device; its traffic, work balance, memory, failures.");
   std::string bugs = "all | none";
   for (const std::string& b : tp_demo_bugs()) bugs += " | " + b;
   a.option("bug", "all", bugs).option("steps", "10", "training steps of each run");
@@ -22,7 +24,9 @@ ArgParser make_parser() {
 const std::vector<std::string>& tp_demo_bugs() {
   static const std::vector<std::string> bugs = {"no-f-backward", "norm-counts-replicas",
                                                 "unmasked-padding", "unsummed-layernorm",
-                                                "heads-not-dividing"};
+                                                "heads-not-dividing", "unmasked-diagonal",
+                                                "skipped-lse-merge", "unsummed-cp-gradients",
+                                                "contiguous-positions"};
   return bugs;
 }
 

@@ -8,7 +8,8 @@
 
 namespace mixpar::ch06 {
 
-// The failure modes the demo shows (--bug NAME), in the order it shows them.
+// The failure modes the demo shows (--bug NAME), in the order it shows them: tensor
+// parallelism's, then context parallelism's (cp_report.h's cp_demo_bugs()).
 const std::vector<std::string>& tp_demo_bugs();
 
 struct TpDemoFlags {

@@ -13,8 +13,8 @@ namespace {
 
 // Channels [part * C + g * Cg, + Cg) of every row of src [B, Tl, parts * C] into
 // dst [B, Tl, parts * Cg] (to_group) or back (from a group into the full width).
-void copy_group(const Tensor& src, Tensor& dst, int parts, std::int64_t C, std::int64_t Cg,
-                int g, bool to_group) {
+void copy_group(const Tensor& src, Tensor& dst, int parts, std::int64_t C, std::int64_t Cg, int g,
+                bool to_group) {
   const std::size_t es = dtype_size(src.dtype());
   const std::int64_t rows = src.dim(0) * src.dim(1);
   const auto* s = static_cast<const std::byte*>(src.data());
@@ -89,7 +89,8 @@ void UlyssesAttention::forward(const Tensor& qkv, Tensor& out, CpAttentionSaved&
   layers::attention_forward(saved.a, Hg, out_g, saved.b);
   std::vector<Tensor> back, mine;
   for (int s = 0; s < cp; ++s) {
-    back.push_back(take_positions(out_g, chunk_positions(layout_.chunks[static_cast<std::size_t>(s)])));
+    back.push_back(
+        take_positions(out_g, chunk_positions(layout_.chunks[static_cast<std::size_t>(s)])));
     mine.push_back(Tensor::empty({B, Tl, Cg}, dt, MemCategory::kCommBuffers));
   }
   all_to_all(back, mine, kCpTag + 4);
@@ -122,7 +123,8 @@ void UlyssesAttention::backward(const Tensor& dout, const Tensor& /*qkv*/, const
   layers::attention_backward(dout_g, saved.a, saved.b, Hg, dqkv_g, datt);
   std::vector<Tensor> back, mine;
   for (int s = 0; s < cp; ++s) {
-    back.push_back(take_positions(dqkv_g, chunk_positions(layout_.chunks[static_cast<std::size_t>(s)])));
+    back.push_back(
+        take_positions(dqkv_g, chunk_positions(layout_.chunks[static_cast<std::size_t>(s)])));
     mine.push_back(Tensor::empty({B, Tl, 3 * Cg}, dt, MemCategory::kCommBuffers));
   }
   all_to_all(back, mine, kCpTag + 6);
@@ -131,9 +133,7 @@ void UlyssesAttention::backward(const Tensor& dout, const Tensor& /*qkv*/, const
   dqkv.copy_from(g);
 }
 
-std::string_view cp_algo_name(CpAlgo algo) {
-  return algo == CpAlgo::kRing ? "ring" : "all-to-all";
-}
+std::string_view cp_algo_name(CpAlgo algo) { return algo == CpAlgo::kRing ? "ring" : "all-to-all"; }
 
 std::unique_ptr<CpAttention> make_cp_attention(CpAlgo algo, Communicator* cp_comm,
                                                const CpLayout& layout, std::int64_t n_head,
