@@ -1,4 +1,5 @@
-// mixpar-grid: how a world of ranks is laid out as a dp x tp x pp grid. Prints every rank's
+// mixpar-grid: how a world of ranks is laid out as a dp x tp x pp grid (x cp with --cp, the
+// context-parallel degree: then the cp and dp-cp groups too). Prints every rank's
 // coordinates and the members of each of its groups (tp, dp, pp, model-parallel, embedding)
 // and its pipeline neighbours; --json prints the same for scripts, each group listed once.
 // All arithmetic is parallel_grid.h's. Bad flags or a shape that does not fill the world:
@@ -29,18 +30,39 @@ std::string list(const std::vector<int>& ranks) {
 std::string neighbour(int r) { return r < 0 ? "-" : std::to_string(r); }
 
 void print_table(const GridShape& shape) {
-  const std::vector<std::string> head = {"rank",     "dp",       "tp",       "pp",
-                                         "tp group", "dp group", "pp group", "model-parallel",
-                                         "embedding", "prev",    "next"};
+  // With cp > 1 the cp coordinate and the cp and dp-cp groups join the table.
+  const bool cp = shape.cp > 1;
+  std::vector<std::string> head = {"rank", "dp", "tp"};
+  if (cp) head.push_back("cp");
+  for (const char* h : {"pp", "tp group", "dp group"}) head.push_back(h);
+  if (cp) {
+    head.push_back("cp group");
+    head.push_back("dp-cp group");
+  }
+  for (const char* h : {"pp group", "model-parallel", "embedding", "prev", "next"}) {
+    head.push_back(h);
+  }
   std::vector<std::vector<std::string>> rows;
   for (int r = 0; r < shape.world(); ++r) {
     const GridCoord c = grid_coord(shape, r);
-    rows.push_back({std::to_string(r), std::to_string(c.dp), std::to_string(c.tp),
-                    std::to_string(c.pp), list(tp_group(shape, r)), list(dp_group(shape, r)),
-                    list(pp_group(shape, r)), list(model_parallel_group(shape, r)),
-                    list(embedding_group(shape, r)), neighbour(pp_prev(shape, r)),
-                    neighbour(pp_next(shape, r))});
+    std::vector<std::string> row = {std::to_string(r), std::to_string(c.dp), std::to_string(c.tp)};
+    if (cp) row.push_back(std::to_string(c.cp));
+    row.push_back(std::to_string(c.pp));
+    row.push_back(list(tp_group(shape, r)));
+    row.push_back(list(dp_group(shape, r)));
+    if (cp) {
+      row.push_back(list(cp_group(shape, r)));
+      row.push_back(list(dp_cp_group(shape, r)));
+    }
+    for (const std::string& cell :
+         {list(pp_group(shape, r)), list(model_parallel_group(shape, r)),
+          list(embedding_group(shape, r)), neighbour(pp_prev(shape, r)),
+          neighbour(pp_next(shape, r))}) {
+      row.push_back(cell);
+    }
+    rows.push_back(std::move(row));
   }
+  const std::size_t first_group = cp ? 5 : 4, last_group = head.size() - 3;
   std::vector<std::size_t> width(head.size());
   for (std::size_t i = 0; i < head.size(); ++i) {
     width[i] = head[i].size();
@@ -51,21 +73,34 @@ void print_table(const GridShape& shape) {
     std::string line;
     for (std::size_t i = 0; i < cells.size(); ++i) {
       const std::string pad(width[i] - cells[i].size(), ' ');
-      const bool left = i >= 4 && i <= 8;
+      const bool left = i >= first_group && i <= last_group;
       if (i > 0) line += "  ";
       line += left ? cells[i] + pad : pad + cells[i];
     }
     while (!line.empty() && line.back() == ' ') line.pop_back();
     std::printf("%s\n", line.c_str());
   };
-  std::printf("mixpar-grid: dp %d x tp %d x pp %d = %d ranks\n\n", shape.dp, shape.tp, shape.pp,
-              shape.world());
+  if (cp) {
+    std::printf("mixpar-grid: dp %d x tp %d x cp %d x pp %d = %d ranks\n\n", shape.dp, shape.tp,
+                shape.cp, shape.pp, shape.world());
+  } else {
+    std::printf("mixpar-grid: dp %d x tp %d x pp %d = %d ranks\n\n", shape.dp, shape.tp,
+                shape.pp, shape.world());
+  }
   print_row(head);
   for (const auto& row : rows) print_row(row);
-  std::printf(
-      "\nrank = (pp x %d + dp) x %d + tp: tp fastest, then dp, pp outermost "
-      "(prev/next: pipeline neighbours, - at the ends)\n",
-      shape.dp, shape.tp);
+  if (cp) {
+    std::printf(
+        "\nrank = ((pp x %d + dp) x %d + cp) x %d + tp: tp fastest, then cp, dp, pp outermost "
+        "(prev/next: pipeline neighbours, - at the ends);\ngradients of the parameters are "
+        "summed over the dp-cp group (cp ranks hold the same parameters, other rows)\n",
+        shape.dp, shape.cp, shape.tp);
+  } else {
+    std::printf(
+        "\nrank = (pp x %d + dp) x %d + tp: tp fastest, then dp, pp outermost "
+        "(prev/next: pipeline neighbours, - at the ends)\n",
+        shape.dp, shape.tp);
+  }
 }
 
 Json to_json(const std::vector<int>& ranks) {
@@ -91,6 +126,7 @@ void print_json(const GridShape& shape) {
   s.set("dp", shape.dp);
   s.set("tp", shape.tp);
   s.set("pp", shape.pp);
+  if (shape.cp > 1) s.set("cp", shape.cp);  // the 3D grid's JSON stays as it was
   Json ranks = Json::array();
   for (int r = 0; r < shape.world(); ++r) {
     const GridCoord c = grid_coord(shape, r);
@@ -99,6 +135,7 @@ void print_json(const GridShape& shape) {
     j.set("dp", c.dp);
     j.set("tp", c.tp);
     j.set("pp", c.pp);
+    if (shape.cp > 1) j.set("cp", c.cp);
     j.set("prev", pp_prev(shape, r));
     j.set("next", pp_next(shape, r));
     j.set("first_stage", is_first_stage(shape, r));
@@ -111,6 +148,10 @@ void print_json(const GridShape& shape) {
   g.set("pp", groups(shape, pp_group));
   g.set("model_parallel", groups(shape, model_parallel_group));
   g.set("embedding", groups(shape, embedding_group));
+  if (shape.cp > 1) {
+    g.set("cp", groups(shape, cp_group));
+    g.set("dp_cp", groups(shape, dp_cp_group));
+  }
   Json out = Json::object();
   out.set("shape", std::move(s));
   out.set("ranks", std::move(ranks));

@@ -17,11 +17,13 @@ ArgParser make_parser() {
               "The rank grid of 3D parallelism: each rank's (dp, tp, pp) coordinates, the\n"
               "members of its tp, dp, pp, model-parallel and embedding groups, and its\n"
               "pipeline neighbours, in Megatron's order:\n"
-              "rank = (pp x dp_size + dp) x tp_size + tp.");
+              "rank = (pp x dp_size + dp) x tp_size + tp; with --cp (context parallelism,\n"
+              "tp-cp-dp-pp): ((pp x dp_size + dp) x cp_size + cp) x tp_size + tp.");
   a.option("world", "", "number of ranks (default: dp x tp x pp)")
       .option("dp", "1", "data-parallel degree")
       .option("tp", "1", "tensor-parallel degree")
       .option("pp", "1", "pipeline-parallel degree (stages)")
+      .option("cp", "1", "context-parallel degree (ranks sharing one sequence)")
       .flag("json", "print the grid as JSON instead of a table");
   return a;
 }
@@ -45,11 +47,13 @@ MixparGridFlags parse_mixpar_grid_flags(int argc, char** argv) {
   q.shape.dp = read_degree(a, "dp");
   q.shape.tp = read_degree(a, "tp");
   q.shape.pp = read_degree(a, "pp");
-  const std::int64_t product = std::int64_t{q.shape.dp} * q.shape.tp * q.shape.pp;
+  q.shape.cp = read_degree(a, "cp");
+  const std::int64_t product = std::int64_t{q.shape.dp} * q.shape.tp * q.shape.pp * q.shape.cp;
   if (a.given("world")) {
     q.world = read_degree(a, "world");
   } else if (product > kMaxWorld) {
     throw InputError("dp " + std::to_string(q.shape.dp) + " x tp " + std::to_string(q.shape.tp) +
+                     (q.shape.cp != 1 ? " x cp " + std::to_string(q.shape.cp) : std::string()) +
                      " x pp " + std::to_string(q.shape.pp) + " = " + std::to_string(product) +
                      " ranks: mixpar-grid lays out at most " + std::to_string(kMaxWorld));
   } else {

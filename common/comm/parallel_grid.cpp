@@ -13,16 +13,17 @@ namespace mixpar {
 namespace {
 
 std::string describe(const GridShape& s) {
-  return "dp " + std::to_string(s.dp) + " x tp " + std::to_string(s.tp) + " x pp " +
+  return "dp " + std::to_string(s.dp) + " x tp " + std::to_string(s.tp) +
+         (s.cp != 1 ? " x cp " + std::to_string(s.cp) : std::string()) + " x pp " +
          std::to_string(s.pp);
 }
 
 // The pure functions' precondition: degrees >= 1 and a world that fits an int.
 void require_degrees(const GridShape& s) {
-  if (s.dp < 1 || s.tp < 1 || s.pp < 1) {
+  if (s.dp < 1 || s.tp < 1 || s.pp < 1 || s.cp < 1) {
     throw std::invalid_argument("grid: " + describe(s) + ": every degree must be >= 1");
   }
-  if (std::int64_t{s.dp} * s.tp * s.pp > std::numeric_limits<int>::max()) {
+  if (std::int64_t{s.dp} * s.tp * s.pp * s.cp > std::numeric_limits<int>::max()) {
     throw std::invalid_argument("grid: " + describe(s) + " has more ranks than an int holds");
   }
 }
@@ -39,25 +40,27 @@ std::vector<int> members(int count, At&& at) {
 }  // namespace
 
 void validate(const GridShape& shape, int world) {
-  if (shape.dp < 1 || shape.tp < 1 || shape.pp < 1) {
+  if (shape.dp < 1 || shape.tp < 1 || shape.pp < 1 || shape.cp < 1) {
     throw InputError("grid: " + describe(shape) + ": every degree must be >= 1");
   }
-  const std::int64_t product =
-      std::int64_t{shape.dp} * std::int64_t{shape.tp} * std::int64_t{shape.pp};
+  const std::int64_t product = std::int64_t{shape.dp} * std::int64_t{shape.tp} *
+                               std::int64_t{shape.pp} * std::int64_t{shape.cp};
   if (product != world) {
     throw InputError("grid: " + describe(shape) + " = " + std::to_string(product) +
                      " ranks, but the world has " + std::to_string(world));
   }
 }
 
-int grid_rank(const GridShape& shape, int dp, int tp, int pp) {
+int grid_rank(const GridShape& shape, int dp, int tp, int pp, int cp) {
   require_degrees(shape);
-  if (dp < 0 || dp >= shape.dp || tp < 0 || tp >= shape.tp || pp < 0 || pp >= shape.pp) {
+  if (dp < 0 || dp >= shape.dp || tp < 0 || tp >= shape.tp || pp < 0 || pp >= shape.pp ||
+      cp < 0 || cp >= shape.cp) {
     throw std::out_of_range("grid: coordinate (dp " + std::to_string(dp) + ", tp " +
                             std::to_string(tp) + ", pp " + std::to_string(pp) +
+                            (shape.cp != 1 || cp != 0 ? ", cp " + std::to_string(cp) : "") +
                             ") is outside " + describe(shape));
   }
-  return (pp * shape.dp + dp) * shape.tp + tp;
+  return ((pp * shape.dp + dp) * shape.cp + cp) * shape.tp + tp;
 }
 
 GridCoord grid_coord(const GridShape& shape, int rank) {
@@ -67,31 +70,45 @@ GridCoord grid_coord(const GridShape& shape, int rank) {
                             describe(shape) + " = " + std::to_string(shape.world()) + " ranks");
   }
   return GridCoord{.rank = rank,
-                   .dp = (rank / shape.tp) % shape.dp,
+                   .dp = (rank / (shape.tp * shape.cp)) % shape.dp,
                    .tp = rank % shape.tp,
-                   .pp = rank / (shape.tp * shape.dp)};
+                   .pp = rank / (shape.tp * shape.cp * shape.dp),
+                   .cp = (rank / shape.tp) % shape.cp};
 }
 
 std::vector<int> tp_group(const GridShape& shape, int r) {
   const GridCoord c = grid_coord(shape, r);
-  return members(shape.tp, [&](int t) { return grid_rank(shape, c.dp, t, c.pp); });
+  return members(shape.tp, [&](int t) { return grid_rank(shape, c.dp, t, c.pp, c.cp); });
 }
 
 std::vector<int> dp_group(const GridShape& shape, int r) {
   const GridCoord c = grid_coord(shape, r);
-  return members(shape.dp, [&](int d) { return grid_rank(shape, d, c.tp, c.pp); });
+  return members(shape.dp, [&](int d) { return grid_rank(shape, d, c.tp, c.pp, c.cp); });
 }
 
 std::vector<int> pp_group(const GridShape& shape, int r) {
   const GridCoord c = grid_coord(shape, r);
-  return members(shape.pp, [&](int p) { return grid_rank(shape, c.dp, c.tp, p); });
+  return members(shape.pp, [&](int p) { return grid_rank(shape, c.dp, c.tp, p, c.cp); });
+}
+
+std::vector<int> cp_group(const GridShape& shape, int r) {
+  const GridCoord c = grid_coord(shape, r);
+  return members(shape.cp, [&](int k) { return grid_rank(shape, c.dp, c.tp, c.pp, k); });
+}
+
+std::vector<int> dp_cp_group(const GridShape& shape, int r) {
+  const GridCoord c = grid_coord(shape, r);
+  // dp outer, cp inner: the ascending order of the ranks.
+  return members(shape.dp * shape.cp, [&](int i) {
+    return grid_rank(shape, i / shape.cp, c.tp, c.pp, i % shape.cp);
+  });
 }
 
 std::vector<int> model_parallel_group(const GridShape& shape, int r) {
   const GridCoord c = grid_coord(shape, r);
   // Stage outer, tp inner: the ascending order of the ranks.
   return members(shape.tp * shape.pp, [&](int i) {
-    return grid_rank(shape, c.dp, i % shape.tp, i / shape.tp);
+    return grid_rank(shape, c.dp, i % shape.tp, i / shape.tp, c.cp);
   });
 }
 
@@ -99,7 +116,7 @@ std::vector<int> embedding_group(const GridShape& shape, int r) {
   const GridCoord c = grid_coord(shape, r);
   if (shape.pp == 1) return {r};
   if (c.pp != 0 && c.pp != shape.pp - 1) return {};
-  return {grid_rank(shape, c.dp, c.tp, 0), grid_rank(shape, c.dp, c.tp, shape.pp - 1)};
+  return {grid_rank(shape, c.dp, c.tp, 0, c.cp), grid_rank(shape, c.dp, c.tp, shape.pp - 1, c.cp)};
 }
 
 bool is_first_stage(const GridShape& shape, int r) { return grid_coord(shape, r).pp == 0; }
@@ -110,12 +127,12 @@ bool is_last_stage(const GridShape& shape, int r) {
 
 int pp_prev(const GridShape& shape, int r) {
   const GridCoord c = grid_coord(shape, r);
-  return c.pp == 0 ? -1 : grid_rank(shape, c.dp, c.tp, c.pp - 1);
+  return c.pp == 0 ? -1 : grid_rank(shape, c.dp, c.tp, c.pp - 1, c.cp);
 }
 
 int pp_next(const GridShape& shape, int r) {
   const GridCoord c = grid_coord(shape, r);
-  return c.pp == shape.pp - 1 ? -1 : grid_rank(shape, c.dp, c.tp, c.pp + 1);
+  return c.pp == shape.pp - 1 ? -1 : grid_rank(shape, c.dp, c.tp, c.pp + 1, c.cp);
 }
 
 namespace {
@@ -154,12 +171,20 @@ ParallelGrid::ParallelGrid(Communicator& world, GridShape shape) : world_(&world
   const GridCoord& c = coord_;
   // Colours number the groups; the key (the parent rank) keeps every group in ascending
   // world-rank order. Every rank makes the same five calls in the same order.
-  dp_ = world.split(c.pp * shape_.tp + c.tp, r);
-  tp_ = world.split(c.pp * shape_.dp + c.dp, r);
-  pp_ = world.split(c.dp * shape_.tp + c.tp, r);
-  model_parallel_ = world.split(c.dp, r);
+  // With cp == 1 every c.cp is 0 and shape_.cp is 1: the colours of the 3D grid.
+  const int cps = shape_.cp;
+  dp_ = world.split((c.pp * cps + c.cp) * shape_.tp + c.tp, r);
+  tp_ = world.split((c.pp * shape_.dp + c.dp) * cps + c.cp, r);
+  pp_ = world.split((c.dp * cps + c.cp) * shape_.tp + c.tp, r);
+  model_parallel_ = world.split(c.dp * cps + c.cp, r);
   const bool holds_embedding = is_first_stage() || is_last_stage();
-  embedding_ = world.split(holds_embedding ? c.dp * shape_.tp + c.tp : -1, r);
+  embedding_ = world.split(holds_embedding ? (c.dp * cps + c.cp) * shape_.tp + c.tp : -1, r);
+  if (cps > 1) {
+    cp_ = world.split((c.pp * shape_.dp + c.dp) * shape_.tp + c.tp, r);
+    dp_cp_ = world.split(c.pp * shape_.tp + c.tp, r);
+    check_group("cp", cp_.get(), cp_group(shape_, r), r);
+    check_group("dp-cp", dp_cp_.get(), dp_cp_group(shape_, r), r);
+  }
 
   check_group("dp", dp_.get(), dp_group(shape_, r), r);
   check_group("tp", tp_.get(), tp_group(shape_, r), r);

@@ -1,5 +1,6 @@
 // ParallelGrid: the ranks of a world laid out as a dp x tp x pp grid, and the communicators of
-// its groups (chapter 8's 3D parallelism).
+// its groups (chapter 8's 3D parallelism), with context parallelism (chapter 6, part 2) as a
+// fourth dimension cp.
 //
 // The layout is Megatron-LM's tp-dp-pp order (torchtitan's device mesh [pp, dp, tp]): tensor
 // parallelism varies fastest, so that a tp group is a run of consecutive ranks (one node's
@@ -27,6 +28,19 @@
 // With pp > 2 the middle stages belong to no embedding group; with pp == 1 a rank is its
 // first and last stage at once and its embedding group is itself alone.
 //
+// Context parallelism (cp > 1) is Megatron-LM's tp-cp-dp-pp order: cp sits between tp and dp,
+//
+//     rank = ((pp x dp_size + dp) x cp_size + cp) x tp_size + tp
+//
+// (with cp_size 1 the formula above). The cp ranks of one (dp, tp, pp) split one sequence and
+// hold the same parameters, so a gradient is summed over dp x cp (the dp-cp group: same tp,
+// pp), while the dp group proper (same tp, cp, pp) is what ZeRO shards over and each cp rank
+// reads its own rows of the same samples. The model-parallel and embedding groups keep one
+// (dp, cp) coordinate. A dp 2 x tp 2 x cp 2 grid (pp 1, 8 ranks):
+//
+//     tp groups {0,1} {2,3} {4,5} {6,7}    cp groups {0,2} {1,3} {4,6} {5,7}
+//     dp groups {0,4} {1,5} {2,6} {3,7}    dp-cp groups {0,2,4,6} {1,3,5,7}
+//
 // The pure layout functions need no communicator (mixpar-grid prints them; tests check them
 // against the communicators). Every group list is of world ranks, ascending, and holds r
 // (except the empty embedding group of a middle stage).
@@ -43,30 +57,38 @@ struct GridShape {
   int dp = 1;  // data-parallel degree: model replicas
   int tp = 1;  // tensor-parallel degree: ranks sharing one layer's matrices
   int pp = 1;  // pipeline-parallel degree: stages
-  int world() const { return dp * tp * pp; }
+  int cp = 1;  // context-parallel degree: ranks sharing one sequence (chapter 6, part 2)
+  int world() const { return dp * tp * pp * cp; }
 };
 
 struct GridCoord {
   int rank = 0;  // in the world
   int dp = 0, tp = 0, pp = 0;
+  int cp = 0;
 };
 
 // InputError, one line naming the numbers, unless every degree is >= 1 and
-// dp x tp x pp == world: "grid: dp 2 x tp 2 x pp 3 = 12 ranks, but the world has 8".
+// dp x tp x pp (x cp) == world: "grid: dp 2 x tp 2 x pp 3 = 12 ranks, but the world has 8"
+// (a cp > 1 is named as "x cp C").
 void validate(const GridShape& shape, int world);
 
 // The functions below take a shape with every degree >= 1 (else std::invalid_argument).
-// (pp x dp_size + dp) x tp_size + tp; std::out_of_range for a coordinate outside the grid.
-int grid_rank(const GridShape& shape, int dp, int tp, int pp);
+// ((pp x dp_size + dp) x cp_size + cp) x tp_size + tp; std::out_of_range for a coordinate
+// outside the grid.
+int grid_rank(const GridShape& shape, int dp, int tp, int pp, int cp = 0);
 // The inverse; std::out_of_range for a rank outside [0, world).
 GridCoord grid_coord(const GridShape& shape, int rank);
 
 // The groups of rank r, as world ranks in ascending order (the order of their
 // communicators' ranks).
-std::vector<int> tp_group(const GridShape& shape, int r);              // same dp, pp
-std::vector<int> dp_group(const GridShape& shape, int r);              // same tp, pp
-std::vector<int> pp_group(const GridShape& shape, int r);              // same dp, tp
-std::vector<int> model_parallel_group(const GridShape& shape, int r);  // same dp
+std::vector<int> tp_group(const GridShape& shape, int r);              // same dp, cp, pp
+std::vector<int> dp_group(const GridShape& shape, int r);              // same tp, cp, pp
+std::vector<int> pp_group(const GridShape& shape, int r);              // same dp, tp, cp
+std::vector<int> model_parallel_group(const GridShape& shape, int r);  // same dp, cp
+std::vector<int> cp_group(const GridShape& shape, int r);              // same dp, tp, pp
+// Where replicated parameters' gradients are summed: dp x cp ranks of the same tp, pp (the
+// dp group when cp == 1).
+std::vector<int> dp_cp_group(const GridShape& shape, int r);
 // {first stage, last stage} of r's (dp, tp) pipeline; {r} when pp == 1; empty when r is on a
 // middle stage (it belongs to no embedding group).
 std::vector<int> embedding_group(const GridShape& shape, int r);
@@ -85,7 +107,8 @@ class ParallelGrid {
   // Collective over `world`: every rank constructs its grid with the same shape. Validates
   // the shape against world.size() (InputError), then splits `world` into the dp, tp, pp,
   // model-parallel and embedding communicators, in that order, with the parent rank as key,
-  // so that each group's ranks follow the ascending world ranks of the pure lists above.
+  // so that each group's ranks follow the ascending world ranks of the pure lists above;
+  // with cp > 1 it then splits the cp and dp-cp communicators (in that order).
   // std::logic_error if a communicator disagrees with the pure layout. `world` must outlive
   // the grid.
   ParallelGrid(Communicator& world, GridShape shape);
@@ -100,6 +123,10 @@ class ParallelGrid {
   Communicator& model_parallel() const { return *model_parallel_; }
   // nullptr on a middle pipeline stage; this rank alone when pp == 1.
   Communicator* embedding() const { return embedding_.get(); }
+  // The cp group: nullptr when cp == 1 (no context parallelism, nothing to split).
+  Communicator* cp() const { return cp_.get(); }
+  // The group replicated parameters' gradients are summed over: dp x cp (dp() when cp == 1).
+  Communicator& dp_cp() const { return dp_cp_ ? *dp_cp_ : *dp_; }
 
   bool is_first_stage() const { return coord_.pp == 0; }
   bool is_last_stage() const { return coord_.pp == shape_.pp - 1; }
@@ -114,7 +141,7 @@ class ParallelGrid {
   Communicator* world_;
   GridShape shape_;
   GridCoord coord_;
-  std::unique_ptr<Communicator> dp_, tp_, pp_, model_parallel_, embedding_;
+  std::unique_ptr<Communicator> dp_, tp_, pp_, model_parallel_, embedding_, cp_, dp_cp_;
   int pp_prev_rank_ = -1, pp_next_rank_ = -1;
 };
 
