@@ -7,9 +7,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "ch06_tensor_parallel/cp_attention.h"
+#include "model/gpt.h"
 
 namespace mixpar::ch06 {
 
@@ -81,5 +84,37 @@ struct CpTrainResult {
 };
 
 CpTrainResult train_cp_attention(const CpTrainConfig& c);
+
+}  // namespace mixpar::ch06
+
+namespace mixpar::ch06 {
+
+// A GPT (2 blocks, 4 heads, C 32, T 32) trained for a few AdamW steps with its sequence split
+// over cp ranks (the model's attention through CpModelAttention), composed with dp (each dp
+// rank its share of the batch) and tp (Megatron's split of every block), against the same
+// model on one device: the gradients of the replicated parameters summed over dp x cp (the
+// grid's dp-cp group) and averaged, the loss the mean over the same ranks.
+struct CpGptConfig {
+  GptConfig model{2, 4, 32, 32, 64};  // 2 blocks, 4 heads, 32 wide, 32 positions, 64 tokens
+  std::int64_t B = 2, T = 32;
+  int steps = 10;
+  int dp = 1, tp = 1, cp = 1;
+  bool sequence_parallel = false;
+  CpAlgo algo = CpAlgo::kRing;
+  CpSplit split = CpSplit::kZigzag;
+  DType dtype = DType::kF32;
+  std::uint64_t seed = 7;
+  double lr = 1e-3;
+};
+
+struct CpGptResult {
+  std::vector<double> loss, grad_norm;                 // per step, over the whole batch
+  std::map<std::string, std::vector<float>> weights;   // full tensors after the last step
+  double replica_drift = 0;  // max |difference| over the dp x cp replicas of any parameter
+};
+
+CpGptResult train_cp_gpt(const CpGptConfig& c);
+
+double max_weight_difference(const CpGptResult& a, const CpGptResult& b);
 
 }  // namespace mixpar::ch06

@@ -112,7 +112,10 @@ void RingAttention::forward(const Tensor& qkv_in, Tensor& out, CpAttentionSaved&
   }
   // The running output and log-sum-exp of this rank's rows.
   RowMat acc = RowMat::Zero(d.B * d.Tl, d.C);
-  saved.a = Tensor::empty({d.B, d.H, d.Tl}, DType::kF32, MemCategory::kActivations);
+  if (!saved.a.defined() || saved.a.shape() != Shape{d.B, d.H, d.Tl} ||
+      saved.a.dtype() != DType::kF32) {  // else the caller's buffer (the model's activation)
+    saved.a = Tensor::empty({d.B, d.H, d.Tl}, DType::kF32, MemCategory::kActivations);
+  }
   float* lse = saved.a.data_as<float>();
   std::fill_n(lse, d.B * d.H * d.Tl, kNegInf);
   work_ = CpWork{};

@@ -79,12 +79,17 @@ void UlyssesAttention::forward(const Tensor& qkv, Tensor& out, CpAttentionSaved&
   }
   all_to_all(send, recv, kCpTag + 3);
   // The whole sequence of my head group, every rank's rows at their true positions.
-  saved.a = Tensor::empty({B, T, 3 * Cg}, dt, MemCategory::kActivations);
+  // The caller's buffers when it passes them (the model's activations), else new ones.
+  if (!saved.a.defined() || saved.a.shape() != Shape{B, T, 3 * Cg} || saved.a.dtype() != dt) {
+    saved.a = Tensor::empty({B, T, 3 * Cg}, dt, MemCategory::kActivations);
+  }
   for (int s = 0; s < cp; ++s) {
     put_positions(recv[static_cast<std::size_t>(s)],
                   chunk_positions(layout_.chunks[static_cast<std::size_t>(s)]), saved.a);
   }
-  saved.b = Tensor::empty({B, Hg, T, T}, dt, MemCategory::kActivations);
+  if (!saved.b.defined() || saved.b.shape() != Shape{B, Hg, T, T} || saved.b.dtype() != dt) {
+    saved.b = Tensor::empty({B, Hg, T, T}, dt, MemCategory::kActivations);
+  }
   Tensor out_g = Tensor::empty({B, T, Cg}, dt);
   layers::attention_forward(saved.a, Hg, out_g, saved.b);
   std::vector<Tensor> back, mine;

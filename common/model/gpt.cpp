@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "model/layers.h"
 #include "ops/elementwise.h"
@@ -15,6 +16,24 @@
 
 namespace mixpar {
 namespace {
+
+// Context parallel: rows `positions` of a [P, C] table, and the scatter-add back (dst rows at
+// positions += src rows, in row order: deterministic).
+Tensor gather_rows(const Tensor& table, const std::vector<std::int64_t>& positions) {
+  Tensor out = Tensor::empty({static_cast<std::int64_t>(positions.size()), table.dim(1)},
+                             table.dtype());
+  for (std::size_t i = 0; i < positions.size(); ++i) {
+    Tensor row = out.rows(static_cast<std::int64_t>(i), 1);
+    row.copy_from(table.rows(positions[i], 1));
+  }
+  return out;
+}
+void scatter_add_rows(const Tensor& src, const std::vector<std::int64_t>& positions, Tensor& dst) {
+  for (std::size_t i = 0; i < positions.size(); ++i) {
+    Tensor row = dst.rows(positions[i], 1);
+    ops::axpy(1.0, src.rows(static_cast<std::int64_t>(i), 1), row);
+  }
+}
 
 void check_dtype(DType dt) {
   if (dt != DType::kF32 && dt != DType::kF16 && dt != DType::kBF16 && dt != DType::kF64) {
@@ -111,7 +130,10 @@ void GptModel::ensure_buffers(std::int64_t B, std::int64_t T) {
   cur().resid.resize(n + 1);
   for (Tensor& t : cur().resid) ensure_tensor(t, rows, dt, kAct);
   cur().acts.resize(options_.recompute ? std::min<std::size_t>(n, 1) : n);
-  for (GptBlockActs& a : cur().acts) a.ensure(B, T, C, H, dt, tp, sp());
+  for (GptBlockActs& a : cur().acts) {
+    a.seam = options_.attention;
+    a.ensure(B, T, C, H, dt, tp, sp());
+  }
   if (options_.stage.is_last()) {  // the head's buffers: the last stage's only
     ensure_tensor(cur().lnf, rows, dt, kAct);
     ensure_tensor(cur().lnf_mean, {nrows}, st, kAct);
@@ -199,9 +221,12 @@ double GptModel::forward(std::span<const std::int32_t> tokens,
     // Sequence parallel: a reduce-scatter instead, leaving each rank its rows.
     Tensor& embedded = sp() ? ws_.proj : cur().resid[0];
     params_before(BlockParamHook::kEmbedding, BlockParamHook::Phase::kForward);
+    // Context parallel: the rows' true positions' wpe rows (gathered, T of them).
+    const Tensor wpe = options_.attention != nullptr && positions
+                           ? gather_rows(param("wpe.weight"), options_.attention->positions(T))
+                           : param("wpe.weight");
     layers::embedding_forward(cur().tokens, param("wte.weight"), vocab_begin(),
-                              positions ? &param("wpe.weight") : nullptr,
-                              embedded);  // [B, T, C]
+                              positions ? &wpe : nullptr, embedded);  // [B, T, C]
     if (sp()) {
       tp()->reduce_scatter_rows(embedded, cur().resid[0], "embedding");
     } else if (tp() != nullptr) {
@@ -397,8 +422,16 @@ void GptModel::backward_embedding(const Tensor& dx0, bool accumulate) {
   if (!onto_head && !accumulate) dwte.zero();
   // Sequence parallel: every row's gradient, gathered (the reduce-scatter's backward).
   if (sp()) tp()->all_gather_rows(dx0, ws_.gathered, "embedding backward");
-  layers::embedding_backward(cur().tokens, sp() ? ws_.gathered : dx0, vocab_begin(), dwte,
-                             &dwpe, /*accumulate=*/true);
+  if (options_.attention != nullptr) {  // context parallel: each row's gradient to its position
+    const std::int64_t T = (sp() ? ws_.gathered : dx0).dim(1);
+    Tensor mine = Tensor::zeros({T, dwpe.dim(1)}, dwpe.dtype());
+    layers::embedding_backward(cur().tokens, sp() ? ws_.gathered : dx0, vocab_begin(), dwte,
+                               &mine, /*accumulate=*/true);
+    scatter_add_rows(mine, options_.attention->positions(T), dwpe);
+  } else {
+    layers::embedding_backward(cur().tokens, sp() ? ws_.gathered : dx0, vocab_begin(), dwte,
+                               &dwpe, /*accumulate=*/true);
+  }
   report_ready(entry_index("wpe.weight"), 1);
   report_ready(entry_index("wte.weight"), 1);
 }

@@ -51,6 +51,10 @@ struct GptOptions {
   // initialised, holding every entry of this stage under the same name, shape and holding: the
   // model's parameters and gradients are views of its tensors (it must outlive the model).
   ParamRegistry* params = nullptr;
+  // Context parallel (chapter 6, part 2): the model runs this rank's T rows of each sequence,
+  // its attention through the seam (which reaches the other ranks' rows) and its position
+  // embedding at the seam's positions. Null: the whole sequence here. It must outlive the model.
+  AttentionSeam* attention = nullptr;
 };
 
 // Chapter 5's ZeRO-3 (Rajbhandari et al. 2020; docs/REFERENCE.md, ZeRO): each rank keeps only

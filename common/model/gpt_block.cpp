@@ -91,6 +91,23 @@ void add_replicated(const Tensor& part, Tensor& g, bool accumulate) {
   }
 }
 
+// Causal attention of this rank's heads: the unsplit kernel, or the seam's (context parallel).
+void attention_forward(GptBlockActs& a, std::int64_t heads) {
+  if (a.seam != nullptr) {
+    a.seam->forward(a.qkv, heads, a.atty, a.att);
+  } else {
+    layers::attention_forward(a.qkv, heads, a.atty, a.att);
+  }
+}
+void attention_backward(const Tensor& datty, const GptBlockActs& a, std::int64_t heads,
+                        Tensor& dqkv, Tensor& datt) {
+  if (a.seam != nullptr) {
+    a.seam->backward(datty, a.qkv, a.atty, a.att, heads, dqkv);
+  } else {
+    layers::attention_backward(datty, a.qkv, a.att, heads, dqkv, datt);
+  }
+}
+
 }  // namespace
 
 void ensure_tensor(Tensor& t, const Shape& shape, DType dtype, MemCategory category) {
@@ -116,12 +133,20 @@ void GptBlockActs::ensure(std::int64_t B, std::int64_t T, std::int64_t C, std::i
   for (Tensor* t : {&ln1_mean, &ln1_rstd, &ln2_mean, &ln2_rstd})
     ensure_tensor(*t, {sp ? B * T / tp : B * T}, st, kAct);
   ensure_tensor(qkv, {B, T, 3 * C / tp}, dtype, kAct);
-  ensure_tensor(att, {B, H / tp, T, T}, dtype, kAct);
+  if (seam != nullptr) {
+    ensure_tensor(att, seam->saved_shape(B, T, H / tp, C / tp), seam->saved_dtype(dtype), kAct);
+  } else {
+    ensure_tensor(att, {B, H / tp, T, T}, dtype, kAct);
+  }
   ensure_tensor(fch, {B, T, 4 * C / tp}, dtype, kAct);
   ensure_tensor(fch_gelu, {B, T, 4 * C / tp}, dtype, kAct);
 }
 
-void GptBlockActs::release() { *this = GptBlockActs{}; }
+void GptBlockActs::release() {
+  AttentionSeam* keep = seam;
+  *this = GptBlockActs{};
+  seam = keep;
+}
 
 std::size_t GptBlockActs::bytes(std::int64_t B, std::int64_t T, std::int64_t C, std::int64_t H,
                                 DType dtype, std::int64_t tp, bool sp) {
@@ -161,7 +186,7 @@ void gpt_block_forward(const GptBlockWeights& w, std::int64_t n_head, const Tens
     Tensor gathered = rows2d(sp->gathered), mine = rows2d(sp->dlocal);
     layers::layernorm_forward(x, w.ln1_w, w.ln1_b, a.ln1, a.ln1_mean, a.ln1_rstd);
     tp->column_parallel_forward_sp(shard(w.attn_w, w.attn_b), rows2d(a.ln1), gathered, qkv2d);
-    layers::attention_forward(a.qkv, heads, a.atty, a.att);
+    attention_forward(a, heads);
     tp->row_parallel_forward_sp(shard(w.attn_proj_w, w.attn_proj_b), rows2d(a.atty), proj2d,
                                 mine);
     layers::residual_forward(x, sp->dlocal, a.res2);
@@ -178,7 +203,7 @@ void gpt_block_forward(const GptBlockWeights& w, std::int64_t n_head, const Tens
   layers::layernorm_forward(x, w.ln1_w, w.ln1_b, a.ln1, a.ln1_mean, a.ln1_rstd);  // [B, T, C]
   // qkv [B*T, 3C / tp], atty [B, T, C / tp], proj [B*T, C].
   linear_forward(Split::kColumns, shard(w.attn_w, w.attn_b), rows2d(a.ln1), qkv2d, tp);
-  layers::attention_forward(a.qkv, heads, a.atty, a.att);
+  attention_forward(a, heads);
   linear_forward(Split::kRows, shard(w.attn_proj_w, w.attn_proj_b), rows2d(a.atty), proj2d, tp);
   layers::residual_forward(x, proj, a.res2);
   // MLP branch: out = res2 + c_proj(gelu(c_fc(ln_2(res2)))).
@@ -223,7 +248,7 @@ void gpt_block_backward_sp(const GptBlockWeights& w, GptBlockWeights& g, std::in
                              part[3], part[4]);  // dres = d(res2)
   // Attention branch.
   tp.row_parallel_backward_sp(attn_proj, rows2d(a.atty), dres, gathered, datty2d, acc);
-  layers::attention_backward(datty, a.qkv, a.att, heads, dqkv, ws.datt);
+  attention_backward(datty, a, heads, dqkv, ws.datt);
   tp.column_parallel_backward_sp(attn, rows2d(a.ln1), gathered, rows2d(dqkv), dsmall, mine, acc);
   layers::layernorm_backward(ws.dlocal, x, w.ln1_w, a.ln1_mean, a.ln1_rstd, ws.dres, part[0],
                              part[1]);  // dres = d(x)
@@ -278,7 +303,7 @@ void gpt_block_backward_input(const GptBlockWeights& w, GptBlockWeights& g, std:
   a.res2.copy_from(ws.dres);                 // W's dy of attn.c_proj
   // Attention branch. dres flows to x unchanged; ln_1 adds its share.
   linear_backward_input(Split::kRows, shard(w.attn_proj_w, w.attn_proj_b), dres, datty2d, tp);
-  layers::attention_backward(datty, a.qkv, a.att, heads, dqkv, ws.datt);
+  attention_backward(datty, a, heads, dqkv, ws.datt);
   a.qkv.copy_from(dqkv);  // W's dy of attn.c_attn
   // d(ln1); with tp the sum of each rank's heads' partial one.
   linear_backward_input(Split::kColumns, shard(w.attn_w, w.attn_b), rows2d(dqkv), dsmall, tp);

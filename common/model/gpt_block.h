@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "model/attention_seam.h"
 #include "model/gpt_params.h"
 #include "model/tensor_parallel.h"
 #include "tensor/tensor.h"
@@ -37,12 +38,15 @@ GptBlockWeights gpt_block_grads(const ParamRegistry& r, std::int64_t layer);
 struct GptBlockActs {
   Tensor ln1, ln1_mean, ln1_rstd;  // [B, T, C], [B*T], [B*T]
   Tensor qkv;                      // [B, T, 3C]
-  Tensor att;                      // [B, H, T, T] softmax probabilities
+  Tensor att;                      // [B, H, T, T] softmax probabilities (or what seam keeps)
   Tensor atty;                     // [B, T, C] attention output (input of attn.c_proj)
   Tensor res2;                     // [B, T, C] x + attention branch
   Tensor ln2, ln2_mean, ln2_rstd;  // [B, T, C], [B*T], [B*T]
   Tensor fch;                      // [B, T, 4C] c_fc output (GELU input)
   Tensor fch_gelu;                 // [B, T, 4C] GELU output (input of mlp.c_proj)
+  // Not null: attention runs through it (context parallelism), and att holds what its
+  // forward keeps (saved_shape) instead of the probabilities. Set before ensure().
+  AttentionSeam* seam = nullptr;
 
   // (Re)allocates unless already of this shape and dtype.
   void ensure(std::int64_t B, std::int64_t T, std::int64_t C, std::int64_t H, DType dtype,
