@@ -28,7 +28,7 @@ mem::Precision precision_of(DType d) {
                             : mem::Precision::kBf16;
 }
 
-GridShape shape_of(const TrainerConfig& c) { return GridShape{c.dp, c.tp, c.pp}; }
+GridShape shape_of(const TrainerConfig& c) { return GridShape{c.dp, c.tp, c.pp, c.cp}; }
 
 // The model chunks pipeline rank `stage` holds: its stage, or its v chunks of an interleaved
 // pipeline (chunk k = virtual stage k pp + stage, ch07_pipeline/model_chunks.h); the whole
@@ -122,6 +122,33 @@ std::string RankBill::text() const {
          bytes(total()) + where;
 }
 
+namespace {
+
+// Context parallel (chapter 6, part 2): a rank's layer holds T / cp rows of every [B, T, .]
+// activation, and in place of the B H T^2 scores what its attention keeps: the ring one FP32
+// log-sum-exp per row and head (B H T / cp x 4 bytes: its blocks are transient), all-to-all
+// its head group's q|k|v over the whole sequence and their probabilities (3 B T C / cp and
+// B (H / cp) T^2 values; ch06_tensor_parallel/cp_model_attention.h).
+std::int64_t cp_activation_bytes_per_layer(const TrainerConfig& c, mem::GptShape shape,
+                                           mem::Precision p) {
+  const std::int64_t S = shape.seq, B = shape.micro_batch, heads = c.model.n_head / c.tp;
+  const std::int64_t channels = c.model.n_embd / c.tp;
+  shape.seq = S / c.cp;
+  if (c.recompute) {
+    return mem::activation_bytes_per_layer(shape, p, c.tp, c.sequence_parallel,
+                                           mem::Recompute::kFull);
+  }
+  const std::int64_t rows = mem::activation_bytes_per_layer(shape, p, c.tp, c.sequence_parallel,
+                                                            mem::Recompute::kSelective);
+  const auto e = static_cast<std::int64_t>(dtype_size(c.dtype));
+  if (c.cp_algo == "all-to-all") {
+    return rows + e * (3 * B * S * (channels / c.cp) + B * (heads / c.cp) * S * S);
+  }
+  return rows + 4 * B * heads * (S / c.cp);
+}
+
+}  // namespace
+
 RankBill estimate_rank_bill(const TrainerConfig& c) {
   const std::vector<RankBill> bills = estimate_rank_bills(c);
   RankBill worst = bills.front();
@@ -141,9 +168,11 @@ std::vector<RankBill> estimate_rank_bills(const TrainerConfig& c) {
   shape.seq = c.seq;
   shape.micro_batch = c.batch;
   shape.n_positions = c.model.n_positions;
-  const std::int64_t per_layer = mem::activation_bytes_per_layer(
-      shape, p, c.tp, c.sequence_parallel,
-      c.recompute ? mem::Recompute::kFull : mem::Recompute::kNone);
+  const std::int64_t per_layer = c.cp > 1 ? cp_activation_bytes_per_layer(c, shape, p)
+                                          : mem::activation_bytes_per_layer(
+                                                shape, p, c.tp, c.sequence_parallel,
+                                                c.recompute ? mem::Recompute::kFull
+                                                            : mem::Recompute::kNone);
   const std::vector<HeldActivations> held = held_activations(c);
   std::vector<RankBill> out;
   for (int s = 0; s < c.pp; ++s) {
@@ -211,11 +240,16 @@ std::vector<std::string> preflight_checklist(const TrainerConfig& c, std::int64_
                                              int ranks_here) {
   std::vector<std::string> out = {"pre-flight checklist (docs/SOURCES.md, Pre-flight items):"};
   const GridShape g = shape_of(c);
-  std::string grid = "dp " + num(c.dp) + " x tp " + num(c.tp) + " x pp " + num(c.pp) + " = " +
-                     num(g.world()) + " rank" + (g.world() == 1 ? "" : "s");
+  std::string grid = "dp " + num(c.dp) + " x tp " + num(c.tp) +
+                     (c.cp > 1 ? " x cp " + num(c.cp) : std::string()) + " x pp " + num(c.pp) +
+                     " = " + num(g.world()) + " rank" + (g.world() == 1 ? "" : "s");
   if (g.world() > 1) {
     grid += " | tp groups " + groups_text(g, tp_group) + " | dp groups " +
             groups_text(g, dp_group) + " | pp groups " + groups_text(g, pp_group);
+    if (c.cp > 1) {
+      grid += " | cp groups " + groups_text(g, cp_group) + " | gradients summed over dp x cp " +
+              groups_text(g, dp_cp_group) + " (" + c.cp_algo + " attention, zigzag split)";
+    }
     if (c.pp > 1) grid += " | embedding " + groups_text(g, embedding_group);
   }
   out.push_back(ok("grid", grid));

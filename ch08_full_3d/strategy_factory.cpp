@@ -1,9 +1,12 @@
 // The strategies behind the trainer's seams, chosen from its flags (strategy_factory.h).
 #include "strategy_factory.h"
 
+#include "context_parallel_sync.h"
+
 #include "ch04_ddp/bucketed_allreduce.h"
 #include "ch04_ddp/ddp.h"
 #include "ch05_zero/zero_stage3.h"
+#include "ch06_tensor_parallel/cp_model_attention.h"
 #include "ch06_tensor_parallel/tp_collectives.h"
 #include "ch07_pipeline/pipeline_runtime.h"
 #include "parallel/replicas.h"
@@ -63,8 +66,11 @@ const ParamRegistry& rank_params(const GptModel& m) {
   return m.options().params != nullptr ? *m.options().params : m.registry();
 }
 
-std::unique_ptr<GradSync> make_grad_sync(GptModel& model, const ParallelGrid* grid,
-                                         const TrainerConfig& c) {
+namespace {
+
+// The data-parallel sync of make_grad_sync, over the dp group.
+std::unique_ptr<GradSync> make_dp_grad_sync(GptModel& model, const ParallelGrid* grid,
+                                            const TrainerConfig& c) {
   if (grid != nullptr && grid->dp().size() == 1 && c.zero_stage >= 1) {
     return std::make_unique<OneReplicaZero>(static_cast<int>(c.zero_stage));
   }
@@ -89,6 +95,16 @@ std::unique_ptr<GradSync> make_grad_sync(GptModel& model, const ParallelGrid* gr
   return sync;
 }
 
+}  // namespace
+
+std::unique_ptr<GradSync> make_grad_sync(GptModel& model, const ParallelGrid* grid,
+                                         const TrainerConfig& c) {
+  std::unique_ptr<GradSync> dp = make_dp_grad_sync(model, grid, c);
+  // Context parallel (chapter 6, part 2): the cp ranks' shares summed first (cp shards nothing).
+  if (grid == nullptr || grid->cp() == nullptr) return dp;
+  return std::make_unique<CpGradSync>(std::move(dp), *grid->cp(), rank_params(model));
+}
+
 std::unique_ptr<Schedule> make_schedule(const TrainerConfig& c, const ParallelGrid* grid,
                                         std::vector<GptModel*> chunks) {
   const int m = static_cast<int>(c.grad_accum);
@@ -106,6 +122,13 @@ std::unique_ptr<Schedule> make_schedule(const TrainerConfig& c, const ParallelGr
 std::unique_ptr<TensorParallelOps> make_tp_ops(const ParallelGrid* grid) {
   if (grid == nullptr || grid->shape().tp == 1) return nullptr;
   return std::make_unique<ch06::TpCollectives>(grid->tp());
+}
+
+std::unique_ptr<AttentionSeam> make_cp_attention(const ParallelGrid* grid, const TrainerConfig& c) {
+  if (grid == nullptr || grid->cp() == nullptr) return nullptr;
+  return std::make_unique<ch06::CpModelAttention>(
+      grid->cp(), ch06::cp_layout(c.seq, c.cp, ch06::CpSplit::kZigzag),
+      c.cp_algo == "all-to-all" ? ch06::CpAlgo::kAllToAll : ch06::CpAlgo::kRing);
 }
 
 }  // namespace mixpar::ch08

@@ -55,13 +55,15 @@ int run_mpi_rank(TrainerConfig config, const ArgParser& args, int* argc, char***
     if (!agree_on_setup(*comm, "")) return kExitInputError;
     set_world_size(config, comm->size(), args.given("dp"), args.given("ranks"));
     // The watchdog names this process's place in the grid beside its world rank.
-    if (config.dp * config.tp * config.pp == comm->size()) {
+    if (config.dp * config.tp * config.pp * config.cp == comm->size()) {
       const GridCoord g = grid_coord(GridShape{.dp = static_cast<int>(config.dp),
                                                .tp = static_cast<int>(config.tp),
-                                               .pp = static_cast<int>(config.pp)},
+                                               .pp = static_cast<int>(config.pp),
+                                               .cp = static_cast<int>(config.cp)},
                                      rank);
       comm->set_identity("dp " + std::to_string(g.dp) + ", tp " + std::to_string(g.tp) + ", pp " +
-                         std::to_string(g.pp));
+                         std::to_string(g.pp) +
+                         (config.cp > 1 ? ", cp " + std::to_string(g.cp) : std::string()));
     }
     return run_training_rank(config, *comm, ranks_on_this_node(), stdout,
                              [&training] { training = true; });

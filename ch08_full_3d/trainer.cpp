@@ -24,6 +24,7 @@
 #include "parallel/count_once.h"
 #include "parallel/replicas.h"
 #include "run_watch.h"
+#include "context_parallel_sync.h"
 #include "strategy_factory.h"
 #include "util/errors.h"
 
@@ -60,12 +61,13 @@ ch03::MixedPrecisionConfig optimizer_config(const TrainerConfig& c, std::vector<
 
 std::unique_ptr<ParallelGrid> make_grid(Communicator* world, const TrainerConfig& c) {
   if (world == nullptr) return nullptr;
-  return std::make_unique<ParallelGrid>(*world, GridShape{c.dp, c.tp, c.pp});
+  return std::make_unique<ParallelGrid>(*world, GridShape{c.dp, c.tp, c.pp, c.cp});
 }
 
 // The tp x pp placement of this rank's model: its tp shard (Megatron's split, chapter 6).
 GptOptions stage_options(GptOptions o, const ParallelGrid* grid, TensorParallelOps* tp_ops,
-                         bool sequence_parallel) {
+                         bool sequence_parallel, AttentionSeam* cp_attention = nullptr) {
+  o.attention = cp_attention;  // context parallel: this rank's rows, attention over cp
   if (tp_ops != nullptr) {
     o.tp = TensorShard{grid->coord().tp, grid->shape().tp};
     o.tp_ops = tp_ops;
@@ -109,13 +111,14 @@ GptOptions chunk_options(GptOptions o, const TrainerConfig& c, const ParallelGri
 
 // Chunks 1 .. v - 1 of an interleaved pipeline's rank (chunk 0 is the trainer's model_).
 std::vector<GptModel> later_chunks(const TrainerConfig& c, const ParallelGrid* grid,
-                                   TensorParallelOps* tp_ops, ParamRegistry* params) {
+                                   TensorParallelOps* tp_ops, ParamRegistry* params,
+                                   AttentionSeam* cp_attention) {
   std::vector<GptModel> out;
   if (params == nullptr) return out;
   out.reserve(static_cast<std::size_t>(c.virtual_stages - 1));
   for (int k = 1; k < c.virtual_stages; ++k) {
     out.emplace_back(c.model, chunk_options(stage_options(model_options(c), grid, tp_ops,
-                                                          c.sequence_parallel),
+                                                          c.sequence_parallel, cp_attention),
                                             c, grid, k, params));
   }
   return out;
@@ -137,13 +140,16 @@ Trainer::Trainer(TrainerConfig config, TrainingData data, Communicator* world)
       world_(world),
       grid_(make_grid(world_, config_)),
       tp_ops_(make_tp_ops(grid_.get())),
+      cp_attention_(make_cp_attention(grid_.get(), config_)),
       chunk_params_(make_chunk_params(config_, grid_.get())),
       model_(config_.model,
              chunk_options(stage_options(with_pipeline_stage(model_options(config_),
                                                              config_.model, grid_.get()),
-                                         grid_.get(), tp_ops_.get(), config_.sequence_parallel),
+                                         grid_.get(), tp_ops_.get(), config_.sequence_parallel,
+                                         cp_attention_.get()),
                            config_, grid_.get(), 0, chunk_params_.get())),
-      chunks_(later_chunks(config_, grid_.get(), tp_ops_.get(), chunk_params_.get())),
+      chunks_(later_chunks(config_, grid_.get(), tp_ops_.get(), chunk_params_.get(),
+                           cp_attention_.get())),
       sync_(make_grad_sync(model_, grid_.get(), config_)),
       // What the optimizer steps is what the sync says this rank owns: every parameter, or
       // (sharded over dp) its pieces, so its masters and moments are 1/dp of them.
@@ -181,6 +187,9 @@ void Trainer::verify_replicas() {
   // ZeRO-3: no rank holds a whole copy between steps, and each rank's shard is its own.
   if (grid_ && rank_params(model_).flat_params().resident()) {
     mixpar::verify_replicas(grid_->dp(), rank_params(model_).flat_params());
+    if (grid_->cp() != nullptr) {
+      mixpar::verify_replicas(*grid_->cp(), rank_params(model_).flat_params());
+    }
   }
 }
 
@@ -202,6 +211,8 @@ std::array<std::uint64_t, 6> Trainer::group_bytes_so_far() const {
     if (groups[g] != nullptr) out[g] = groups[g]->traffic().total().bytes_sent;
   }
   if (sync_) out[1] += sync_->own_bytes_sent();  // ZeRO-3's parameter gathers: dp's too
+  // Context parallel: the cp group's attention traffic and gradient sums, with dp's.
+  if (grid_->cp() != nullptr) out[1] += grid_->cp()->traffic().total().bytes_sent;
   return out;
 }
 
@@ -273,7 +284,9 @@ std::vector<NamedTensor> Trainer::master_weights() const {
 
 bool Trainer::sharded() const { return sync_->sharding_stage() != 0; }
 
-bool Trainer::gathers_for_eval() const { return tp_ops_ || pipelined() || sharded(); }
+bool Trainer::gathers_for_eval() const {
+  return tp_ops_ || cp_attention_ || pipelined() || sharded();
+}
 
 void Trainer::save_hf(const std::string& dir) const {
   if (gathers_for_eval() && eval_masters_.empty()) {
@@ -304,7 +317,7 @@ void Trainer::prepare_eval_model() {
   // 3. Chapter 7: the stages of rank 0's pipeline (dp 0, tp 0) onto its first stage.
   std::vector<NamedTensor> full;
   if (pipelined()) {
-    if (coord().dp != 0 || coord().tp != 0) return;
+    if (coord().dp != 0 || coord().tp != 0 || coord().cp != 0) return;
     const ParamRegistry whole_stage = ch07::make_chunks_registry(
         config_.model, ch07::rank_chunk_stages(config_.model, coord().pp, shape().pp,
                                                config_.virtual_stages));
@@ -400,8 +413,13 @@ StepStats Trainer::train_step() {
   const std::uint64_t bytes_before = bytes_sent_so_far();
   const std::array<std::uint64_t, 6> groups_before = group_bytes_so_far();
   sync_->begin_step();
+  // Context parallel: this rank's rows of the replica's sequences (their true positions).
+  const std::vector<std::int64_t> rows =
+      cp_attention_ ? cp_attention_->positions(config_.seq / config_.cp)
+                    : std::vector<std::int64_t>();
   const ScheduleResult r = schedule_->run_step(
-      model_, [this] { return loader_.next(); }, *sync_, s.loss_scale, rank(), spans_);
+      model_, [&] { return rows.empty() ? loader_.next() : cp_rows(loader_.next(), rows); },
+      *sync_, s.loss_scale, rank(), spans_);
   const double w0 = trace_now_us();
   const double waited = sync_->finish();  // every gradient of this rank synchronised
   // A pipeline sums the tied wte's two copies here, unless the sync did before reducing.

@@ -178,6 +178,9 @@ class Trainer {
   // Chapter 6's collectives over the grid's tp group (null unless tp > 1): before the model,
   // which calls them.
   std::unique_ptr<TensorParallelOps> tp_ops_;
+  // Chapter 6, part 2: the model's attention over the grid's cp group (null unless cp > 1),
+  // before the model, which calls it; also where this rank's rows of each sequence are.
+  std::unique_ptr<AttentionSeam> cp_attention_;
   // tp > 1, pp > 1 or ZeRO, rank 0: the whole model gathered for evaluation, and its FP32
   // masters for --save.
   std::unique_ptr<GptModel> eval_model_;

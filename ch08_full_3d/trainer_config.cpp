@@ -124,12 +124,18 @@ void add_parallel_flags(ArgParser& a, const TrainerConfig& d) {
            "mpirun -np N")
       .option("ranks", "", "local: rank threads to start (default 1); mpi: must equal -np")
       .option("dp", "",
-              "data-parallel degree (default: the ranks / (tp x pp); dp x tp x pp must equal "
+              "data-parallel degree (default: the ranks / (tp x cp x pp); dp x tp x cp x pp must equal "
               "the ranks)")
       .option("tp", "1", "tensor-parallel degree (chapter 6)")
       .flag("sequence-parallel",
             "with --tp > 1: LayerNorm and residual regions split along the sequence (chapter 6)")
       .option("pp", "1", "pipeline-parallel degree: stages (chapter 7)")
+      .option("cp", "1",
+              "context-parallel degree: each sequence split over cp ranks (chapter 6, part 2; "
+              "--seq must divide by 2 x cp)")
+      .option("cp-algo", d.cp_algo,
+              "ring|all-to-all: context parallelism's attention (K/V blocks round a ring, or "
+              "DeepSpeed-Ulysses' head split: --cp must divide n_head)")
       .option("schedule", d.pipeline_schedule,
               "afab|1f1b|interleaved|zb-h1: the pipeline schedule of --pp > 1, with "
               "--grad-accum micro-batches per step")
@@ -242,7 +248,7 @@ void check_range(bool ok, const std::string& what) {
 
 // Without --dp: the ranks that tensor and pipeline parallelism leave (at least 1; a product
 // that does not come out is validate_parallel's error).
-int default_dp(const TrainerConfig& c) { return std::max(1, c.ranks / (c.tp * c.pp)); }
+int default_dp(const TrainerConfig& c) { return std::max(1, c.ranks / (c.tp * c.pp * c.cp)); }
 
 void read_parallel(const ArgParser& a, TrainerConfig& c) {
   const std::string backend = a.get_choice("backend", {"local", "mpi"});
@@ -253,12 +259,14 @@ void read_parallel(const ArgParser& a, TrainerConfig& c) {
     check_range(ranks <= 1024, "--ranks " + num(ranks) + " is not a rank count");
     c.ranks = static_cast<int>(ranks);
   }
-  for (const auto& [flag, degree] : {std::pair<const char*, int*>{"tp", &c.tp}, {"pp", &c.pp}}) {
+  for (const auto& [flag, degree] :
+       {std::pair<const char*, int*>{"tp", &c.tp}, {"pp", &c.pp}, {"cp", &c.cp}}) {
     const std::int64_t v = positive(a, flag);
     check_range(v <= 1024, std::string("--") + flag + " " + num(v) + " is not a rank count");
     *degree = static_cast<int>(v);
   }
   c.sequence_parallel = a.get_flag("sequence-parallel");
+  c.cp_algo = a.get_choice("cp-algo", {"ring", "all-to-all"});
   c.pipeline_schedule = a.get_choice("schedule", {"afab", "1f1b", "interleaved", "zb-h1"});
   const std::int64_t chunks = positive(a, "virtual-stages");
   check_range(chunks <= 64, "--virtual-stages " + num(chunks) + " is not a chunk count");
@@ -352,10 +360,22 @@ void validate_parallel(const TrainerConfig& c) {
   const std::string dp = num(static_cast<std::int64_t>(c.dp));
   const std::string tp = num(static_cast<std::int64_t>(c.tp));
   const std::string pp = num(static_cast<std::int64_t>(c.pp));
-  check_range(static_cast<std::int64_t>(c.dp) * c.tp * c.pp == c.ranks,
-              "--dp " + dp + " x --tp " + tp + " x --pp " + pp + " = " +
-                  num(static_cast<std::int64_t>(c.dp) * c.tp * c.pp) + " ranks, but the run has " +
-                  ranks + " (--ranks, or mpirun's -np): every rank has one place in the grid");
+  const std::string cp = num(static_cast<std::int64_t>(c.cp));
+  const std::int64_t product = static_cast<std::int64_t>(c.dp) * c.tp * c.pp * c.cp;
+  check_range(product == c.ranks,
+              "--dp " + dp + " x --tp " + tp + (c.cp > 1 ? " x --cp " + cp : std::string()) +
+                  " x --pp " + pp + " = " + num(product) + " ranks, but the run has " + ranks +
+                  " (--ranks, or mpirun's -np): every rank has one place in the grid");
+  // Context parallel (chapter 6, part 2): the zigzag split cuts each sequence into 2 cp
+  // chunks; all-to-all gives each cp rank whole heads (of this tp rank's).
+  check_range(c.cp == 1 || c.seq % (2 * static_cast<std::int64_t>(c.cp)) == 0,
+              "--cp " + cp + ": --seq " + num(c.seq) + " is not divisible by 2 x cp = " +
+                  num(2 * static_cast<std::int64_t>(c.cp)) +
+                  " (the balanced split gives each rank chunks r and 2cp-1-r)");
+  check_range(c.cp == 1 || c.cp_algo != "all-to-all" || c.model.n_head % (c.tp * c.cp) == 0,
+              "--cp-algo all-to-all: --cp " + cp + " does not divide the " +
+                  num(c.model.n_head / std::max(1, c.tp)) +
+                  " heads of a tp rank: each cp rank takes whole heads");
   // Tensor parallel (chapter 6): Megatron's split needs whole heads and whole MLP columns on
   // each rank (the vocabulary is padded to a multiple of tp, so it need not divide).
   const std::string heads = num(c.model.n_head), mlp = num(4 * c.model.n_embd);
@@ -394,7 +414,7 @@ ArgParser make_trainer_args() {
   ArgParser a("train_gpt",
               "Trains a GPT-2 on CPU: AdamW with warmup + cosine, fp32/bf16/fp16 with FP32 master "
               "weights,\ngradient clipping, checkpoints with bit-exact resume, Hugging Face model "
-              "directories in and out,\non a grid of data, tensor and pipeline parallelism (--dp, --tp, --pp; "
+              "directories in and out,\non a grid of data, tensor, context and pipeline parallelism (--dp, --tp, --cp, --pp; "
               "ZeRO 1-3 over dp)\nover --ranks N threads or --backend mpi processes.\nWith no flags it learns the built-in addition dataset "
               "(\"12+34=64\\n\", answers reversed) in a couple of minutes.");
   add_model_flags(a, d);
@@ -530,6 +550,10 @@ Json to_json(const TrainerConfig& c) {
   j.set("tp", static_cast<std::int64_t>(c.tp));
   if (c.sequence_parallel) j.set("sequence_parallel", true);
   j.set("pp", static_cast<std::int64_t>(c.pp));
+  if (c.cp > 1) {
+    j.set("cp", static_cast<std::int64_t>(c.cp));
+    j.set("cp_algo", c.cp_algo);
+  }
   j.set("bucket_mb", c.bucket_mb);
   j.set("allreduce", ch04::algo_name(c.allreduce));
   if (c.zero_stage != 0) j.set("zero_stage", static_cast<std::int64_t>(c.zero_stage));

@@ -67,13 +67,18 @@ struct TrainerConfig {
   // single-device trainer, with no communicator at all.
   CommBackend backend = CommBackend::kLocal;
   int ranks = 1;  // local: rank threads to start; mpi: the world size mpirun gave
-  // The rank grid (common/comm/parallel_grid.h): dp x tp x pp == ranks, tp fastest.
+  // The rank grid (common/comm/parallel_grid.h): dp x tp x cp x pp == ranks, tp fastest.
   int dp = 1;     // data-parallel degree: model replicas
   int tp = 1;     // tensor-parallel degree (chapter 6)
   // Sequence parallelism (chapter 6, with tp > 1): LayerNorm and residual regions split along
   // the batch x sequence rows.
   bool sequence_parallel = false;
   int pp = 1;     // pipeline stages (chapter 7)
+  // Context parallelism (chapter 6, part 2): each sequence split over cp ranks (zigzag: chunks
+  // r and 2cp-1-r of 2cp), attention by "ring" (K/V blocks round the cp ring) or "all-to-all"
+  // (DeepSpeed-Ulysses' head split); gradients summed over dp x cp. The grid is tp-cp-dp-pp.
+  int cp = 1;
+  std::string cp_algo = "ring";
   // Chapter 7: the schedule of a pp > 1 run (afab|1f1b|interleaved|zb-h1), grad_accum being
   // its micro-batches m per step, and the model chunks per rank (1: train_gpt holds one).
   std::string pipeline_schedule = "1f1b";

@@ -134,9 +134,10 @@ std::string piece_file(const char* what, const Layout& l, const GridCoord& at) {
 }
 
 // Who writes: every dp rank of a sharded layout (each owns its flat ranges), dp rank 0
-// otherwise (the replicas hold the same tensors).
+// otherwise (the replicas hold the same tensors); of the cp ranks, which hold the same
+// parameters and shards (context parallelism shards none), cp rank 0 alone.
 bool writes_files(const Layout& l, const GridCoord& at) {
-  return (l.dp > 1 && l.sharding_stage >= 1) || at.dp == 0;
+  return at.cp == 0 && ((l.dp > 1 && l.sharding_stage >= 1) || at.dp == 0);
 }
 
 // The piece files of a checkpoint, as its state lists them. Version 1 and 2 states of one
@@ -313,7 +314,7 @@ std::vector<HeldTensor> Trainer::held_state() const {
     std::vector<PieceRun> runs = flat_runs(e, p.entry_offset, p.count);
     // Written once: not the tied wte's second copy (its owner, stage 0, writes wte), a tensor
     // every tp rank holds whole only by tp rank 0, and, replicated over dp, only by dp rank 0.
-    const bool writes = !e.holding.tied_copy && (sharded() || at.dp == 0) &&
+    const bool writes = !e.holding.tied_copy && (sharded() || at.dp == 0) && at.cp == 0 &&
                         (is_tp_part(e.holding) || at.tp == 0);
     const std::pair<std::string, const Tensor*> parts[] = {
         {e.name, &optimizer_.stepped_params()[k]},

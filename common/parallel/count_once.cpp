@@ -7,7 +7,7 @@
 namespace mixpar {
 
 std::vector<ElementRange> norm_elements(const ParamEntry& e, const GridCoord& at) {
-  const bool owner = at.dp == 0 && !e.holding.tied_copy &&
+  const bool owner = at.dp == 0 && at.cp == 0 && !e.holding.tied_copy &&
                      (e.holding.split != ParamSplit::kReplicated || at.tp == 0);
   if (!owner) return {};
   return held_elements(e.shape, e.holding);

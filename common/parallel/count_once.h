@@ -5,7 +5,8 @@
 // Summing every rank's squares would count some elements dp, tp or 2 times: a norm too large,
 // clipping that fires too early, and a trajectory that no longer equals one device's. So each
 // element is counted by exactly one rank, its owner:
-//   - of the dp replicas, dp rank 0 (ZeRO, whose gradients are sharded over dp, counts each
+//   - of the dp replicas (and the cp ranks, which hold the same parameters), dp and cp rank 0
+//     (ZeRO, whose gradients are sharded over dp, counts each
 //     shard on the rank that owns it instead: chapter 5);
 //   - of a parameter replicated across tp, tp rank 0; a tp shard on the rank holding it;
 //   - of the tied wte, the first pipeline stage (the last stage's copy is not counted).

@@ -31,8 +31,10 @@ double StepReductions::loss(double local) {
   // Off the last stage the loss is unknown: 0, so that the sum along the pipeline is the
   // last stage's mean.
   double mean = grid_->is_last_stage() ? local : 0.0;
-  if (grid_->dp().size() > 1) {
-    mean = all_reduce_one(grid_->dp(), mean, DType::kF64, ReduceOp::kSum) / grid_->dp().size();
+  // Over dp x cp (the dp group when cp == 1): each cp rank's loss is its rows' mean.
+  if (grid_->dp_cp().size() > 1) {
+    mean = all_reduce_one(grid_->dp_cp(), mean, DType::kF64, ReduceOp::kSum) /
+           grid_->dp_cp().size();
   }
   if (grid_->pp().size() > 1) mean = all_reduce_one(grid_->pp(), mean, DType::kF64, ReduceOp::kSum);
   timed("loss average", t0);

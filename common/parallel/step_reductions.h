@@ -1,5 +1,6 @@
 // The per-step reductions of a parallel run, each over its own group and written once:
-//   loss       the mean over the dp replicas of the last pipeline stage's loss (the stage
+//   loss       the mean over the dp replicas (and cp ranks, each its rows') of the last
+//              pipeline stage's loss (the stage
 //              that computes it), then shared along the pipeline, so every rank logs it;
 //   found-inf  any rank of the world: one rank's fp16 overflow skips every rank's step (a
 //              rank that stepped while another skipped would part the replicas and scales);
