@@ -4,7 +4,7 @@
 // all-to-all) and composed with dp, tp (with and without sequence parallelism), every
 // pipeline schedule, ZeRO 1-3, recompute, bf16 and fp16, and a 2 x 2 x 2 x 2 grid of 16
 // ranks; a checkpoint written at one cp resumes at another (cp shards no parameter); a
-// layout the split cannot take exits 2 before any compute.
+// layout the split cannot take exits 2 before any compute; under mpirun too.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -61,13 +61,15 @@ double max_diff(const std::vector<double>& a, const std::vector<double>& b, bool
   return d;
 }
 
-// base (one device unless given) against cp: the same flags otherwise.
+// base (one device unless given) against cp: the same flags otherwise; `launcher`, when
+// given, starts the cp run (mpirun).
 void expect_like(const std::string& base, const std::string& cp, double tol = kTol,
-                 bool relative = false) {
+                 bool relative = false, const std::string& launcher = "") {
   TempDir d;
   const CliRun one = train_gpt(d, kModel + base + " --log-jsonl " + d.file("one.jsonl"));
   ASSERT_EQ(one.code, 0) << one.err;
-  const CliRun run = train_gpt(d, kModel + cp + " --log-jsonl " + d.file("cp.jsonl"));
+  const CliRun run = run_shell(d, launcher + MIXPAR_TRAIN_GPT_PATH + " " + kModel + cp +
+                                      " --log-jsonl " + d.file("cp.jsonl"));
   ASSERT_EQ(run.code, 0) << run.err << run.out;
   const std::string a = read_bytes(d.file("one.jsonl")), b = read_bytes(d.file("cp.jsonl"));
   const double dl = max_diff(field(a, "loss"), field(b, "loss"), relative);
@@ -85,6 +87,13 @@ TEST(TrainGptCp, Cp2And4RingAndAllToAllEqualOneDevice) {
   expect_like("--batch 4", "--batch 4 --ranks 2 --cp 2 --cp-algo all-to-all");
   expect_like("--batch 4", "--batch 4 --ranks 4 --cp 4 --cp-algo all-to-all");
 }
+
+#if defined(MIXPAR_MPIEXEC)
+TEST(TrainGptCp, Cp2UnderMpirunEqualsOneDevice) {
+  expect_like("--batch 4", "--batch 4 --backend mpi --cp 2", kTol, false,
+              mixpar::test_support::mpirun_command(2));
+}
+#endif
 
 TEST(TrainGptCp, ComposesWithDataAndTensorParallelism) {
   // dp 2 x B 4 reads the rows one device reads with B 8.
