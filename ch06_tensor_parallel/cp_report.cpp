@@ -208,6 +208,48 @@ const std::vector<std::string>& cp_demo_bugs() {
   return bugs;
 }
 
+Json cp_figure_data() {
+  constexpr int kCp = 4;
+  Json out = Json::object();
+  out.set("cp", kCp);
+  out.set("seq_len", CpCase{}.T);
+  Json work = Json::object(), chunks = Json::object();
+  for (CpSplit split : {CpSplit::kContiguous, CpSplit::kZigzag}) {
+    const CpCaseResult r = run_cp_case(make_case(kCp, CpAlgo::kRing, split));
+    Json scores = Json::array();
+    for (const CpWork& w : r.work) scores.push_back(w.scores);
+    work.set(split_str(split), std::move(scores));
+    Json held = Json::array();
+    for (const auto& rank : cp_layout(CpCase{}.T, kCp, split).chunks) {
+      Json list = Json::array();
+      for (const SeqChunk& c : rank) {
+        Json one = Json::array();
+        one.push_back(c.begin);
+        one.push_back(c.count);
+        list.push_back(std::move(one));
+      }
+      held.push_back(std::move(list));
+    }
+    chunks.set(split_str(split), std::move(held));
+  }
+  out.set("scores_per_rank", std::move(work));
+  out.set("chunks", std::move(chunks));
+  Json traffic = Json::array();
+  for (CpAlgo algo : {CpAlgo::kRing, CpAlgo::kAllToAll}) {
+    for (int cp : {2, 4}) {
+      const CpCaseResult r = run_cp_case(make_case(cp, algo, CpSplit::kZigzag));
+      Json t = Json::object();
+      t.set("algorithm", algo_str(algo));
+      t.set("cp", cp);
+      t.set("forward_bytes", static_cast<std::int64_t>(r.forward_bytes[0]));
+      t.set("backward_bytes", static_cast<std::int64_t>(r.backward_bytes[0]));
+      traffic.push_back(std::move(t));
+    }
+  }
+  out.set("traffic_per_layer", std::move(traffic));
+  return out;
+}
+
 void print_context_parallel(int steps, ClaimTable& checks) {
   std::printf("\n== Part 2: context parallelism (cp ranks = threads, local backend)\n");
   print_equivalence(steps, checks);

@@ -273,8 +273,9 @@ void print_bug(const std::string& bug, int steps, ClaimTable& checks) {
   }
 }
 
-// The figure's data (scripts/figures.py): how make_gpt2_registry splits the embedding, block 0
-// and the final LayerNorm of the lesson's model over 2 tensor-parallel ranks.
+// The figures' data (scripts/figures.py): how make_gpt2_registry splits the embedding, block 0
+// and the final LayerNorm of the lesson's model over 2 tensor-parallel ranks; and part 2's
+// context-parallel work per rank and traffic (cp_figure_data).
 Json sharding_map() {
   constexpr int kTp = 2;
   const GptConfig model = TpRunConfig{}.model;
@@ -298,6 +299,7 @@ Json sharding_map() {
   out.set("chapter", "ch06_tensor_parallel");
   out.set("tp", kTp);
   out.set("parameters", std::move(params));
+  out.set("context_parallel", cp_figure_data());  // part 2's figure (ch06_cp_balance)
   return out;
 }
 

@@ -8,7 +8,8 @@ Every figure is drawn from numbers a program of this repository computes, never 
 the chapter demos' `--json FILE` (chapters 1-4), chapter 5's per-rank memory by ZeRO stage
 (rank 0's ledger after the `ch05_zero` demo's run, parsed from its table, beside `mixpar-mem
 --json` for the same parameter count, and the calculator at 7B),
-`ch06_tensor_parallel --json` (the sharding map of one block), `ch07_pipeline --schedule S
+`ch06_tensor_parallel --json` (the sharding map of one block; and, for ch06_cp_balance, the ring's
+measured work per rank under each split and each algorithm's bytes per layer), `ch07_pipeline --schedule S
 --json` (the timelines) and a train_gpt JSONL log (chapter 8; a short run is made when
 --ch08-jsonl is not given). Each figure is written as DIR/chNN_<name>.svg and .png.
 Matplotlib comes from Debian's python3-matplotlib (scripts/install_deps.sh installs it).
@@ -60,8 +61,8 @@ def demo_json(bin_dir, tmp, program, args=()):
         return json.load(f)
 
 
-def save(fig, out, chapter):
-    base = os.path.join(out, NAMES[chapter])
+def save(fig, out, chapter, name=None):
+    base = os.path.join(out, name or NAMES[chapter])
     # A fixed date and creator keep the committed SVGs byte-stable between regenerations.
     fig.savefig(base + ".svg", metadata={"Date": None, "Creator": None})
     fig.savefig(base + ".png", dpi=110, metadata={"Software": None})
@@ -392,6 +393,61 @@ def fig_ch06(data):
     return fig
 
 
+# ---- Chapter 6, part 2: the causal work per cp rank, contiguous against zigzag, and the
+# bytes each algorithm sends per layer.
+
+def fig_ch06_cp(data):
+    cp_data = data["context_parallel"]
+    cp, T = cp_data["cp"], cp_data["seq_len"]
+    cmap = plt.get_cmap("tab10")
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4.2), gridspec_kw={"width_ratios": [1, 1, 1.1]})
+    # Left, middle: which rank computes which (query chunk, key chunk) pair of the causal
+    # T x T scores, each split's chunks drawn at their positions.
+    for ax, split in zip(axes[:2], ["contiguous", "zigzag"]):
+        held = cp_data["chunks"][split]
+        owner = {}
+        for r, chunks in enumerate(held):
+            for begin, count in chunks:
+                owner[(begin, count)] = r
+        spans = sorted(owner)
+        for qb, qc in spans:
+            for kb, kc in spans:
+                if kb > qb + qc - 1:
+                    continue  # skipped: every key after every query
+                diagonal = kb + kc - 1 > qb
+                ax.add_patch(plt.Rectangle((kb, qb), kc, qc, color=cmap(owner[(qb, qc)]),
+                                           alpha=0.35 if diagonal else 0.75, ec="white",
+                                           hatch="//" if diagonal else None))
+        scores = cp_data["scores_per_rank"][split]
+        mean = sum(scores) / len(scores)
+        ax.set_xlim(0, T)
+        ax.set_ylim(T, 0)
+        ax.set_aspect("equal")
+        ax.set_xlabel("key position")
+        ax.set_ylabel("query position")
+        ax.set_title("%s: max / mean work %.2f" % (split, max(scores) / mean), fontsize=9)
+    handles = [plt.Rectangle((0, 0), 1, 1, color=cmap(r), alpha=0.75) for r in range(cp)]
+    axes[1].legend(handles, ["cp rank %d" % r for r in range(cp)], fontsize=7, loc="upper right")
+    # Right: bytes per rank and layer, forward + backward, by algorithm and cp.
+    ax = axes[2]
+    rows = cp_data["traffic_per_layer"]
+    labels = ["%s\ncp %d" % (t["algorithm"], t["cp"]) for t in rows]
+    fwd = [t["forward_bytes"] / 1024 for t in rows]
+    bwd = [t["backward_bytes"] / 1024 for t in rows]
+    x = range(len(rows))
+    ax.bar(x, fwd, color=cmap(0), label="forward")
+    ax.bar(x, bwd, bottom=fwd, color=cmap(1), label="backward")
+    ax.set_xticks(list(x))
+    ax.set_xticklabels(labels, fontsize=8)
+    ax.set_ylabel("KiB each rank sends per layer (B 2, T %d, C 32, f32)" % T, fontsize=8)
+    ax.legend(fontsize=8)
+    ax.set_title("ring: (cp-1) 2BTC/cp forward; all-to-all: (cp-1)/cp 4BTC/cp", fontsize=9)
+    fig.suptitle("Chapter 6, part 2: causal attention split over cp = %d ranks (measured by the "
+                 "ring; hatched: diagonal blocks, masked)" % cp, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
 # ---- Chapter 7: each schedule's Gantt chart with its bubble.
 
 SCHEDULES = ["afab", "1f1b", "interleaved", "zb-h1"]
@@ -568,8 +624,11 @@ def main():
                 elif c == "ch05":
                     fig = fig_ch05(a.bin_dir)
                 elif c == "ch06":
-                    fig = fig_ch06(demo_json(a.bin_dir, tmp, "ch06_tensor_parallel",
-                                             ["--bug", "none"]))
+                    data = demo_json(a.bin_dir, tmp, "ch06_tensor_parallel", ["--bug", "none"])
+                    fig = fig_ch06(data)
+                    # Part 2's figure beside the sharding map.
+                    for path in save(fig_ch06_cp(data), a.out, c, "ch06_cp_balance"):
+                        print("wrote", path)
                 elif c == "ch07":
                     fig = fig_ch07(a.bin_dir)
                 else:
