@@ -3,8 +3,11 @@
 // within the tolerance of the changed reduction order, alone (cp 2 and 4, ring and
 // all-to-all) and composed with dp, tp (with and without sequence parallelism), every
 // pipeline schedule, ZeRO 1-3, recompute, bf16 and fp16, and a 2 x 2 x 2 x 2 grid of 16
-// ranks; a checkpoint written at one cp resumes at another (cp shards no parameter); a
-// layout the split cannot take exits 2 before any compute; under mpirun too.
+// ranks; the JSONL's bytes per rank and layer are the formula's; a sequence one rank cannot
+// hold under a budget trains at cp 4; a checkpoint written at one cp resumes at another (cp
+// shards no parameter); a
+// layout the split cannot take exits 2 before any compute. cp 2 under mpirun equals one
+// device too.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -158,6 +161,47 @@ TEST(TrainGptCp, ACheckpointWrittenAtOneCpResumesAtAnother) {
         "%.2e (tolerance %.0e)\n",
         resume_at, diff, kTol);
     EXPECT_LE(diff, kTol) << resume_at;
+  }
+}
+
+// The JSONL's bytes per rank: a run with 4 layers less one with 2 is what 2 layers add, their
+// attention's traffic (ring: (cp - 1) 2 + (cp - 1) 4 + 2 units of B (T/cp) C f32 values;
+// all-to-all: 2 x (cp - 1)/cp 4 units) and their gradients' all-reduce over cp (2 (cp - 1)/cp
+// of 12C^2 + 13C f32 values a layer, exactly: every tensor's size is even).
+TEST(TrainGptCp, BytesEachRankSendsPerLayerEqualTheFormulaInTheJsonl) {
+  const std::int64_t B = 4, T = 16, C = 32, cp = 2, Tl = T / cp;
+  const double grads = 2.0 * (cp - 1) / cp * (12 * C * C + 13 * C) * 4;
+  const double unit = double(B * Tl * C * 4);
+  for (const char* algo : {"ring", "all-to-all"}) {
+    const double attention = std::string(algo) == "ring" ? ((cp - 1) * 2 + (cp - 1) * 4 + 2) * unit
+                                                         : 2.0 * (cp - 1) / cp * 4 * unit;
+    std::vector<double> bytes[2];
+    TempDir d;
+    for (int k = 0; k < 2; ++k) {
+      const std::string layers = k == 0 ? "2" : "4";
+      const CliRun r = train_gpt(d, "--n-layer " + layers +
+                                        " --n-head 4 --n-embd 32 --seq 16 "
+                                        "--batch 4 --steps 1 --eval-every 0 --threads 1 --ranks 2 "
+                                        "--cp 2 --cp-algo " +
+                                        algo + " --log-jsonl " + d.file("run" + layers + ".jsonl"));
+      ASSERT_EQ(r.code, 0) << r.err;
+      for (const mixpar::Json& line :
+           mixpar::ch08::test::read_jsonl(d.file("run" + layers + ".jsonl"))) {
+        if (const mixpar::Json* per_rank = line.find("comm_bytes_by_rank")) {
+          for (std::size_t i = 0; i < per_rank->size(); ++i) {
+            bytes[k].push_back(per_rank->at(i).as_double());
+          }
+        }
+      }
+    }
+    ASSERT_EQ(bytes[0].size(), 2u) << algo;
+    ASSERT_EQ(bytes[1].size(), 2u) << algo;
+    for (std::size_t rank = 0; rank < 2; ++rank) {
+      const double per_layer = (bytes[1][rank] - bytes[0][rank]) / 2;
+      std::printf("%s cp 2, rank %zu: %.0f bytes per layer = attention %.0f + gradients %.0f\n",
+                  algo, rank, per_layer, attention, grads);
+      EXPECT_EQ(per_layer, attention + grads) << algo << " rank " << rank;
+    }
   }
 }
 
