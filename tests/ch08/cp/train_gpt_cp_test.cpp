@@ -5,9 +5,8 @@
 // pipeline schedule, ZeRO 1-3, recompute, bf16 and fp16, and a 2 x 2 x 2 x 2 grid of 16
 // ranks; the JSONL's bytes per rank and layer are the formula's; a sequence one rank cannot
 // hold under a budget trains at cp 4; a checkpoint written at one cp resumes at another (cp
-// shards no parameter); a
-// layout the split cannot take exits 2 before any compute. cp 2 under mpirun equals one
-// device too.
+// shards no parameter); a layout the split cannot take exits 2 before any compute. cp 2
+// under mpirun equals one device too.
 #include <gtest/gtest.h>
 
 #include <algorithm>
