@@ -224,6 +224,19 @@ GroupTraffic estimate_group_traffic(const TrainerConfig& c) {
                                   (st.is_first() ? 1 : 0) + (st.is_last() ? 1 : 0);
       t.tp = std::max(t.tp, per_mb * m * 2 * btc * (c.tp - 1) / c.tp);
     }
+    if (c.cp > 1) {
+      // Chapter 6, part 2 (docs/REFERENCE.md, Context parallelism): per block and micro-batch
+      // the ring sends (cp - 1) 2 units forward (again under recompute) and (cp - 1) 4 + 2
+      // backward, all-to-all (cp - 1)/cp 4 units each pass, a unit B (T/cp) (C/tp) values;
+      // then every gradient is all-reduced over cp.
+      const GptStage st = c.pp > 1 ? gpt_stage(c.model, s, c.pp) : GptStage{};
+      const std::int64_t unit = c.batch * (c.seq / c.cp) * (c.model.n_embd / c.tp) * w;
+      const std::int64_t forwards = c.recompute ? 2 : 1, k = c.cp;
+      const std::int64_t per_block =
+          c.cp_algo == "all-to-all" ? (forwards + 1) * 4 * unit * (k - 1) / k
+                                    : (forwards * 2 * (k - 1) + 4 * (k - 1) + 2) * unit;
+      t.cp = std::max(t.cp, per_block * st.blocks(c.model) * m + 2 * n * w * (k - 1) / k);
+    }
     if (c.pp > 1) {
       const bool middle = s > 0 && s < c.pp - 1;
       t.pp = std::max(t.pp, (middle ? 2 : 1) * m * btc);
@@ -302,6 +315,7 @@ std::vector<std::string> preflight_checklist(const TrainerConfig& c, std::int64_
     }
     traffic += ", tp " + bytes(t.tp) + ", pp " + bytes(t.pp);
     if (c.pp > 1) traffic += ", embedding " + bytes(t.embedding);
+    if (c.cp > 1) traffic += ", cp " + bytes(t.cp) + " (" + c.cp_algo + " attention, gradient sums)";
     out.push_back(ok("traffic", traffic + "; measured: comm_bytes_by_rank in the JSONL"));
   }
   if (c.pp > 1) {

@@ -69,6 +69,7 @@ std::vector<RankBill> estimate_rank_bills(const TrainerConfig& c);
 // embedding (the tied wte's gradient between the first and last stage).
 struct GroupTraffic {
   std::int64_t dp = 0, tp = 0, pp = 0, embedding = 0;
+  std::int64_t cp = 0;  // context parallel: attention's K/V (or all-to-all) and the cp sums
 };
 GroupTraffic estimate_group_traffic(const TrainerConfig& c);
 

@@ -204,6 +204,35 @@ TEST(TrainGptCp, BytesEachRankSendsPerLayerEqualTheFormulaInTheJsonl) {
   }
 }
 
+// The pre-flight checklist's cp traffic (--dry-run) is what a step then sends: the JSONL's
+// bytes per rank less the world's few bytes of norm and found-inf votes (8 per rank here).
+TEST(TrainGptCp, DryRunCpTrafficIsWhatTheStepSends) {
+  for (const char* algo : {"ring", "all-to-all"}) {
+    TempDir d;
+    const std::string run = std::string(
+                                "--n-layer 2 --n-head 4 --n-embd 32 --seq 16 --batch 4 "
+                                "--steps 1 --eval-every 0 --threads 1 --ranks 2 --cp 2 "
+                                "--cp-algo ") +
+                            algo;
+    const CliRun dry = train_gpt(d, run + " --dry-run");
+    ASSERT_EQ(dry.code, 0) << dry.err;
+    const std::size_t at = dry.out.find(", cp ");
+    ASSERT_NE(at, std::string::npos) << dry.out;
+    const double kib = std::atof(dry.out.c_str() + at + 5);
+    ASSERT_NE(dry.out.find("KiB (", at), std::string::npos) << dry.out;
+    const CliRun real = train_gpt(d, run + " --log-jsonl " + d.file("run.jsonl"));
+    ASSERT_EQ(real.code, 0) << real.err;
+    const std::vector<mixpar::Json> lines = mixpar::ch08::test::read_jsonl(d.file("run.jsonl"));
+    double sent = -1;
+    for (const mixpar::Json& line : lines) {
+      if (const mixpar::Json* r = line.find("comm_bytes_by_rank")) sent = r->at(0).as_double();
+    }
+    std::printf("%s: pre-flight cp %.2f KiB, the step sent %.0f bytes (8 of them world's)\n", algo,
+                kib, sent);
+    EXPECT_NEAR(kib * 1024, sent - 8, 0.005 * 1024) << algo;  // printed to 1/100 KiB
+  }
+}
+
 // T 512: one device keeps B H T^2 attention probabilities per layer (8 MiB in f32) and more
 // than the budget in all; split over cp 4, a rank keeps T / 4 rows and one log-sum-exp per row
 // and head. The pre-flight bill refuses the first and admits the second, and the ledger's
