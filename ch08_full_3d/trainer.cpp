@@ -201,18 +201,19 @@ std::vector<TraceSpan> Trainer::take_spans() {
   return all;
 }
 
-std::array<std::uint64_t, 6> Trainer::group_bytes_so_far() const {
-  std::array<std::uint64_t, 6> out{};
+std::array<std::uint64_t, 7> Trainer::group_bytes_so_far() const {
+  std::array<std::uint64_t, 7> out{};
   if (!grid_) return out;
-  const std::array<const Communicator*, 6> groups = {
-      &grid_->world(), &grid_->dp(), &grid_->tp(), &grid_->pp(), &grid_->model_parallel(),
-      grid_->embedding()};
+  const std::array<const Communicator*, 7> groups = {
+      &grid_->world(), &grid_->dp(),          &grid_->tp(), &grid_->pp(),
+      &grid_->model_parallel(), grid_->embedding(), grid_->cp()};
   for (std::size_t g = 0; g < groups.size(); ++g) {
     if (groups[g] != nullptr) out[g] = groups[g]->traffic().total().bytes_sent;
   }
   if (sync_) out[1] += sync_->own_bytes_sent();  // ZeRO-3's parameter gathers: dp's too
-  // Context parallel: the cp group's attention traffic and gradient sums, with dp's.
-  if (grid_->cp() != nullptr) out[1] += grid_->cp()->traffic().total().bytes_sent;
+  // Context parallel: the loss mean over dp x cp (the cp group's own bytes are "cp": attention
+  // and the gradient sums).
+  if (grid_->cp() != nullptr) out[1] += grid_->dp_cp().traffic().total().bytes_sent;
   return out;
 }
 
@@ -411,7 +412,7 @@ StepStats Trainer::train_step() {
   s.step = step_ + 1;
   s.loss_scale = optimizer_.loss_scale();
   const std::uint64_t bytes_before = bytes_sent_so_far();
-  const std::array<std::uint64_t, 6> groups_before = group_bytes_so_far();
+  const std::array<std::uint64_t, 7> groups_before = group_bytes_so_far();
   sync_->begin_step();
   // Context parallel: this rank's rows of the replica's sequences (their true positions).
   const std::vector<std::int64_t> rows =
@@ -451,7 +452,7 @@ StepStats Trainer::train_step() {
     times_ = {};
   }
   step_bytes_sent_ = bytes_sent_so_far() - bytes_before;
-  const std::array<std::uint64_t, 6> groups_after = group_bytes_so_far();
+  const std::array<std::uint64_t, 7> groups_after = group_bytes_so_far();
   for (std::size_t g = 0; g < groups_after.size(); ++g) {
     s.group_bytes[g] = groups_after[g] - groups_before[g];
   }

@@ -54,10 +54,10 @@ struct StepStats {
   double flops = 0, mfu = 0;
   // Distributed: the bytes this rank sent in the step over each of its groups, in the order
   // of kGroupNames.
-  std::array<std::uint64_t, 6> group_bytes{};
+  std::array<std::uint64_t, 7> group_bytes{};
 };
-inline constexpr std::array<const char*, 6> kGroupNames = {"world", "dp", "tp", "pp",
-                                                          "model_parallel", "embedding"};
+inline constexpr std::array<const char*, 7> kGroupNames = {"world", "dp", "tp", "pp",
+                                                          "model_parallel", "embedding", "cp"};
 
 // Sets the threads of OpenMP loops and Eigen GEMMs (0: leave the default).
 void set_cpu_threads(int threads);
@@ -169,7 +169,7 @@ class Trainer {
   std::vector<HeldTensor> held_state() const;
   void write_checkpoint_files(const std::string& dir) const;
   std::uint64_t bytes_sent_so_far() const;
-  std::array<std::uint64_t, 6> group_bytes_so_far() const;  // by kGroupNames
+  std::array<std::uint64_t, 7> group_bytes_so_far() const;  // by kGroupNames
 
   TrainerConfig config_;
   TrainingData data_;

@@ -204,8 +204,8 @@ TEST(TrainGptCp, BytesEachRankSendsPerLayerEqualTheFormulaInTheJsonl) {
   }
 }
 
-// The pre-flight checklist's cp traffic (--dry-run) is what a step then sends: the JSONL's
-// bytes per rank less the world's few bytes of norm and found-inf votes (8 per rank here).
+// The pre-flight checklist's cp traffic (--dry-run) is what a step then sends over the cp
+// group: the JSONL's comm_bytes_by_group "cp" (rank 0's).
 TEST(TrainGptCp, DryRunCpTrafficIsWhatTheStepSends) {
   for (const char* algo : {"ring", "all-to-all"}) {
     TempDir d;
@@ -225,11 +225,10 @@ TEST(TrainGptCp, DryRunCpTrafficIsWhatTheStepSends) {
     const std::vector<mixpar::Json> lines = mixpar::ch08::test::read_jsonl(d.file("run.jsonl"));
     double sent = -1;
     for (const mixpar::Json& line : lines) {
-      if (const mixpar::Json* r = line.find("comm_bytes_by_rank")) sent = r->at(0).as_double();
+      if (const mixpar::Json* g = line.find("comm_bytes_by_group")) sent = g->at("cp").as_double();
     }
-    std::printf("%s: pre-flight cp %.2f KiB, the step sent %.0f bytes (8 of them world's)\n", algo,
-                kib, sent);
-    EXPECT_NEAR(kib * 1024, sent - 8, 0.005 * 1024) << algo;  // printed to 1/100 KiB
+    std::printf("%s: pre-flight cp %.2f KiB, the step sent %.0f bytes over cp\n", algo, kib, sent);
+    EXPECT_NEAR(kib * 1024, sent, 0.005 * 1024) << algo;  // printed to 1/100 KiB
   }
 }
 
