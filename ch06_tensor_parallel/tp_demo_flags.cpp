@@ -15,7 +15,9 @@ ArgParser make_parser() {
   std::string bugs = "all | none";
   for (const std::string& b : tp_demo_bugs()) bugs += " | " + b;
   a.option("bug", "all", bugs).option("steps", "10", "training steps of each run");
-  a.option("json", "", "also write the sharding map of block 0 at tp 2 and the cp work and traffic (the figures' data)");
+  a.option("json", "",
+           "also write the sharding map of block 0 at tp 2 and the cp work and traffic (the "
+           "figures' data)");
   return a;
 }
 

@@ -19,7 +19,10 @@ ch04::ReducerConfig reducer_config(const TrainerConfig& c) {
   ch04::ReducerConfig r;
   r.bucket_cap_bytes = static_cast<std::size_t>(c.bucket_mb * 1024.0 * 1024.0);
   r.algo = c.allreduce;
-  r.overlap = c.overlap;
+  // Context parallel: the compute thread talks to the cp group all through backward (the
+  // ring's hops, the gradients' sums over cp), and the local backend keeps one call per rank
+  // (chapter 5's ZeRO-3 says why): the buckets are reduced after backward, on that thread.
+  r.overlap = c.overlap && c.cp == 1;
   return r;
 }
 
@@ -46,7 +49,7 @@ class OneReplicaZero final : public GradSync {
 std::unique_ptr<GradSync> make_zero(Communicator& dp, GptModel& model, const TrainerConfig& c) {
   ch05::ZeroConfig z;
   z.bucket_cap_bytes = reducer_config(c).bucket_cap_bytes;
-  z.overlap = c.overlap;
+  z.overlap = c.overlap && c.cp == 1;  // as reducer_config says
   if (c.zero_stage == 3) {
     verify_replicas(dp, rank_params(model).flat_params());  // before the copy is split
     ch05::Zero3Options o;

@@ -124,8 +124,8 @@ void add_parallel_flags(ArgParser& a, const TrainerConfig& d) {
            "mpirun -np N")
       .option("ranks", "", "local: rank threads to start (default 1); mpi: must equal -np")
       .option("dp", "",
-              "data-parallel degree (default: the ranks / (tp x cp x pp); dp x tp x cp x pp must equal "
-              "the ranks)")
+              "data-parallel degree (default: the ranks / (tp x cp x pp); dp x tp x cp x pp "
+              "must equal the ranks)")
       .option("tp", "1", "tensor-parallel degree (chapter 6)")
       .flag("sequence-parallel",
             "with --tp > 1: LayerNorm and residual regions split along the sequence (chapter 6)")
