@@ -275,6 +275,8 @@ void print_cp_bug(const std::string& bug, int steps, ClaimTable& checks) {
         "   position 0's output moves by %.2e when token 1's key and value change: the\n"
         "   model (and its loss) sees the future; output error against one device %.2e\n",
         moved, base.out_error);
+    checks.add({{"unmasked-diagonal: position 0's output moves when token 1 changes", "> 1e-03",
+                 fmt("%.2e", moved), moved > 1e-3}});
     checks.add({claim_broken_by(bug, {"unmasked-diagonal run: position 0's output ignores token 1 "
                                       "(causal)",
                                       "0", fmt("%.2e", moved), moved == 0.0})});
@@ -286,6 +288,8 @@ void print_cp_bug(const std::string& bug, int steps, ClaimTable& checks) {
         "\n-- skipped-lse-merge: each block's partial output added without its\n"
         "   log-sum-exp weight (ring cp 2): output off by %.2e (values up to %.2f)\n",
         r.out_error, r.out_scale);
+    checks.add({{"skipped-lse-merge: the output is off by more than 100x the tolerance",
+                 fmt("> %.0e", 100 * tol), fmt("%.2e", r.out_error), r.out_error > 100 * tol}});
     checks.add({claim_broken_by(bug, tolerance_claim("skipped-lse-merge run: ring cp 2 zigzag "
                                                      "equals one device: attention output",
                                                      r.out_error, tol))});
@@ -299,6 +303,8 @@ void print_cp_bug(const std::string& bug, int steps, ClaimTable& checks) {
         "   (ring cp 2): each rank steps on its own rows' gradient; the replica hash parts\n"
         "   at step %d, and after %d steps the replicas differ by %.2e\n",
         r.first_drift_step, steps, r.replica_drift);
+    checks.add({yes_claim("unsummed-cp-gradients: the replica hash parts at step 1",
+                          r.first_drift_step == 1)});
     checks.add(
         {claim_broken_by(bug, {"unsummed-cp-gradients run: cp replicas stay bit-identical "
                                "(replica hash)",
@@ -314,6 +320,8 @@ void print_cp_bug(const std::string& bug, int steps, ClaimTable& checks) {
         "\n-- contiguous-positions: rows split zigzag, masked as if the split were\n"
         "   contiguous (ring cp 2): output off by %.2e\n",
         r.out_error);
+    checks.add({{"contiguous-positions: the output is off by more than 100x the tolerance",
+                 fmt("> %.0e", 100 * tol), fmt("%.2e", r.out_error), r.out_error > 100 * tol}});
     checks.add({claim_broken_by(bug, tolerance_claim("contiguous-positions run: ring cp 2 zigzag "
                                                      "equals one device: attention output",
                                                      r.out_error, tol))});
