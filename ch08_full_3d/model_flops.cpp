@@ -36,7 +36,10 @@ double process_flops_per_step(const TrainerConfig& c, const ParamRegistry& regis
   if (c.backend != CommBackend::kMpi) return grid_flops_per_step(c);
   const double replica_tokens = static_cast<double>(c.batch) * static_cast<double>(c.seq) *
                                 static_cast<double>(c.grad_accum);
-  return rank_flops_per_token(registry, c.model, c.seq, c.tp) * replica_tokens;
+  // Context parallel: a rank runs T / cp of each sequence's rows (its attention over the whole
+  // sequence: the zigzag split gives every rank the same share of the causal work).
+  return rank_flops_per_token(registry, c.model, c.seq, c.tp) * replica_tokens /
+         static_cast<double>(c.cp);
 }
 
 }  // namespace mixpar::ch08
