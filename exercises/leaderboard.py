@@ -209,7 +209,7 @@ def main(argv):
         with open(args.board, "a", encoding="utf-8") as f:
             if new:
                 f.write("# name\ttime_to_target_s\ttarget\tstep\taccuracy\tdate\tflags\tcpu\tload\n")
-            f.write(f"{args.name}\t{result['train_s']:.2f}\t{args.target:g}\t{result['step']}\t"
+            f.write(f"{args.name}\t{result['train_s']:.6g}\t{args.target:g}\t{result['step']}\t"
                     f"{result['accuracy']:.4f}\t{datetime.date.today().isoformat()}\t{flags}\t"
                     f"{cpu_name()}\t{load:.2f}\n")
         print_board(args.board)
