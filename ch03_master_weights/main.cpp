@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "fp8_lesson.h"
 #include "master_weights_demo_flags.h"
 #include "memory_bill.h"
 #include "order_lesson.h"
@@ -165,6 +166,85 @@ void print_calculator(Checks& checks) {
                g3.parameters == 700'000'000'000 && g3.optimizer_state == 1'400'000'000'000}});
 }
 
+// The FP8 part (--fp8, or one FP8 --bug): the accumulation lesson and the recipes' failure
+// modes, each measured on the correct configuration and on its mistake (fp8_lesson.h).
+Json run_fp8(const std::string& bug, Checks& checks) {
+  const auto wanted = [&](const char* name) { return bug == "all" || bug == name; };
+  Json out = Json::object();
+  if (wanted("no-promotion")) {
+    const AccumulationResult r = accumulation_lesson();
+    TextTable t({"accumulator", "max |C - exact| / max |exact|"});
+    t.add({"FP32 (cuBLASLt, per-tensor recipes)", fmt("%.2e", r.fp32_error)});
+    t.add({"14-bit tensor core, promoted to FP32 every 128 (blockwise)",
+           fmt("%.2e", r.promoted_error)});
+    t.add({"14-bit tensor core alone (no promotion)", fmt("%.2e", r.unpromoted_error)});
+    std::printf("\n== FP8 accumulation: a K=%lld GEMM of E4M3 inputs, %lld outputs\n%s"
+                "  (DeepSeek-V3 reports nearly 2%% at K=4096 without promotion on H800)\n",
+                (long long)r.k, (long long)r.outputs, t.str().c_str());
+    checks.add(accumulation_claims(r));
+  }
+  if (wanted("stale-amax")) {
+    const SpikeResult r = spike_lesson();
+    TextTable t({"step", "amax", "delayed: history max", "scale", "saturated", "underflow",
+                 "tensorwise: scale", "saturated", "underflow"});
+    Json steps = Json::array();
+    for (std::size_t i = 0; i < r.steps.size(); ++i) {
+      const SpikeStep& s = r.steps[i];
+      const int d = int(i) - r.spike_step;
+      if ((d >= -1 && d <= 2) || (d >= r.history - 1 && d <= r.history + 1)) {
+        t.add({std::to_string(i), fmt("%.4g", s.amax), fmt("%.4g", s.history_max),
+               fmt("%.4g", s.delayed_scale), fmt("%lld", (long long)s.delayed.saturated),
+               fmt("%lld", (long long)(s.delayed.subnormal + s.delayed.flushed)),
+               fmt("%.4g", s.tensorwise_scale), fmt("%lld", (long long)s.tensorwise.saturated),
+               fmt("%lld", (long long)(s.tensorwise.subnormal + s.tensorwise.flushed))});
+      }
+      Json j = Json::object();
+      j.set("amax", double(s.amax));
+      j.set("history_max", double(s.history_max));
+      j.set("delayed_scale", double(s.delayed_scale));
+      j.set("tensorwise_scale", double(s.tensorwise_scale));
+      j.set("delayed_saturated", s.delayed.saturated);
+      j.set("delayed_underflow", s.delayed.subnormal + s.delayed.flushed);
+      steps.push_back(std::move(j));
+    }
+    std::printf("\n== FP8 stale amax: one row of a 16x256 activation spikes 100x at step %d;\n"
+                "   delayed scaling (amax history %d, margin 0) vs tensorwise, E4M3, %lld values "
+                "per step\n%s",
+                r.spike_step, r.history, (long long)r.steps.front().delayed.values,
+                t.str().c_str());
+    Json spike = Json::object();
+    spike.set("history", std::int64_t{r.history});
+    spike.set("spike_step", std::int64_t{r.spike_step});
+    spike.set("steps", std::move(steps));
+    out.set("stale_amax", std::move(spike));
+    checks.add(spike_claims(r));
+  }
+  if (wanted("grads-e4m3")) {
+    const GradFormatResult r = grad_format_lesson();
+    TextTable t({"format", "flushed to zero", "subnormal"});
+    for (const auto& [name, s] : {std::pair{"E5M2 (hybrid)", r.e5m2}, {"E4M3", r.e4m3}}) {
+      t.add({name, fmt("%lld", (long long)s.flushed), fmt("%lld", (long long)s.subnormal)});
+    }
+    std::printf("\n== FP8 gradients: an output gradient whose 64 rows span 6 decades, one "
+                "scale, %lld values\n%s",
+                (long long)r.e5m2.values, t.str().c_str());
+    checks.add(grad_format_claims(r));
+  }
+  if (wanted("per-tensor-outlier")) {
+    const OutlierResult r = outlier_lesson();
+    TextTable t({"scales", "underflow (subnormal or 0)", "flushed to zero"});
+    t.add({"one per tensor (tensorwise)", fmt("%lld", (long long)r.tensorwise_underflow),
+           fmt("%lld", (long long)r.tensorwise_flushed)});
+    t.add({"one per 1x128 tile (blockwise)", fmt("%lld", (long long)r.blockwise_underflow),
+           fmt("%lld", (long long)r.blockwise_flushed)});
+    std::printf("\n== FP8 outlier: a 64x512 N(0,1) activation with one value 100x its amax,\n"
+                "   E4M3, counted over the %lld values outside the outlier's tile\n%s",
+                (long long)r.rest, t.str().c_str());
+    checks.add(outlier_claims(r));
+  }
+  return out;
+}
+
 int run(int argc, char** argv) {
   const MasterWeightsDemoFlags flags = parse_master_weights_demo_flags(argc, argv);
   const std::string& bug = flags.bug;
@@ -174,11 +254,19 @@ int run(int argc, char** argv) {
     if (!shape.empty()) shape += '-';
     shape += std::to_string(s);
   }
+  Checks checks(bug);
+  if (flags.fp8) {
+    std::printf("== ch03, last part: FP8 GEMMs and their scales\n");
+    Json out = Json::object();
+    out.set("chapter", "ch03_master_weights");
+    out.set("fp8", run_fp8(bug, checks));
+    if (!flags.json_path.empty()) write_json_file(flags.json_path, out);
+    return checks.print() == 0 ? 0 : 1;
+  }
   std::printf(
       "== ch03: the FP32 ledger\nMLP %s (GELU, MSE), batch %lld, %lld steps. One step: "
       "unscale -> check inf/NaN (skip) -> clip -> step the FP32 masters -> re-cast\n",
       shape.c_str(), (long long)c.batch, (long long)c.steps);
-  Checks checks(bug);
   std::vector<ScenarioResult> results;
   std::vector<MemoryBillRow> bills;
   run_scenarios(c, bug, checks, results);

@@ -1,6 +1,10 @@
 #include "master_weights_demo_flags.h"
 
+#include <algorithm>
 #include <cstdint>
+#include <vector>
+
+#include "fp8_lesson.h"
 
 #include "util/cli.h"
 #include "util/errors.h"
@@ -13,7 +17,11 @@ ArgParser make_parser() {
   ArgParser a("ch03_master_weights",
               "FP32 master weights: the correct order unscale -> check -> clip -> step -> re-cast\n"
               "against each mistake, and the memory bill measured by the ledger.");
-  a.option("bug", "all", "all | clip-before-unscale | no-unscale | fp16-weights")
+  a.option("bug", "all",
+           "all | clip-before-unscale | no-unscale | fp16-weights | FP8 (implies --fp8): "
+           "no-promotion | stale-amax | grads-e4m3 | per-tensor-outlier")
+      .flag("fp8", "the FP8 part instead: accumulation with and without promotion, and the "
+                   "scaling recipes' failure modes")
       .option("steps", "100", "training steps per run")
       .option("json", "", "also write the memory bill and each run's losses to this file");
   return a;
@@ -27,7 +35,15 @@ MasterWeightsDemoFlags parse_master_weights_demo_flags(int argc, char** argv) {
   ArgParser args = make_parser();
   args.parse(argc, argv);
   MasterWeightsDemoFlags f;
-  f.bug = args.get_choice("bug", {"all", "clip-before-unscale", "no-unscale", "fp16-weights"});
+  std::vector<std::string> bugs = {"all", "clip-before-unscale", "no-unscale", "fp16-weights"};
+  const std::vector<std::string>& fp8_bugs = fp8_bug_names();
+  bugs.insert(bugs.end(), fp8_bugs.begin(), fp8_bugs.end());
+  f.bug = args.get_choice("bug", bugs);
+  const bool fp8_bug = std::find(fp8_bugs.begin(), fp8_bugs.end(), f.bug) != fp8_bugs.end();
+  f.fp8 = args.get_flag("fp8") || fp8_bug;
+  if (f.fp8 && f.bug != "all" && !fp8_bug) {
+    throw InputError("--bug " + f.bug + " is a mistake of the FP32 ledger, not of --fp8");
+  }
   f.lesson.steps = args.get_int("steps");
   // Below 25 steps the lesson cannot hold: the FP32 masters of the fp16-weights scenario have
   // not yet gathered enough updates to move most of the FP16 working copy (lr 1e-5), nor SGD

@@ -10,7 +10,8 @@
 namespace mixpar::ch03 {
 
 struct MasterWeightsDemoFlags {
-  std::string bug;        // "all" or one mistake's name (bug_name)
+  std::string bug;        // "all" or one mistake's name (bug_name, fp8_bug_names)
+  bool fp8 = false;       // the FP8 part (--fp8, or an FP8 --bug)
   LessonConfig lesson;    // steps
   std::string json_path;  // "" = no --json
 };

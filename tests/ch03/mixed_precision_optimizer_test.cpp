@@ -355,7 +355,8 @@ TEST(MixedPrecisionOptimizer, BadConfigurationsAreInputErrors) {
 
 TEST(Ch03Demo, BadFlagPrintsOneLineAndExitsWithCode2) {
 #ifdef MIXPAR_CH03_DEMO_PATH
-  for (const char* flags : {"--bug nope", "--steps -3", "--steps many", "--frobnicate"}) {
+  for (const char* flags :
+       {"--bug nope", "--steps -3", "--steps many", "--frobnicate", "--fp8 --bug no-unscale"}) {
     const std::string cmd = std::string("'") + MIXPAR_CH03_DEMO_PATH + "' " + flags + " 2>&1";
     FILE* pipe = popen(cmd.c_str(), "r");
     ASSERT_NE(pipe, nullptr);
