@@ -4,9 +4,11 @@
 // Bad flags or impossible layouts: one-line error, exit code 2 (mixpar_mem_flags.cpp).
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "ch03_master_weights/fp8_memory.h"
 #include "ch03_master_weights/memory_calculator.h"
 #include "ch03_master_weights/mixpar_mem_flags.h"
 #include "util/errors.h"
@@ -136,7 +138,7 @@ void print_table(const TrainingSetup& t, const MemoryBill& b,
 }
 
 void print_json(const TrainingSetup& t, const MemoryBill& b,
-                const std::vector<std::string>& notes) {
+                const std::vector<std::string>& notes, Json fp8_bytes) {
   const Layout& l = t.layout;
   Json j = Json::object();
   j.set("model_params", b.model_params);
@@ -173,7 +175,74 @@ void print_json(const TrainingSetup& t, const MemoryBill& b,
   Json list = Json::array();
   for (const auto& n : notes) list.push_back(n);
   j.set("notes", std::move(list));
+  if (!fp8_bytes.is_null()) j.set("fp8_bytes_per_param", std::move(fp8_bytes));
   std::printf("%s\n", j.dump(2).c_str());
+}
+
+// --precision fp8: the bf16 bill's model states and each recipe's, per parameter.
+std::vector<Fp8StateBytes> fp8_rows(const MixparMemFlags& f, const MemoryBill& b) {
+  const Fp8Gemms g = fp8_gemms(f.setup, b.model_params);
+  std::vector<Fp8StateBytes> rows = {
+      fp8_state_bytes(std::nullopt, f.setup.optimizer, b.model_params, g, f.amax_history)};
+  for (fp8::Recipe r : f.fp8_recipes) {
+    rows.push_back(fp8_state_bytes(r, f.setup.optimizer, b.model_params, g, f.amax_history));
+  }
+  return rows;
+}
+
+// Scaling state is small: three significant digits, not five decimals.
+std::string opt_bytes(const std::optional<double>& v) {
+  if (!v) return "-";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3g", *v);
+  return buf;
+}
+
+void print_fp8(const MixparMemFlags& f, const MemoryBill& b) {
+  const Fp8Gemms g = fp8_gemms(f.setup, b.model_params);
+  std::printf(
+      "\nFP8 GEMMs (E4M3 inputs and weights, E5M2 output gradients; amax history %d):\n"
+      "model states in bytes per parameter of the whole model, unsharded; %s of %s parameters\n"
+      "are GEMM weights cast to FP8%s\n",
+      f.amax_history, grouped(g.weight_params).c_str(), grouped(b.model_params).c_str(),
+      f.setup.shape ? " (4 GEMMs per layer, 12 C^2; embeddings and LM head stay bf16)"
+                    : " (--params alone: all of them, an upper bound)");
+  std::printf("  %-15s %6s %11s %6s %14s %8s %10s %14s %9s\n", "run", "params", "fp8 weights",
+              "grads", "fp32 grad buf", "masters", "optimizer", "scaling state", "total");
+  for (const Fp8StateBytes& r : fp8_rows(f, b)) {
+    std::printf("  %-15s %6s %11s %6s %14s %8s %10s %14s %9s\n", r.run.c_str(),
+                trimmed(r.parameters, 5).c_str(), trimmed(r.fp8_weights, 5).c_str(),
+                trimmed(r.gradients, 5).c_str(), trimmed(r.fp32_grad_buffer, 5).c_str(),
+                trimmed(r.master_params, 5).c_str(), trimmed(r.optimizer_state, 5).c_str(),
+                opt_bytes(r.scaling_state).c_str(), trimmed(r.total(), 5).c_str());
+  }
+  std::printf(
+      "note: FP8 adds the cast weights and the scales; the masters, gradients and optimizer\n"
+      "      state stay as chapter 3 keeps them. DeepSeek-V3 also keeps AdamW's m and v in BF16\n"
+      "      (%s B/param less), a change of the optimizer, not of the GEMM.\n",
+      trimmed(state_bytes_per_param(Precision::kBf16, f.setup.optimizer).optimizer_state / 2.0, 5)
+          .c_str());
+  if (!g.count) {
+    std::printf("note: the scaling state ('-') counts GEMMs: it needs a shape (--n-layer ...)\n");
+  }
+}
+
+Json fp8_json(const MixparMemFlags& f, const MemoryBill& b) {
+  Json list = Json::array();
+  for (const Fp8StateBytes& r : fp8_rows(f, b)) {
+    Json j = Json::object();
+    j.set("run", r.run);
+    j.set("parameters", r.parameters);
+    j.set("fp8_weights", r.fp8_weights);
+    j.set("gradients", r.gradients);
+    j.set("fp32_grad_buffer", r.fp32_grad_buffer);
+    j.set("master_params", r.master_params);
+    j.set("optimizer_state", r.optimizer_state);
+    j.set("scaling_state", r.scaling_state ? Json(*r.scaling_state) : Json());
+    j.set("total", r.total());
+    list.push_back(std::move(j));
+  }
+  return list;
 }
 
 int run(int argc, char** argv) {
@@ -182,9 +251,10 @@ int run(int argc, char** argv) {
   const MemoryBill bill = compute_bill(setup);
   const std::vector<std::string> notes = bill_notes(setup, bill);
   if (flags.json) {
-    print_json(setup, bill, notes);
+    print_json(setup, bill, notes, flags.fp8 ? fp8_json(flags, bill) : Json());
   } else {
     print_table(setup, bill, notes);
+    if (flags.fp8) print_fp8(flags, bill);
   }
   return 0;
 }

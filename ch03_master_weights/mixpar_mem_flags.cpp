@@ -26,7 +26,12 @@ ArgParser make_parser() {
       .option("seq", "", "sequence length s")
       .option("micro-batch", "", "micro-batch size b (sequences per device per micro-step)")
       .option("n-positions", "", "position-table length (default: --seq)")
-      .option("precision", "bf16", "fp32 | fp16 | bf16 (16-bit = mixed, with fp32 masters)")
+      .option("precision", "bf16",
+              "fp32 | fp16 | bf16 (16-bit = mixed, with fp32 masters) | fp8 (bf16 mixed "
+              "precision with FP8 GEMMs: each recipe's bill beside bf16's)")
+      .option("fp8-recipe", "all", "with --precision fp8: all | delayed | tensorwise | blockwise")
+      .option("amax-history", "1024",
+              "with --precision fp8: the delayed recipe's amax history length (steps)")
       .option("optimizer", "adamw", "adamw | sgd (with momentum)")
       .option("zero-stage", "0", "0 | 1 (optimizer state) | 2 (+ gradients) | 3 (+ parameters)")
       .option("dp", "1", "data-parallel degree (ZeRO shards over it)")
@@ -89,7 +94,9 @@ TrainingSetup read_setup(const ArgParser& a) {
         "--vocab-size --seq --micro-batch)");
   }
   // get_choice names the flag in its error; the parse_* then map the word to the enum.
-  t.precision = parse_precision(a.get_choice("precision", {"fp32", "fp16", "bf16"}));
+  // fp8 bills the BF16 mixed-precision run its GEMMs are cast from (read_fp8 adds the rest).
+  const std::string precision = a.get_choice("precision", {"fp32", "fp16", "bf16", "fp8"});
+  t.precision = parse_precision(precision == "fp8" ? "bf16" : precision);
   t.optimizer = parse_optimizer(a.get_choice("optimizer", {"adamw", "sgd"}));
   t.layout.zero_stage = read_int(a, "zero-stage");
   // Ranges a real layout stays inside, so that no degree is cut to 32 bits on the way (a tp of
@@ -112,6 +119,23 @@ TrainingSetup read_setup(const ArgParser& a) {
   return t;
 }
 
+void read_fp8(const ArgParser& a, MixparMemFlags& f) {
+  f.fp8 = a.get("precision") == "fp8";
+  for (const char* flag : {"fp8-recipe", "amax-history"}) {
+    if (!f.fp8 && a.given(flag)) {
+      throw InputError(std::string("--") + flag + " needs --precision fp8");
+    }
+  }
+  if (!f.fp8) return;
+  const std::string r = a.get_choice("fp8-recipe", {"all", "delayed", "tensorwise", "blockwise"});
+  if (r == "all") {
+    f.fp8_recipes = {fp8::Recipe::kDelayed, fp8::Recipe::kTensorwise, fp8::Recipe::kBlockwise};
+  } else {
+    f.fp8_recipes = {fp8::parse_recipe(r)};
+  }
+  f.amax_history = static_cast<int>(a.get_int("amax-history", 1, 1 << 20));
+}
+
 }  // namespace
 
 MixparMemFlags parse_mixpar_mem_flags(int argc, char** argv) {
@@ -123,6 +147,7 @@ MixparMemFlags parse_mixpar_mem_flags(int argc, char** argv) {
   // too: here, before anything is billed or printed.
   validate(f.setup);
   f.json = args.get_flag("json");
+  read_fp8(args, f);
   return f;
 }
 

@@ -374,7 +374,11 @@ RunResult run_tool(const std::string& flags) {
 TEST(Tool, BadFlagsExitWithCode2AndOneLine) {
   const char* cases[] = {
       "",                                   // neither --params nor a shape
-      "--params 7e9 --precision fp8",       // unknown precision
+      "--params 7e9 --precision fp4",       // unknown precision
+      "--params 7e9 --fp8-recipe delayed",  // an FP8 recipe without --precision fp8
+      "--params 7e9 --amax-history 16",     // the same for the history
+      "--params 7e9 --precision fp8 --fp8-recipe rowwise",
+      "--params 7e9 --precision fp8 --amax-history 0",
       "--params seven",                     // unparsable
       "--params -5",                        // negative
       "--params 0",                         // zero
