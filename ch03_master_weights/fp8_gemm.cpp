@@ -2,6 +2,8 @@
 // (cmake/MixparIsa.cmake): an FMA would round a promotion's multiply-add once, not twice.
 #include "fp8_gemm.h"
 
+#include <algorithm>
+#include <bit>
 #include <cmath>
 #include <string>
 
@@ -57,6 +59,24 @@ double add_truncated(double s, double p, int bits) {
   return hi < 0 ? hi + step : hi - step;
 }
 
+// Truncation toward zero to 14 significant bits of a normal double (or zero): clear the 39
+// fraction bits below the top 13. Used where every running sum is exact in double.
+double truncate14_bits(double x) {
+  static_assert(kTensorCoreAccumulatorBits == 14);
+  constexpr std::uint64_t kKeep = ~((std::uint64_t{1} << 39) - 1);
+  return std::bit_cast<double>(std::bit_cast<std::uint64_t>(x) & kKeep);
+}
+
+// Whether s + p is exact in double for every running sum of a chunk: products are multiples
+// of the two formats' smallest subnormals' product and at most chunk x max_a x max_b.
+bool sums_exact_in_double(const Fp8Matrix& a, const Fp8Matrix& b, std::int64_t chunk) {
+  const auto min_exp = [](DType f) { return f == DType::kE4M3 ? -9 : -16; };
+  const double span = std::log2(double(chunk)) + std::log2(double(fp8_max(a.format))) +
+                      std::log2(double(fp8_max(b.format))) - min_exp(a.format) -
+                      min_exp(b.format);
+  return span <= 52;
+}
+
 // Promotion: a partial sum into the FP32 total (scaled first when scales change along K).
 float promote(float total, float partial, float dequant, bool scale_per_chunk) {
   if (!scale_per_chunk) return total + partial;
@@ -91,12 +111,8 @@ __extension__ typedef __int128 Fixed;
 __extension__ typedef unsigned __int128 UFixed;
 
 int bit_length(UFixed v) {
-  int n = 0;
-  while (v != 0) {
-    v >>= 1;
-    ++n;
-  }
-  return n;
+  const auto hi = static_cast<std::uint64_t>(v >> 64), lo = static_cast<std::uint64_t>(v);
+  return hi != 0 ? 128 - std::countl_zero(hi) : 64 - std::countl_zero(lo);
 }
 
 // v (units of 2^-32) rounded to `bits` significant bits, to nearest even or toward zero, by
@@ -143,32 +159,66 @@ double truncate_to_bits(double x, int bits) {
 std::vector<float> gemm(const Fp8Matrix& a, const Fp8Matrix& b, const GemmConfig& config) {
   const Plan p = plan(a, b, config);
   const std::vector<float> av = decoded(a), bv = decoded(b);
-  const std::int64_t k_total = a.cols;
-  std::vector<float> c(static_cast<std::size_t>(a.rows * b.rows));
-  for (std::int64_t m = 0; m < a.rows; ++m) {
-    const float* ar = av.data() + m * k_total;
-    for (std::int64_t n = 0; n < b.rows; ++n) {
-      const float* br = bv.data() + n * k_total;
-      float total = 0;
+  const std::int64_t k_total = a.cols, n_total = b.rows;
+  // B as [K][N]: the inner loop runs over N, one running sum per output (each in its own
+  // order along K, as the model says), which the compiler vectorises.
+  std::vector<float> bt(bv.size());
+  for (std::int64_t n = 0; n < n_total; ++n) {
+    for (std::int64_t k = 0; k < k_total; ++k) bt[std::size_t(k * n_total + n)] = bv[std::size_t(n * k_total + k)];
+  }
+  std::vector<float> c(static_cast<std::size_t>(a.rows * n_total));
+  const bool fp32 = config.accumulator == Accumulator::kFp32;
+  const bool exact = sums_exact_in_double(a, b, p.chunk);
+  // Threads only where there is work for them (a thread team costs more than a small GEMM).
+  const bool big = a.rows * n_total * k_total >= (std::int64_t{1} << 22);
+#pragma omp parallel if (big)
+  {
+    std::vector<float> total(static_cast<std::size_t>(n_total)), part(total.size());
+    std::vector<double> wide(total.size());
+#pragma omp for schedule(static)
+    for (std::int64_t m = 0; m < a.rows; ++m) {
+      const float* ar = av.data() + m * k_total;
       for (std::int64_t k0 = 0; k0 < k_total; k0 += p.chunk) {
         const std::int64_t k1 = std::min(k_total, k0 + p.chunk);
-        float partial = 0;
-        if (config.accumulator == Accumulator::kFp32) {
+        if (fp32) {
           // FP8 x FP8 is exact in FP32, so each addition rounds once, as the model says.
-          for (std::int64_t k = k0; k < k1; ++k) partial += ar[k] * br[k];
-        } else {
-          double s = 0;
+          std::fill(part.begin(), part.end(), 0.0f);
           for (std::int64_t k = k0; k < k1; ++k) {
-            s = add_truncated(s, double(ar[k]) * double(br[k]), kTensorCoreAccumulatorBits);
+            const float x = ar[k];
+            const float* bk = bt.data() + k * n_total;
+            for (std::int64_t n = 0; n < n_total; ++n) part[std::size_t(n)] += x * bk[n];
           }
-          partial = static_cast<float>(s);  // 14 bits: exact in FP32
+        } else {
+          std::fill(wide.begin(), wide.end(), 0.0);
+          for (std::int64_t k = k0; k < k1; ++k) {
+            const double x = ar[k];
+            const float* bk = bt.data() + k * n_total;
+            if (exact) {  // s + p exact: truncating it is the model's step (vectorised)
+              for (std::int64_t n = 0; n < n_total; ++n) {
+                wide[std::size_t(n)] = truncate14_bits(wide[std::size_t(n)] + x * double(bk[n]));
+              }
+            } else {
+              for (std::int64_t n = 0; n < n_total; ++n) {
+                wide[std::size_t(n)] = add_truncated(wide[std::size_t(n)], x * double(bk[n]),
+                                                     kTensorCoreAccumulatorBits);
+              }
+            }
+          }
+          // 14 bits: exact in FP32.
+          for (std::int64_t n = 0; n < n_total; ++n) part[std::size_t(n)] = float(wide[std::size_t(n)]);
         }
-        total = k0 == 0 && !p.scale_per_chunk
-                    ? partial
-                    : promote(total, partial, dequant_of(a, b, m, n, k0), p.scale_per_chunk);
+        for (std::int64_t n = 0; n < n_total; ++n) {
+          const std::size_t j = std::size_t(n);
+          total[j] = k0 == 0 && !p.scale_per_chunk
+                         ? part[j]
+                         : promote(k0 == 0 ? 0.0f : total[j], part[j],
+                                   dequant_of(a, b, m, n, k0), p.scale_per_chunk);
+        }
       }
-      if (!p.scale_per_chunk) total = total * dequant_of(a, b, m, n, 0);
-      c[static_cast<std::size_t>(m * b.rows + n)] = total;
+      for (std::int64_t n = 0; n < n_total; ++n) {
+        const float t = total[std::size_t(n)];
+        c[std::size_t(m * n_total + n)] = p.scale_per_chunk ? t : t * dequant_of(a, b, m, n, 0);
+      }
     }
   }
   return c;

@@ -36,8 +36,9 @@ TrainerConfig validated(TrainerConfig c) {
   return c;
 }
 
-GptOptions model_options(const TrainerConfig& c) {
+GptOptions model_options(const TrainerConfig& c, BlockGemms* gemms) {
   GptOptions o;
+  o.gemms = gemms;
   o.dtype = c.dtype;
   o.seed = c.seed;
   o.recompute = c.recompute;
@@ -112,12 +113,12 @@ GptOptions chunk_options(GptOptions o, const TrainerConfig& c, const ParallelGri
 // Chunks 1 .. v - 1 of an interleaved pipeline's rank (chunk 0 is the trainer's model_).
 std::vector<GptModel> later_chunks(const TrainerConfig& c, const ParallelGrid* grid,
                                    TensorParallelOps* tp_ops, ParamRegistry* params,
-                                   AttentionSeam* cp_attention) {
+                                   AttentionSeam* cp_attention, BlockGemms* gemms) {
   std::vector<GptModel> out;
   if (params == nullptr) return out;
   out.reserve(static_cast<std::size_t>(c.virtual_stages - 1));
   for (int k = 1; k < c.virtual_stages; ++k) {
-    out.emplace_back(c.model, chunk_options(stage_options(model_options(c), grid, tp_ops,
+    out.emplace_back(c.model, chunk_options(stage_options(model_options(c, gemms), grid, tp_ops,
                                                           c.sequence_parallel, cp_attention),
                                             c, grid, k, params));
   }
@@ -142,14 +143,16 @@ Trainer::Trainer(TrainerConfig config, TrainingData data, Communicator* world)
       tp_ops_(make_tp_ops(grid_.get())),
       cp_attention_(make_cp_attention(grid_.get(), config_)),
       chunk_params_(make_chunk_params(config_, grid_.get())),
+      fp8_(config_.fp8 ? std::make_unique<fp8::Fp8BlockGemms>(*config_.fp8, config_.model.n_layer)
+                       : nullptr),
       model_(config_.model,
-             chunk_options(stage_options(with_pipeline_stage(model_options(config_),
+             chunk_options(stage_options(with_pipeline_stage(model_options(config_, fp8_.get()),
                                                              config_.model, grid_.get()),
                                          grid_.get(), tp_ops_.get(), config_.sequence_parallel,
                                          cp_attention_.get()),
                            config_, grid_.get(), 0, chunk_params_.get())),
       chunks_(later_chunks(config_, grid_.get(), tp_ops_.get(), chunk_params_.get(),
-                           cp_attention_.get())),
+                           cp_attention_.get(), fp8_.get())),
       sync_(make_grad_sync(model_, grid_.get(), config_)),
       // What the optimizer steps is what the sync says this rank owns: every parameter, or
       // (sharded over dp) its pieces, so its masters and moments are 1/dp of them.
@@ -330,7 +333,10 @@ void Trainer::prepare_eval_model() {
   if (rank() != 0) return;
   // Rank 0 keeps them, and a whole model in the working dtype holding them rounded, as the
   // working copy holds them.
-  if (!eval_model_) eval_model_ = std::make_unique<GptModel>(config_.model, model_options(config_));
+  // The gathered copy evaluates with bf16 GEMMs: its casts must not enter the FP8 scaling state.
+  if (!eval_model_) {
+    eval_model_ = std::make_unique<GptModel>(config_.model, model_options(config_, nullptr));
+  }
   for (const NamedTensor& w : full) {
     Tensor p = eval_model_->param(w.name);
     p.copy_from(w.tensor);
@@ -406,6 +412,47 @@ void Trainer::halt_on_non_finite_loss(double loss) {
                            "optimizer stepped" + where);
 }
 
+namespace {
+
+// The JSONL's fp8 record: this rank's casts of the step by role (values that saturated or
+// flushed to zero, as fractions, and the largest amax), and delayed scaling's layer-0
+// attn.c_attn input scale with the max of its amax history (the figure's series).
+Json fp8_step_json(const fp8::Fp8StepStats& s, const fp8::Fp8LinearConfig& c) {
+  Json j = Json::object();
+  j.set("recipe", std::string(fp8::name(c.recipe)));
+  const std::pair<const char*, const fp8::CastStats*> roles[] = {
+      {"input", &s.input}, {"weight", &s.weight}, {"grad", &s.grad}};
+  for (const auto& [role, st] : roles) {
+    Json r = Json::object();
+    r.set("amax", std::isfinite(st->amax) ? Json(double(st->amax)) : Json());
+    r.set("saturated_frac", st->saturated_fraction());
+    r.set("flushed_frac", st->flushed_fraction());
+    r.set("values", st->values);
+    j.set(role, std::move(r));
+  }
+  if (c.recipe == fp8::Recipe::kDelayed) {
+    j.set("scale_l0_input", double(s.first_input_scale));
+    j.set("amax_history_max_l0_input", double(s.first_input_history_max));
+  }
+  return j;
+}
+
+}  // namespace
+
+// After the optimizer step of a --dtype fp8 run: delayed scaling's amaxes agree over the world
+// (each the max over ranks, Transformer Engine's amax reduction: the dp replicas cast the
+// same way, and every rank holds the histories of every layer, the other stages' too, which
+// is what a checkpoint saves and any layout resumes), then the scalers update.
+Json Trainer::end_fp8_step() {
+  if (grid_ && config_.fp8->recipe == fp8::Recipe::kDelayed) {
+    const std::vector<float> pending = fp8_->pending_amaxes();
+    Tensor t = Tensor::from_floats(pending, {static_cast<std::int64_t>(pending.size())});
+    grid_->world().all_reduce(t, ReduceOp::kMax);
+    fp8_->set_pending_amaxes(t.to_floats());
+  }
+  return fp8_step_json(fp8_->end_step(), *config_.fp8);
+}
+
 StepStats Trainer::train_step() {
   const auto t0 = std::chrono::steady_clock::now();
   StepStats s;
@@ -439,6 +486,7 @@ StepStats Trainer::train_step() {
   }
   s.lr = config_.schedule.at(step_);
   const ch03::StepReport rep = optimizer_step(s.lr);
+  if (fp8_) s.fp8 = end_fp8_step();
   s.skipped = !rep.taken;
   s.grad_norm = rep.grad_norm;
   s.clip_coef = rep.clip_coef;

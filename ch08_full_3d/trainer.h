@@ -55,6 +55,8 @@ struct StepStats {
   // Distributed: the bytes this rank sent in the step over each of its groups, in the order
   // of kGroupNames.
   std::array<std::uint64_t, 7> group_bytes{};
+  // --dtype fp8: this rank's casts of the step by role (fp8_step_json); null otherwise.
+  Json fp8;
 };
 inline constexpr std::array<const char*, 7> kGroupNames = {"world", "dp", "tp", "pp",
                                                           "model_parallel", "embedding", "cp"};
@@ -124,6 +126,8 @@ class Trainer {
   void prepare_eval_model();
   GptModel& eval_model();
   const ch03::MixedPrecisionOptimizer& optimizer() const { return optimizer_; }
+  // --dtype fp8: the FP8 GEMMs and their scaling state (null otherwise).
+  const fp8::Fp8BlockGemms* fp8_gemms() const { return fp8_.get(); }
   const TokenLoader& loader() const { return loader_; }
 
   // FP32 weights under their HF names: the masters (16-bit runs) or the model itself (fp32).
@@ -168,6 +172,7 @@ class Trainer {
   // stores and what a resume on any layout fills.
   std::vector<HeldTensor> held_state() const;
   void write_checkpoint_files(const std::string& dir) const;
+  Json end_fp8_step();  // --dtype fp8: after the optimizer step (trainer.cpp)
   std::uint64_t bytes_sent_so_far() const;
   std::array<std::uint64_t, 7> group_bytes_so_far() const;  // by kGroupNames
 
@@ -189,6 +194,9 @@ class Trainer {
   // model chunks in one registry (ch07_pipeline/model_chunks.h), before the chunks that are
   // views of it; null otherwise. model_ is chunk 0, chunks_ the others.
   std::unique_ptr<ParamRegistry> chunk_params_;
+  // --dtype fp8: the blocks' FP8 GEMMs (chapter 3's last part), before the models that run
+  // through them; null otherwise.
+  std::unique_ptr<fp8::Fp8BlockGemms> fp8_;
   GptModel model_;
   std::vector<GptModel> chunks_;
   // Before the optimizer: making the replicas equal must reach the working copy before the

@@ -65,8 +65,17 @@ void add_optim_flags(ArgParser& a, const TrainerConfig& d) {
       .option("eps", num(d.eps), "AdamW epsilon")
       .option("grad-clip", num(d.grad_clip), "max global gradient norm (0 = no clipping)")
       .option("dtype", "fp32",
-              "fp32|bf16|fp16 working precision; 16-bit keeps FP32 master "
-              "weights, fp16 adds the dynamic loss scaler")
+              "fp32|bf16|fp16|fp8 working precision; 16-bit keeps FP32 master "
+              "weights, fp16 adds the dynamic loss scaler, fp8 is bf16 with the blocks' GEMMs "
+              "in FP8 (E4M3 forward, E5M2 gradients; --fp8-recipe)")
+      .option("fp8-recipe", "delayed",
+              "with --dtype fp8: delayed (Transformer Engine: scale from an amax history) | "
+              "tensorwise (torchao: each tensor's own amax) | blockwise (DeepSeek-V3: 1x128 "
+              "and 128x128 tiles, promotion every 128)")
+      .option("fp8-amax-history", "16",
+              "with --fp8-recipe delayed: steps of amax history a scale is computed from")
+      .option("fp8-margin", "0",
+              "with --fp8-recipe delayed: scale = fp8_max / amax / 2^margin")
       .option("loss-scale", "65536",
               "fp16: initial dynamic loss scale (x2 after 2000 clean steps, x0.5 and skip on "
               "inf/NaN)")
@@ -195,6 +204,25 @@ void read_model(const ArgParser& a, TrainerConfig& c) {
                                                : 256;
 }
 
+
+// --dtype fp8 and its recipe's options (refused without it: they would change nothing).
+void read_fp8(const ArgParser& a, bool fp8, TrainerConfig& c) {
+  for (const char* flag : {"fp8-recipe", "fp8-amax-history", "fp8-margin"}) {
+    if (!fp8 && a.given(flag)) throw InputError(std::string("--") + flag + " needs --dtype fp8");
+  }
+  if (!fp8) return;
+  fp8::Fp8LinearConfig f;
+  f.recipe = fp8::parse_recipe(a.get_choice("fp8-recipe", {"delayed", "tensorwise", "blockwise"}));
+  f.amax_history = static_cast<int>(a.get_int("fp8-amax-history", 1, 1 << 20));
+  f.margin = static_cast<int>(a.get_int("fp8-margin", 0, 64));
+  if (f.recipe != fp8::Recipe::kDelayed) {
+    for (const char* flag : {"fp8-amax-history", "fp8-margin"}) {
+      if (a.given(flag)) throw InputError(std::string("--") + flag + " needs --fp8-recipe delayed");
+    }
+  }
+  c.fp8 = f;
+}
+
 void read_optim(const ArgParser& a, TrainerConfig& c) {
   c.schedule.kind = parse_lr_schedule(a.get("lr-schedule"));
   c.schedule.lr = a.get_double("lr");
@@ -206,8 +234,9 @@ void read_optim(const ArgParser& a, TrainerConfig& c) {
   c.beta2 = a.get_double("beta2");
   c.eps = a.get_double("eps");
   c.grad_clip = a.get_double("grad-clip");
-  const std::string dtype = a.get_choice("dtype", {"fp32", "bf16", "fp16"});
-  c.dtype = dtype == "fp32" ? DType::kF32 : dtype == "bf16" ? DType::kBF16 : DType::kF16;
+  const std::string dtype = a.get_choice("dtype", {"fp32", "bf16", "fp16", "fp8"});
+  c.dtype = dtype == "fp32" ? DType::kF32 : dtype == "fp16" ? DType::kF16 : DType::kBF16;
+  read_fp8(a, dtype == "fp8", c);
   c.loss_scale = a.get_double("loss-scale");
   c.recompute = a.get_flag("recompute");
   c.seed = static_cast<std::uint64_t>(non_negative(a, "seed"));
@@ -505,11 +534,35 @@ void validate_single(const TrainerConfig& c) {
 
 }  // namespace
 
+// FP8 GEMMs (chapter 3's last part) cast a bf16 working copy, through the blocks' GEMM seam,
+// which runs on one tensor-parallel rank (chapter 6's split layers have their own GEMMs).
+static void validate_fp8(const TrainerConfig& c) {
+  if (!c.fp8) return;
+  check_range(c.dtype == DType::kBF16, "FP8 GEMMs cast a bf16 working copy (dtype bf16)");
+  check_range(c.tp == 1, "--dtype fp8 with --tp " + num(static_cast<std::int64_t>(c.tp)) +
+                             ": the FP8 GEMMs run on one tensor-parallel rank (use --tp 1)");
+}
+
 void validate(const TrainerConfig& c) {
   validate_single(c);
   check_derived_sizes(c);  // run_checks.h: before validate_parallel forms any product
   validate_parallel(c);
+  validate_fp8(c);
 }
+
+namespace {
+
+// "fp8 delayed (amax history 16, margin 0)", "fp8 tensorwise": what a resume must share.
+std::string fp8_dtype_name(const fp8::Fp8LinearConfig& f) {
+  std::string s = "fp8 " + std::string(fp8::name(f.recipe));
+  if (f.recipe == fp8::Recipe::kDelayed) {
+    s += " (amax history " + std::to_string(f.amax_history) + ", margin " +
+         std::to_string(f.margin) + ")";
+  }
+  return s;
+}
+
+}  // namespace
 
 Json run_identity(const TrainerConfig& c) {
   Json j = Json::object();
@@ -518,7 +571,7 @@ Json run_identity(const TrainerConfig& c) {
   j.set("n_embd", c.model.n_embd);
   j.set("n_positions", c.model.n_positions);
   j.set("vocab_size", c.model.vocab_size);
-  j.set("dtype", std::string(dtype_name(c.dtype)));
+  j.set("dtype", c.fp8 ? fp8_dtype_name(*c.fp8) : std::string(dtype_name(c.dtype)));
   j.set("batch", c.batch);
   j.set("seq", c.seq);
   j.set("grad_accum", c.grad_accum);

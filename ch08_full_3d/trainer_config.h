@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -12,6 +13,7 @@
 #include "io/token_loader.h"
 #include "lr_schedule.h"
 #include "model/gpt_params.h"
+#include "ch03_master_weights/fp8_linear.h"
 #include "numerics/dtype.h"
 #include "util/cli.h"
 #include "util/json.h"
@@ -40,6 +42,9 @@ struct TrainerConfig {
   LrSchedule schedule{LrScheduleKind::kCosine, 2e-3, 2e-4, 100, 1500};
   double weight_decay = 0.1, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, grad_clip = 1.0;
   DType dtype = DType::kF32;
+  // --dtype fp8 (chapter 3's last part): dtype is bf16 and the blocks' GEMMs run in FP8 under
+  // this recipe (ch03_master_weights/fp8_linear.h); nullopt otherwise.
+  std::optional<fp8::Fp8LinearConfig> fp8;
   double loss_scale = 65536.0;  // fp16: the dynamic scaler's initial scale (PyTorch's 2^16)
   bool recompute = false;
   std::uint64_t seed = 1337;

@@ -17,6 +17,7 @@
 // the RNG is counter-based: seed and step), and the writer's layout with the files each
 // writing rank wrote.
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -70,6 +71,26 @@ void check_identity(const Json& saved, const Json& now, const std::string& dir) 
                        (s ? s->dump() : "(absent)") + ", this run has " + value.dump());
     }
   }
+}
+
+// The FP8 delayed-scaling state (fp8_linear.h), each FP32 value as its bit pattern: exact,
+// NaN included, whatever JSON's numbers print.
+Json fp8_state_to_json(const std::vector<float>& values) {
+  Json a = Json::array();
+  for (float v : values) a.push_back(static_cast<std::int64_t>(std::bit_cast<std::uint32_t>(v)));
+  return a;
+}
+
+std::vector<float> fp8_state_from_json(const Json& j, const std::string& dir) {
+  std::vector<float> out;
+  if (!j.is_array()) throw InputError(dir + ": fp8_scaling is not an array");
+  for (const Json& v : j.as_array()) {
+    if (!v.is_integer() || v.as_int() < 0 || v.as_int() > 0xFFFFFFFFll) {
+      throw InputError(dir + ": fp8_scaling holds a value that is no FP32 bit pattern");
+    }
+    out.push_back(std::bit_cast<float>(static_cast<std::uint32_t>(v.as_int())));
+  }
+  return out;
 }
 
 Json read_state(const std::string& dir) {
@@ -372,6 +393,10 @@ void Trainer::write_checkpoint_files(const std::string& dir) const {
   st.set("shards", std::move(shards));
   st.set("loader", loader_state_to_json(loader_.state()));
   st.set("scaler", ch02::state_to_json(optimizer_.scaler().state()));
+  if (fp8_ && config_.fp8->recipe == fp8::Recipe::kDelayed) {
+    // Every rank holds the same histories of every layer (end_fp8_step): rank 0's are all.
+    st.set("fp8_scaling", fp8_state_to_json(fp8_->state()));
+  }
   st.set("lr_schedule", schedule_json(config_.schedule));  // what a resume must not reshape
   st.set("data_fingerprint", hex64(data_.fingerprint));
   st.set("run", run_identity(config_));
@@ -405,6 +430,11 @@ void Trainer::resume() {
   });
   optimizer_.adamw()->set_step_count(st.at("optimizer_steps").as_int());
   optimizer_.scaler().load_state(ch02::state_from_json(st.at("scaler")));
+  if (fp8_ && config_.fp8->recipe == fp8::Recipe::kDelayed) {
+    const Json* f = st.find("fp8_scaling");
+    if (f == nullptr) throw InputError(dir + ": the checkpoint holds no FP8 scaling state");
+    fp8_->restore(fp8_state_from_json(*f, dir));
+  }
   loader_.restore(loader_state_from_json(st.at("loader")));
   step_ = st.at("step").as_int();
   recast_working_copy();

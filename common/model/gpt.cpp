@@ -89,6 +89,9 @@ GptModel::GptModel(GptConfig config, GptOptions options)
                                 " of " + std::to_string(options_.tp.size) +
                                 " needs the tp group's collectives (GptOptions::tp_ops)");
   }
+  if (options_.gemms != nullptr && options_.tp.size > 1) {
+    throw InputError("GptModel: the blocks' GEMM seam (GptOptions::gemms) runs on one tp rank");
+  }
   options_.stage = resolved(config_, options_.stage);
   if (options_.params == nullptr) {
     registry_.allocate(options_.dtype);
@@ -108,6 +111,7 @@ GptModel::GptModel(GptConfig config, GptOptions options)
   }
   for (std::int64_t l = first_block(); l < options_.stage.end_block; ++l) {
     w_.push_back(gpt_block_params(registry_, l));
+    w_.back().gemms = options_.gemms;
     dw_.push_back(gpt_block_grads(registry_, l));
   }
 }
@@ -115,6 +119,7 @@ GptModel::GptModel(GptConfig config, GptOptions options)
 void GptModel::rebind_params() {
   for (std::int64_t l = first_block(); l < options_.stage.end_block; ++l) {
     w_[static_cast<std::size_t>(l - first_block())] = gpt_block_params(registry_, l);
+    w_[static_cast<std::size_t>(l - first_block())].gemms = options_.gemms;
   }
 }
 

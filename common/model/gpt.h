@@ -55,6 +55,9 @@ struct GptOptions {
   // its attention through the seam (which reaches the other ranks' rows) and its position
   // embedding at the seam's positions. Null: the whole sequence here. It must outlive the model.
   AttentionSeam* attention = nullptr;
+  // The blocks' GEMMs (model/block_gemms.h; chapter 3's FP8): null, common/ops'. One rank of
+  // tensor parallelism only (tp.size 1); it must outlive the model.
+  BlockGemms* gemms = nullptr;
 };
 
 // Chapter 5's ZeRO-3 (Rajbhandari et al. 2020; docs/REFERENCE.md, ZeRO): each rank keeps only

@@ -24,7 +24,8 @@ GptBlockWeights block_tensors(const ParamRegistry& r, std::int64_t layer, bool g
   return {get("ln_1.weight"),      get("ln_1.bias"),          get("attn.c_attn.weight"),
           get("attn.c_attn.bias"), get("attn.c_proj.weight"), get("attn.c_proj.bias"),
           get("ln_2.weight"),      get("ln_2.bias"),          get("mlp.c_fc.weight"),
-          get("mlp.c_fc.bias"),    get("mlp.c_proj.weight"),  get("mlp.c_proj.bias")};
+          get("mlp.c_fc.bias"),    get("mlp.c_proj.weight"),  get("mlp.c_proj.bias"),
+          layer,                   nullptr};
 }
 
 DType stats_dtype(DType working) { return working == DType::kF64 ? DType::kF64 : DType::kF32; }
@@ -44,10 +45,20 @@ LinearShard shard(const Tensor& w, const Tensor& b, const Tensor& dw = {},
   return {w, b, dw, db};
 }
 
+// Which GEMMs a linear layer runs through (model/block_gemms.h): null gemms, common/ops'.
+struct Site {
+  BlockGemms* gemms = nullptr;
+  std::int64_t layer = 0;
+  BlockGemms::Linear which = BlockGemms::Linear::kAttn;
+};
+Site site(const GptBlockWeights& w, BlockGemms::Linear which) { return {w.gemms, w.layer, which}; }
+
 // y = x w + b.
 void linear_forward(Split split, const LinearShard& l, const Tensor& x, Tensor& y,
-                    TensorParallelOps* tp) {
-  if (tp == nullptr) {
+                    TensorParallelOps* tp, Site s = {}) {
+  if (s.gemms != nullptr && tp == nullptr) {
+    s.gemms->forward(s.layer, s.which, x, l.w, l.b, y);
+  } else if (tp == nullptr) {
     ops::linear_forward(x, l.w, &l.b, y);
   } else if (split == Split::kColumns) {
     tp->column_parallel_forward(l, x, y);
@@ -58,8 +69,10 @@ void linear_forward(Split split, const LinearShard& l, const Tensor& x, Tensor& 
 
 // dx = dy w^T (B); split by columns, the sum over tp of every rank's share (f's backward).
 void linear_backward_input(Split split, const LinearShard& l, const Tensor& dy, Tensor& dx,
-                           TensorParallelOps* tp) {
-  if (tp == nullptr) {
+                           TensorParallelOps* tp, Site s = {}) {
+  if (s.gemms != nullptr && tp == nullptr) {
+    s.gemms->backward_input(s.layer, s.which, dy, l.w, dx);
+  } else if (tp == nullptr) {
     ops::matmul(dy, l.w, dx, false, true);
   } else if (split == Split::kColumns) {
     tp->column_parallel_backward_input(l, dy, dx);
@@ -70,8 +83,11 @@ void linear_backward_input(Split split, const LinearShard& l, const Tensor& dy, 
 
 // dw (+)= x^T dy, db (+)= sum_rows(dy) (W): no communication at any tp.
 void linear_backward_weight(Split split, LinearShard& l, const Tensor& x, const Tensor& dy,
-                            bool accumulate, TensorParallelOps* tp) {
-  if (tp == nullptr) {
+                            bool accumulate, TensorParallelOps* tp, Site s = {}) {
+  if (s.gemms != nullptr && tp == nullptr) {
+    s.gemms->backward_weight(s.layer, s.which, x, dy, l.dw, accumulate);
+    ops::bias_grad(dy, l.db, accumulate);
+  } else if (tp == nullptr) {
     ops::matmul(x, dy, l.dw, true, false, ops::Accumulation::kFP32, 1.0f,
                 accumulate ? 1.0f : 0.0f);
     ops::bias_grad(dy, l.db, accumulate);
@@ -202,16 +218,20 @@ void gpt_block_forward(const GptBlockWeights& w, std::int64_t n_head, const Tens
   // Attention branch: res2 = x + c_proj(attention(c_attn(ln_1(x)))).
   layers::layernorm_forward(x, w.ln1_w, w.ln1_b, a.ln1, a.ln1_mean, a.ln1_rstd);  // [B, T, C]
   // qkv [B*T, 3C / tp], atty [B, T, C / tp], proj [B*T, C].
-  linear_forward(Split::kColumns, shard(w.attn_w, w.attn_b), rows2d(a.ln1), qkv2d, tp);
+  linear_forward(Split::kColumns, shard(w.attn_w, w.attn_b), rows2d(a.ln1), qkv2d, tp,
+                 site(w, BlockGemms::Linear::kAttn));
   attention_forward(a, heads);
-  linear_forward(Split::kRows, shard(w.attn_proj_w, w.attn_proj_b), rows2d(a.atty), proj2d, tp);
+  linear_forward(Split::kRows, shard(w.attn_proj_w, w.attn_proj_b), rows2d(a.atty), proj2d, tp,
+                 site(w, BlockGemms::Linear::kAttnProj));
   layers::residual_forward(x, proj, a.res2);
   // MLP branch: out = res2 + c_proj(gelu(c_fc(ln_2(res2)))).
   layers::layernorm_forward(a.res2, w.ln2_w, w.ln2_b, a.ln2, a.ln2_mean, a.ln2_rstd);
-  linear_forward(Split::kColumns, shard(w.fc_w, w.fc_b), rows2d(a.ln2), fch2d, tp);  // 4C / tp
+  linear_forward(Split::kColumns, shard(w.fc_w, w.fc_b), rows2d(a.ln2), fch2d, tp,  // 4C / tp
+                 site(w, BlockGemms::Linear::kFc));
   layers::gelu_forward(a.fch, a.fch_gelu);
   if (out == nullptr) return;
-  linear_forward(Split::kRows, shard(w.fc_proj_w, w.fc_proj_b), rows2d(a.fch_gelu), proj2d, tp);
+  linear_forward(Split::kRows, shard(w.fc_proj_w, w.fc_proj_b), rows2d(a.fch_gelu), proj2d, tp,
+                 site(w, BlockGemms::Linear::kFcProj));
   layers::residual_forward(a.res2, proj, *out);
 }
 
@@ -291,22 +311,26 @@ void gpt_block_backward_input(const GptBlockWeights& w, GptBlockWeights& g, std:
   // MLP branch. dres = d(out) flows to res2 unchanged (skip path); ln_2 adds its share.
   out_grad.copy_from(ws.dres);  // W's dy of mlp.c_proj
   // d(fch_gelu) = d(out) w^T (g's backward: the identity).
-  linear_backward_input(Split::kRows, shard(w.fc_proj_w, w.fc_proj_b), dres, dbig, tp);
+  linear_backward_input(Split::kRows, shard(w.fc_proj_w, w.fc_proj_b), dres, dbig, tp,
+                        site(w, BlockGemms::Linear::kFcProj));
   layers::gelu_backward(a.fch, ws.dbig, ws.dbig);  // d(fch) [B, T, 4C]
   a.fch.copy_from(ws.dbig);                        // W's dy of mlp.c_fc
   // d(ln2); with tp f's backward sums each rank's share (its c_fc columns gave a partial one).
-  linear_backward_input(Split::kColumns, shard(w.fc_w, w.fc_b), dbig, dsmall, tp);
+  linear_backward_input(Split::kColumns, shard(w.fc_w, w.fc_b), dbig, dsmall, tp,
+                        site(w, BlockGemms::Linear::kFc));
   // The LayerNorms' weight gradients (2 C each, O(B T C)) are taken here, where their inputs
   // are: W keeps the GEMMs' weight gradients, the work that fills the bubble.
   layers::layernorm_backward(ws.dsmall, a.res2, w.ln2_w, a.ln2_mean, a.ln2_rstd, ws.dres, g.ln2_w,
                              g.ln2_b, acc);  // dres = d(res2)
   a.res2.copy_from(ws.dres);                 // W's dy of attn.c_proj
   // Attention branch. dres flows to x unchanged; ln_1 adds its share.
-  linear_backward_input(Split::kRows, shard(w.attn_proj_w, w.attn_proj_b), dres, datty2d, tp);
+  linear_backward_input(Split::kRows, shard(w.attn_proj_w, w.attn_proj_b), dres, datty2d, tp,
+                        site(w, BlockGemms::Linear::kAttnProj));
   attention_backward(datty, a, heads, dqkv, ws.datt);
   a.qkv.copy_from(dqkv);  // W's dy of attn.c_attn
   // d(ln1); with tp the sum of each rank's heads' partial one.
-  linear_backward_input(Split::kColumns, shard(w.attn_w, w.attn_b), rows2d(dqkv), dsmall, tp);
+  linear_backward_input(Split::kColumns, shard(w.attn_w, w.attn_b), rows2d(dqkv), dsmall, tp,
+                        site(w, BlockGemms::Linear::kAttn));
   layers::layernorm_backward(ws.dsmall, x, w.ln1_w, a.ln1_mean, a.ln1_rstd, ws.dres, g.ln1_w,
                              g.ln1_b, acc);  // dres = d(x)
 }
@@ -323,10 +347,14 @@ void gpt_block_backward_weight(const GptBlockWeights& w, GptBlockWeights& g,
   LinearShard attn = shard(w.attn_w, w.attn_b, g.attn_w, g.attn_b);
   const bool acc = accumulate;
   // mlp.c_proj: dy = d(out); mlp.c_fc: d(fch); attn.c_proj: d(res2); attn.c_attn: d(qkv).
-  linear_backward_weight(Split::kRows, fc_proj, rows2d(a.fch_gelu), rows2d(out_grad), acc, tp);
-  linear_backward_weight(Split::kColumns, fc, rows2d(a.ln2), rows2d(a.fch), acc, tp);
-  linear_backward_weight(Split::kRows, attn_proj, rows2d(a.atty), rows2d(a.res2), acc, tp);
-  linear_backward_weight(Split::kColumns, attn, rows2d(a.ln1), rows2d(a.qkv), acc, tp);
+  linear_backward_weight(Split::kRows, fc_proj, rows2d(a.fch_gelu), rows2d(out_grad), acc, tp,
+                         site(w, BlockGemms::Linear::kFcProj));
+  linear_backward_weight(Split::kColumns, fc, rows2d(a.ln2), rows2d(a.fch), acc, tp,
+                         site(w, BlockGemms::Linear::kFc));
+  linear_backward_weight(Split::kRows, attn_proj, rows2d(a.atty), rows2d(a.res2), acc, tp,
+                         site(w, BlockGemms::Linear::kAttnProj));
+  linear_backward_weight(Split::kColumns, attn, rows2d(a.ln1), rows2d(a.qkv), acc, tp,
+                         site(w, BlockGemms::Linear::kAttn));
 }
 
 }  // namespace mixpar

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "model/attention_seam.h"
+#include "model/block_gemms.h"
 #include "model/gpt_params.h"
 #include "model/tensor_parallel.h"
 #include "tensor/tensor.h"
@@ -26,6 +27,9 @@ struct GptBlockWeights {
   Tensor ln2_w, ln2_b;              // [C]
   Tensor fc_w, fc_b;                // [C, 4C], [4C]
   Tensor fc_proj_w, fc_proj_b;      // [4C, C], [C]
+  // The model's layer index and the GEMM seam its linear layers run through (null: common/ops).
+  std::int64_t layer = 0;
+  BlockGemms* gemms = nullptr;
 };
 GptBlockWeights gpt_block_params(const ParamRegistry& r, std::int64_t layer);
 GptBlockWeights gpt_block_grads(const ParamRegistry& r, std::int64_t layer);

@@ -34,7 +34,7 @@ TEST(TrainGptCli, BadFlagsAreOneLineAndExitCode2) {
   expect_one_line_error(d, "--n-embd 30 --n-head 4", "not a multiple of n_head");
   expect_one_line_error(d, "--steps 0", "--steps 0 trains nothing");
   expect_one_line_error(d, "--steps -1", "--steps must be >= 0");
-  expect_one_line_error(d, "--dtype fp8", "not one of fp32|bf16|fp16");
+  expect_one_line_error(d, "--dtype fp4", "not one of fp32|bf16|fp16|fp8");
   expect_one_line_error(d, "--resume", "--resume needs --checkpoint-dir");
   expect_one_line_error(d, "--init-from " + d.file("none"), "cannot open");
   // The flag rules every tool shares (util/cli.h) and the values that would train nothing.

@@ -1,0 +1,31 @@
+// The seam of a block's GEMMs: the three products of each of a GPT-2 block's four linear
+// layers (y = x w + b, dx = dy w^T, dw (+)= x^T dy), replaceable by another arithmetic. A
+// GptOptions::gemms implementation (chapter 3's FP8 GEMMs, ch03_master_weights/fp8_linear.h)
+// receives them on one rank (no tensor parallelism); null: common/ops' FP32-accumulated GEMMs.
+// Bias gradients, LayerNorms, attention and the rest of the block stay as they are.
+#pragma once
+
+#include <cstdint>
+
+#include "tensor/tensor.h"
+
+namespace mixpar {
+
+class BlockGemms {
+ public:
+  // The block's linear layers, in forward order.
+  enum class Linear : std::uint8_t { kAttn, kAttnProj, kFc, kFcProj };
+  static constexpr int kLinears = 4;
+  virtual ~BlockGemms() = default;
+  // y [N, out] = x [N, in] . w [in, out] + b [out], rounded once into y's dtype.
+  virtual void forward(std::int64_t layer, Linear which, const Tensor& x, const Tensor& w,
+                       const Tensor& b, Tensor& y) = 0;
+  // dx [N, in] = dy [N, out] . w^T (overwritten).
+  virtual void backward_input(std::int64_t layer, Linear which, const Tensor& dy,
+                              const Tensor& w, Tensor& dx) = 0;
+  // dw [in, out] (+)= x^T . dy.
+  virtual void backward_weight(std::int64_t layer, Linear which, const Tensor& x,
+                               const Tensor& dy, Tensor& dw, bool accumulate) = 0;
+};
+
+}  // namespace mixpar
