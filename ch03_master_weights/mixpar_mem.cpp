@@ -201,7 +201,7 @@ std::string opt_bytes(const std::optional<double>& v) {
 void print_fp8(const MixparMemFlags& f, const MemoryBill& b) {
   const Fp8Gemms g = fp8_gemms(f.setup, b.model_params);
   std::printf(
-      "\nFP8 GEMMs (E4M3 inputs and weights, E5M2 output gradients; amax history %d):\n"
+      "\nFP8 GEMMs (E4M3 forward; gradients E5M2, blockwise E4M3 tiles; amax history %d):\n"
       "model states in bytes per parameter of the whole model, unsharded; %s of %s parameters\n"
       "are GEMM weights cast to FP8%s\n",
       f.amax_history, grouped(g.weight_params).c_str(), grouped(b.model_params).c_str(),

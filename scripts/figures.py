@@ -8,8 +8,10 @@ Every figure is drawn from numbers a program of this repository computes, never 
 the chapter demos' `--json FILE` (chapters 1-4), chapter 5's per-rank memory by ZeRO stage
 (rank 0's ledger after the `ch05_zero` demo's run, parsed from its table, beside `mixpar-mem
 --json` for the same parameter count, and the calculator at 7B),
-`ch06_tensor_parallel --json` (the sharding map of one block; and, for ch06_cp_balance, the ring's
-measured work per rank under each split and each algorithm's bytes per layer), `ch07_pipeline --schedule S
+`ch03_master_weights --fp8 --json` (delayed scaling's amax history and scale around an
+activation spike, ch03_fp8_amax), `ch06_tensor_parallel --json` (the sharding map of one block;
+and, for ch06_cp_balance, the ring's measured work per rank under each split and each
+algorithm's bytes per layer), `ch07_pipeline --schedule S
 --json` (the timelines) and a train_gpt JSONL log (chapter 8; a short run is made when
 --ch08-jsonl is not given). Each figure is written as DIR/chNN_<name>.svg and .png.
 Matplotlib comes from Debian's python3-matplotlib (scripts/install_deps.sh installs it).
@@ -187,6 +189,42 @@ def fig_ch03(data):
     act.set_yticklabels(names, fontsize=7)
     act.set_xlabel("activations, KiB (batch 64)")
     act.legend(fontsize=6.5, loc="lower right")
+    fig.tight_layout()
+    return fig
+
+
+# ---- Chapter 3, last part: delayed scaling's amax history against the scale it chooses.
+
+def fig_ch03_fp8(data):
+    sp = data["fp8"]["stale_amax"]
+    steps = sp["steps"]
+    xs = list(range(len(steps)))
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 5.2), sharex=True,
+                                      gridspec_kw={"height_ratios": [3, 1.4]})
+    top.semilogy(xs, [s["amax"] for s in steps], "o", ms=3, color="#4c72b0",
+                 label="the tensor's own amax")
+    # Step 0 has no history yet (Transformer Engine's initial scale 1): nothing to draw.
+    top.semilogy(xs, [s["history_max"] or float("nan") for s in steps], "-", color="#dd8452",
+                 label="max of the amax history (%d steps)" % sp["history"])
+    top.set_ylabel("amax")
+    right = top.twinx()
+    right.semilogy(xs, [s["delayed_scale"] for s in steps], "--", color="#c44e52",
+                   label="delayed scale = 448 / history max")
+    right.semilogy(xs, [s["tensorwise_scale"] for s in steps], ":", color="#55a868",
+                   label="tensorwise scale = 448 / own amax")
+    right.set_ylabel("scale")
+    lines = top.get_legend_handles_labels()
+    more = right.get_legend_handles_labels()
+    top.legend(lines[0] + more[0], lines[1] + more[1], fontsize=7, loc="center right")
+    top.set_title("Chapter 3, FP8: a 100x activation spike at step %d under delayed scaling"
+                  % sp["spike_step"], fontsize=10)
+    bottom.bar(xs, [s["delayed_saturated"] for s in steps], color="#c44e52",
+               label="delayed: values saturated")
+    bottom.bar(xs, [s["delayed_underflow"] for s in steps], bottom=[s["delayed_saturated"] for s in steps],
+               color="#8172b3", label="delayed: values subnormal or flushed")
+    bottom.set_xlabel("step")
+    bottom.set_ylabel("values")
+    bottom.legend(fontsize=7, loc="upper right")
     fig.tight_layout()
     return fig
 
@@ -619,6 +657,10 @@ def main():
                     fig = fig_ch02(demo_json(a.bin_dir, tmp, "ch02_loss_scaling"))
                 elif c == "ch03":
                     fig = fig_ch03(demo_json(a.bin_dir, tmp, "ch03_master_weights"))
+                    fp8 = fig_ch03_fp8(demo_json(a.bin_dir, tmp, "ch03_master_weights",
+                                                 ["--fp8"]))
+                    for path in save(fp8, a.out, c, "ch03_fp8_amax"):
+                        print("wrote", path)
                 elif c == "ch04":
                     fig = fig_ch04(demo_json(a.bin_dir, tmp, "ch04_ddp", ["--bug", "none"]))
                 elif c == "ch05":
