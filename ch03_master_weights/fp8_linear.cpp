@@ -36,6 +36,8 @@ void store(const std::vector<float>& c, Tensor& out, bool accumulate) {
 Fp8BlockGemms::Fp8BlockGemms(Fp8LinearConfig config, std::int64_t n_layer)
     : config_(config), n_layer_(n_layer) {
   if (n_layer <= 0) throw InputError("FP8 GEMMs need a model with at least one block");
+  stats_.tensors.assign(std::size_t(n_layer * kLinears * 3), CastStats{});
+  stats_.scales.assign(stats_.tensors.size(), 0.0f);
   if (config_.recipe != Recipe::kDelayed) return;
   scalers_.reserve(std::size_t(n_layer * kLinears * 3));
   for (std::int64_t i = 0; i < n_layer * kLinears; ++i) {
@@ -63,7 +65,9 @@ Fp8Matrix Fp8BlockGemms::cast(std::int64_t layer, Linear which, Role role,
   Fp8Matrix m;
   switch (config_.recipe) {
     case Recipe::kDelayed: {
-      m = scaler(layer, which, role).quantize(x, rows, cols);
+      DelayedScaler& d = scaler(layer, which, role);
+      m = in_step_ ? d.quantize(x, rows, cols)
+                   : quantize_with_scale(x, rows, cols, d.format(), d.scale());
       break;
     }
     case Recipe::kTensorwise:
@@ -75,8 +79,13 @@ Fp8Matrix Fp8BlockGemms::cast(std::int64_t layer, Linear which, Role role,
       m = quantize_current(x, rows, cols, DType::kE4M3, weight_block ? kTile : 1, kTile);
       break;
   }
-  CastStats& s = role == kInput ? stats_.input : role == kWeight ? stats_.weight : stats_.grad;
-  s += m.stats;
+  if (in_step_) {
+    CastStats& s = role == kInput ? stats_.input : role == kWeight ? stats_.weight : stats_.grad;
+    s += m.stats;
+    const std::size_t t = std::size_t((layer * kLinears + std::int64_t(which)) * 3 + role);
+    stats_.tensors[t] += m.stats;
+    stats_.scales[t] = config_.recipe == Recipe::kBlockwise ? 0.0f : m.scale[0];
+  }
   return m;
 }
 
@@ -115,6 +124,7 @@ void Fp8BlockGemms::backward_weight(std::int64_t layer, Linear which, const Tens
 }
 
 Fp8StepStats Fp8BlockGemms::end_step() {
+  in_step_ = false;
   for (DelayedScaler& s : scalers_) s.update();
   Fp8StepStats out = stats_;
   if (!scalers_.empty()) {
@@ -124,7 +134,10 @@ Fp8StepStats Fp8BlockGemms::end_step() {
     for (float a : first.history()) m = std::max(m, a);
     out.first_input_history_max = m;
   }
-  stats_ = {};
+  stats_.input = stats_.weight = stats_.grad = CastStats{};
+  std::fill(stats_.tensors.begin(), stats_.tensors.end(), CastStats{});
+  std::fill(stats_.scales.begin(), stats_.scales.end(), 0.0f);
+  stats_.first_input_scale = stats_.first_input_history_max = 0;
   return out;
 }
 

@@ -28,9 +28,14 @@ struct Fp8LinearConfig {
   int margin = 0;         // delayed only
 };
 
-// The casts of one step by role, summed over the GEMMs (the JSONL's fields).
+// The casts of one step by role, summed over the GEMMs, and by tensor (the JSONL's fields).
 struct Fp8StepStats {
   CastStats input, weight, grad;
+  // By tensor, in state()'s order (layer, linear, role); a tensor this rank did not cast (another
+  // pipeline stage's) has no values. scale: the per-tensor scale of its last cast (delayed and
+  // tensorwise; 0 for blockwise, whose scales are per tile).
+  std::vector<CastStats> tensors;
+  std::vector<float> scales;
   // Delayed: layer 0's attn.c_attn input scaler after the update (the figure's series).
   float first_input_scale = 0, first_input_history_max = 0;
 };
@@ -47,6 +52,11 @@ class Fp8BlockGemms final : public BlockGemms {
   void backward_weight(std::int64_t layer, Linear which, const Tensor& x, const Tensor& dy,
                        Tensor& dw, bool accumulate) override;
 
+  // A training step's casts lie between begin_step() and end_step(): only they record amaxes
+  // (delayed) and statistics. Casts outside one (evaluation, sampling between steps) use the
+  // current scales and leave the state alone, so a run that evaluates now and then follows
+  // the one that does not, and resumes as it would have gone on.
+  void begin_step() { in_step_ = true; }
   // After the optimizer step: delayed scalers take the step's amaxes into their histories.
   // Returns the step's statistics and starts the next step's.
   Fp8StepStats end_step();
@@ -76,6 +86,7 @@ class Fp8BlockGemms final : public BlockGemms {
   std::int64_t n_layer_;
   std::vector<DelayedScaler> scalers_;  // delayed: n_layer x 4 x 3
   Fp8StepStats stats_;
+  bool in_step_ = false;
 };
 
 }  // namespace mixpar::fp8

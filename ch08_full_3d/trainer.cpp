@@ -430,6 +430,22 @@ Json fp8_step_json(const fp8::Fp8StepStats& s, const fp8::Fp8LinearConfig& c) {
     r.set("values", st->values);
     j.set(role, std::move(r));
   }
+  // By tensor, this rank's: "h0.attn.input" ... "h1.fc_proj.grad".
+  static constexpr const char* kLinear[] = {"attn", "attn_proj", "fc", "fc_proj"};
+  static constexpr const char* kRole[] = {"input", "weight", "grad"};
+  Json tensors = Json::object();
+  for (std::size_t t = 0; t < s.tensors.size(); ++t) {
+    const fp8::CastStats& st = s.tensors[t];
+    if (st.values == 0) continue;
+    Json r = Json::object();
+    r.set("amax", std::isfinite(st.amax) ? Json(double(st.amax)) : Json());
+    r.set("saturated_frac", st.saturated_fraction());
+    r.set("flushed_frac", st.flushed_fraction());
+    if (s.scales[t] > 0) r.set("scale", double(s.scales[t]));
+    tensors.set("h" + std::to_string(t / 12) + "." + kLinear[t / 3 % 4] + "." + kRole[t % 3],
+                std::move(r));
+  }
+  j.set("tensors", std::move(tensors));
   if (c.recipe == fp8::Recipe::kDelayed) {
     j.set("scale_l0_input", double(s.first_input_scale));
     j.set("amax_history_max_l0_input", double(s.first_input_history_max));
@@ -461,6 +477,7 @@ StepStats Trainer::train_step() {
   const std::uint64_t bytes_before = bytes_sent_so_far();
   const std::array<std::uint64_t, 7> groups_before = group_bytes_so_far();
   sync_->begin_step();
+  if (fp8_) fp8_->begin_step();
   // Context parallel: this rank's rows of the replica's sequences (their true positions).
   const std::vector<std::int64_t> rows =
       cp_attention_ ? cp_attention_->positions(config_.seq / config_.cp)

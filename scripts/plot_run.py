@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Plots a train_gpt run from its JSONL log (--log-jsonl): loss, gradient norm, loss scale,
-memory per rank by category, and throughput (tokens/s and MFU when logged), one PNG each.
+memory per rank by category, and throughput (tokens/s and MFU when logged), one PNG each; a
+--dtype fp8 run adds its casts (each role's amax, delayed scaling's scale beside the max of
+its amax history, and the fractions saturated and flushed to zero).
 
     python3 scripts/plot_run.py RUN.jsonl [--out DIR] [--compare OTHER.jsonl --label A --other-label B]
 
@@ -150,6 +152,36 @@ def main():
         ax2.plot(mfu[0], [100 * m for m in mfu[1]], color="tab:orange", label="MFU")
         ax2.set_ylabel("MFU (%)")
     save(fig, "throughput")
+
+    fp8 = [r for r in rows if isinstance(r.get("fp8"), dict)]
+    if fp8:
+        fig, (top, bottom) = plt.subplots(2, 1, figsize=(7, 6), sharex=True)
+        steps = [r["step"] for r in fp8]
+        for role in ("input", "weight", "grad"):
+            top.plot(steps, [r["fp8"][role]["amax"] or float("nan") for r in fp8],
+                     label=f"amax, {role}")
+        if "scale_l0_input" in fp8[0]["fp8"]:
+            top.plot(steps, [r["fp8"]["amax_history_max_l0_input"] or float("nan") for r in fp8],
+                     "--", label="layer 0 input: max of its amax history")
+            right = top.twinx()
+            right.plot(steps, [r["fp8"]["scale_l0_input"] for r in fp8], ":", color="tab:red",
+                       label="layer 0 input: delayed scale")
+            right.set_yscale("log")
+            right.set_ylabel("scale")
+            right.legend(loc="lower right", fontsize="small")
+        top.set_yscale("log")
+        top.set_ylabel("amax (largest over the tensors)")
+        top.set_title("FP8 casts, recipe " + fp8[0]["fp8"]["recipe"])
+        top.legend(loc="upper right", fontsize="small")
+        for role in ("input", "weight", "grad"):
+            bottom.plot(steps, [100 * r["fp8"][role]["saturated_frac"] for r in fp8],
+                        label=f"saturated, {role}")
+            bottom.plot(steps, [100 * r["fp8"][role]["flushed_frac"] for r in fp8], "--",
+                        label=f"flushed to zero, {role}")
+        bottom.set_xlabel("step")
+        bottom.set_ylabel("% of the values cast")
+        bottom.legend(fontsize="x-small", ncol=2)
+        save(fig, "fp8")
 
     if other:
         a = {r["step"]: r["loss"] for r in rows}

@@ -63,6 +63,7 @@ TEST(Fp8Linear, EachProductIsTheExactGemmOfItsRecipesCastOperands) {
   for (Recipe r : {Recipe::kDelayed, Recipe::kTensorwise, Recipe::kBlockwise}) {
     SCOPED_TRACE(std::string(name(r)));
     Fp8BlockGemms g({r, 4, 0}, 1);
+    g.begin_step();
     const GemmConfig gc = recipe_gemm(r);
     Tensor y = Tensor::zeros({n, out}, DType::kBF16);
     g.forward(0, BlockGemms::Linear::kFc, bf16(x, {n, in}), bf16(w, {in, out}), bf16(b, {out}), y);
@@ -94,6 +95,7 @@ TEST(Fp8Linear, EachProductIsTheExactGemmOfItsRecipesCastOperands) {
 
 TEST(Fp8Linear, DelayedScalingUpdatesAfterTheStepAndItsStateRoundTrips) {
   Fp8BlockGemms g({Recipe::kDelayed, 3, 1}, 2);
+  g.begin_step();
   const std::vector<float> x = normal(64 * 32, 5);
   Tensor y = Tensor::zeros({64, 16}, DType::kBF16);
   const Tensor w = bf16(normal(32 * 16, 6, 0.1f), {32, 16}), b = bf16(std::vector<float>(16, 0), {16});
@@ -113,6 +115,12 @@ TEST(Fp8Linear, DelayedScalingUpdatesAfterTheStepAndItsStateRoundTrips) {
   Fp8BlockGemms other({Recipe::kDelayed, 4, 1}, 2);
   EXPECT_THROW(other.restore(st), InputError);
   EXPECT_TRUE(Fp8BlockGemms({Recipe::kTensorwise, 3, 0}, 2).state().empty());
+  // A cast between steps (evaluation) uses the scale and records nothing.
+  Tensor y2 = Tensor::zeros({64, 16}, DType::kBF16);
+  const std::vector<float> big(64 * 32, 1000.0f);
+  r.forward(0, BlockGemms::Linear::kFc, bf16(big, {64, 32}), w, b, y2);
+  EXPECT_EQ(r.state(), st);
+  EXPECT_EQ(r.end_step().input.values, 0);
 }
 
 TEST(Fp8Linear, AGptThroughTheSeamStaysCloseToBf16WithoutBeingIt) {
@@ -130,6 +138,7 @@ TEST(Fp8Linear, AGptThroughTheSeamStaysCloseToBf16WithoutBeingIt) {
     Fp8BlockGemms g({r, 4, 0}, cfg.n_layer);
     o.gemms = &g;
     GptModel m(cfg, o);
+    g.begin_step();
     const double got = m.forward(tokens, targets, 4, 16);
     m.backward();
     EXPECT_NE(got, want) << name(r);

@@ -184,6 +184,16 @@ TEST(Fp8TrainGptCli, LogsEachStepsCastsAndRefusesBadFlags) {
       EXPECT_GT(f.at(role).at("values").as_int(), 0);
     }
     EXPECT_GT(f.at("scale_l0_input").as_double(), 0);
+    // Every tensor of the model's one block, with the scale it was cast with.
+    const Json& t = f.at("tensors");
+    EXPECT_EQ(t.size(), 12u);
+    EXPECT_GT(t.at("h0.attn.input").at("scale").as_double(), 0);
+    EXPECT_GE(t.at("h0.fc_proj.grad").at("flushed_frac").as_double(), 0);
+  }
+  // The scale a step casts with is the one the step before chose.
+  for (std::size_t i = 1; i < lines.size(); ++i) {
+    EXPECT_EQ(lines[i].at("fp8").at("tensors").at("h0.attn.input").at("scale").as_double(),
+              lines[i - 1].at("fp8").at("scale_l0_input").as_double());
   }
   // The scale after each step is fp8_max / (max of the history) for E4M3 (margin 0).
   for (const Json& l : lines) {

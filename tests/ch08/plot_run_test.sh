@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # PlotRun.DrawsLossGradNormLossScaleMemoryAndThroughputFromAJsonl: a short fp16 run on 2 rank
-# threads logs its JSONL; scripts/plot_run.py turns it into five PNGs, each a real image file;
-# --compare with a one-device run names every line of the loss plot (each run's loss and
-# held-out accuracy) after its run; a malformed log is one line and exit code 2. Skipped (exit 77) where matplotlib is missing.
+# threads logs its JSONL; scripts/plot_run.py turns it into five PNGs, each a real image file
+# (and a short --dtype fp8 run into a sixth, its casts); --compare with a one-device run names
+# every line of the loss plot (each run's loss and held-out accuracy) after its run; a
+# malformed log is one line and exit code 2. Skipped (exit 77) where matplotlib is missing.
 # Usage: plot_run_test.sh TRAIN_GPT PLOT_RUN_PY SCRATCH_DIR
 set -euo pipefail
 train_gpt="$1" script="$2" dir="$3"
@@ -50,6 +51,14 @@ if lines != want or legend != want:
     sys.exit(1)
 PY
   exit 1
+# A --dtype fp8 run adds the plot of its casts.
+"$train_gpt" --n-layer 1 --n-head 2 --n-embd 16 --seq 8 --batch 2 --steps 4 --threads 1 \
+  --dtype fp8 --fp8-recipe delayed --fp8-amax-history 2 --log-jsonl "$dir/fp8.jsonl" > "$dir/fp8.txt"
+"$py" "$script" "$dir/fp8.jsonl" --out "$dir/plots" > "$dir/fp8-plots.txt"
+f="$dir/plots/fp8_fp8.png"
+grep -qx "$f" "$dir/fp8-plots.txt" || { echo "FAIL: $f not listed"; cat "$dir/fp8-plots.txt"; exit 1; }
+head -c 8 "$f" | od -An -tx1 | grep -q "89 50 4e 47" || { echo "FAIL: $f is not a PNG"; exit 1; }
+grep -q "_fp8.png" "$dir/plots.txt" && { echo "FAIL: an fp16 run drew an fp8 plot"; exit 1; }
 echo '{"step": 1' > "$dir/bad.jsonl"
 set +e
 "$py" "$script" "$dir/bad.jsonl" --out "$dir/bad" 2> "$dir/bad.err"
