@@ -92,8 +92,16 @@ std::string precision_line(const TrainerConfig& c) {
                               : std::string(
                                     "16-bit working copy, FP32 master weights, no loss "
                                     "scaling (bf16 has FP32's exponent range)");
-  return strf("precision: %s (%s)%s", std::string(dtype_name(c.dtype)).c_str(), how.c_str(),
-              c.recompute ? " | activation recompute" : "");
+  // --dtype fp8: the blocks' GEMMs in FP8 on that bf16 run (chapter 3's last part).
+  std::string fp8;
+  if (c.fp8) {
+    fp8 = strf(" | FP8 GEMMs, %s scaling", std::string(fp8::name(c.fp8->recipe)).c_str());
+    if (c.fp8->recipe == fp8::Recipe::kDelayed) {
+      fp8 += strf(" (amax history %d, margin %d)", c.fp8->amax_history, c.fp8->margin);
+    }
+  }
+  return strf("precision: %s (%s)%s%s", std::string(dtype_name(c.dtype)).c_str(), how.c_str(),
+              fp8.c_str(), c.recompute ? " | activation recompute" : "");
 }
 
 std::string optimizer_line(const TrainerConfig& c) {

@@ -174,6 +174,8 @@ TEST(Fp8TrainGptCli, LogsEachStepsCastsAndRefusesBadFlags) {
   const auto r = test::train_gpt(d, tiny + "--steps 3 --dtype fp8 --fp8-recipe delayed "
                                           "--fp8-amax-history 2 --log-jsonl " + d.file("log.jsonl"));
   ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("| FP8 GEMMs, delayed scaling (amax history 2, margin 0)"), std::string::npos)
+      << r.out;
   const std::vector<Json> lines = test::read_jsonl(d.file("log.jsonl"));
   ASSERT_EQ(lines.size(), 3u);
   for (const Json& l : lines) {
