@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU engine's check, for a machine with one GPU (H100/H200, sm_90): configure once, build
-# test_common, test_ch04 and bench_gpu_gpt once (one ninja call, -k 0: a chapter that does not
+# test_common, test_ch03, test_ch04 and bench_gpu_gpt once (one ninja call, -k 0: a chapter that does not
 # build costs only the binaries that need it), then run every GPU test suite in its own
 # process with its own timeout (a sticky CUDA error such as an illegal address ends that
 # process only), the NCCL tests one GPU allows, and a short benchmark. Everything lands in
@@ -95,6 +95,7 @@ suites=(
   "CudaGemm test_common CudaGemm.* 60"
   "CudaAttention test_common CudaAttention.* 60"
   "CudaGpt test_common CudaGpt.* 90"
+  "CudaFp8 test_ch03 CudaFp8.* 60"
   "Nccl test_ch04 Nccl.* 60"
 )
 # GPU_CHECK_SUITES replaces the list ("name binary filter seconds;..."): the script's own test
@@ -220,10 +221,10 @@ else
   t=$(left_for 330)
   [ "$t" -gt 0 ] || { finish; exit 1; }
   timeout -k 10 "$t" cmake --build "$build_dir" -j "$jobs" \
-    --target test_common test_ch04 bench_gpu_gpt -- -k 0 > "$out/build.log" 2>&1
+    --target test_common test_ch03 test_ch04 bench_gpu_gpt -- -k 0 > "$out/build.log" 2>&1
   rc=$?
   built=""
-  for b in test_common test_ch04 bench_gpu_gpt; do
+  for b in test_common test_ch03 test_ch04 bench_gpu_gpt; do
     # A binary counts when its own target is complete: all of them when the build passed;
     # otherwise ask for each target alone (only its failing parts run again), so a stale binary
     # from an earlier build never counts.
@@ -245,7 +246,7 @@ else
     grep -E "error|FAILED:" "$out/build.log" | head -20 | tee -a "$out/summary.txt"
   fi
 fi
-[ "$do_build" = 0 ] && built="test_common test_ch04 bench_gpu_gpt"
+[ "$do_build" = 0 ] && built="test_common test_ch03 test_ch04 bench_gpu_gpt"
 
 # ---- One process per suite.
 for s in "${suites[@]}"; do

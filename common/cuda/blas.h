@@ -83,6 +83,7 @@ class Blas {
 
   cublasHandle_t handle() const { return handle_; }
   cublasLtHandle_t lt_handle() const { return lt_; }
+  void* workspace() const { return workspace_.data(); }  // kWorkspaceBytes, for cuBLASLt calls
   static constexpr std::size_t kWorkspaceBytes = std::size_t{32} << 20;
 
  private:
