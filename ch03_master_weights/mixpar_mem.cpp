@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "ch03_master_weights/fp8_memory.h"
+#include "ch03_master_weights/playbook_memory.h"
 #include "ch03_master_weights/memory_calculator.h"
 #include "ch03_master_weights/mixpar_mem_flags.h"
 #include "util/errors.h"
@@ -138,7 +139,7 @@ void print_table(const TrainingSetup& t, const MemoryBill& b,
 }
 
 void print_json(const TrainingSetup& t, const MemoryBill& b,
-                const std::vector<std::string>& notes, Json fp8_bytes) {
+                const std::vector<std::string>& notes, Json fp8_bytes, Json playbook) {
   const Layout& l = t.layout;
   Json j = Json::object();
   j.set("model_params", b.model_params);
@@ -176,6 +177,7 @@ void print_json(const TrainingSetup& t, const MemoryBill& b,
   for (const auto& n : notes) list.push_back(n);
   j.set("notes", std::move(list));
   if (!fp8_bytes.is_null()) j.set("fp8_bytes_per_param", std::move(fp8_bytes));
+  if (!playbook.is_null()) j.set("fp8_playbook_accounting", std::move(playbook));
   std::printf("%s\n", j.dump(2).c_str());
 }
 
@@ -227,6 +229,86 @@ void print_fp8(const MixparMemFlags& f, const MemoryBill& b) {
   }
 }
 
+// "<bytes> <format>" for one component of the Playbook's table; "n/a" when not kept.
+std::string cell(double bytes, const std::string& format) {
+  if (bytes == 0) return "n/a";
+  return trimmed(bytes, 5) + " " + format;
+}
+
+std::string optimizer_format(double bytes) {  // mixpar's moments are FP32: 1 or 2 of them
+  return bytes == 8 ? "FP32+FP32" : "FP32";
+}
+
+// The Playbook's FP8 table (playbook_memory.h) and this run's bills in its columns.
+void print_playbook(const MixparMemFlags& f, const MemoryBill& b) {
+  std::printf(
+      "\nPlaybook accounting (The Ultra-Scale Playbook, FP8 pretraining): bytes per parameter\n"
+      "of master weights, accumulated gradients, model weights, gradients, optimizer states in\n"
+      "the formats each row names (FP8 = 1 B); mixpar's rows are this run's bills, 'scales' what\n"
+      "the Playbook's columns do not hold ('-': unknown without a shape):\n");
+  const char* fmt = "  %-41s %-8s %-8s %-17s %-7s %-15s %-8s %8s\n";
+  std::printf(fmt, "row", "masters", "grad acc", "weights", "grads", "optimizer", "scales",
+              "total");
+  for (const PlaybookRow& r : playbook_fp8_rows()) {
+    const ComponentBytes c = component_bytes(r);
+    const std::string opt =
+        r.optimizer_first ? playbook_format_name(r.optimizer_first) + "+" +
+                                playbook_format_name(r.optimizer_second)
+                          : "n/a";
+    std::printf(fmt, r.name.c_str(),
+                cell(c.master_weights, playbook_format_name(r.master_weights)).c_str(),
+                cell(c.accumulated_gradients, playbook_format_name(r.accumulated_gradients)).c_str(),
+                cell(c.model_weights, playbook_format_name(r.model_weights)).c_str(),
+                cell(c.gradients, playbook_format_name(r.gradients)).c_str(),
+                cell(c.optimizer, opt).c_str(), "-", trimmed(c.total(), 5).c_str());
+  }
+  for (const Fp8StateBytes& s : fp8_rows(f, b)) {
+    const ComponentBytes c = component_bytes(s);
+    std::printf(fmt, ("mixpar " + s.run).c_str(), cell(c.master_weights, "FP32").c_str(),
+                cell(c.accumulated_gradients, "FP32").c_str(),
+                cell(c.model_weights, s.fp8_weights > 0 ? "BF16+FP8" : "BF16").c_str(),
+                cell(c.gradients, "BF16").c_str(),
+                cell(c.optimizer, optimizer_format(c.optimizer)).c_str(),
+                opt_bytes(s.scaling_state).c_str(),
+                trimmed(c.total(), 5).c_str());
+  }
+  const ComponentBytes base = component_bytes(playbook_fp8_rows().front());
+  const ComponentBytes ours = component_bytes(fp8_rows(f, b).front());
+  const bool same = base.master_weights == ours.master_weights &&
+                    base.accumulated_gradients == ours.accumulated_gradients &&
+                    base.model_weights == ours.model_weights && base.gradients == ours.gradients &&
+                    base.optimizer == ours.optimizer;
+  std::printf(
+      "note: mixpar's bf16 row %s;\n"
+      "      its FP8 rows keep all of it and add the FP8 copy of the GEMM weights and the scales.\n"
+      "      The Playbook's Transformer Engine row keeps one FP32 weight copy and FP32 gradients\n"
+      "      (no BF16 copy, no separate masters, no FP8 weight cache); its DeepSeek-V3 row\n"
+      "      counts the weights as FP8 alone and AdamW's moments in BF16.\n",
+      same ? "is the Playbook's baseline, component by component"
+           : "differs from the Playbook's baseline (its rows assume AdamW)");
+}
+
+Json playbook_json(const MixparMemFlags& f, const MemoryBill& b) {
+  auto row = [](const std::string& name, const ComponentBytes& c) {
+    Json j = Json::object();
+    j.set("row", name);
+    j.set("master_weights", c.master_weights);
+    j.set("accumulated_gradients", c.accumulated_gradients);
+    j.set("model_weights", c.model_weights);
+    j.set("gradients", c.gradients);
+    j.set("optimizer_states", c.optimizer);
+    j.set("scales", c.extra);
+    j.set("total", c.total());
+    return j;
+  };
+  Json list = Json::array();
+  for (const PlaybookRow& r : playbook_fp8_rows()) list.push_back(row(r.name, component_bytes(r)));
+  for (const Fp8StateBytes& s : fp8_rows(f, b)) {
+    list.push_back(row("mixpar " + s.run, component_bytes(s)));
+  }
+  return list;
+}
+
 Json fp8_json(const MixparMemFlags& f, const MemoryBill& b) {
   Json list = Json::array();
   for (const Fp8StateBytes& r : fp8_rows(f, b)) {
@@ -251,10 +333,14 @@ int run(int argc, char** argv) {
   const MemoryBill bill = compute_bill(setup);
   const std::vector<std::string> notes = bill_notes(setup, bill);
   if (flags.json) {
-    print_json(setup, bill, notes, flags.fp8 ? fp8_json(flags, bill) : Json());
+    print_json(setup, bill, notes, flags.fp8 ? fp8_json(flags, bill) : Json(),
+               flags.fp8 ? playbook_json(flags, bill) : Json());
   } else {
     print_table(setup, bill, notes);
-    if (flags.fp8) print_fp8(flags, bill);
+    if (flags.fp8) {
+      print_fp8(flags, bill);
+      print_playbook(flags, bill);
+    }
   }
   return 0;
 }
