@@ -5,6 +5,7 @@
 
 #include <map>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 
@@ -89,7 +90,9 @@ cublasStatus_t run_once(Blas& blas, const Fp8GemmCall& c, const Fp8LtArgs& g, bo
 }  // namespace
 
 void require_fp8_device() {
+  static std::mutex mutex;  // ranks may be threads of one process (the local backend)
   static std::map<int, std::string> reason_by_device;  // "" = supported
+  const std::lock_guard<std::mutex> lock(mutex);
   int device = 0;
   MIXPAR_CUDA_CHECK(cudaGetDevice(&device));
   auto it = reason_by_device.find(device);
