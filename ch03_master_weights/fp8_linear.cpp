@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "util/errors.h"
 
@@ -70,10 +71,15 @@ Fp8Matrix Fp8BlockGemms::cast(std::int64_t layer, Linear which, Role role,
                    : quantize_with_scale(x, rows, cols, d.format(), d.scale());
       break;
     }
-    case Recipe::kTensorwise:
-      m = quantize_current(x, rows, cols, role == kGrad ? DType::kE5M2 : DType::kE4M3, rows,
-                           cols);
+    case Recipe::kTensorwise: {
+      const DType format = role == kGrad ? DType::kE5M2 : DType::kE4M3;
+      if (tp_amax_) {  // this rank's shard: the scale of the whole tensor, its amax over tp
+        m = quantize_with_scale(x, rows, cols, format, current_scale(tp_amax_(amax(x)), format));
+      } else {
+        m = quantize_current(x, rows, cols, format, rows, cols);
+      }
       break;
+    }
     case Recipe::kBlockwise:
       // E4M3 for every tensor: fine-grained scales make its range enough (DeepSeek-V3 §3.3.2).
       m = quantize_current(x, rows, cols, DType::kE4M3, weight_block ? kTile : 1, kTile);
@@ -97,9 +103,11 @@ void Fp8BlockGemms::forward(std::int64_t layer, Linear which, const Tensor& x, c
   const Fp8Matrix a = cast(layer, which, kInput, xv, n, in, false);
   const Fp8Matrix bm = cast(layer, which, kWeight, wt, out, in, true);
   std::vector<float> c = gemm(a, bm, recipe_gemm(config_.recipe));
-  const std::vector<float> bias = b.to_floats();
-  for (std::int64_t r = 0; r < n; ++r) {
-    for (std::int64_t j = 0; j < out; ++j) c[std::size_t(r * out + j)] += bias[std::size_t(j)];
+  if (b.defined()) {  // none: a row-parallel partial product, its bias added after the sum
+    const std::vector<float> bias = b.to_floats();
+    for (std::int64_t r = 0; r < n; ++r) {
+      for (std::int64_t j = 0; j < out; ++j) c[std::size_t(r * out + j)] += bias[std::size_t(j)];
+    }
   }
   store(c, y, false);
 }

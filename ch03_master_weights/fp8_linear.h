@@ -10,10 +10,20 @@
 //   blockwise   the 1x128 tiles of activations and gradients along each GEMM's reduction
 //               dimension (128x1 for the weight-gradient GEMM, DeepSeek-V3 Figure 7a) and the
 //               128x128 blocks of the weights.
+// Under tensor parallelism (chapter 6) each rank runs the seam on its shard: it casts its own
+// columns or rows of the weight and its own input and output gradient. A per-tensor scale must
+// be the whole tensor's, so every amax is the max over the tp group (Transformer Engine's
+// amax reduction over the tensor-parallel group): tensorwise reduces each cast's amax before
+// the cast (set_tp_amax_reduction), delayed reduces the recorded amaxes after the step (the
+// trainer, over the world, which holds the tp group). Blockwise tiles and blocks stay local:
+// they are one device's when every shard boundary falls on a multiple of 128 along the split
+// dimension (the trainer's pre-flight requires n_embd / tp to be one).
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "ch03_master_weights/fp8_gemm.h"
@@ -62,6 +72,10 @@ class Fp8BlockGemms final : public BlockGemms {
   Fp8StepStats end_step();
 
   const Fp8LinearConfig& config() const { return config_; }
+  // Tensor parallelism: the max of a local amax over the tp group (collective: every tp rank
+  // calls it at the same casts, in the same order). Tensorwise casts scale by the reduced
+  // amax; unset (one tp rank), by their own.
+  void set_tp_amax_reduction(std::function<float(float)> reduce) { tp_amax_ = std::move(reduce); }
   // Delayed: the amax each scaler recorded this step, in state()'s order, and the same after
   // a reduction over ranks (the max: Transformer Engine's amax reduction), before end_step().
   std::vector<float> pending_amaxes() const;
@@ -87,6 +101,7 @@ class Fp8BlockGemms final : public BlockGemms {
   std::vector<DelayedScaler> scalers_;  // delayed: n_layer x 4 x 3
   Fp8StepStats stats_;
   bool in_step_ = false;
+  std::function<float(float)> tp_amax_;
 };
 
 }  // namespace mixpar::fp8

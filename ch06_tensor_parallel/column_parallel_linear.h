@@ -6,6 +6,7 @@
 // common/model/tensor_parallel.h).
 #pragma once
 
+#include "model/block_gemms.h"
 #include "tensor/tensor.h"
 
 namespace mixpar::ch06 {
@@ -16,6 +17,9 @@ struct ColumnParallelLinear {
   Tensor w, b;    // [in, out / tp], [out / tp]: this rank's columns
   Tensor dw, db;  // their gradients
   // (Handles: a layer built on the model's shards reads and writes the model's storage.)
+  // The seam this rank's local products run through (--dtype fp8: its shard cast to FP8,
+  // model/block_gemms.h); null gemms: common/ops'.
+  GemmSite site{};
 
   // y [N, out / tp] = f(x) w + b, x [N, in] whole on every rank.
   void forward(const Tensor& x, Tensor& y) const;

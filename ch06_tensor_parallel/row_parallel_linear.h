@@ -7,6 +7,7 @@
 // common/model/tensor_parallel.h).
 #pragma once
 
+#include "model/block_gemms.h"
 #include "tensor/tensor.h"
 
 namespace mixpar::ch06 {
@@ -17,6 +18,9 @@ struct RowParallelLinear {
   Tensor w, b;    // [in / tp, out] this rank's rows, [out] the whole bias
   Tensor dw, db;  // their gradients (db the same on every rank)
   // (Handles: a layer built on the model's shards reads and writes the model's storage.)
+  // The seam this rank's local products run through (--dtype fp8: its shard cast to FP8,
+  // model/block_gemms.h); null gemms: common/ops'.
+  GemmSite site{};
 
   // y [N, out] = g(x_r w) + b: every rank ends with the whole output.
   void forward(TpCollectives& tp, const Tensor& x_r, Tensor& y) const;

@@ -11,8 +11,8 @@ namespace mixpar::ch06 {
 namespace {
 
 // The model's shard as this chapter's layers: handles on the same tensors.
-ColumnParallelLinear column(const LinearShard& s) { return {s.w, s.b, s.dw, s.db}; }
-RowParallelLinear row(const LinearShard& s) { return {s.w, s.b, s.dw, s.db}; }
+ColumnParallelLinear column(const LinearShard& s) { return {s.w, s.b, s.dw, s.db, s.site}; }
+RowParallelLinear row(const LinearShard& s) { return {s.w, s.b, s.dw, s.db, s.site}; }
 
 }  // namespace
 

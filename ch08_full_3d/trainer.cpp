@@ -174,6 +174,15 @@ Trainer::Trainer(TrainerConfig config, TrainingData data, Communicator* world)
   optimizer_.set_grad_norm_fn([this](std::span<const Tensor> grads32) {
     return reductions_.grad_norm(sync_->counted_sum_of_squares(grads32, norm_counted_));
   });
+  if (fp8_ && grid_ && grid_->tp().size() > 1) {
+    // Each tp rank casts its shard: a tensorwise scale is the whole tensor's, its amax the
+    // max over the tp group (fp8_linear.h); delayed amaxes are reduced after the step.
+    fp8_->set_tp_amax_reduction([this](float amax) {
+      Tensor t = Tensor::from_floats(std::vector<float>{amax}, {1});
+      grid_->tp().all_reduce(t, ReduceOp::kMax);
+      return t.to_floats()[0];
+    });
+  }
   if (!config_.init_from.empty()) {
     load_initial_weights();  // every rank reads the same directory
     verify_replicas();
@@ -457,7 +466,7 @@ Json fp8_step_json(const fp8::Fp8StepStats& s, const fp8::Fp8LinearConfig& c) {
 
 // After the optimizer step of a --dtype fp8 run: delayed scaling's amaxes agree over the world
 // (each the max over ranks, Transformer Engine's amax reduction: the dp replicas cast the
-// same way, and every rank holds the histories of every layer, the other stages' too, which
+// same way, the tp ranks' shards make up one tensor, and every rank holds the histories of every layer, the other stages' too, which
 // is what a checkpoint saves and any layout resumes), then the scalers update.
 Json Trainer::end_fp8_step() {
   if (grid_ && config_.fp8->recipe == fp8::Recipe::kDelayed) {

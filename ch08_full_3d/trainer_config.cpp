@@ -534,13 +534,23 @@ void validate_single(const TrainerConfig& c) {
 
 }  // namespace
 
-// FP8 GEMMs (chapter 3's last part) cast a bf16 working copy, through the blocks' GEMM seam,
-// which runs on one tensor-parallel rank (chapter 6's split layers have their own GEMMs).
+// FP8 GEMMs (chapter 3's last part) cast a bf16 working copy, through the blocks' GEMM seam;
+// with --tp each rank casts its shard (chapter 6's split layers run their local products
+// through the seam, per-tensor amaxes max-reduced over tp). Blockwise tiles (1x128) and blocks
+// (128x128) are local to a shard: they are one device's only when every shard boundary falls
+// on a multiple of 128 along the split dimension, n_embd / tp (attn.c_proj's rows; 3 and 4
+// times it are the other splits).
 static void validate_fp8(const TrainerConfig& c) {
   if (!c.fp8) return;
   check_range(c.dtype == DType::kBF16, "FP8 GEMMs cast a bf16 working copy (dtype bf16)");
-  check_range(c.tp == 1, "--dtype fp8 with --tp " + num(static_cast<std::int64_t>(c.tp)) +
-                             ": the FP8 GEMMs run on one tensor-parallel rank (use --tp 1)");
+  if (c.fp8->recipe == fp8::Recipe::kBlockwise && c.tp > 1) {
+    const std::int64_t per = c.model.n_embd / c.tp;
+    check_range(per % 128 == 0,
+                "--fp8-recipe blockwise with --tp " + num(static_cast<std::int64_t>(c.tp)) +
+                    ": n_embd / tp = " + num(per) +
+                    " is not a multiple of 128, so the 1x128 tiles and 128x128 blocks would "
+                    "straddle the shards (use n_embd a multiple of 128 tp)");
+  }
 }
 
 void validate(const TrainerConfig& c) {

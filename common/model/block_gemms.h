@@ -1,7 +1,9 @@
 // The seam of a block's GEMMs: the three products of each of a GPT-2 block's four linear
 // layers (y = x w + b, dx = dy w^T, dw (+)= x^T dy), replaceable by another arithmetic. A
 // GptOptions::gemms implementation (chapter 3's FP8 GEMMs, ch03_master_weights/fp8_linear.h)
-// receives them on one rank (no tensor parallelism); null: common/ops' FP32-accumulated GEMMs.
+// receives them on one rank, or with tensor parallelism on this rank's shard (chapter 6's
+// column- and row-parallel layers call it for their local products, GemmSite); null: common/ops'
+// FP32-accumulated GEMMs.
 // Bias gradients, LayerNorms, attention and the rest of the block stay as they are.
 #pragma once
 
@@ -17,7 +19,8 @@ class BlockGemms {
   enum class Linear : std::uint8_t { kAttn, kAttnProj, kFc, kFcProj };
   static constexpr int kLinears = 4;
   virtual ~BlockGemms() = default;
-  // y [N, out] = x [N, in] . w [in, out] + b [out], rounded once into y's dtype.
+  // y [N, out] = x [N, in] . w [in, out] + b [out], rounded once into y's dtype; b undefined:
+  // no bias (a row-parallel layer's partial product, its bias added after the sum over tp).
   virtual void forward(std::int64_t layer, Linear which, const Tensor& x, const Tensor& w,
                        const Tensor& b, Tensor& y) = 0;
   // dx [N, in] = dy [N, out] . w^T (overwritten).
@@ -26,6 +29,13 @@ class BlockGemms {
   // dw [in, out] (+)= x^T . dy.
   virtual void backward_weight(std::int64_t layer, Linear which, const Tensor& x,
                                const Tensor& dy, Tensor& dw, bool accumulate) = 0;
+};
+
+// Where a linear layer's products go: the seam and the layer's name in it (null: common/ops').
+struct GemmSite {
+  BlockGemms* gemms = nullptr;
+  std::int64_t layer = 0;
+  BlockGemms::Linear which = BlockGemms::Linear::kAttn;
 };
 
 }  // namespace mixpar

@@ -89,9 +89,6 @@ GptModel::GptModel(GptConfig config, GptOptions options)
                                 " of " + std::to_string(options_.tp.size) +
                                 " needs the tp group's collectives (GptOptions::tp_ops)");
   }
-  if (options_.gemms != nullptr && options_.tp.size > 1) {
-    throw InputError("GptModel: the blocks' GEMM seam (GptOptions::gemms) runs on one tp rank");
-  }
   options_.stage = resolved(config_, options_.stage);
   if (options_.params == nullptr) {
     registry_.allocate(options_.dtype);

@@ -55,8 +55,8 @@ struct GptOptions {
   // its attention through the seam (which reaches the other ranks' rows) and its position
   // embedding at the seam's positions. Null: the whole sequence here. It must outlive the model.
   AttentionSeam* attention = nullptr;
-  // The blocks' GEMMs (model/block_gemms.h; chapter 3's FP8): null, common/ops'. One rank of
-  // tensor parallelism only (tp.size 1); it must outlive the model.
+  // The blocks' GEMMs (model/block_gemms.h; chapter 3's FP8): null, common/ops'. With tp > 1
+  // chapter 6's split layers run their local products through it; it must outlive the model.
   BlockGemms* gemms = nullptr;
 };
 

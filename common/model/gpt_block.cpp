@@ -39,51 +39,52 @@ Tensor rows2d(const Tensor& t) { return t.view({t.dim(0) * t.dim(1), t.dim(2)});
 // whole bias added once, after g's sum; Shoeybi et al. 2019, section 3).
 enum class Split : std::uint8_t { kColumns, kRows };
 
-// A layer's weight and bias with their gradients (none for a forward): handles, no copy.
-LinearShard shard(const Tensor& w, const Tensor& b, const Tensor& dw = {},
-                  const Tensor& db = {}) {
-  return {w, b, dw, db};
+// A layer's weight and bias with their gradients (none for a forward), and the GEMM seam its
+// products run through (model/block_gemms.h; null gemms: common/ops'): handles, no copy.
+LinearShard shard(const Tensor& w, const Tensor& b, const Tensor& dw = {}, const Tensor& db = {},
+                  GemmSite site = {}) {
+  return {w, b, dw, db, site};
 }
 
-// Which GEMMs a linear layer runs through (model/block_gemms.h): null gemms, common/ops'.
-struct Site {
-  BlockGemms* gemms = nullptr;
-  std::int64_t layer = 0;
-  BlockGemms::Linear which = BlockGemms::Linear::kAttn;
-};
-Site site(const GptBlockWeights& w, BlockGemms::Linear which) { return {w.gemms, w.layer, which}; }
+GemmSite site(const GptBlockWeights& w, BlockGemms::Linear which) {
+  return {w.gemms, w.layer, which};
+}
+LinearShard with_site(LinearShard l, GemmSite s) {
+  l.site = s;
+  return l;
+}
 
 // y = x w + b.
 void linear_forward(Split split, const LinearShard& l, const Tensor& x, Tensor& y,
-                    TensorParallelOps* tp, Site s = {}) {
+                    TensorParallelOps* tp, GemmSite s = {}) {
   if (s.gemms != nullptr && tp == nullptr) {
     s.gemms->forward(s.layer, s.which, x, l.w, l.b, y);
   } else if (tp == nullptr) {
     ops::linear_forward(x, l.w, &l.b, y);
   } else if (split == Split::kColumns) {
-    tp->column_parallel_forward(l, x, y);
+    tp->column_parallel_forward(with_site(l, s), x, y);
   } else {
-    tp->row_parallel_forward(l, x, y);
+    tp->row_parallel_forward(with_site(l, s), x, y);
   }
 }
 
 // dx = dy w^T (B); split by columns, the sum over tp of every rank's share (f's backward).
 void linear_backward_input(Split split, const LinearShard& l, const Tensor& dy, Tensor& dx,
-                           TensorParallelOps* tp, Site s = {}) {
+                           TensorParallelOps* tp, GemmSite s = {}) {
   if (s.gemms != nullptr && tp == nullptr) {
     s.gemms->backward_input(s.layer, s.which, dy, l.w, dx);
   } else if (tp == nullptr) {
     ops::matmul(dy, l.w, dx, false, true);
   } else if (split == Split::kColumns) {
-    tp->column_parallel_backward_input(l, dy, dx);
+    tp->column_parallel_backward_input(with_site(l, s), dy, dx);
   } else {
-    tp->row_parallel_backward_input(l, dy, dx);
+    tp->row_parallel_backward_input(with_site(l, s), dy, dx);
   }
 }
 
 // dw (+)= x^T dy, db (+)= sum_rows(dy) (W): no communication at any tp.
 void linear_backward_weight(Split split, LinearShard& l, const Tensor& x, const Tensor& dy,
-                            bool accumulate, TensorParallelOps* tp, Site s = {}) {
+                            bool accumulate, TensorParallelOps* tp, GemmSite s = {}) {
   if (s.gemms != nullptr && tp == nullptr) {
     s.gemms->backward_weight(s.layer, s.which, x, dy, l.dw, accumulate);
     ops::bias_grad(dy, l.db, accumulate);
@@ -91,10 +92,13 @@ void linear_backward_weight(Split split, LinearShard& l, const Tensor& x, const 
     ops::matmul(x, dy, l.dw, true, false, ops::Accumulation::kFP32, 1.0f,
                 accumulate ? 1.0f : 0.0f);
     ops::bias_grad(dy, l.db, accumulate);
-  } else if (split == Split::kColumns) {
-    tp->column_parallel_backward_weight(l, x, dy, accumulate);
   } else {
-    tp->row_parallel_backward_weight(l, x, dy, accumulate);
+    LinearShard sited = with_site(l, s);  // the same handles: dw, db written through
+    if (split == Split::kColumns) {
+      tp->column_parallel_backward_weight(sited, x, dy, accumulate);
+    } else {
+      tp->row_parallel_backward_weight(sited, x, dy, accumulate);
+    }
   }
 }
 
@@ -201,17 +205,21 @@ void gpt_block_forward(const GptBlockWeights& w, std::int64_t n_head, const Tens
     // layer; g-bar leaves this rank's rows of each row-parallel sum in sp->dlocal.
     Tensor gathered = rows2d(sp->gathered), mine = rows2d(sp->dlocal);
     layers::layernorm_forward(x, w.ln1_w, w.ln1_b, a.ln1, a.ln1_mean, a.ln1_rstd);
-    tp->column_parallel_forward_sp(shard(w.attn_w, w.attn_b), rows2d(a.ln1), gathered, qkv2d);
+    tp->column_parallel_forward_sp(shard(w.attn_w, w.attn_b, {}, {}, site(w, BlockGemms::Linear::kAttn)),
+                                  rows2d(a.ln1), gathered, qkv2d);
     attention_forward(a, heads);
-    tp->row_parallel_forward_sp(shard(w.attn_proj_w, w.attn_proj_b), rows2d(a.atty), proj2d,
-                                mine);
+    tp->row_parallel_forward_sp(
+        shard(w.attn_proj_w, w.attn_proj_b, {}, {}, site(w, BlockGemms::Linear::kAttnProj)),
+        rows2d(a.atty), proj2d, mine);
     layers::residual_forward(x, sp->dlocal, a.res2);
     layers::layernorm_forward(a.res2, w.ln2_w, w.ln2_b, a.ln2, a.ln2_mean, a.ln2_rstd);
-    tp->column_parallel_forward_sp(shard(w.fc_w, w.fc_b), rows2d(a.ln2), gathered, fch2d);
+    tp->column_parallel_forward_sp(shard(w.fc_w, w.fc_b, {}, {}, site(w, BlockGemms::Linear::kFc)),
+                                  rows2d(a.ln2), gathered, fch2d);
     layers::gelu_forward(a.fch, a.fch_gelu);
     if (out == nullptr) return;
-    tp->row_parallel_forward_sp(shard(w.fc_proj_w, w.fc_proj_b), rows2d(a.fch_gelu), proj2d,
-                                mine);
+    tp->row_parallel_forward_sp(
+        shard(w.fc_proj_w, w.fc_proj_b, {}, {}, site(w, BlockGemms::Linear::kFcProj)),
+        rows2d(a.fch_gelu), proj2d, mine);
     layers::residual_forward(a.res2, sp->dlocal, *out);
     return;
   }
@@ -255,10 +263,13 @@ void gpt_block_backward_sp(const GptBlockWeights& w, GptBlockWeights& g, std::in
   std::vector<Tensor> part;
   for (std::int64_t k = 0; k < 6; ++k) part.push_back(ws.replicated.flat_slice(k * C, C));
   // The row-parallel biases act on the rows: their gradients are parts too.
-  LinearShard fc_proj = shard(w.fc_proj_w, w.fc_proj_b, g.fc_proj_w, part[5]);
-  LinearShard fc = shard(w.fc_w, w.fc_b, g.fc_w, g.fc_b);
-  LinearShard attn_proj = shard(w.attn_proj_w, w.attn_proj_b, g.attn_proj_w, part[2]);
-  LinearShard attn = shard(w.attn_w, w.attn_b, g.attn_w, g.attn_b);
+  using L = BlockGemms::Linear;
+  LinearShard fc_proj =
+      shard(w.fc_proj_w, w.fc_proj_b, g.fc_proj_w, part[5], site(w, L::kFcProj));
+  LinearShard fc = shard(w.fc_w, w.fc_b, g.fc_w, g.fc_b, site(w, L::kFc));
+  LinearShard attn_proj =
+      shard(w.attn_proj_w, w.attn_proj_b, g.attn_proj_w, part[2], site(w, L::kAttnProj));
+  LinearShard attn = shard(w.attn_w, w.attn_b, g.attn_w, g.attn_b, site(w, L::kAttn));
   Tensor gathered = rows2d(ws.gathered), mine = rows2d(ws.dlocal);
   // MLP branch.
   tp.row_parallel_backward_sp(fc_proj, rows2d(a.fch_gelu), dres, gathered, dbig, acc);

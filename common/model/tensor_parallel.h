@@ -35,6 +35,7 @@
 #include <cstdint>
 #include <span>
 
+#include "model/block_gemms.h"
 #include "model/layers.h"
 #include "tensor/tensor.h"
 
@@ -43,10 +44,13 @@ namespace mixpar {
 // One split linear layer of a block on this rank, as handles on the registry's tensors: its
 // shard of the weight (Conv1D layout [in, out]) and of the bias, and their gradients.
 // Column-parallel: w [in, out / tp], b [out / tp]; row-parallel: w [in / tp, out] and the
-// whole bias b [out], replicated on every tp rank.
+// whole bias b [out], replicated on every tp rank. site: the GEMM seam the shard's local
+// products run through (--dtype fp8: each rank casts its own shard and input; the seam's
+// scales are those of the whole tensors, ch03_master_weights/fp8_linear.h).
 struct LinearShard {
   Tensor w, b;
   Tensor dw, db;
+  GemmSite site{};
 };
 
 class TensorParallelOps {
