@@ -549,7 +549,8 @@ static void validate_fp8(const TrainerConfig& c) {
                 "--fp8-recipe blockwise with --tp " + num(static_cast<std::int64_t>(c.tp)) +
                     ": n_embd / tp = " + num(per) +
                     " is not a multiple of 128, so the 1x128 tiles and 128x128 blocks would "
-                    "straddle the shards (use n_embd a multiple of 128 tp)");
+                    "straddle the shards (n_embd must be a multiple of 128 x tp = " +
+                    num(128 * static_cast<std::int64_t>(c.tp)) + ")");
   }
 }
 

@@ -2,8 +2,8 @@
 // checkpoint bit for bit (delayed scaling's amax histories are state); delayed scaling on a
 // dp 2 x pp 2 grid with ZeRO-1 follows one device (its amaxes agree over the world, so the
 // ranks cast as one device does), and its checkpoint resumes on one device; replicas stay
-// identical under current scaling; the JSONL logs each step's casts; bad FP8 flags are one
-// line and exit code 2.
+// identical under current scaling; the JSONL logs each step's casts; --tp runs; bad FP8 flags
+// are one line and exit code 2.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -208,8 +208,15 @@ TEST(Fp8TrainGptCli, LogsEachStepsCastsAndRefusesBadFlags) {
   test::expect_one_line_error(d, "--dtype fp8 --fp8-recipe tensorwise --fp8-margin 1",
                               "--fp8-margin needs --fp8-recipe delayed");
   test::expect_one_line_error(d, "--dtype fp8 --fp8-amax-history 0", "--fp8-amax-history");
-  test::expect_one_line_error(d, "--dtype fp8 --ranks 2 --tp 2",
-                              "the FP8 GEMMs run on one tensor-parallel rank");
+  // With --tp each rank casts its shard (tests/ch08/tp/fp8_tp_test.cpp); blockwise tiles must
+  // not straddle the shards: n_embd / tp a multiple of 128.
+  const auto tp = test::train_gpt(d, tiny + "--steps 2 --dtype fp8 --fp8-recipe tensorwise "
+                                            "--ranks 2 --tp 2 --sequence-parallel");
+  EXPECT_EQ(tp.code, 0) << tp.err;
+  EXPECT_NE(tp.out.find("| FP8 GEMMs, tensorwise scaling"), std::string::npos) << tp.out;
+  test::expect_one_line_error(d, "--n-embd 64 --n-head 2 --dtype fp8 --fp8-recipe blockwise "
+                                 "--ranks 2 --tp 2",
+                              "n_embd / tp = 32 is not a multiple of 128");
 }
 
 }  // namespace
