@@ -169,13 +169,18 @@ std::vector<float> gemm(const Fp8Matrix& a, const Fp8Matrix& b, const GemmConfig
   std::vector<float> c(static_cast<std::size_t>(a.rows * n_total));
   const bool fp32 = config.accumulator == Accumulator::kFp32;
   const bool exact = sums_exact_in_double(a, b, p.chunk);
+#if defined(_OPENMP)
   // Threads only where there is work for them (a thread team costs more than a small GEMM).
+  // Each row's sums are one thread's, in the same order, so the bits do not depend on them.
   const bool big = a.rows * n_total * k_total >= (std::int64_t{1} << 22);
 #pragma omp parallel if (big)
+#endif
   {
     std::vector<float> total(static_cast<std::size_t>(n_total)), part(total.size());
     std::vector<double> wide(total.size());
+#if defined(_OPENMP)
 #pragma omp for schedule(static)
+#endif
     for (std::int64_t m = 0; m < a.rows; ++m) {
       const float* ar = av.data() + m * k_total;
       for (std::int64_t k0 = 0; k0 < k_total; k0 += p.chunk) {
