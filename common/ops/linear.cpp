@@ -1,5 +1,6 @@
 // Linear layer forward/backward built on matmul and the matrix views; the bias epilogue and
-// the bias gradient use Eigen row broadcasts and column sums on the same views.
+// the bias gradient use Eigen row broadcasts and column sums on the same views. 16-bit x and w
+// go to oneDNN with the bias as its epilogue where the CPU multiplies 16-bit numbers itself.
 #include "ops/linear.h"
 
 #include <vector>
@@ -9,6 +10,7 @@
 #include "ops/eigen_gemm.h"
 #include "ops/fixed_order.h"
 #include "ops/matrix_view.h"
+#include "ops/onednn_matmul.h"
 #include "ops/op_profile.h"
 #include "ops/row_math.h"
 
@@ -50,7 +52,10 @@ void linear_forward(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y
   check_no_overlap(y, x, "linear_forward", "y", "x");
   check_no_overlap(y, w, "linear_forward", "y", "w");
   if (fixed_order_active()) detail::gemm_fixed_order(x, w, b, y, false, false, 1.0f, 0.0f);
-  else if (any_f64({&x, &w, b, &y})) linear_fused<double>(x, w, *b, y);
+  else if (detail::onednn_linear(x, w, *b, y)) {
+    // 16-bit x and w on the CPU's 16-bit units, the bias added in the GEMM's epilogue (the
+    // same path as matmul's 16-bit products: onednn_matmul.h)
+  } else if (any_f64({&x, &w, b, &y})) linear_fused<double>(x, w, *b, y);
   else linear_fused<float>(x, w, *b, y);
 }
 

@@ -46,14 +46,22 @@ dnnl::memory::desc matrix_desc(std::int64_t rows, std::int64_t cols, DType t, bo
   return dnnl::memory::desc({rows, cols}, dnnl_type(t), strides);
 }
 
+// bias: the dtype of a bias row [1, n] added to every output row before the rounding (oneDNN's
+// bias argument, in FP32 like the sum), or kF64 for none.
 dnnl::matmul::primitive_desc describe(std::int64_t m, std::int64_t n, std::int64_t k, DType in,
-                                      DType out, bool ta, bool tb, float alpha, float beta) {
+                                      DType out, bool ta, bool tb, float alpha, float beta,
+                                      DType bias = DType::kF64) {
   dnnl::primitive_attr attr;
   if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
   if (beta != 0.0f) {
     dnnl::post_ops ops;
     ops.append_sum(beta);
     attr.set_post_ops(ops);
+  }
+  if (bias != DType::kF64) {
+    const dnnl::matmul::desc d(matrix_desc(m, k, in, ta), matrix_desc(k, n, in, tb),
+                               matrix_desc(1, n, bias, false), matrix_desc(m, n, out, false));
+    return dnnl::matmul::primitive_desc(d, attr, cpu_engine());
   }
   const dnnl::matmul::desc d(matrix_desc(m, k, in, ta), matrix_desc(k, n, in, tb),
                              matrix_desc(m, n, out, false));
@@ -152,6 +160,41 @@ bool onednn_gemm(const Tensor& a, const Tensor& b, Tensor& out, bool ta, bool tb
   const dnnl::memory mc(pd.dst_desc(), cpu_engine(), out.data());
   dnnl::stream s(cpu_engine());
   dnnl::matmul(pd).execute(s, {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}});
+  s.wait();
+  return true;
+}
+
+bool onednn_linear(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) {
+  const DType in = x.dtype();
+  if (!onednn_matmul_enabled() || (in != DType::kBF16 && in != DType::kF16) || w.dtype() != in ||
+      (y.dtype() != DType::kF32 && y.dtype() != in) ||
+      (b.dtype() != DType::kF32 && b.dtype() != in) || !onednn_matmul_available(in)) {
+    return false;
+  }
+  return onednn_gemm_bias(x, w, b, y);
+}
+
+bool onednn_gemm_bias(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) {
+  const DType in = x.dtype();
+  if (w.dtype() != in || dnnl_type(in) == dnnl::memory::data_type::undef ||
+      dnnl_type(b.dtype()) == dnnl::memory::data_type::undef ||
+      dnnl_type(y.dtype()) == dnnl::memory::data_type::undef) {
+    return false;
+  }
+  const std::int64_t m = x.dim(0), k = x.dim(1), n = w.dim(1);
+  dnnl::matmul::primitive_desc pd;
+  try {
+    pd = describe(m, n, k, in, y.dtype(), false, false, 1.0f, 0.0f, b.dtype());
+  } catch (const dnnl::error&) {
+    return false;  // no kernel with this bias on this CPU
+  }
+  const dnnl::memory mx(pd.src_desc(), cpu_engine(), x.data());
+  const dnnl::memory mw(pd.weights_desc(), cpu_engine(), w.data());
+  const dnnl::memory mb(pd.bias_desc(), cpu_engine(), b.data());
+  const dnnl::memory my(pd.dst_desc(), cpu_engine(), y.data());
+  dnnl::stream s(cpu_engine());
+  dnnl::matmul(pd).execute(s, {{DNNL_ARG_SRC, mx}, {DNNL_ARG_WEIGHTS, mw}, {DNNL_ARG_BIAS, mb},
+                               {DNNL_ARG_DST, my}});
   s.wait();
   return true;
 }

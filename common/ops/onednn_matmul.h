@@ -43,6 +43,14 @@ bool onednn_matmul(const Tensor& a, const Tensor& b, Tensor& out, bool ta, bool 
 // units the descriptors (transposes as strides, alpha, beta) are still checked on f32.
 bool onednn_gemm(const Tensor& a, const Tensor& b, Tensor& out, bool ta, bool tb, float alpha,
                  float beta);
+// linear_forward's y [m, n] = x [m, k] w [k, n] + b [n] in one oneDNN primitive: the bias is
+// its bias argument, added in FP32 to each product before the one rounding into y, as the
+// software path's fused epilogue does (linear.h). Taken under the conditions of onednn_matmul,
+// with b f32 or the operands' dtype; false (nothing done) otherwise.
+bool onednn_linear(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y);
+// The same on any dtypes oneDNN takes, f32 included, ignoring the switch (for tests, as
+// onednn_gemm).
+bool onednn_gemm_bias(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y);
 }  // namespace detail
 
 }  // namespace mixpar::ops

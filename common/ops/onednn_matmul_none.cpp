@@ -21,6 +21,8 @@ bool onednn_matmul_enabled() { return false; }
 namespace detail {
 bool onednn_matmul(const Tensor&, const Tensor&, Tensor&, bool, bool, float, float) { return false; }
 bool onednn_gemm(const Tensor&, const Tensor&, Tensor&, bool, bool, float, float) { return false; }
+bool onednn_linear(const Tensor&, const Tensor&, const Tensor&, Tensor&) { return false; }
+bool onednn_gemm_bias(const Tensor&, const Tensor&, const Tensor&, Tensor&) { return false; }
 }  // namespace detail
 
 }  // namespace mixpar::ops

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "ops/linear.h"
 #include "ops/matmul.h"
 #include "ops/onednn_matmul.h"
 #include "ops_test_util.h"
@@ -129,6 +130,78 @@ TEST(OnednnMatmul, TheSwitchSelectsTheSoftwarePathAndOnlyAvailableSixteenBitGemm
   ops::matmul(a, b, c);
   const std::vector<double> x = to_doubles(c), y = to_doubles(soft);
   for (std::size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(x[i], y[i], 1e-4) << i;
+}
+
+// y = x w + b of `in` operands, a bias of `bias_type` and an output of `out_type`, run by
+// `linear`, against the exact sum: the bias joins the FP32 sums before the one rounding, so
+// the bound is that of the GEMM with |b| added to the sum of |terms| (one more FP32 addition).
+template <class Linear>
+void expect_linear_within_the_fp32_bound(DType in, DType bias_type, DType out_type,
+                                         const Linear& linear, std::uint64_t seed) {
+  const std::int64_t m = 37, n = 45, k = 130;
+  const Tensor x = random_tensor({m, k}, in, seed), w = random_tensor({k, n}, in, seed + 1);
+  const Tensor b = random_tensor({n}, bias_type, seed + 2, -4.0f, 4.0f);
+  Tensor y = random_tensor({m, n}, out_type, seed + 3);
+  ASSERT_TRUE(linear(x, w, b, y));
+  const std::vector<double> zero(static_cast<std::size_t>(m * n), 0.0), bias = to_doubles(b);
+  testing::GemmRef ref = reference_gemm(to_doubles(x), to_doubles(w), zero, m, n, k, false, false, 1, 0);
+  const std::vector<double> got = to_doubles(y);
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const double bj = bias[i % static_cast<std::size_t>(n)];
+    const double value = ref.value[i] + bj, magnitude = ref.magnitude[i] + std::fabs(bj);
+    const double sums = static_cast<double>(k + 2) * std::ldexp(1.0, -24) * magnitude;
+    const double tol = sums + 0.5 * ulp(out_type, std::fabs(value) + sums);
+    ASSERT_LE(std::fabs(got[i] - value), tol)
+        << dtype_name(in) << " bias " << dtype_name(bias_type) << " -> " << dtype_name(out_type)
+        << " element " << i;
+  }
+}
+
+// The bias argument (linear_forward's epilogue) checked on f32, which oneDNN runs on any x86 CPU.
+TEST(OnednnLinear, TheBiasArgumentIsAddedToEveryRowOnFp32) {
+  if (!ops::onednn_built()) GTEST_SKIP() << "this build has no oneDNN";
+  expect_linear_within_the_fp32_bound(DType::kF32, DType::kF32, DType::kF32,
+                                      ops::detail::onednn_gemm_bias, 300);
+}
+
+// linear_forward of 16-bit x and w takes oneDNN's GEMM with its bias argument where oneDNN has
+// a native matmul for the dtype, for an f32 or 16-bit bias and output, and agrees with the exact
+// x w + b within the bound; elsewhere it says why and skips.
+TEST(OnednnLinear, SixteenBitLinearForwardTakesTheBiasEpilogueAndAgreesWithTheExactSum) {
+  std::vector<DType> types;
+  std::string skipped;
+  for (const DType in : {DType::kBF16, DType::kF16}) {
+    std::string why;
+    if (ops::onednn_matmul_available(in, &why)) types.push_back(in);
+    else skipped += std::string(skipped.empty() ? "" : "; ") + std::string(dtype_name(in)) + ": " + why;
+  }
+  if (types.empty()) GTEST_SKIP() << skipped;
+  if (!skipped.empty()) std::printf("not compared: %s\n", skipped.c_str());
+  const OnednnSwitch on(true);
+  std::uint64_t seed = 400;
+  for (const DType in : types) {
+    for (const DType bias_type : {DType::kF32, in}) {
+      for (const DType out_type : {DType::kF32, in}) {
+        // The path is taken (not the software fallback)...
+        expect_linear_within_the_fp32_bound(in, bias_type, out_type, ops::detail::onednn_linear, seed);
+        // ...and ops::linear_forward, the call every layer makes, gives the same bound.
+        expect_linear_within_the_fp32_bound(
+            in, bias_type, out_type,
+            [](const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) {
+              ops::linear_forward(x, w, &b, y);
+              return true;
+            },
+            seed + 10);
+        seed += 20;
+      }
+    }
+  }
+  // Off, linear_forward stays on the software path.
+  const OnednnSwitch off(false);
+  const Tensor x = random_tensor({8, 16}, types[0], 1), w = random_tensor({16, 8}, types[0], 2);
+  const Tensor b = random_tensor({8}, DType::kF32, 3);
+  Tensor y = Tensor::zeros({8, 8}, types[0]);
+  EXPECT_FALSE(ops::detail::onednn_linear(x, w, b, y));
 }
 
 // Where oneDNN cannot, the reason is one sentence naming the dtype or the build.
