@@ -18,10 +18,12 @@
 #include "bench_data.h"
 #include "ch08_full_3d/trainer.h"
 #include "ops/compute_threads.h"
+#include "ops/onednn_matmul.h"
 #include "ops/op_profile.h"
 #include "random/philox.h"
 #include "report/format.h"
 #include "report/text_table.h"
+#include "util/cpu_features.h"
 
 namespace {
 
@@ -151,6 +153,19 @@ int main(int argc, char** argv) {
   }
   int n = static_cast<int>(args.size());
   benchmark::Initialize(&n, args.data());
+  // What this build runs on this CPU, in the output's context (scripts/bench_vs_pytorch.py
+  // prints it beside PyTorch's configuration): the ISA it was compiled for and which kernel
+  // multiplies 16-bit GEMMs (oneDNN's, or why the software path).
+  benchmark::AddCustomContext("mixpar_isa", std::string(build_isa()));
+  for (const DType t : {DType::kBF16, DType::kF16}) {
+    std::string why;
+    const std::string kernel = ops::onednn_matmul_available(t, &why)
+                                   ? "oneDNN " + ops::onednn_matmul_kernel(t)
+                                   : "software (FP32 GEMM on widened operands: " + why + ")";
+    benchmark::AddCustomContext("mixpar_" + std::string(dtype_name(t)) + "_gemm",
+                                ops::onednn_matmul_enabled() ? kernel
+                                                             : "software (MIXPAR_ONEDNN=0)");
+  }
   if (benchmark::ReportUnrecognizedArguments(n, args.data())) return 1;
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
