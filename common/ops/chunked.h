@@ -14,6 +14,7 @@
 #endif
 
 #include "numerics/formats.h"
+#include "ops/convert16.h"
 #include "ops/checks.h"
 #include "tensor/tensor.h"
 
@@ -63,7 +64,7 @@ template <class C> class ChunkReader {
     const char* src = static_cast<const char*>(t.data()) +
                       static_cast<std::size_t>(begin) * dtype_size(t.dtype());
     if (t.dtype() == dtype_of<C>) return reinterpret_cast<const C*>(src);
-    convert(src, t.dtype(), buf_.data(), dtype_of<C>, static_cast<std::size_t>(n));
+    convert16(src, t.dtype(), buf_.data(), dtype_of<C>, static_cast<std::size_t>(n));
     return buf_.data();
   }
 
@@ -81,11 +82,11 @@ template <class C> class ChunkWriter {
     dtype_ = t.dtype();
     n_ = static_cast<std::size_t>(n);
     if (dtype_ == dtype_of<C>) return reinterpret_cast<C*>(dst_);
-    if (load) convert(dst_, dtype_, buf_.data(), dtype_of<C>, n_);
+    if (load) convert16(dst_, dtype_, buf_.data(), dtype_of<C>, n_);
     return buf_.data();
   }
   void commit() {
-    if (dtype_ != dtype_of<C>) convert(buf_.data(), dtype_of<C>, dst_, dtype_, n_);
+    if (dtype_ != dtype_of<C>) convert16(buf_.data(), dtype_of<C>, dst_, dtype_, n_);
   }
 
  private:

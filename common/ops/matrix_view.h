@@ -2,12 +2,14 @@
 // too), and 2-D tensors as Eigen row-major matrices of C, for GEMM and row-wise ops. A tensor
 // already of type C is used in place (no copy: the fast FP32 path); a 16-bit one is widened
 // into a workspace charged to the ledger as kOther, as a tensor core widens its operands;
-// results are rounded once into the output tensor's dtype (commit(), store()).
+// results are rounded once into the output tensor's dtype (commit(), store()). Both
+// conversions run on the CPU's vector units, bit-identical to formats.h (convert16.h).
 #pragma once
 
 #include <Eigen/Core>
 
 #include "numerics/formats.h"
+#include "ops/convert16.h"
 #include "tensor/tensor.h"
 
 namespace mixpar::ops {
@@ -29,7 +31,8 @@ template <class C> class ValuesIn {
       ptr_ = static_cast<const C*>(t.data());
     } else {
       work_ = Tensor::empty(t.shape(), dtype_of<C>, MemCategory::kOther);
-      convert(t.data(), t.dtype(), work_.data(), dtype_of<C>, static_cast<std::size_t>(t.numel()));
+      convert16(t.data(), t.dtype(), work_.data(), dtype_of<C>,
+                static_cast<std::size_t>(t.numel()));
       ptr_ = static_cast<const C*>(work_.data());
     }
   }
@@ -50,13 +53,13 @@ template <class C> class ValuesOut {
       ptr_ = static_cast<C*>(t.data());
     } else {
       work_ = Tensor::empty(t.shape(), dtype_of<C>, MemCategory::kOther);
-      if (load) convert(t.data(), t.dtype(), work_.data(), dtype_of<C>, numel());
+      if (load) convert16(t.data(), t.dtype(), work_.data(), dtype_of<C>, numel());
       ptr_ = static_cast<C*>(work_.data());
     }
   }
   C* data() { return ptr_; }
   void commit() {
-    if (work_.defined()) convert(work_.data(), dtype_of<C>, t_.data(), t_.dtype(), numel());
+    if (work_.defined()) convert16(work_.data(), dtype_of<C>, t_.data(), t_.dtype(), numel());
   }
 
  private:
