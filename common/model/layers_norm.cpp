@@ -8,6 +8,7 @@
 
 #include "model/layers.h"
 #include "model/layers_internal.h"
+#include "ops/chunked.h"
 #include "ops/elementwise.h"
 #include "ops/op_profile.h"
 #include "ops/row_math.h"
@@ -171,6 +172,7 @@ template <class C>
 constexpr C kGeluA = C(0.044715);
 // Up to kPiece values on the stack: the temporaries of one piece never touch the heap.
 constexpr std::int64_t kPiece = 256;
+static_assert(kPiece <= ops::kChunk, "a piece fits the chunk buffers of ops/chunked.h");
 template <class C>
 using Col = Eigen::Array<C, Eigen::Dynamic, 1, Eigen::ColMajor, kPiece, 1>;
 
@@ -229,13 +231,16 @@ void gelu_forward(const Tensor& x, Tensor& out) {
   detail::check_numel(out, x.numel(), "gelu_forward", "out");
   detail::dispatch({&x, &out}, [&](auto tag) {
     using C = decltype(tag);
-    const In<C> in(x);
-    Out<C> o(out, false);
-    const C* px = in.data();
-    C* py = o.data();
-    for_pieces(x.numel(),
-               [&](std::int64_t i, std::int64_t n) { gelu_piece<C>(px + i, py + i, n); });
-    o.commit();
+    // Piece by piece: a 16-bit piece is widened into, and rounded from, a stack buffer
+    // (ops/chunked.h), so no whole-tensor workspace is allocated and the data is read once;
+    // a tensor of type C is used in place.
+    for_pieces(x.numel(), [&](std::int64_t i, std::int64_t n) {
+      ops::ChunkReader<C> rx;
+      ops::ChunkWriter<C> wy;
+      const C* px = rx.read(x, i, n);
+      gelu_piece<C>(px, wy.open(out, i, n), n);
+      wy.commit();
+    });
   });
 }
 
@@ -248,14 +253,15 @@ void gelu_backward(const Tensor& x, const Tensor& dout, Tensor& dx) {
   detail::check_numel(dx, x.numel(), "gelu_backward", "dx");
   detail::dispatch({&x, &dout, &dx}, [&](auto tag) {
     using C = decltype(tag);
-    const In<C> in(x), g(dout);
-    Out<C> o(dx, false);
-    const C *px = in.data(), *pg = g.data();
-    C* pd = o.data();
+    // As gelu_forward; dx may be dout: each piece of dout is read before dx's is written.
     for_pieces(x.numel(), [&](std::int64_t i, std::int64_t n) {
-      gelu_grad_piece<C>(px + i, pg + i, pd + i, n);
+      ops::ChunkReader<C> rx, rg;
+      ops::ChunkWriter<C> wd;
+      const C* px = rx.read(x, i, n);
+      const C* pg = rg.read(dout, i, n);
+      gelu_grad_piece<C>(px, pg, wd.open(dx, i, n), n);
+      wd.commit();
     });
-    o.commit();
   });
 }
 
