@@ -286,6 +286,15 @@ void convert(const void* src, DType src_type, void* dst, DType dst_type, std::si
   }
   const auto* s = static_cast<const std::byte*>(src);
   auto* d = static_cast<std::byte*>(dst);
+  // From or to FP32 no buffer is needed: the same span loops, run on the buffers themselves.
+  if (src_type == DType::kF32) {
+    store_floats(static_cast<const float*>(src), dst_type, d, n, sat);
+    return;
+  }
+  if (dst_type == DType::kF32) {
+    load_floats(s, src_type, static_cast<float*>(dst), n, false);  // FP64 rounds to nearest
+    return;
+  }
   const bool odd = dst_type != DType::kF32;  // only FP64 -> FP32 rounds to nearest directly
   float buf[kChunk];
   for (std::size_t i = 0; i < n; i += kChunk) {
