@@ -6,6 +6,10 @@
 #include <cmath>
 #include <limits>
 
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
+
 #include "ops/checks.h"
 #include "ops/chunked.h"
 #include "ops/op_profile.h"
@@ -35,6 +39,31 @@ double sum(const Tensor& t) {
 double sum_of_squares(const Tensor& t) {
   const OpTimer timer("reductions (sums, norms, inf checks)");
   return fold("sum_of_squares", t, 0.0, [](double a, double x) { return a + x * x; });
+}
+
+std::vector<double> sums_of_squares(std::span<const Tensor> ts) {
+  const OpTimer timer("reductions (sums, norms, inf checks)");
+  std::vector<double> out(ts.size());
+  std::int64_t total = 0;
+  for (const Tensor& t : ts) {
+    check_operand(t, "sums_of_squares", "t");
+    total += t.numel();
+  }
+  const auto n = static_cast<std::int64_t>(ts.size());
+  auto one = [&](std::int64_t i) {
+    out[static_cast<std::size_t>(i)] =
+        fold("sums_of_squares", ts[static_cast<std::size_t>(i)], 0.0,
+             [](double a, double x) { return a + x * x; });
+  };
+#if defined(_OPENMP)
+  if (n > 1 && total >= kParallelMinElements && !omp_in_parallel() && omp_get_max_threads() > 1) {
+#pragma omp parallel for schedule(dynamic, 1)
+    for (std::int64_t i = 0; i < n; ++i) one(i);
+    return out;
+  }
+#endif
+  for (std::int64_t i = 0; i < n; ++i) one(i);
+  return out;
 }
 
 double max_abs(const Tensor& t) {

@@ -11,8 +11,9 @@ namespace mixpar {
 
 double global_grad_norm(std::span<const Tensor> grads) {
   const ops::OpTimer timer("grad norm and clip");
+  // Each tensor's sum of squares (on the threads), added in the tensors' order.
   double sum_sq = 0.0;
-  for (const Tensor& g : grads) sum_sq += ops::sum_of_squares(g);
+  for (const double s : ops::sums_of_squares(grads)) sum_sq += s;
   return std::sqrt(sum_sq);
 }
 

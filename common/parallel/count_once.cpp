@@ -1,6 +1,7 @@
 #include "parallel/count_once.h"
 
 #include <stdexcept>
+#include <vector>
 
 #include "ops/reductions.h"
 
@@ -25,10 +26,13 @@ double counted_sum_of_squares(std::span<const Tensor> grads, const std::vector<b
     throw std::invalid_argument("counted_sum_of_squares: " + std::to_string(counted.size()) +
                                 " flags for " + std::to_string(grads.size()) + " gradients");
   }
-  double sum_sq = 0.0;
+  // Each counted tensor's sum of squares (on the threads), added in the tensors' order.
+  std::vector<Tensor> kept;
   for (std::size_t i = 0; i < grads.size(); ++i) {
-    if (counted[i]) sum_sq += ops::sum_of_squares(grads[i]);
+    if (counted[i]) kept.push_back(grads[i]);
   }
+  double sum_sq = 0.0;
+  for (const double s : ops::sums_of_squares(kept)) sum_sq += s;
   return sum_sq;
 }
 

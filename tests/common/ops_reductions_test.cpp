@@ -3,8 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <thread>
 #include <vector>
 
+#include "ops/compute_threads.h"
 #include "ops/elementwise.h"
 #include "ops/reductions.h"
 #include "ops_test_util.h"
@@ -44,6 +46,32 @@ TEST(OpsReductions, SumOfSquaresIsAccumulatedInFp64) {
   EXPECT_GT(std::fabs(naive - want_sq) / want_sq, 1e-3);
   EXPECT_NEAR(ops::sum_of_squares(t), want_sq, 1e-10 * want_sq);
   EXPECT_NEAR(ops::sum(t), want, 1e-10 * want);
+}
+
+// The global norm's pass: each tensor's sum of squares from sums_of_squares has the bits of
+// sum_of_squares on that tensor, on one thread and on two (tensors of every dtype and size,
+// large enough that the threads are used).
+TEST(OpsReductions, SumsOfSquaresOfManyTensorsHaveEachTensorsBitsOnAnyThreadCount) {
+  std::vector<Tensor> ts;
+  const DType types[] = {DType::kF32, DType::kBF16, DType::kF16, DType::kF64};
+  for (int i = 0; i < 9; ++i) {
+    ts.push_back(testing::random_tensor({1000 + 7919 * i}, types[i % 4], 50 + i, -3.0f, 3.0f));
+  }
+  std::vector<double> want;
+  for (const Tensor& t : ts) want.push_back(ops::sum_of_squares(t));
+  for (const int threads : {1, 2}) {
+    std::vector<double> got;
+    // On a thread of its own: the team size belongs to the calling thread (compute_threads.h).
+    std::thread([&] {
+      ops::set_compute_threads(threads);
+      got = ops::sums_of_squares(ts);
+    }).join();
+    ASSERT_EQ(got.size(), want.size());
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      EXPECT_EQ(got[i], want[i]) << "tensor " << i << ", " << threads << " threads";
+    }
+  }
+  EXPECT_TRUE(ops::sums_of_squares({}).empty());
 }
 
 TEST(OpsReductions, MaxAbsAndSumOnMixedSigns) {
