@@ -492,6 +492,12 @@ def main(argv):
                    else "-")
         print(f"| {n.replace('_', ' ')} | {ours[n]:,.0f} | {f'{t:,.0f}' if t else '-'} | "
               f"{ratio} | {verdict} |")
+    # 16-bit against mixpar's own FP32: never slower, with or without 16-bit units.
+    for half in ("S_bf16", "S_fp16"):
+        if half in ours and "S_fp32" in ours:
+            r = ours[half] / ours["S_fp32"]
+            print(f"\nmixpar {half.replace('_', ' ')} / S fp32: {r:.2f}x (>= 1.0x: "
+                  f"{'met' if r >= 1.0 else 'not met'})")
 
 
 if __name__ == "__main__":
