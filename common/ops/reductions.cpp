@@ -62,6 +62,7 @@ std::vector<double> sums_of_squares(std::span<const Tensor> ts) {
     return out;
   }
 #endif
+  (void)total;  // a build without OpenMP has nothing to decide with it
   for (std::int64_t i = 0; i < n; ++i) one(i);
   return out;
 }
