@@ -8,6 +8,7 @@
 #include "ch06_tensor_parallel/cp_model_attention.h"
 #include "ch06_tensor_parallel/tp_collectives.h"
 #include "ch06_tensor_parallel/tp_gather.h"
+#include "ch06_tensor_parallel/tp_lesson.h"
 #include "comm/local_backend.h"
 #include "comm/parallel_grid.h"
 #include "ops/elementwise.h"
@@ -17,20 +18,6 @@
 
 namespace mixpar::ch06 {
 namespace {
-
-// Step s's batch [B, T], the same on every rank: random tokens, each followed by (token + 1)
-// mod V (a rule the model learns).
-void full_batch(const CpGptConfig& c, int step, std::vector<std::int32_t>& tok,
-                std::vector<std::int32_t>& tgt) {
-  const auto n = static_cast<std::size_t>(c.B * c.T);
-  tok.resize(n);
-  tgt.resize(n);
-  Philox gen(c.seed + 1000, static_cast<std::uint64_t>(step), 0);
-  for (std::size_t i = 0; i < n; ++i) {
-    tok[i] = static_cast<std::int32_t>(gen.next_u32() % std::uint32_t(c.model.vocab_size));
-    tgt[i] = (tok[i] + 1) % static_cast<std::int32_t>(c.model.vocab_size);
-  }
-}
 
 // Rows [b0, b0 + Bl) of a [B, T] batch, positions `pos` of each.
 std::vector<std::int32_t> rows_of(const std::vector<std::int32_t>& full, std::int64_t T,
@@ -83,7 +70,7 @@ void run_rank(const CpGptConfig& c, ParallelGrid* grid, CpGptResult& out, std::m
       chunk_positions(layout.chunks[static_cast<std::size_t>(at.cp)]);
   std::vector<std::int32_t> tok, tgt;
   for (int s = 0; s < c.steps; ++s) {
-    full_batch(c, s, tok, tgt);
+    lesson_batch(c.seed, s, c.B, c.T, c.model.vocab_size, tok, tgt);
     const std::vector<std::int32_t> my_tok = rows_of(tok, c.T, at.dp * Bl, Bl, pos);
     const std::vector<std::int32_t> my_tgt = rows_of(tgt, c.T, at.dp * Bl, Bl, pos);
     // The mean over this rank's rows; every rank holds as many, so the mean over dp x cp of

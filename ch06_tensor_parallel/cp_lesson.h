@@ -30,6 +30,15 @@ struct CpCase {
   // >= 0: add 1 to the keys and values of this position (does an earlier row see it?)
   std::int64_t perturb_position = -1;
   bool synchronous_sends = false;  // the local backend's NCCL-like sends
+
+  // The case of one layout, every other field at its default.
+  static CpCase of(int cp, CpAlgo algo, CpSplit split) {
+    CpCase c;
+    c.cp = cp;
+    c.algo = algo;
+    c.split = split;
+    return c;
+  }
 };
 
 struct CpCaseResult {

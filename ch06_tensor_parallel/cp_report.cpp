@@ -14,14 +14,6 @@ namespace {
 // from one device's in rounding only (tests/ch06/context_parallel_test.cpp).
 constexpr double kTrainTol = 1e-5;
 
-CpCase make_case(int cp, CpAlgo algo, CpSplit split) {
-  CpCase c;
-  c.cp = cp;
-  c.algo = algo;
-  c.split = split;
-  return c;
-}
-
 std::string algo_str(CpAlgo a) { return std::string(cp_algo_name(a)); }
 std::string split_str(CpSplit s) { return std::string(cp_split_name(s)); }
 
@@ -37,7 +29,7 @@ void print_equivalence(int steps, ClaimTable& checks) {
        {Run{CpAlgo::kRing, CpSplit::kContiguous}, Run{CpAlgo::kRing, CpSplit::kZigzag},
         Run{CpAlgo::kAllToAll, CpSplit::kZigzag}}) {
     for (int cp : {2, 4}) {
-      const CpCase c = make_case(cp, run.algo, run.split);
+      const CpCase c = CpCase::of(cp, run.algo, run.split);
       const CpCaseResult r = run_cp_case(c);
       const double to = cp_output_tolerance(c, r.out_scale),
                    tg = cp_grad_tolerance(c, r.grad_scale);
@@ -96,7 +88,7 @@ void print_traffic(ClaimTable& checks) {
   TextTable t({"algorithm", "cp", "fwd bytes/rank", "formula", "bwd bytes/rank", "formula"});
   for (CpAlgo algo : {CpAlgo::kRing, CpAlgo::kAllToAll}) {
     for (int cp : {2, 4}) {
-      const CpCase c = make_case(cp, algo, CpSplit::kZigzag);
+      const CpCase c = CpCase::of(cp, algo, CpSplit::kZigzag);
       const CpCaseResult r = run_cp_case(c);
       const CpTraffic f = cp_traffic_formula(algo, cp, c.B, c.T / cp, c.C, 4);
       bool all = true;
@@ -125,7 +117,7 @@ void print_work(ClaimTable& checks) {
   constexpr int kCp = 4;
   TextTable t({"split", "rank", "chunks held", "full", "diagonal", "skipped", "scores computed"});
   for (CpSplit split : {CpSplit::kContiguous, CpSplit::kZigzag}) {
-    const CpCase c = make_case(kCp, CpAlgo::kRing, split);
+    const CpCase c = CpCase::of(kCp, CpAlgo::kRing, split);
     const CpCaseResult r = run_cp_case(c);
     const CpLayout layout = cp_layout(c.T, kCp, split);
     for (int k = 0; k < kCp; ++k) {
@@ -165,7 +157,7 @@ void print_memory(ClaimTable& checks) {
   const double B = double(shape.B), T = double(shape.T), C = double(shape.C),
                H = double(shape.n_head);
   TextTable t({"run", "activations/rank (ledger)", "formula", "terms"});
-  const CpCaseResult base = run_cp_case(make_case(1, CpAlgo::kRing, CpSplit::kZigzag));
+  const CpCaseResult base = run_cp_case(CpCase::of(1, CpAlgo::kRing, CpSplit::kZigzag));
   const double one_formula = 4 * (4 * B * T * C + B * H * T * T);
   t.add({"one device", std::to_string(base.one_device_activation_bytes), fmt("%.0f", one_formula),
          "4 x (qkv + out 4BTC + probabilities B H T^2)"});
@@ -174,7 +166,7 @@ void print_memory(ClaimTable& checks) {
                double(base.one_device_activation_bytes) == one_formula}});
   for (CpAlgo algo : {CpAlgo::kRing, CpAlgo::kAllToAll}) {
     for (int cp : {2, 4}) {
-      const CpCaseResult r = run_cp_case(make_case(cp, algo, CpSplit::kZigzag));
+      const CpCaseResult r = run_cp_case(CpCase::of(cp, algo, CpSplit::kZigzag));
       const double formula =
           algo == CpAlgo::kRing
               ? 4 * (4 * B * T * C + B * H * T) / cp
@@ -215,7 +207,7 @@ Json cp_figure_data() {
   out.set("seq_len", CpCase{}.T);
   Json work = Json::object(), chunks = Json::object();
   for (CpSplit split : {CpSplit::kContiguous, CpSplit::kZigzag}) {
-    const CpCaseResult r = run_cp_case(make_case(kCp, CpAlgo::kRing, split));
+    const CpCaseResult r = run_cp_case(CpCase::of(kCp, CpAlgo::kRing, split));
     Json scores = Json::array();
     for (const CpWork& w : r.work) scores.push_back(w.scores);
     work.set(split_str(split), std::move(scores));
@@ -237,7 +229,7 @@ Json cp_figure_data() {
   Json traffic = Json::array();
   for (CpAlgo algo : {CpAlgo::kRing, CpAlgo::kAllToAll}) {
     for (int cp : {2, 4}) {
-      const CpCaseResult r = run_cp_case(make_case(cp, algo, CpSplit::kZigzag));
+      const CpCaseResult r = run_cp_case(CpCase::of(cp, algo, CpSplit::kZigzag));
       Json t = Json::object();
       t.set("algorithm", algo_str(algo));
       t.set("cp", cp);
@@ -259,7 +251,7 @@ void print_context_parallel(int steps, ClaimTable& checks) {
 }
 
 void print_cp_bug(const std::string& bug, int steps, ClaimTable& checks) {
-  CpCase c = make_case(2, CpAlgo::kRing, CpSplit::kZigzag);
+  CpCase c = CpCase::of(2, CpAlgo::kRing, CpSplit::kZigzag);
   if (bug == "unmasked-diagonal") {
     c.bugs.unmasked_diagonal = true;
     const CpCaseResult base = run_cp_case(c);

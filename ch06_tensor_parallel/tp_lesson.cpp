@@ -14,23 +14,20 @@
 #include "random/philox.h"
 
 namespace mixpar::ch06 {
-namespace {
-
-// The batches of step s: the same on every rank (tp ranks of one replica read the same rows).
-void batch(const TpRunConfig& c, int step, std::vector<std::int32_t>& tok,
-           std::vector<std::int32_t>& tgt) {
-  const auto n = static_cast<std::size_t>(c.B * c.T);
+void lesson_batch(std::uint64_t seed, int step, std::int64_t B, std::int64_t T,
+                  std::int64_t vocab_size, std::vector<std::int32_t>& tok,
+                  std::vector<std::int32_t>& tgt) {
+  const auto n = static_cast<std::size_t>(B * T);
   tok.resize(n);
   tgt.resize(n);
-  Philox gen(c.seed + 1000, /*stream=*/static_cast<std::uint64_t>(step), 0);
+  Philox gen(seed + 1000, /*stream=*/static_cast<std::uint64_t>(step), 0);
   for (std::size_t i = 0; i < n; ++i) {
-    tok[i] = static_cast<std::int32_t>(gen.next_u32() % std::uint32_t(c.model.vocab_size));
-  }
-  // A learnable rule: the next token is (token + 1) mod V.
-  for (std::size_t i = 0; i < n; ++i) {
-    tgt[i] = static_cast<std::int32_t>((tok[i] + 1) % c.model.vocab_size);
+    tok[i] = static_cast<std::int32_t>(gen.next_u32() % static_cast<std::uint32_t>(vocab_size));
+    tgt[i] = static_cast<std::int32_t>((tok[i] + 1) % vocab_size);
   }
 }
+
+namespace {
 
 // Writes this rank's shards into full [unpadded] tensors (the held elements of each).
 void scatter_into_full(const ParamRegistry& r, std::map<std::string, std::vector<float>>& full,
@@ -84,7 +81,7 @@ void run_rank(const TpRunConfig& c, Communicator* tp_comm, TpRunResult& out, std
   std::vector<std::int32_t> tok, tgt;
   MemoryLedger& ledger = current_ledger();
   for (int s = 0; s < c.steps; ++s) {
-    batch(c, s, tok, tgt);
+    lesson_batch(c.seed, s, c.B, c.T, c.model.vocab_size, tok, tgt);
     if (s == 0) ledger.reset_peaks();
     const std::size_t act_before = ledger.live(MemCategory::kActivations);
     const double loss = model.forward(tok, tgt, c.B, c.T);

@@ -14,6 +14,13 @@
 
 namespace mixpar::ch06 {
 
+// The lessons' batch of step `step` ([B, T] tokens and targets), the same on every rank: random
+// tokens from Philox(seed + 1000, stream step), each target (token + 1) mod V, a rule the model
+// learns. Chapter 6's tp and cp runs and the single device they are compared with read it.
+void lesson_batch(std::uint64_t seed, int step, std::int64_t B, std::int64_t T,
+                  std::int64_t vocab_size, std::vector<std::int32_t>& tok,
+                  std::vector<std::int32_t>& tgt);
+
 struct TpRunConfig {
   GptConfig model{2, 4, 32, 16, 64};  // 2 blocks, 4 heads, 32 wide, 16 positions, 64 tokens
   std::int64_t B = 2, T = 16;

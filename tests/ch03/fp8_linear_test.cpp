@@ -14,17 +14,12 @@
 #include "model/gpt.h"
 #include "numerics/formats.h"
 #include "util/errors.h"
+#include "fp8_test_util.h"
 
 namespace mixpar::fp8 {
 namespace {
 
-std::vector<float> normal(std::size_t n, unsigned seed, float sigma = 1) {
-  std::mt19937 g(seed);
-  std::normal_distribution<float> d(0, sigma);
-  std::vector<float> x(n);
-  for (float& v : x) v = d(g);
-  return x;
-}
+using test_util::normal;
 
 std::vector<float> transposed(const std::vector<float>& m, std::int64_t rows, std::int64_t cols) {
   std::vector<float> t(m.size());

@@ -13,17 +13,12 @@
 
 #include "numerics/formats.h"
 #include "util/errors.h"
+#include "fp8_test_util.h"
 
 namespace mixpar::fp8 {
 namespace {
 
-std::vector<float> normal(std::size_t n, unsigned seed, float sigma = 1) {
-  std::mt19937 g(seed);
-  std::normal_distribution<float> d(0, sigma);
-  std::vector<float> x(n);
-  for (float& v : x) v = d(g);
-  return x;
-}
+using test_util::normal;
 
 TEST(Fp8Scaling, FormatMaxesComeFromTheFormats) {
   EXPECT_EQ(fp8_max(DType::kE4M3), 448.0f);

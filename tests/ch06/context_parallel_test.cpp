@@ -16,14 +16,6 @@
 namespace mixpar::ch06 {
 namespace {
 
-CpCase make_case(int cp, CpAlgo algo, CpSplit split) {
-  CpCase c;
-  c.cp = cp;
-  c.algo = algo;
-  c.split = split;
-  return c;
-}
-
 void expect_equals_one_device(const CpCase& c, const char* what) {
   const CpCaseResult r = run_cp_case(c);
   const double to = cp_output_tolerance(c, r.out_scale), tg = cp_grad_tolerance(c, r.grad_scale);
@@ -110,19 +102,19 @@ TEST(RingAttention, MergeOfTwoPartialsEqualsSoftmaxOverBoth) {
 TEST(RingAttention, ForwardAndBackwardEqualOneDeviceCp2And4BothSplits) {
   for (int cp : {2, 4}) {
     for (CpSplit split : {CpSplit::kContiguous, CpSplit::kZigzag}) {
-      expect_equals_one_device(make_case(cp, CpAlgo::kRing, split), "ring");
+      expect_equals_one_device(CpCase::of(cp, CpAlgo::kRing, split), "ring");
     }
   }
 }
 
 TEST(RingAttention, CpOneEqualsOneDevice) {
-  expect_equals_one_device(make_case(1, CpAlgo::kRing, CpSplit::kZigzag), "ring");
+  expect_equals_one_device(CpCase::of(1, CpAlgo::kRing, CpSplit::kZigzag), "ring");
 }
 
 // Sends that wait for their receiver (NCCL's): the ring exchanges before computing instead of
 // overlapping, and neither deadlocks nor changes a bit.
 TEST(RingAttention, SynchronousSendsGiveTheSameResult) {
-  CpCase c = make_case(4, CpAlgo::kRing, CpSplit::kZigzag);
+  CpCase c = CpCase::of(4, CpAlgo::kRing, CpSplit::kZigzag);
   const CpCaseResult buffered = run_cp_case(c);
   c.synchronous_sends = true;
   const CpCaseResult sync = run_cp_case(c);
@@ -131,7 +123,7 @@ TEST(RingAttention, SynchronousSendsGiveTheSameResult) {
 }
 
 TEST(RingAttention, Bf16EqualsOneDeviceWithinBf16Rounding) {
-  CpCase c = make_case(2, CpAlgo::kRing, CpSplit::kZigzag);
+  CpCase c = CpCase::of(2, CpAlgo::kRing, CpSplit::kZigzag);
   c.dtype = DType::kBF16;
   const CpCaseResult r = run_cp_case(c);
   // Both round their output once to bf16 (2^-8 relative): two roundings apart at most.
@@ -144,8 +136,8 @@ TEST(RingAttention, Bf16EqualsOneDeviceWithinBf16Rounding) {
 
 TEST(RingAttention, ZigzagSplitBalancesBlockPairs) {
   for (int cp : {2, 4}) {
-    const CpCaseResult contiguous = run_cp_case(make_case(cp, CpAlgo::kRing, CpSplit::kContiguous));
-    const CpCaseResult zigzag = run_cp_case(make_case(cp, CpAlgo::kRing, CpSplit::kZigzag));
+    const CpCaseResult contiguous = run_cp_case(CpCase::of(cp, CpAlgo::kRing, CpSplit::kContiguous));
+    const CpCaseResult zigzag = run_cp_case(CpCase::of(cp, CpAlgo::kRing, CpSplit::kZigzag));
     const CpLayout lc = cp_layout(32, cp, CpSplit::kContiguous),
                    lz = cp_layout(32, cp, CpSplit::kZigzag);
     for (int r = 0; r < cp; ++r) {  // what the ring computed is what the split predicts
@@ -167,7 +159,7 @@ TEST(RingAttention, ZigzagSplitBalancesBlockPairs) {
 TEST(RingAttention, BytesSentPerLayerEqualTheFormula) {
   for (CpAlgo algo : {CpAlgo::kRing, CpAlgo::kAllToAll}) {
     for (int cp : {2, 4}) {
-      const CpCase c = make_case(cp, algo, CpSplit::kZigzag);
+      const CpCase c = CpCase::of(cp, algo, CpSplit::kZigzag);
       const CpCaseResult r = run_cp_case(c);
       const CpTraffic f = cp_traffic_formula(algo, cp, c.B, c.T / cp, c.C, 4);
       for (int rank = 0; rank < cp; ++rank) {
@@ -182,7 +174,7 @@ TEST(RingAttention, BytesSentPerLayerEqualTheFormula) {
 // activations without the B H T T probabilities.
 TEST(RingAttention, ActivationBytesPerRankAreOneCpthWithoutTheScores) {
   for (int cp : {2, 4}) {
-    const CpCase c = make_case(cp, CpAlgo::kRing, CpSplit::kZigzag);
+    const CpCase c = CpCase::of(cp, CpAlgo::kRing, CpSplit::kZigzag);
     const CpCaseResult r = run_cp_case(c);
     const std::size_t per_rank = std::size_t(4) * (4 * c.B * c.T * c.C + c.B * c.n_head * c.T) / cp;
     const std::size_t one = std::size_t(4) * (4 * c.B * c.T * c.C + c.B * c.n_head * c.T * c.T);
@@ -194,7 +186,7 @@ TEST(RingAttention, ActivationBytesPerRankAreOneCpthWithoutTheScores) {
 TEST(UlyssesAttention, ForwardAndBackwardEqualOneDeviceCp2And4BothSplits) {
   for (int cp : {2, 4}) {
     for (CpSplit split : {CpSplit::kContiguous, CpSplit::kZigzag}) {
-      const CpCase c = make_case(cp, CpAlgo::kAllToAll, split);
+      const CpCase c = CpCase::of(cp, CpAlgo::kAllToAll, split);
       const CpCaseResult r = run_cp_case(c);
       // Heads are independent: each rank runs the one device's kernel on whole heads, so
       // nothing is summed in another order.
@@ -205,7 +197,7 @@ TEST(UlyssesAttention, ForwardAndBackwardEqualOneDeviceCp2And4BothSplits) {
 }
 
 TEST(UlyssesAttention, CpNotDividingTheHeadsIsRefused) {
-  CpCase c = make_case(4, CpAlgo::kAllToAll, CpSplit::kZigzag);
+  CpCase c = CpCase::of(4, CpAlgo::kAllToAll, CpSplit::kZigzag);
   c.n_head = 2;
   c.C = 16;
   try {
@@ -220,7 +212,7 @@ TEST(UlyssesAttention, CpNotDividingTheHeadsIsRefused) {
 // The failure modes. The diagonal block computed like a full one: a row sees keys after it.
 TEST(RingAttentionBugs, UnmaskedDiagonalLetsARowSeeTheFuture) {
   for (bool bug : {false, true}) {
-    CpCase c = make_case(2, CpAlgo::kRing, CpSplit::kZigzag);
+    CpCase c = CpCase::of(2, CpAlgo::kRing, CpSplit::kZigzag);
     c.bugs.unmasked_diagonal = bug;
     const CpCaseResult base = run_cp_case(c);
     c.perturb_position = 1;  // change token 1's key and value
@@ -239,14 +231,14 @@ TEST(RingAttentionBugs, UnmaskedDiagonalLetsARowSeeTheFuture) {
 }
 
 TEST(RingAttentionBugs, SkippedLogSumExpMergeGivesAWrongOutput) {
-  CpCase c = make_case(2, CpAlgo::kRing, CpSplit::kZigzag);
+  CpCase c = CpCase::of(2, CpAlgo::kRing, CpSplit::kZigzag);
   c.bugs.skip_lse_merge = true;
   const CpCaseResult r = run_cp_case(c);
   EXPECT_GT(r.out_error, 100 * cp_output_tolerance(c, r.out_scale));
 }
 
 TEST(RingAttentionBugs, ZigzagPositionsTakenAsContiguousGiveAWrongOutput) {
-  CpCase c = make_case(2, CpAlgo::kRing, CpSplit::kZigzag);
+  CpCase c = CpCase::of(2, CpAlgo::kRing, CpSplit::kZigzag);
   c.positions_as_contiguous = true;
   const CpCaseResult r = run_cp_case(c);
   EXPECT_GT(r.out_error, 100 * cp_output_tolerance(c, r.out_scale));
