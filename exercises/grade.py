@@ -138,6 +138,10 @@ class BuildCommands:
     def __init__(self, build, exercise, stem):
         self.build = build
         target = f"exercise_{exercise}"
+        source = self._source_dir(build)
+        if source is not None and os.path.realpath(source) != os.path.realpath(ROOT):
+            raise BadInput(f"build {build} was configured from {source}, not from this "
+                           f"checkout ({ROOT}): grade with that checkout's exercises/grade.sh")
         text = self._commands(target)
         if text is None:
             raise BadInput(f"build {build}: no target {target} (configure it again: "
@@ -155,6 +159,17 @@ class BuildCommands:
             raise RuntimeError(f"grade: the build's commands for {target} are not in the form "
                                "expected (a compile of the answer, of the tests, a link)")
         self.answer_obj = self._output(self.compile_answer)
+
+    @staticmethod
+    def _source_dir(build):
+        try:
+            with open(os.path.join(build, "CMakeCache.txt"), encoding="utf-8") as f:
+                for line in f:
+                    if line.startswith("CMAKE_HOME_DIRECTORY:"):
+                        return line.split("=", 1)[1].strip()
+        except OSError:
+            pass
+        return None
 
     def _commands(self, target):
         r = subprocess.run(["ninja", "-C", self.build, "-t", "commands", target],

@@ -8,6 +8,8 @@
               graded
   bad-input   a malformed rubric, a missing student tree, an unknown hidden folder, a bad flag:
               exit code 2 and one line on stderr
+  rubric      the default rubric (exercises/rubric.tsv) lists every exercise folder once, so a
+              new exercise cannot go ungraded
 
   python3 exercises/grade_test.py SCENARIO BUILD_DIR
 """
@@ -68,8 +70,26 @@ def junit_counts(out):
     return cases, failed
 
 
+def default_rubric_names():
+    with open(os.path.join(HERE, "rubric.tsv")) as f:
+        return [l.split("\t")[0] for l in f.read().splitlines() if l.strip() and not l.startswith("#")]
+
+
+def exercise_folders():
+    return sorted(d for d in os.listdir(HERE)
+                  if os.path.isdir(os.path.join(HERE, d, "solution")))
+
+
 def main():
     scenario, build = sys.argv[1], os.path.abspath(sys.argv[2])
+    if scenario == "rubric":
+        names = default_rubric_names()
+        folders = exercise_folders()
+        check(len(names) == len(set(names)), f"no exercise twice in the rubric ({names})")
+        check(sorted(names) == folders,
+              f"the rubric's exercises are the exercise folders (missing from the rubric: "
+              f"{sorted(set(folders) - set(names))}; not exercises: {sorted(set(names) - set(folders))})")
+        return 0
     tmp = tempfile.mkdtemp(prefix="grade_test_")
     try:
         if scenario == "solutions":
