@@ -2,6 +2,7 @@
 // on a local group of n threads with the same inputs: every rank ends with every owner's chunk,
 // bit for bit the same buffers, in n - 1 exchanges of one chunk each.
 #include "ch04_ring_all_gather/ring_all_gather.h"
+#include "ring_mailboxes.h"
 
 #include <gtest/gtest.h>
 
@@ -17,40 +18,6 @@
 
 namespace mixpar::exercises {
 namespace {
-
-// One slot per rank: rank r posts into slot r + 1 and takes from slot r. A rank that waits
-// longer than 10 s (an exchange too many, or too few on a peer) throws, which ends the test
-// program: a wrong answer fails, it never hangs.
-class Mailboxes {
- public:
-  explicit Mailboxes(int n) : slots_(static_cast<std::size_t>(n)) {}
-  void post(int to, std::vector<float> v) {
-    std::unique_lock lock(m_);
-    auto& slot = slots_[static_cast<std::size_t>(to)];
-    wait(lock, [&] { return !slot.has_value(); });
-    slot = std::move(v);
-    cv_.notify_all();
-  }
-  std::vector<float> take(int me) {
-    std::unique_lock lock(m_);
-    auto& slot = slots_[static_cast<std::size_t>(me)];
-    wait(lock, [&] { return slot.has_value(); });
-    std::vector<float> v = std::move(*slot);
-    slot.reset();
-    cv_.notify_all();
-    return v;
-  }
-
- private:
-  template <class P> void wait(std::unique_lock<std::mutex>& lock, P ready) {
-    if (!cv_.wait_for(lock, std::chrono::seconds(10), ready)) {
-      throw std::runtime_error("ring exchange: no partner within 10 s (calls do not match)");
-    }
-  }
-  std::mutex m_;
-  std::condition_variable cv_;
-  std::vector<std::optional<std::vector<float>>> slots_;
-};
 
 // Rank r's input: its owned chunk holds its values, the other chunks stale partial sums.
 std::vector<float> input(int r, int n, std::int64_t size) {

@@ -2,6 +2,7 @@
 // over every rank, sends exactly (n - 1)/n of the buffer, for sizes n does and does not divide.
 // Integer-valued inputs make every order of the sum exact.
 #include "ch04_ring_reduce_scatter/ring_reduce_scatter.h"
+#include "ring_mailboxes.h"
 
 #include <gtest/gtest.h>
 
@@ -14,40 +15,6 @@
 
 namespace mixpar::exercises {
 namespace {
-
-// One slot per rank: rank r posts into slot r + 1 and takes from slot r. A rank that waits
-// longer than 10 s (an exchange too many, or too few on a peer) throws, which ends the test
-// program: a wrong answer fails, it never hangs.
-class Mailboxes {
- public:
-  explicit Mailboxes(int n) : slots_(static_cast<std::size_t>(n)) {}
-  void post(int to, std::vector<float> v) {
-    std::unique_lock lock(m_);
-    auto& slot = slots_[static_cast<std::size_t>(to)];
-    wait(lock, [&] { return !slot.has_value(); });
-    slot = std::move(v);
-    cv_.notify_all();
-  }
-  std::vector<float> take(int me) {
-    std::unique_lock lock(m_);
-    auto& slot = slots_[static_cast<std::size_t>(me)];
-    wait(lock, [&] { return slot.has_value(); });
-    std::vector<float> v = std::move(*slot);
-    slot.reset();
-    cv_.notify_all();
-    return v;
-  }
-
- private:
-  template <class P> void wait(std::unique_lock<std::mutex>& lock, P ready) {
-    if (!cv_.wait_for(lock, std::chrono::seconds(10), ready)) {
-      throw std::runtime_error("ring exchange: no partner within 10 s (calls do not match)");
-    }
-  }
-  std::mutex m_;
-  std::condition_variable cv_;
-  std::vector<std::optional<std::vector<float>>> slots_;
-};
 
 float value(int rank, std::int64_t i) { return static_cast<float>((i + 1) * (rank + 1)); }
 
