@@ -10,6 +10,7 @@
 #include <string>
 
 #include "cuda/check.h"
+#include "cuda/cublaslt_handles.h"
 
 namespace mixpar::cuda {
 
@@ -60,26 +61,13 @@ std::size_t common_alignment(const GemmCall& c) {
   return static_cast<std::size_t>(bits & (~bits + 1));  // lowest set bit
 }
 
-// RAII for the three cuBLASLt descriptor kinds.
-struct DescDeleter {
-  void operator()(cublasLtMatmulDescOpaque_t* d) const { cublasLtMatmulDescDestroy(d); }
-  void operator()(cublasLtMatrixLayoutOpaque_t* d) const { cublasLtMatrixLayoutDestroy(d); }
-  void operator()(cublasLtMatmulPreferenceOpaque_t* d) const { cublasLtMatmulPreferenceDestroy(d); }
-};
-using MatmulDesc = std::unique_ptr<cublasLtMatmulDescOpaque_t, DescDeleter>;
-using Layout = std::unique_ptr<cublasLtMatrixLayoutOpaque_t, DescDeleter>;
-using Preference = std::unique_ptr<cublasLtMatmulPreferenceOpaque_t, DescDeleter>;
+using lt::Layout;
+using lt::MatmulDesc;
+using lt::Preference;
+using lt::set_attr;
 
 Layout make_layout(DType t, std::int64_t rows, std::int64_t cols, std::int64_t ld) {
-  cublasLtMatrixLayout_t l = nullptr;
-  MIXPAR_CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(
-      &l, cuda_type(t), static_cast<std::uint64_t>(rows), static_cast<std::uint64_t>(cols), ld));
-  return Layout(l);
-}
-
-template <class V>
-void set_attr(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr, const V& value) {
-  MIXPAR_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(d, attr, &value, sizeof(value)));
+  return lt::make_layout(cuda_type(t), rows, cols, ld);
 }
 
 cublasLtEpilogue_t lt_epilogue(Epilogue e) {

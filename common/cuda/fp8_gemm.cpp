@@ -10,6 +10,7 @@
 #include <string>
 
 #include "cuda/check.h"
+#include "cuda/cublaslt_handles.h"
 #include "cuda/fp8.h"
 
 namespace mixpar::cuda {
@@ -27,25 +28,13 @@ cudaDataType_t lt_type(DType t) {
   }
 }
 
-struct DescDeleter {
-  void operator()(cublasLtMatmulDescOpaque_t* d) const { cublasLtMatmulDescDestroy(d); }
-  void operator()(cublasLtMatrixLayoutOpaque_t* d) const { cublasLtMatrixLayoutDestroy(d); }
-  void operator()(cublasLtMatmulPreferenceOpaque_t* d) const { cublasLtMatmulPreferenceDestroy(d); }
-};
-using MatmulDesc = std::unique_ptr<cublasLtMatmulDescOpaque_t, DescDeleter>;
-using Layout = std::unique_ptr<cublasLtMatrixLayoutOpaque_t, DescDeleter>;
-using Preference = std::unique_ptr<cublasLtMatmulPreferenceOpaque_t, DescDeleter>;
+using lt::Layout;
+using lt::MatmulDesc;
+using lt::Preference;
+using lt::set_attr;
 
 Layout layout(DType t, std::int64_t rows, std::int64_t cols, std::int64_t ld) {
-  cublasLtMatrixLayout_t l = nullptr;
-  MIXPAR_CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&l, lt_type(t), static_cast<std::uint64_t>(rows),
-                                                   static_cast<std::uint64_t>(cols), ld));
-  return Layout(l);
-}
-
-template <class V>
-void set_attr(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr, const V& value) {
-  MIXPAR_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(d, attr, &value, sizeof(value)));
+  return lt::make_layout(lt_type(t), rows, cols, ld);
 }
 
 // Runs the GEMM once; `with_amax` asks the epilogue for max |D|. Returns cuBLASLt's status
