@@ -3,12 +3,14 @@
 // go to oneDNN with the bias as its epilogue where the CPU multiplies 16-bit numbers itself.
 #include "ops/linear.h"
 
+#include <type_traits>
 #include <vector>
 
 #include "ops/checks.h"
 #include "ops/chunked.h"
 #include "ops/eigen_gemm.h"
 #include "ops/fixed_order.h"
+#include "ops/fma_gemm.h"
 #include "ops/matrix_view.h"
 #include "ops/onednn_matmul.h"
 #include "ops/op_profile.h"
@@ -26,8 +28,13 @@ void check_bias(const Tensor& b, std::int64_t n, const char* op) {
 template <class C> void linear_fused(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) {
   const ValuesIn<C> in_x(x), in_w(w), in_b(b);
   ValuesOut<C> result(y, false);
-  detail::eigen_linear<C>(in_x.data(), in_w.data(), in_b.data(), result.data(), x.dim(0),
-                          w.dim(1), x.dim(1));
+  if constexpr (std::is_same_v<C, float>) {  // the bias in the kernels' epilogue: fma_gemm.h
+    detail::fma_gemm(in_x.data(), in_w.data(), in_b.data(), result.data(), x.dim(0), w.dim(1),
+                     x.dim(1), false, false, 1.0f, 0.0f);
+  } else {
+    detail::eigen_linear<C>(in_x.data(), in_w.data(), in_b.data(), result.data(), x.dim(0),
+                            w.dim(1), x.dim(1));
+  }
   result.commit();
 }
 

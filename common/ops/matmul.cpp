@@ -1,14 +1,17 @@
-// GEMM: Eigen on the tensors' buffers for FP32 accumulation (no copy of f32 operands, Eigen's
-// own blocking, our threads: eigen_gemm.h), oneDNN for 16-bit operands where the CPU has 16-bit
-// dot products (onednn_matmul.h), a plain triple loop for the FP16-accumulation lesson.
+// GEMM: FP32 accumulation on the tensors' buffers (no copy of f32 operands) by the FMA-chain
+// kernels (fma_gemm.h: the same bits on every CPU, the fastest kernel the CPU has), FP64
+// references by Eigen (eigen_gemm.h), oneDNN for 16-bit operands where the CPU has 16-bit dot
+// products (onednn_matmul.h), a plain triple loop for the FP16-accumulation lesson.
 #include "ops/matmul.h"
 
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "ops/checks.h"
 #include "ops/eigen_gemm.h"
 #include "ops/fixed_order.h"
+#include "ops/fma_gemm.h"
 #include "ops/matrix_view.h"
 #include "ops/onednn_matmul.h"
 #include "ops/op_profile.h"
@@ -46,14 +49,19 @@ GemmDims check_matmul(const Tensor& a, const Tensor& b, const Tensor& out, bool 
 
 // out = alpha * op(A) op(B) + beta * out in C arithmetic, one rounding into out's dtype: the
 // operands as C arrays (in place when already C, widened once otherwise: matrix_view.h), the
-// product by Eigen (eigen_gemm.h).
+// product by fma_gemm.h for FP32 and by Eigen (eigen_gemm.h) for FP64.
 template <class C>
-void gemm_eigen(const Tensor& a, const Tensor& b, Tensor& out, const GemmDims& d, bool ta,
-                bool tb, C alpha, C beta) {
+void gemm_values(const Tensor& a, const Tensor& b, Tensor& out, const GemmDims& d, bool ta,
+                 bool tb, C alpha, C beta) {
   const ValuesIn<C> in_a(a), in_b(b);
   ValuesOut<C> result(out, beta != C(0));
-  detail::eigen_gemm<C>(in_a.data(), in_b.data(), result.data(), d.m, d.n, d.k, ta, tb, alpha,
-                        beta);
+  if constexpr (std::is_same_v<C, float>) {
+    detail::fma_gemm(in_a.data(), in_b.data(), nullptr, result.data(), d.m, d.n, d.k, ta, tb,
+                     alpha, beta);
+  } else {
+    detail::eigen_gemm<C>(in_a.data(), in_b.data(), result.data(), d.m, d.n, d.k, ta, tb, alpha,
+                          beta);
+  }
   result.commit();
 }
 
@@ -96,9 +104,9 @@ void matmul(const Tensor& a, const Tensor& b, Tensor& out, bool trans_a, bool tr
   } else if (detail::onednn_matmul(a, b, out, trans_a, trans_b, alpha, beta)) {
     // 16-bit operands on the CPU's 16-bit units, where oneDNN has them (onednn_matmul.h)
   } else if (any_f64({&a, &b, &out})) {
-    gemm_eigen<double>(a, b, out, d, trans_a, trans_b, alpha, beta);
+    gemm_values<double>(a, b, out, d, trans_a, trans_b, alpha, beta);
   } else {
-    gemm_eigen<float>(a, b, out, d, trans_a, trans_b, alpha, beta);
+    gemm_values<float>(a, b, out, d, trans_a, trans_b, alpha, beta);
   }
 }
 

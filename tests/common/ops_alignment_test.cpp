@@ -172,11 +172,13 @@ TEST(RowMath, BiasGradientSumsEachColumnInRowOrder) {
   }
 }
 
-// Eigen plans its GEMM panels with fixed cache sizes, not the ones this CPU reports, so a
-// K = 1024 product sums in the same groups on a 32 KiB-L1 and a 48 KiB-L1 CPU.
+// Where Eigen still multiplies (FP64 references, attention's per-head products), it plans its
+// GEMM panels with fixed cache sizes, not the ones this CPU reports, so a K = 1024 product sums
+// in the same groups on a 32 KiB-L1 and a 48 KiB-L1 CPU. (FP32 matmuls take fma_gemm.h, whose
+// order has no panels to plan: ops_fma_gemm_test.cpp.)
 TEST(RowMath, EigenPlansGemmsWithFixedCacheSizesNotThisCpus) {
-  const Tensor a = random_tensor({4, 1024}, DType::kF32, 12), b = random_tensor({1024, 4}, DType::kF32, 13);
-  Tensor c = Tensor::zeros({4, 4}, DType::kF32);
+  const Tensor a = random_tensor({4, 1024}, DType::kF64, 12), b = random_tensor({1024, 4}, DType::kF64, 13);
+  Tensor c = Tensor::zeros({4, 4}, DType::kF64);
   ops::matmul(a, b, c);
   EXPECT_EQ(Eigen::l1CacheSize(), ops::detail::kEigenCacheSizes[0]);
   EXPECT_EQ(Eigen::l2CacheSize(), ops::detail::kEigenCacheSizes[1]);

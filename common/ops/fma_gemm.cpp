@@ -1,0 +1,353 @@
+// The FP32 GEMM's kernels and their driver (fma_gemm.h). Each vector kernel is compiled for its
+// ISA with a target attribute and called only where CPUID and XGETBV say the CPU and OS have it
+// (util/cpu_features.h), so the default x86-64-v3 build carries the AVX-512 kernel and an
+// AVX-512 build the AVX2 one; which one runs never changes a bit of the result.
+#include "ops/fma_gemm.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "ops/parallel_gemm.h"
+#include "util/cpu_features.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define MIXPAR_FMA_GEMM_X86 1
+#endif
+
+namespace mixpar::ops {
+namespace {
+
+struct Gemm {
+  const float* a;
+  const float* b;
+  const float* bias;
+  float* o;
+  std::int64_t m, n, k;
+  bool ta, tb;
+  float alpha, beta;
+
+  float a_at(std::int64_t i, std::int64_t kk) const { return ta ? a[kk * m + i] : a[i * k + kk]; }
+  float b_at(std::int64_t kk, std::int64_t j) const { return tb ? b[j * k + kk] : b[kk * n + j]; }
+};
+
+// The epilogue of one element, in fma_gemm.h's order. The vector kernels do the same
+// operations on whole rows of a tile; mixpar_ops is compiled with -ffp-contract=off, so neither
+// fuses the multiply and the add here into an FMA.
+inline float finish(const Gemm& g, float acc, std::int64_t i, std::int64_t j) {
+  float t = g.alpha == 1.0f ? acc : g.alpha * acc;
+  if (g.bias != nullptr) t = t + g.bias[j];
+  if (g.beta != 0.0f) t = t + g.beta * g.o[i * g.n + j];
+  return t;
+}
+
+// An edge tile (fewer than MR rows or NR columns are real): the kernel leaves its accumulators
+// in tile [MR][NR] and the real elements are finished one by one.
+void finish_tile(const Gemm& g, const float* tile, int nr_tile, std::int64_t i0, std::int64_t j0,
+                 int rows, int cols) {
+  for (int r = 0; r < rows; ++r) {
+    for (int c = 0; c < cols; ++c) {
+      g.o[(i0 + r) * g.n + j0 + c] = finish(g, tile[r * nr_tile + c], i0 + r, j0 + c);
+    }
+  }
+}
+
+// Blocking (BLIS's loops around the micro-kernel, with BLIS's names): output columns in blocks
+// of NC, k in panels of KC, output rows in blocks of MC. One KC x NR panel of packed B (32 KiB
+// on AVX-512) is reused from L1 by the MC / MR micro-panels of A (an MC x KC block, 144 KiB, in
+// L2). An element's chain crosses the k-panels unbroken: between panels its accumulator is
+// stored as an FP32 number and loaded back, which changes nothing (fma_gemm.h). The sizes
+// therefore set only the speed; they suit a 32-48 KiB L1 and a 512 KiB-2 MiB L2 (AMD Zen,
+// Intel since Skylake-SP).
+constexpr std::int64_t kKc = 256, kMc = 144, kNc = 512;
+
+// Rows [i0, i0 + rows) and steps [p0, p0 + kc) of op(A) as micro-panels of MR rows, each
+// [kc][MR] (the MR values the kernel broadcasts at one step side by side); rows past the end are
+// zero.
+template <int MR>
+void pack_a(const Gemm& g, std::int64_t i0, std::int64_t rows, std::int64_t p0, std::int64_t kc,
+            float* ap) {
+  const std::int64_t panels = (rows + MR - 1) / MR;
+  for (std::int64_t p = 0; p < panels; ++p) {
+    float* dst = ap + p * MR * kc;
+    const std::int64_t first = i0 + p * MR;
+    const int real = static_cast<int>(std::min<std::int64_t>(MR, i0 + rows - first));
+    if (g.ta) {  // a is [k, m]: the MR values of one step are contiguous
+      for (std::int64_t kk = 0; kk < kc; ++kk) {
+        const float* src = g.a + (p0 + kk) * g.m + first;
+        for (int r = 0; r < MR; ++r) dst[kk * MR + r] = r < real ? src[r] : 0.0f;
+      }
+    } else {  // a is [m, k]: MR rows read side by side
+      for (int r = 0; r < MR; ++r) {
+        const float* src = g.a + (first + r) * g.k + p0;
+        for (std::int64_t kk = 0; kk < kc; ++kk) dst[kk * MR + r] = r < real ? src[kk] : 0.0f;
+      }
+    }
+  }
+}
+
+// Columns [j0, j0 + cols) and steps [p0, p0 + kc) of op(B) as panels of NR columns, each
+// [kc][NR]; columns past the end are zero.
+template <int NR>
+void pack_b(const Gemm& g, std::int64_t j0, std::int64_t cols, std::int64_t p0, std::int64_t kc,
+            float* bp) {
+  const std::int64_t panels = (cols + NR - 1) / NR;
+  for (std::int64_t q = 0; q < panels; ++q) {
+    float* dst = bp + q * NR * kc;
+    const std::int64_t first = j0 + q * NR;
+    const int real = static_cast<int>(std::min<std::int64_t>(NR, j0 + cols - first));
+    if (!g.tb) {  // b is [k, n]: one step's NR values are a piece of one row
+      for (std::int64_t kk = 0; kk < kc; ++kk) {
+        const float* src = g.b + (p0 + kk) * g.n + first;
+        for (int c = 0; c < NR; ++c) dst[kk * NR + c] = c < real ? src[c] : 0.0f;
+      }
+    } else {  // b is [n, k]: column j of op(B) is row j of b, read NR rows side by side
+      for (int c = 0; c < NR; ++c) {
+        const float* src = g.b + (first + c) * g.k + p0;
+        for (std::int64_t kk = 0; kk < kc; ++kk) dst[kk * NR + c] = c < real ? src[kk] : 0.0f;
+      }
+    }
+  }
+}
+
+// What one micro-kernel call computes: an MR x NR tile of the output over the steps of one
+// k-panel. Its accumulators start at zero (first panel) or at the partial sums the previous
+// panel left in part[r * ldp + c]; after the last panel the tile is finished into o (only its
+// rows x cols real elements), otherwise its partial sums go back to part.
+struct Tile {
+  const float* ap;
+  const float* bp;
+  std::int64_t kc;
+  float* part;
+  std::int64_t ldp;
+  bool first, last;
+  std::int64_t i0, j0;
+  int rows, cols;
+};
+
+// ---- Portable: plain C++ with std::fma, 4 x 16 accumulators (the compiler may vectorise the
+// c loop; each element's chain is the same whatever it does, fma being one rounding).
+constexpr int kPortableMr = 4, kPortableNr = 16;
+
+void kernel_portable(const Gemm& g, const Tile& t) {
+  float acc[kPortableMr * kPortableNr];
+  for (int r = 0; r < kPortableMr; ++r) {
+    for (int c = 0; c < kPortableNr; ++c) {
+      acc[r * kPortableNr + c] = t.first ? 0.0f : t.part[r * t.ldp + c];
+    }
+  }
+  for (std::int64_t kk = 0; kk < t.kc; ++kk) {
+    const float* av = t.ap + kk * kPortableMr;
+    const float* bv = t.bp + kk * kPortableNr;
+    for (int r = 0; r < kPortableMr; ++r) {
+      for (int c = 0; c < kPortableNr; ++c) {
+        acc[r * kPortableNr + c] = std::fma(av[r], bv[c], acc[r * kPortableNr + c]);
+      }
+    }
+  }
+  if (!t.last) {
+    for (int r = 0; r < kPortableMr; ++r) {
+      for (int c = 0; c < kPortableNr; ++c) t.part[r * t.ldp + c] = acc[r * kPortableNr + c];
+    }
+    return;
+  }
+  finish_tile(g, acc, kPortableNr, t.i0, t.j0, t.rows, t.cols);
+}
+
+#if defined(MIXPAR_FMA_GEMM_X86)
+
+// The vector kernels, one per ISA: MR rows x NR columns, two registers of W floats per row.
+// Their accumulators are named only with constant indices (every loop over them unrolled), so
+// the compiler keeps all of them in registers for the whole k-panel.
+#define MIXPAR_FMA_GEMM_KERNEL(NAME, TARGET, VEC, P, W, MR, NR, BROADCAST)                        \
+  __attribute__((target(TARGET))) void NAME(const Gemm& g, const Tile& t) {                       \
+    VEC acc[MR][2];                                                                               \
+    _Pragma("GCC unroll 16") for (int r = 0; r < MR; ++r) {                                       \
+      acc[r][0] = t.first ? P##_setzero_ps() : P##_loadu_ps(t.part + r * t.ldp);                 \
+      acc[r][1] = t.first ? P##_setzero_ps() : P##_loadu_ps(t.part + r * t.ldp + W);             \
+    }                                                                                             \
+    const float* ap = t.ap;                                                                       \
+    const float* bp = t.bp;                                                                       \
+    for (std::int64_t kk = t.kc; kk > 0; --kk, ap += MR, bp += NR) {                              \
+      const VEC b0 = P##_loadu_ps(bp);                                                            \
+      const VEC b1 = P##_loadu_ps(bp + W);                                                        \
+      _Pragma("GCC unroll 16") for (int r = 0; r < MR; ++r) {                                     \
+        const VEC x = BROADCAST(ap + r);                                                          \
+        acc[r][0] = P##_fmadd_ps(x, b0, acc[r][0]);                                               \
+        acc[r][1] = P##_fmadd_ps(x, b1, acc[r][1]);                                               \
+      }                                                                                           \
+    }                                                                                             \
+    if (!t.last) {                                                                                \
+      _Pragma("GCC unroll 16") for (int r = 0; r < MR; ++r) {                                     \
+        P##_storeu_ps(t.part + r * t.ldp, acc[r][0]);                                             \
+        P##_storeu_ps(t.part + r * t.ldp + W, acc[r][1]);                                         \
+      }                                                                                           \
+      return;                                                                                     \
+    }                                                                                             \
+    alignas(64) float tile[MR * NR];                                                              \
+    _Pragma("GCC unroll 16") for (int r = 0; r < MR; ++r) {                                       \
+      P##_store_ps(tile + r * NR, acc[r][0]);                                                     \
+      P##_store_ps(tile + r * NR + W, acc[r][1]);                                                 \
+    }                                                                                             \
+    if (t.rows < MR || t.cols < NR) {                                                             \
+      finish_tile(g, tile, NR, t.i0, t.j0, t.rows, t.cols);                                       \
+      return;                                                                                     \
+    }                                                                                             \
+    /* The epilogue of fma_gemm.h on whole registers: the same operations as finish(). */        \
+    const VEC alpha = P##_set1_ps(g.alpha), beta = P##_set1_ps(g.beta);                           \
+    for (int r = 0; r < MR; ++r) {                                                                \
+      float* out = g.o + (t.i0 + r) * g.n + t.j0;                                                 \
+      for (int h = 0; h < NR; h += W) {                                                           \
+        VEC v = P##_load_ps(tile + r * NR + h);                                                   \
+        if (g.alpha != 1.0f) v = P##_mul_ps(alpha, v);                                            \
+        if (g.bias != nullptr) v = P##_add_ps(v, P##_loadu_ps(g.bias + t.j0 + h));                \
+        if (g.beta != 0.0f) v = P##_add_ps(v, P##_mul_ps(beta, P##_loadu_ps(out + h)));           \
+        P##_storeu_ps(out + h, v);                                                                \
+      }                                                                                           \
+    }                                                                                             \
+  }
+
+// AVX2 + FMA: 6 x 16, 12 of the 16 ymm registers hold accumulators.
+constexpr int kAvx2Mr = 6, kAvx2Nr = 16;
+MIXPAR_FMA_GEMM_KERNEL(kernel_avx2, "avx2,fma", __m256, _mm256, 8, kAvx2Mr, kAvx2Nr,
+                       _mm256_broadcast_ss)
+
+// AVX-512 F: 12 x 32, 24 of the 32 zmm registers hold accumulators.
+constexpr int kAvx512Mr = 12, kAvx512Nr = 32;
+__attribute__((target("avx512f"))) inline __m512 broadcast512(const float* p) {
+  return _mm512_set1_ps(*p);
+}
+MIXPAR_FMA_GEMM_KERNEL(kernel_avx512, "avx512f", __m512, _mm512, 16, kAvx512Mr, kAvx512Nr,
+                       broadcast512)
+
+#undef MIXPAR_FMA_GEMM_KERNEL
+
+#endif  // MIXPAR_FMA_GEMM_X86
+
+using Kernel = void (*)(const Gemm&, const Tile&);
+
+// One output block [i0, i0 + rows) x [j0, j0 + cols) on one thread, in BLIS's loop order:
+// columns by NC, k by KC (B packed once per pair), rows by MC (A packed), then every NR-column
+// panel of B with every MR-row micro-panel of A. The partial sums between k-panels live in
+// part (the block's rows x NC), which a product with k <= KC never touches.
+template <int MR, int NR>
+void run_block(const Gemm& g, Kernel kernel, std::int64_t i0, std::int64_t rows, std::int64_t j0,
+               std::int64_t cols) {
+  static_assert(kMc % MR == 0 && kNc % NR == 0, "blocks are whole micro-tiles");
+  static thread_local std::vector<float> apack, bpack, part;
+  const std::int64_t kpanels = std::max<std::int64_t>(1, (g.k + kKc - 1) / kKc);
+  const std::int64_t kc_max = std::min(g.k, kKc);
+  apack.resize(static_cast<std::size_t>(kMc * kc_max));
+  bpack.resize(static_cast<std::size_t>(kNc * kc_max));
+  if (kpanels > 1) part.resize(static_cast<std::size_t>((rows + MR - 1) / MR * MR * kNc));
+  for (std::int64_t jc = j0; jc < j0 + cols; jc += kNc) {
+    const std::int64_t nc = std::min(kNc, j0 + cols - jc);
+    for (std::int64_t kp = 0; kp < kpanels; ++kp) {
+      const std::int64_t p0 = kp * kKc;
+      const std::int64_t kc = std::min(kKc, g.k - p0);
+      pack_b<NR>(g, jc, nc, p0, kc, bpack.data());
+      for (std::int64_t ic = i0; ic < i0 + rows; ic += kMc) {
+        const std::int64_t mc = std::min(kMc, i0 + rows - ic);
+        pack_a<MR>(g, ic, mc, p0, kc, apack.data());
+        for (std::int64_t jr = 0; jr < nc; jr += NR) {
+          for (std::int64_t ir = 0; ir < mc; ir += MR) {
+            const Tile t{apack.data() + ir * kc,
+                         bpack.data() + jr * kc,
+                         kc,
+                         part.data() + (ic - i0 + ir) * kNc + jr,
+                         kNc,
+                         kp == 0,
+                         kp + 1 == kpanels,
+                         ic + ir,
+                         jc + jr,
+                         static_cast<int>(std::min<std::int64_t>(MR, mc - ir)),
+                         static_cast<int>(std::min<std::int64_t>(NR, nc - jr))};
+            kernel(g, t);
+          }
+        }
+      }
+    }
+  }
+}
+
+void run(GemmKernel which, const Gemm& g, std::int64_t i0, std::int64_t rows, std::int64_t j0,
+         std::int64_t cols) {
+  if (rows <= 0 || cols <= 0) return;
+  switch (which) {
+#if defined(MIXPAR_FMA_GEMM_X86)
+    case GemmKernel::kAvx512:
+      run_block<kAvx512Mr, kAvx512Nr>(g, kernel_avx512, i0, rows, j0, cols);
+      return;
+    case GemmKernel::kAvx2Fma:
+      run_block<kAvx2Mr, kAvx2Nr>(g, kernel_avx2, i0, rows, j0, cols);
+      return;
+#endif
+    default:
+      run_block<kPortableMr, kPortableNr>(g, kernel_portable, i0, rows, j0, cols);
+      return;
+  }
+}
+
+bool kernel_available(GemmKernel which, std::string* why_not) {
+  switch (which) {
+    case GemmKernel::kPortable:
+      return true;
+    case GemmKernel::kAvx2Fma:
+#if defined(MIXPAR_FMA_GEMM_X86)
+      if (cpu_has("avx2") && cpu_has("fma")) return true;
+#endif
+      if (why_not != nullptr) *why_not = "this CPU has no AVX2 with FMA";
+      return false;
+    case GemmKernel::kAvx512:
+#if defined(MIXPAR_FMA_GEMM_X86)
+      if (cpu_has("avx512f")) return true;
+#endif
+      if (why_not != nullptr) *why_not = "this CPU has no AVX-512 F";
+      return false;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::string_view gemm_kernel_name(GemmKernel kernel) {
+  switch (kernel) {
+    case GemmKernel::kPortable: return "portable (std::fma) 4x16";
+    case GemmKernel::kAvx2Fma: return "avx2+fma 6x16";
+    case GemmKernel::kAvx512: return "avx512f 12x32";
+  }
+  return "?";
+}
+
+GemmKernel gemm_kernel() {
+  static const GemmKernel chosen = [] {
+    for (GemmKernel k : {GemmKernel::kAvx512, GemmKernel::kAvx2Fma}) {
+      if (kernel_available(k, nullptr)) return k;
+    }
+    return GemmKernel::kPortable;
+  }();
+  return chosen;
+}
+
+namespace detail {
+
+void fma_gemm(const float* a, const float* b, const float* bias, float* o, std::int64_t m,
+              std::int64_t n, std::int64_t k, bool ta, bool tb, float alpha, float beta) {
+  const Gemm g{a, b, bias, o, m, n, k, ta, tb, alpha, beta};
+  const GemmKernel which = gemm_kernel();
+  for_gemm_blocks(m, n, k, [&](std::int64_t i0, std::int64_t rows, std::int64_t j0,
+                               std::int64_t cols) { run(which, g, i0, rows, j0, cols); });
+}
+
+bool fma_gemm_with(GemmKernel kernel, const float* a, const float* b, const float* bias, float* o,
+                   std::int64_t m, std::int64_t n, std::int64_t k, bool ta, bool tb, float alpha,
+                   float beta, std::string* why_not) {
+  if (!kernel_available(kernel, why_not)) return false;
+  const Gemm g{a, b, bias, o, m, n, k, ta, tb, alpha, beta};
+  run(kernel, g, 0, m, 0, n);
+  return true;
+}
+
+}  // namespace detail
+}  // namespace mixpar::ops
