@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "ops/compute_threads.h"
+#include "ops/fma_gemm.h"
 #include "ops/matmul.h"
 #include "ops/onednn_matmul.h"
 #include "tensor/tensor.h"
@@ -22,16 +23,10 @@ namespace {
 
 int machine_cores() { return std::max(1, static_cast<int>(std::thread::hardware_concurrency())); }
 
-// The vector width this build's Eigen kernels were compiled for.
-std::string eigen_path() {
-  const std::string isa(build_isa());
-#if defined(__AVX512F__)
-  return "Eigen, " + isa + " build (AVX-512 FMA)";
-#elif defined(__AVX2__) && defined(__FMA__)
-  return "Eigen, " + isa + " build (AVX2 FMA)";
-#else
-  return "Eigen, " + isa + " build (SSE, no FMA)";
-#endif
+// The FP32 GEMM kernel this CPU takes (common/ops/fma_gemm.h: chosen at run time, whatever the
+// build's ISA).
+std::string fp32_gemm_path() {
+  return "FMA-chain kernel " + std::string(ops::gemm_kernel_name(ops::gemm_kernel()));
 }
 
 }  // namespace
@@ -43,7 +38,7 @@ ComputeUnit gemm_unit(DType dtype, std::string* gemm_path) {
                                   ? ""
                                   : ", " + std::string(dtype_name(dtype)) + " operands widened to FP32";
   if (!onednn) {
-    if (gemm_path != nullptr) *gemm_path = eigen_path() + widened;
+    if (gemm_path != nullptr) *gemm_path = fp32_gemm_path() + widened;
     return widest_fp32_unit();
   }
   const std::string kernel = ops::onednn_matmul_kernel(dtype);

@@ -28,7 +28,7 @@ struct IsaPeak {
   double flops_per_s = 0;  // `cores` cores of `unit` together, measured
   int cores = 0;
   ComputeUnit unit = ComputeUnit::kSse;
-  std::string gemm_path;  // what runs the GEMMs: "Eigen, x86-64-v3 build (AVX2 FMA)", "oneDNN brg:avx512_core_amx"
+  std::string gemm_path;  // what runs the GEMMs: "FMA-chain kernel avx512f 12x32", "oneDNN brg:avx512_core_amx"
 };
 
 // The unit a run of `dtype` multiplies on here, and what runs its GEMMs (*gemm_path).

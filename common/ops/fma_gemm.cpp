@@ -78,10 +78,11 @@ void pack_a(const Gemm& g, std::int64_t i0, std::int64_t rows, std::int64_t p0, 
         const float* src = g.a + (p0 + kk) * g.m + first;
         for (int r = 0; r < MR; ++r) dst[kk * MR + r] = r < real ? src[r] : 0.0f;
       }
-    } else {  // a is [m, k]: MR rows read side by side
-      for (int r = 0; r < MR; ++r) {
-        const float* src = g.a + (first + r) * g.k + p0;
-        for (std::int64_t kk = 0; kk < kc; ++kk) dst[kk * MR + r] = r < real ? src[kk] : 0.0f;
+    } else {  // a is [m, k]: MR rows read side by side, one step's MR values written together
+      const float* src[MR];
+      for (int r = 0; r < MR; ++r) src[r] = g.a + (first + std::min(r, real - 1)) * g.k + p0;
+      for (std::int64_t kk = 0; kk < kc; ++kk) {
+        for (int r = 0; r < MR; ++r) dst[kk * MR + r] = r < real ? src[r][kk] : 0.0f;
       }
     }
   }
