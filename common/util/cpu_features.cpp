@@ -126,7 +126,30 @@ bool feature_present(const char* name, std::size_t len) {
 
 }  // namespace
 
-bool cpu_has(std::string_view f) { return feature_present(f.data(), f.size()); }
+namespace {
+
+// Whether the word w (len bytes) is one of the space-separated words of the C string list.
+bool in_word_list(const char* list, const char* w, std::size_t len) {
+  for (const char* p = list; *p != '\0';) {
+    while (*p == ' ') ++p;
+    const char* e = p;
+    while (*e != '\0' && *e != ' ') ++e;
+    if (static_cast<std::size_t>(e - p) == len && std::memcmp(p, w, len) == 0) return true;
+    p = e;
+  }
+  return false;
+}
+
+}  // namespace
+
+// MIXPAR_PRETEND_CPU_LACKS hides features from every run-time choice too (the FP32 GEMM kernel,
+// the 16-bit conversions, the MFU's compute unit), not only from the start-up check: an
+// AVX-512 machine then runs what an AVX2-only one would, for measuring both on one machine.
+bool cpu_has(std::string_view f) {
+  const char* pretend = std::getenv("MIXPAR_PRETEND_CPU_LACKS");
+  if (pretend != nullptr && in_word_list(pretend, f.data(), f.size())) return false;
+  return feature_present(f.data(), f.size());
+}
 
 std::string_view build_isa() { return MIXPAR_ISA_NAME; }
 std::string_view build_isa_needs() { return MIXPAR_ISA_NEEDS; }
@@ -158,17 +181,6 @@ int mixpar_cpu_check_anchor = 0;
 
 namespace {
 
-// Whether the word w (len bytes) is one of the space-separated words of the C string list.
-bool in_word_list(const char* list, const char* w, std::size_t len) {
-  for (const char* p = list; *p != '\0';) {
-    while (*p == ' ') ++p;
-    const char* e = p;
-    while (*e != '\0' && *e != ' ') ++e;
-    if (static_cast<std::size_t>(e - p) == len && std::memcmp(p, w, len) == 0) return true;
-    p = e;
-  }
-  return false;
-}
 
 // Priority 101: before every static initialiser of default priority in the program, which may
 // already be compiled for the build's ISA. Plain C throughout (see feature_present), and this
@@ -187,7 +199,7 @@ __attribute__((constructor(101))) void mixpar_check_cpu_at_start() {
     const char* e = p;
     while (*e != '\0' && *e != ' ') ++e;
     const std::size_t len = static_cast<std::size_t>(e - p);
-    if (len > 0 && (in_word_list(pretend, p, len) || !mixpar::feature_present(p, len)) &&
+    if (len > 0 && (mixpar::in_word_list(pretend, p, len) || !mixpar::feature_present(p, len)) &&
         used + len + 2 < sizeof missing) {
       if (used > 0) missing[used++] = ' ';
       std::memcpy(missing + used, p, len);

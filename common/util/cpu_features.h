@@ -17,7 +17,10 @@ namespace mixpar {
 
 // Whether this CPU, and the operating system (XGETBV's enabled register state), support a
 // feature, named as GCC names the -m options: "avx2", "fma", "f16c", "avx512f", "avx512bf16",
-// "amx-tile", ... (cmake/MixparIsa.cmake lists them). An unknown name is false.
+// "amx-tile", ... (cmake/MixparIsa.cmake lists them). An unknown name is false, and so is a
+// name listed in the environment variable MIXPAR_PRETEND_CPU_LACKS (space-separated): the
+// kernels chosen at run time (ops/fma_gemm.h, ops/convert16.h) then take what a CPU without
+// it would.
 bool cpu_has(std::string_view feature);
 
 // The ISA this build was compiled for ("x86-64-v3", "native", ...) and the features it needs,

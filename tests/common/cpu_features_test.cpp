@@ -1,6 +1,8 @@
 // The start-up check of the build's ISA (util/cpu_features.h): a program built for features
 // this CPU lacks says which ones and exits 2, rather than dying on an illegal instruction.
 #include <gtest/gtest.h>
+
+#include <cstdlib>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -36,6 +38,9 @@ TEST(CpuFeatures, TheRefusalNamesTheIsaTheMissingFeaturesAndTheWayOut) {
 #if defined(__x86_64__)
 // CPUID and XGETBV agree with the compiler's own detection where both know the feature.
 TEST(CpuFeatures, DetectionAgreesWithTheCompilersBuiltin) {
+  if (std::getenv("MIXPAR_PRETEND_CPU_LACKS") != nullptr) {
+    GTEST_SKIP() << "MIXPAR_PRETEND_CPU_LACKS is set: cpu_has hides what it lists";
+  }
   EXPECT_EQ(cpu_has("avx"), static_cast<bool>(__builtin_cpu_supports("avx")));
   EXPECT_EQ(cpu_has("avx2"), static_cast<bool>(__builtin_cpu_supports("avx2")));
   EXPECT_EQ(cpu_has("fma"), static_cast<bool>(__builtin_cpu_supports("fma")));
@@ -46,6 +51,22 @@ TEST(CpuFeatures, DetectionAgreesWithTheCompilersBuiltin) {
   EXPECT_TRUE(cpu_has("sse4.2")) << "every x86-64-v2 CPU";
 }
 #endif
+
+// What MIXPAR_PRETEND_CPU_LACKS lists, cpu_has reports absent (so kernels chosen at run time
+// take the narrower path); the other features stay as detected.
+TEST(CpuFeatures, PretendedFeaturesAreAbsentForRunTimeChoicesToo) {
+  const char* before = std::getenv("MIXPAR_PRETEND_CPU_LACKS");
+  const std::string saved = before != nullptr ? before : "";
+  unsetenv("MIXPAR_PRETEND_CPU_LACKS");
+  const bool sse42 = cpu_has("sse4.2"), avx512 = cpu_has("avx512f");
+  setenv("MIXPAR_PRETEND_CPU_LACKS", "avx512bw sse4.2 avx512", 1);
+  EXPECT_FALSE(cpu_has("sse4.2"));
+  EXPECT_FALSE(cpu_has("avx512bw"));
+  EXPECT_EQ(cpu_has("avx512f"), avx512) << "a listed prefix (avx512) hides nothing else";
+  unsetenv("MIXPAR_PRETEND_CPU_LACKS");
+  EXPECT_EQ(cpu_has("sse4.2"), sse42);
+  if (before != nullptr) setenv("MIXPAR_PRETEND_CPU_LACKS", saved.c_str(), 1);
+}
 
 // This test program itself passed the check (it is running); every feature the build needs is
 // on this CPU.
