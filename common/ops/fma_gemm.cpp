@@ -60,7 +60,7 @@ void finish_tile(const Gemm& g, const float* tile, int nr_tile, std::int64_t i0,
 // stored as an FP32 number and loaded back, which changes nothing (fma_gemm.h). The sizes
 // therefore set only the speed; they suit a 32-48 KiB L1 and a 512 KiB-2 MiB L2 (AMD Zen,
 // Intel since Skylake-SP).
-constexpr std::int64_t kKc = 256, kMc = 144, kNc = 512;
+constexpr std::int64_t kKc = 256, kMc = 144, kNc = 768;
 
 // Rows [i0, i0 + rows) and steps [p0, p0 + kc) of op(A) as micro-panels of MR rows, each
 // [kc][MR] (the MR values the kernel broadcasts at one step side by side); rows past the end are
@@ -161,35 +161,40 @@ void kernel_portable(const Gemm& g, const Tile& t) {
 // The vector kernels, one per ISA: MR rows x NR columns, two registers of W floats per row.
 // Their accumulators are named only with constant indices (every loop over them unrolled), so
 // the compiler keeps all of them in registers for the whole k-panel.
-#define MIXPAR_FMA_GEMM_KERNEL(NAME, TARGET, VEC, P, W, MR, NR, BROADCAST)                        \
+#define MIXPAR_FMA_GEMM_KERNEL(NAME, TARGET, VEC, P, W, MR, NV, BROADCAST)                        \
   __attribute__((target(TARGET))) void NAME(const Gemm& g, const Tile& t) {                       \
-    VEC acc[MR][2];                                                                               \
+    constexpr int NR = NV * W;                                                                    \
+    VEC acc[MR][NV];                                                                              \
     _Pragma("GCC unroll 16") for (int r = 0; r < MR; ++r) {                                       \
-      acc[r][0] = t.first ? P##_setzero_ps() : P##_loadu_ps(t.part + r * t.ldp);                 \
-      acc[r][1] = t.first ? P##_setzero_ps() : P##_loadu_ps(t.part + r * t.ldp + W);             \
+      _Pragma("GCC unroll 4") for (int v = 0; v < NV; ++v) {                                      \
+        acc[r][v] = t.first ? P##_setzero_ps() : P##_loadu_ps(t.part + r * t.ldp + v * W);       \
+      }                                                                                           \
     }                                                                                             \
     const float* ap = t.ap;                                                                       \
     const float* bp = t.bp;                                                                       \
     for (std::int64_t kk = t.kc; kk > 0; --kk, ap += MR, bp += NR) {                              \
-      const VEC b0 = P##_loadu_ps(bp);                                                            \
-      const VEC b1 = P##_loadu_ps(bp + W);                                                        \
+      VEC b[NV];                                                                                  \
+      _Pragma("GCC unroll 4") for (int v = 0; v < NV; ++v) b[v] = P##_loadu_ps(bp + v * W);       \
       _Pragma("GCC unroll 16") for (int r = 0; r < MR; ++r) {                                     \
         const VEC x = BROADCAST(ap + r);                                                          \
-        acc[r][0] = P##_fmadd_ps(x, b0, acc[r][0]);                                               \
-        acc[r][1] = P##_fmadd_ps(x, b1, acc[r][1]);                                               \
+        _Pragma("GCC unroll 4") for (int v = 0; v < NV; ++v) {                                    \
+          acc[r][v] = P##_fmadd_ps(x, b[v], acc[r][v]);                                           \
+        }                                                                                         \
       }                                                                                           \
     }                                                                                             \
     if (!t.last) {                                                                                \
       _Pragma("GCC unroll 16") for (int r = 0; r < MR; ++r) {                                     \
-        P##_storeu_ps(t.part + r * t.ldp, acc[r][0]);                                             \
-        P##_storeu_ps(t.part + r * t.ldp + W, acc[r][1]);                                         \
+        _Pragma("GCC unroll 4") for (int v = 0; v < NV; ++v) {                                    \
+          P##_storeu_ps(t.part + r * t.ldp + v * W, acc[r][v]);                                   \
+        }                                                                                         \
       }                                                                                           \
       return;                                                                                     \
     }                                                                                             \
     alignas(64) float tile[MR * NR];                                                              \
     _Pragma("GCC unroll 16") for (int r = 0; r < MR; ++r) {                                       \
-      P##_store_ps(tile + r * NR, acc[r][0]);                                                     \
-      P##_store_ps(tile + r * NR + W, acc[r][1]);                                                 \
+      _Pragma("GCC unroll 4") for (int v = 0; v < NV; ++v) {                                      \
+        P##_storeu_ps(tile + r * NR + v * W, acc[r][v]);                                          \
+      }                                                                                           \
     }                                                                                             \
     if (t.rows < MR || t.cols < NR) {                                                             \
       finish_tile(g, tile, NR, t.i0, t.j0, t.rows, t.cols);                                       \
@@ -200,7 +205,7 @@ void kernel_portable(const Gemm& g, const Tile& t) {
     for (int r = 0; r < MR; ++r) {                                                                \
       float* out = g.o + (t.i0 + r) * g.n + t.j0;                                                 \
       for (int h = 0; h < NR; h += W) {                                                           \
-        VEC v = P##_load_ps(tile + r * NR + h);                                                   \
+        VEC v = P##_loadu_ps(tile + r * NR + h);                                                  \
         if (g.alpha != 1.0f) v = P##_mul_ps(alpha, v);                                            \
         if (g.bias != nullptr) v = P##_add_ps(v, P##_loadu_ps(g.bias + t.j0 + h));                \
         if (g.beta != 0.0f) v = P##_add_ps(v, P##_mul_ps(beta, P##_loadu_ps(out + h)));           \
@@ -209,9 +214,11 @@ void kernel_portable(const Gemm& g, const Tile& t) {
     }                                                                                             \
   }
 
-// AVX2 + FMA: 6 x 16, 12 of the 16 ymm registers hold accumulators.
+// AVX2 + FMA: 6 x 16, 12 of the 16 ymm registers hold accumulators, 2 the step's row of B (a
+// 4 x 24 tile, Eigen's shape, measured slower on config S, whose widths of 256 leave 24-column
+// panels part empty).
 constexpr int kAvx2Mr = 6, kAvx2Nr = 16;
-MIXPAR_FMA_GEMM_KERNEL(kernel_avx2, "avx2,fma", __m256, _mm256, 8, kAvx2Mr, kAvx2Nr,
+MIXPAR_FMA_GEMM_KERNEL(kernel_avx2, "avx2,fma", __m256, _mm256, 8, kAvx2Mr, 2,
                        _mm256_broadcast_ss)
 
 // AVX-512 F: 12 x 32, 24 of the 32 zmm registers hold accumulators.
@@ -219,7 +226,7 @@ constexpr int kAvx512Mr = 12, kAvx512Nr = 32;
 __attribute__((target("avx512f"))) inline __m512 broadcast512(const float* p) {
   return _mm512_set1_ps(*p);
 }
-MIXPAR_FMA_GEMM_KERNEL(kernel_avx512, "avx512f", __m512, _mm512, 16, kAvx512Mr, kAvx512Nr,
+MIXPAR_FMA_GEMM_KERNEL(kernel_avx512, "avx512f", __m512, _mm512, 16, kAvx512Mr, 2,
                        broadcast512)
 
 #undef MIXPAR_FMA_GEMM_KERNEL
@@ -290,7 +297,7 @@ void run(GemmKernel which, const Gemm& g, std::int64_t i0, std::int64_t rows, st
   }
 }
 
-bool kernel_available(GemmKernel which, std::string* why_not) {
+bool kernel_available_now(GemmKernel which, std::string* why_not) {
   switch (which) {
     case GemmKernel::kPortable:
       return true;
@@ -308,6 +315,21 @@ bool kernel_available(GemmKernel which, std::string* why_not) {
       return false;
   }
   return false;
+}
+
+// CPUID once per kernel and process (the answer cannot change while it runs).
+bool kernel_available(GemmKernel which, std::string* why_not) {
+  struct Answer {
+    bool ok;
+    std::string why;
+  };
+  static const Answer answers[] = {
+      [] { Answer a; a.ok = kernel_available_now(GemmKernel::kPortable, &a.why); return a; }(),
+      [] { Answer a; a.ok = kernel_available_now(GemmKernel::kAvx2Fma, &a.why); return a; }(),
+      [] { Answer a; a.ok = kernel_available_now(GemmKernel::kAvx512, &a.why); return a; }()};
+  const Answer& a = answers[static_cast<int>(which)];
+  if (!a.ok && why_not != nullptr) *why_not = a.why;
+  return a.ok;
 }
 
 }  // namespace
