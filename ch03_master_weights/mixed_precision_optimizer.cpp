@@ -9,6 +9,7 @@
 #include <string>
 #include <utility>
 
+#include "ops/convert16.h"
 #include "optim/clip.h"
 #include "util/errors.h"
 
@@ -18,11 +19,19 @@ namespace {
 constexpr std::string_view kBugNames[] = {"none", "clip-before-unscale", "no-unscale",
                                           "fp16-weights"};
 
-// dst[i] <- src[i], rounded into dst's dtype.
+// dst[i] <- src[i], rounded into dst's dtype. On the CPU through ops::convert16 (the vector
+// units and the OpenMP threads, the bits of Tensor::copy_from's scalar conversion): the two
+// copies of every parameter per step (gradients in, masters out) took 2% of a bf16 step.
 void copy_all(const std::vector<Tensor>& src, const std::vector<Tensor>& dst) {
   for (std::size_t i = 0; i < src.size(); ++i) {
     Tensor d = dst[i];
-    d.copy_from(src[i]);
+    if (src[i].device() == Device::kCPU && d.device() == Device::kCPU &&
+        src[i].numel() == d.numel() && src[i].dtype() != d.dtype()) {
+      ops::convert16(src[i].data(), src[i].dtype(), d.data(), d.dtype(),
+                     static_cast<std::size_t>(d.numel()));
+    } else {
+      d.copy_from(src[i]);
+    }
   }
 }
 

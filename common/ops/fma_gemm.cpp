@@ -5,6 +5,7 @@
 #include "ops/fma_gemm.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <vector>
 
@@ -20,17 +21,22 @@ namespace mixpar::ops {
 namespace {
 
 struct Gemm {
-  const float* a;
-  const float* b;
+  const void* a;  // FP32, or BF16 when a_bf16 (widened while packed)
+  const void* b;
   const float* bias;
   float* o;
   std::int64_t m, n, k;
   bool ta, tb;
   float alpha, beta;
-
-  float a_at(std::int64_t i, std::int64_t kk) const { return ta ? a[kk * m + i] : a[i * k + kk]; }
-  float b_at(std::int64_t kk, std::int64_t j) const { return tb ? b[j * k + kk] : b[kk * n + j]; }
+  bool a_bf16, b_bf16;
 };
+
+// An element of an operand as FP32: a float as it is, a bf16 pattern as the FP32 number whose
+// top half it is (exact: the same widening as formats.h and convert16.h).
+inline float widen(float x) { return x; }
+inline float widen(std::uint16_t bf16) {
+  return std::bit_cast<float>(static_cast<std::uint32_t>(bf16) << 16);
+}
 
 // The epilogue of one element, in fma_gemm.h's order. The vector kernels do the same
 // operations on whole rows of a tile; mixpar_ops is compiled with -ffp-contract=off, so neither
@@ -65,9 +71,10 @@ constexpr std::int64_t kKc = 256, kMc = 144, kNc = 768;
 // Rows [i0, i0 + rows) and steps [p0, p0 + kc) of op(A) as micro-panels of MR rows, each
 // [kc][MR] (the MR values the kernel broadcasts at one step side by side); rows past the end are
 // zero.
-template <int MR>
+template <int MR, class S>
 void pack_a(const Gemm& g, std::int64_t i0, std::int64_t rows, std::int64_t p0, std::int64_t kc,
             float* ap) {
+  const S* a = static_cast<const S*>(g.a);
   const std::int64_t panels = (rows + MR - 1) / MR;
   for (std::int64_t p = 0; p < panels; ++p) {
     float* dst = ap + p * MR * kc;
@@ -75,14 +82,14 @@ void pack_a(const Gemm& g, std::int64_t i0, std::int64_t rows, std::int64_t p0, 
     const int real = static_cast<int>(std::min<std::int64_t>(MR, i0 + rows - first));
     if (g.ta) {  // a is [k, m]: the MR values of one step are contiguous
       for (std::int64_t kk = 0; kk < kc; ++kk) {
-        const float* src = g.a + (p0 + kk) * g.m + first;
-        for (int r = 0; r < MR; ++r) dst[kk * MR + r] = r < real ? src[r] : 0.0f;
+        const S* src = a + (p0 + kk) * g.m + first;
+        for (int r = 0; r < MR; ++r) dst[kk * MR + r] = r < real ? widen(src[r]) : 0.0f;
       }
     } else {  // a is [m, k]: MR rows read side by side, one step's MR values written together
-      const float* src[MR];
-      for (int r = 0; r < MR; ++r) src[r] = g.a + (first + std::min(r, real - 1)) * g.k + p0;
+      const S* src[MR];
+      for (int r = 0; r < MR; ++r) src[r] = a + (first + std::min(r, real - 1)) * g.k + p0;
       for (std::int64_t kk = 0; kk < kc; ++kk) {
-        for (int r = 0; r < MR; ++r) dst[kk * MR + r] = r < real ? src[r][kk] : 0.0f;
+        for (int r = 0; r < MR; ++r) dst[kk * MR + r] = r < real ? widen(src[r][kk]) : 0.0f;
       }
     }
   }
@@ -90,9 +97,10 @@ void pack_a(const Gemm& g, std::int64_t i0, std::int64_t rows, std::int64_t p0, 
 
 // Columns [j0, j0 + cols) and steps [p0, p0 + kc) of op(B) as panels of NR columns, each
 // [kc][NR]; columns past the end are zero.
-template <int NR>
+template <int NR, class S>
 void pack_b(const Gemm& g, std::int64_t j0, std::int64_t cols, std::int64_t p0, std::int64_t kc,
             float* bp) {
+  const S* b = static_cast<const S*>(g.b);
   const std::int64_t panels = (cols + NR - 1) / NR;
   for (std::int64_t q = 0; q < panels; ++q) {
     float* dst = bp + q * NR * kc;
@@ -100,13 +108,13 @@ void pack_b(const Gemm& g, std::int64_t j0, std::int64_t cols, std::int64_t p0, 
     const int real = static_cast<int>(std::min<std::int64_t>(NR, j0 + cols - first));
     if (!g.tb) {  // b is [k, n]: one step's NR values are a piece of one row
       for (std::int64_t kk = 0; kk < kc; ++kk) {
-        const float* src = g.b + (p0 + kk) * g.n + first;
-        for (int c = 0; c < NR; ++c) dst[kk * NR + c] = c < real ? src[c] : 0.0f;
+        const S* src = b + (p0 + kk) * g.n + first;
+        for (int c = 0; c < NR; ++c) dst[kk * NR + c] = c < real ? widen(src[c]) : 0.0f;
       }
     } else {  // b is [n, k]: column j of op(B) is row j of b, read NR rows side by side
       for (int c = 0; c < NR; ++c) {
-        const float* src = g.b + (first + c) * g.k + p0;
-        for (std::int64_t kk = 0; kk < kc; ++kk) dst[kk * NR + c] = c < real ? src[kk] : 0.0f;
+        const S* src = b + (first + c) * g.k + p0;
+        for (std::int64_t kk = 0; kk < kc; ++kk) dst[kk * NR + c] = c < real ? widen(src[kk]) : 0.0f;
       }
     }
   }
@@ -254,10 +262,11 @@ void run_block(const Gemm& g, Kernel kernel, std::int64_t i0, std::int64_t rows,
     for (std::int64_t kp = 0; kp < kpanels; ++kp) {
       const std::int64_t p0 = kp * kKc;
       const std::int64_t kc = std::min(kKc, g.k - p0);
-      pack_b<NR>(g, jc, nc, p0, kc, bpack.data());
+      (g.b_bf16 ? pack_b<NR, std::uint16_t> : pack_b<NR, float>)(g, jc, nc, p0, kc, bpack.data());
       for (std::int64_t ic = i0; ic < i0 + rows; ic += kMc) {
         const std::int64_t mc = std::min(kMc, i0 + rows - ic);
-        pack_a<MR>(g, ic, mc, p0, kc, apack.data());
+        (g.a_bf16 ? pack_a<MR, std::uint16_t> : pack_a<MR, float>)(g, ic, mc, p0, kc,
+                                                                  apack.data());
         for (std::int64_t jr = 0; jr < nc; jr += NR) {
           for (std::int64_t ir = 0; ir < mc; ir += MR) {
             const Tile t{apack.data() + ir * kc,
@@ -355,19 +364,26 @@ GemmKernel gemm_kernel() {
 
 namespace detail {
 
-void fma_gemm(const float* a, const float* b, const float* bias, float* o, std::int64_t m,
-              std::int64_t n, std::int64_t k, bool ta, bool tb, float alpha, float beta) {
-  const Gemm g{a, b, bias, o, m, n, k, ta, tb, alpha, beta};
+void fma_gemm(const void* a, GemmOperand a_type, const void* b, GemmOperand b_type,
+              const float* bias, float* o, std::int64_t m, std::int64_t n, std::int64_t k, bool ta,
+              bool tb, float alpha, float beta) {
+  const Gemm g{a,  b,  bias, o,     m,    n, k, ta, tb, alpha, beta, a_type == GemmOperand::kBF16,
+               b_type == GemmOperand::kBF16};
   const GemmKernel which = gemm_kernel();
   for_gemm_blocks(m, n, k, [&](std::int64_t i0, std::int64_t rows, std::int64_t j0,
                                std::int64_t cols) { run(which, g, i0, rows, j0, cols); });
+}
+
+void fma_gemm(const float* a, const float* b, const float* bias, float* o, std::int64_t m,
+              std::int64_t n, std::int64_t k, bool ta, bool tb, float alpha, float beta) {
+  fma_gemm(a, GemmOperand::kF32, b, GemmOperand::kF32, bias, o, m, n, k, ta, tb, alpha, beta);
 }
 
 bool fma_gemm_with(GemmKernel kernel, const float* a, const float* b, const float* bias, float* o,
                    std::int64_t m, std::int64_t n, std::int64_t k, bool ta, bool tb, float alpha,
                    float beta, std::string* why_not) {
   if (!kernel_available(kernel, why_not)) return false;
-  const Gemm g{a, b, bias, o, m, n, k, ta, tb, alpha, beta};
+  const Gemm g{a, b, bias, o, m, n, k, ta, tb, alpha, beta, false, false};
   run(kernel, g, 0, m, 0, n);
   return true;
 }

@@ -41,6 +41,12 @@ std::string_view gemm_kernel_name(GemmKernel kernel);
 // CPU has side by side (detail::fma_gemm_with).
 GemmKernel gemm_kernel();
 
+// An operand's element type: FP32, or BF16, widened exactly (a bf16 number is the top half of
+// an FP32 one) while the kernels pack it, so a bf16 GEMM on a CPU without 16-bit units reads
+// half the bytes and needs no widened copy of its operands; the bits are those of the FP32
+// GEMM on the widened values.
+enum class GemmOperand : unsigned char { kF32, kBF16 };
+
 namespace detail {
 
 // o = alpha * op(a) op(b) (+ bias on every row) + beta * o, op(a) [m, k], op(b) [k, n], o
@@ -52,6 +58,11 @@ void fma_gemm(const float* a, const float* b, const float* bias, float* o, std::
 
 // The same product on one kernel and one thread, for tests: false (o untouched) when this CPU
 // lacks the kernel, with *why_not saying what is missing.
+// The same with operands of either element type (GemmOperand).
+void fma_gemm(const void* a, GemmOperand a_type, const void* b, GemmOperand b_type,
+              const float* bias, float* o, std::int64_t m, std::int64_t n, std::int64_t k, bool ta,
+              bool tb, float alpha, float beta);
+
 bool fma_gemm_with(GemmKernel kernel, const float* a, const float* b, const float* bias, float* o,
                    std::int64_t m, std::int64_t n, std::int64_t k, bool ta, bool tb, float alpha,
                    float beta, std::string* why_not = nullptr);

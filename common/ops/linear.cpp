@@ -26,12 +26,14 @@ void check_bias(const Tensor& b, std::int64_t n, const char* op) {
 
 // y = x w + b in C arithmetic, rounded once into y.
 template <class C> void linear_fused(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) {
-  const ValuesIn<C> in_x(x), in_w(w), in_b(b);
   ValuesOut<C> result(y, false);
+  const ValuesIn<C> in_b(b);
   if constexpr (std::is_same_v<C, float>) {  // the bias in the kernels' epilogue: fma_gemm.h
-    detail::fma_gemm(in_x.data(), in_w.data(), in_b.data(), result.data(), x.dim(0), w.dim(1),
-                     x.dim(1), false, false, 1.0f, 0.0f);
+    const Fp32GemmIn in_x(x), in_w(w);      // bf16 x, w widened inside the kernels' packing
+    detail::fma_gemm(in_x.data(), in_x.type(), in_w.data(), in_w.type(), in_b.data(),
+                     result.data(), x.dim(0), w.dim(1), x.dim(1), false, false, 1.0f, 0.0f);
   } else {
+    const ValuesIn<C> in_x(x), in_w(w);
     detail::eigen_linear<C>(in_x.data(), in_w.data(), in_b.data(), result.data(), x.dim(0),
                             w.dim(1), x.dim(1));
   }

@@ -53,12 +53,13 @@ GemmDims check_matmul(const Tensor& a, const Tensor& b, const Tensor& out, bool 
 template <class C>
 void gemm_values(const Tensor& a, const Tensor& b, Tensor& out, const GemmDims& d, bool ta,
                  bool tb, C alpha, C beta) {
-  const ValuesIn<C> in_a(a), in_b(b);
   ValuesOut<C> result(out, beta != C(0));
   if constexpr (std::is_same_v<C, float>) {
-    detail::fma_gemm(in_a.data(), in_b.data(), nullptr, result.data(), d.m, d.n, d.k, ta, tb,
-                     alpha, beta);
+    const Fp32GemmIn in_a(a), in_b(b);  // bf16 operands widened inside the kernels' packing
+    detail::fma_gemm(in_a.data(), in_a.type(), in_b.data(), in_b.type(), nullptr, result.data(),
+                     d.m, d.n, d.k, ta, tb, alpha, beta);
   } else {
+    const ValuesIn<C> in_a(a), in_b(b);
     detail::eigen_gemm<C>(in_a.data(), in_b.data(), result.data(), d.m, d.n, d.k, ta, tb, alpha,
                           beta);
   }

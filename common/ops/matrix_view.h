@@ -7,9 +7,11 @@
 #pragma once
 
 #include <Eigen/Core>
+#include <optional>
 
 #include "numerics/formats.h"
 #include "ops/convert16.h"
+#include "ops/fma_gemm.h"
 #include "tensor/tensor.h"
 
 namespace mixpar::ops {
@@ -41,6 +43,28 @@ template <class C> class ValuesIn {
  private:
   const C* ptr_ = nullptr;
   Tensor work_;  // widened copy, only for a tensor not already of type C
+};
+
+// An operand of an FP32 GEMM (fma_gemm.h): a bf16 tensor as it is (the kernels widen it while
+// packing), any other as FP32 values (ValuesIn).
+class Fp32GemmIn {
+ public:
+  explicit Fp32GemmIn(const Tensor& t) {
+    if (t.dtype() == DType::kBF16) {
+      ptr_ = t.data();
+      type_ = GemmOperand::kBF16;
+    } else {
+      values_.emplace(t);
+      ptr_ = values_->data();
+    }
+  }
+  const void* data() const { return ptr_; }
+  GemmOperand type() const { return type_; }
+
+ private:
+  std::optional<ValuesIn<float>> values_;
+  const void* ptr_ = nullptr;
+  GemmOperand type_ = GemmOperand::kF32;
 };
 
 // Writable view of t as C values. `load`: start from t's values (read-modify-write: beta != 0,

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "numerics/formats.h"
 #include "ops/fma_gemm.h"
 #include "ops/linear.h"
 #include "ops/matmul.h"
@@ -253,6 +254,38 @@ TEST(FmaGemm, ThreadCountDoesNotChangeABit) {
 #if defined(_OPENMP)
   omp_set_num_threads(before);
 #endif
+}
+
+// BF16 operands go to the kernels as they are and are widened while packed: the result has the
+// bits of the FP32 GEMM on the widened values, for each transpose and across k-panels.
+TEST(FmaGemm, Bf16OperandsWidenedInThePackingGiveTheWidenedGemmsBits) {
+  for (const bool ta : {false, true}) {
+    for (const bool tb : {false, true}) {
+      const Case c{29, 45, 300, ta, tb, 1.0f, 1.0f, false};
+      Operands x = operands(c, 41);
+      std::vector<std::uint16_t> a16(x.a.size()), b16(x.b.size());
+      for (std::size_t i = 0; i < a16.size(); ++i) {
+        a16[i] = float_to_bf16_bits(x.a[i]);
+        x.a[i] = bf16_bits_to_float(a16[i]);
+      }
+      for (std::size_t i = 0; i < b16.size(); ++i) {
+        b16[i] = float_to_bf16_bits(x.b[i]);
+        x.b[i] = bf16_bits_to_float(b16[i]);
+      }
+      const std::vector<float> want = reference(c, x);
+      for (const int which : {1, 2, 3}) {  // a bf16, b bf16, both
+        std::vector<float> out = x.o;
+        const bool a_is16 = which & 1, b_is16 = which & 2;
+        ops::detail::fma_gemm(a_is16 ? static_cast<const void*>(a16.data()) : x.a.data(),
+                              a_is16 ? ops::GemmOperand::kBF16 : ops::GemmOperand::kF32,
+                              b_is16 ? static_cast<const void*>(b16.data()) : x.b.data(),
+                              b_is16 ? ops::GemmOperand::kBF16 : ops::GemmOperand::kF32, nullptr,
+                              out.data(), c.m, c.n, c.k, ta, tb, c.alpha, c.beta);
+        EXPECT_EQ(first_difference(out, want, c.n), "")
+            << "ta " << ta << " tb " << tb << " bf16 operands " << which;
+      }
+    }
+  }
 }
 
 Tensor tensor_of(const std::vector<float>& v, Shape shape) {

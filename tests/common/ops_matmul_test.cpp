@@ -134,7 +134,7 @@ TEST(Matmul, Fp16AccumulationOnShortSumsMatchesTheReferenceClosely) {
   }
 }
 
-TEST(Matmul, Fp32OperandsAreMappedWithoutCopies) {
+TEST(Matmul, Fp32AndBf16OperandsAreReadWithoutCopies) {
   MemoryLedger ledger;
   LedgerScope scope(ledger);
   Tensor a = random_tensor({64, 32}, DType::kF32, 1), b = random_tensor({16, 32}, DType::kF32, 2);
@@ -142,8 +142,12 @@ TEST(Matmul, Fp32OperandsAreMappedWithoutCopies) {
   const std::int64_t before = ledger.allocations();
   ops::matmul(a, b, out, false, true, Accumulation::kFP32, 1.0f, 0.0f);
   EXPECT_EQ(ledger.allocations(), before) << "fp32 GEMM must not copy its operands";
-  // A bf16 operand is widened once into a workspace charged as kOther.
-  Tensor b16 = b.to(DType::kBF16);
+  // A bf16 operand goes to the kernels as it is (widened while packed: fma_gemm.h); an fp16
+  // one is widened once into a workspace charged as kOther.
+  const std::int64_t before_bf16 = ledger.allocations();
+  ops::matmul(a, b.to(DType::kBF16), out, false, true);
+  EXPECT_EQ(ledger.allocations(), before_bf16 + 1) << "the bf16 tensor itself, no widened copy";
+  Tensor b16 = b.to(DType::kF16);
   ledger.reset_peaks();
   const std::int64_t before16 = ledger.allocations();
   ops::matmul(a, b16, out, false, true);
