@@ -18,6 +18,7 @@
 #include "bench_data.h"
 #include "ch08_full_3d/trainer.h"
 #include "ops/compute_threads.h"
+#include "ops/fma_gemm.h"
 #include "ops/onednn_matmul.h"
 #include "ops/op_profile.h"
 #include "random/philox.h"
@@ -155,8 +156,11 @@ int main(int argc, char** argv) {
   benchmark::Initialize(&n, args.data());
   // What this build runs on this CPU, in the output's context (scripts/bench_vs_pytorch.py
   // prints it beside PyTorch's configuration): the ISA it was compiled for and which kernel
-  // multiplies 16-bit GEMMs (oneDNN's, or why the software path).
+  // multiplies FP32 GEMMs (fma_gemm.h's kernel for this CPU) and 16-bit ones (oneDNN's, or why
+  // the software path).
   benchmark::AddCustomContext("mixpar_isa", std::string(build_isa()));
+  benchmark::AddCustomContext("mixpar_fp32_gemm",
+                              std::string(ops::gemm_kernel_name(ops::gemm_kernel())));
   for (const DType t : {DType::kBF16, DType::kF16}) {
     std::string why;
     const std::string kernel = ops::onednn_matmul_available(t, &why)

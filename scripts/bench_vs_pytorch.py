@@ -465,7 +465,7 @@ def main(argv):
           f"{a.threads} threads each; best of {a.rounds} round(s) of {a.min_time:g} s")
     print(f"mixpar: {os.path.join(a.build_dir, 'bin', 'bench_gpt_step')} "
           f"({build_type(a.build_dir)}, -march={ctx.get('mixpar_isa', '?')}); "
-          f"bf16 GEMMs: {ctx.get('mixpar_bf16_gemm', '?')}; fp16 GEMMs: "
+          f"FP32 GEMMs: {ctx.get('mixpar_fp32_gemm', '?')}; bf16 GEMMs: {ctx.get('mixpar_bf16_gemm', '?')}; fp16 GEMMs: "
           f"{ctx.get('mixpar_f16_gemm', '?')}")
     blas_words = (f"OpenBLAS {blas.get('version')} {blas_name} "
                   f"({blas.get('threading_layer')} threads: {blas.get('num_threads')}), kernel "
