@@ -38,7 +38,9 @@ std::vector<float> random_values(std::size_t n, unsigned seed) {
   return v;
 }
 
-// range(0): the shape; range(1): 0 Eigen, 1 portable, 2 AVX2, 3 AVX-512.
+// range(0): the shape; range(1): 0 Eigen, 1 portable, 2 AVX2, 3 AVX-512 (one thread each), 4
+// the engine's entry point (the kernel this CPU takes, on the OpenMP threads: parallel_gemm.h;
+// Eigen's row 0 runs on the same threads).
 void BM_Gemm(benchmark::State& state) {
   const Shape s = kShapes[state.range(0)];
   const auto a = random_values(static_cast<std::size_t>(s.m * s.k), 1);
@@ -46,7 +48,7 @@ void BM_Gemm(benchmark::State& state) {
   std::vector<float> o(static_cast<std::size_t>(s.m * s.n));
   const int which = static_cast<int>(state.range(1));
   const GemmKernel kernels[] = {GemmKernel::kPortable, GemmKernel::kPortable, GemmKernel::kAvx2Fma,
-                                GemmKernel::kAvx512};
+                                GemmKernel::kAvx512, mixpar::ops::gemm_kernel()};
   std::string why;
   if (which > 0 && !mixpar::ops::detail::fma_gemm_with(kernels[which], a.data(), b.data(), nullptr,
                                                        o.data(), 1, 1, 0, false, false, 1.0f,
@@ -58,6 +60,9 @@ void BM_Gemm(benchmark::State& state) {
     if (which == 0) {
       mixpar::ops::detail::eigen_gemm<float>(a.data(), b.data(), o.data(), s.m, s.n, s.k, s.ta,
                                              s.tb, 1.0f, 0.0f);
+    } else if (which == 4) {
+      mixpar::ops::detail::fma_gemm(a.data(), b.data(), nullptr, o.data(), s.m, s.n, s.k, s.ta,
+                                    s.tb, 1.0f, 0.0f);
     } else {
       mixpar::ops::detail::fma_gemm_with(kernels[which], a.data(), b.data(), nullptr, o.data(),
                                          s.m, s.n, s.k, s.ta, s.tb, 1.0f, 0.0f);
@@ -68,7 +73,9 @@ void BM_Gemm(benchmark::State& state) {
   state.counters["GFLOP/s"] = benchmark::Counter(
       2.0 * double(s.m) * double(s.n) * double(s.k) * double(state.iterations()),
       benchmark::Counter::kIsRate);
-  const char* names[] = {"eigen", "portable", "avx2", "avx512"};
+  const std::string engine =
+      "engine (" + std::string(mixpar::ops::gemm_kernel_name(mixpar::ops::gemm_kernel())) + ")";
+  const char* names[] = {"eigen", "portable", "avx2", "avx512", engine.c_str()};
   state.SetLabel(std::string(names[which]) + " " + std::to_string(s.m) + "x" +
                  std::to_string(s.n) + "x" + std::to_string(s.k) + (s.ta ? " ta" : "") +
                  (s.tb ? " tb" : ""));
@@ -76,7 +83,7 @@ void BM_Gemm(benchmark::State& state) {
 
 void all_shapes(benchmark::internal::Benchmark* b) {
   for (int s = 0; s < static_cast<int>(std::size(kShapes)); ++s) {
-    for (int k : {0, 2, 3}) b->Args({s, k});
+    for (int k : {0, 2, 3, 4}) b->Args({s, k});
   }
   b->Args({0, 1});  // the portable loop once, for scale
 }

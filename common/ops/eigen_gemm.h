@@ -1,6 +1,7 @@
-// Eigen's GEMM on row-major arrays of the compute type C (float, or double for references):
-// the kernels that matmul.cpp and linear.cpp call after checking their operands and widening
-// 16-bit ones (matrix_view.h). They are a translation unit of their own, eigen_gemm.cpp,
+// Eigen's GEMM on row-major arrays of the compute type C: the kernels that matmul.cpp and
+// linear.cpp call for FP64 operands (the references tests compare with) after checking them.
+// FP32 GEMMs run on fma_gemm.h's kernels, whose bits do not follow the vector width; the float
+// instantiations stay for bench_gemm, which times them side by side. They are a translation unit of their own, eigen_gemm.cpp,
 // because Eigen's product templates are the most expensive code of the project to compile
 // (tens of seconds at -O2; several times that under AddressSanitizer + UBSan), and a sanitizer
 // build compiles that unit without instrumentation (common/ops/CMakeLists.txt): the bounds of

@@ -1,16 +1,16 @@
-// Fixed-order GEMMs for the lessons. Eigen's GEMM sums each output element in an order that
-// depends on its kernel (the vector width of the ISA it was compiled for), its cache blocking
-// (the cache sizes the CPU reports) and the rows each thread takes (parallel_gemm.h): the same
-// product can differ in its last bits from one machine, or one thread count, to the next. A
-// training run of chapters 2-4 turns such a difference into other digits a few steps later.
-// Inside a FixedOrderScope every GEMM of mixpar_ops (matmul, linear_forward and the bias
-// gradient) sums in one order instead: output element (i, j) = sum over k = 0, 1, ..., K-1 of
-// a_ik b_kj, each product and each addition an FP32 operation rounded to nearest (the project
-// compiles mixpar_ops with -ffp-contract=off, so no fused multiply-add changes a rounding), the
-// result rounded once into the output's dtype. The loops are vectorised across j only, which
-// leaves every element's order alone: the result is the same on any x86-64 CPU, ISA and
-// thread count. It is several times slower than Eigen on the lessons' small layers, and not
-// meant for anything larger.
+// Fixed-order GEMMs for the lessons. Inside a FixedOrderScope every GEMM of mixpar_ops
+// (matmul, linear_forward and the bias gradient) sums in the textbook order: output element
+// (i, j) = sum over k = 0, 1, ..., K-1 of a_ik b_kj, each product and each addition an FP32
+// operation rounded to nearest (the project compiles mixpar_ops with -ffp-contract=off, so no
+// fused multiply-add changes a rounding), the result rounded once into the output's dtype: the
+// model of the error analyses chapters 2-4 quote, which a learner can redo by hand. The loops
+// are vectorised across j only, which leaves every element's order alone: the result is the
+// same on any x86-64 CPU, ISA and thread count, and the lessons' printed digits with it.
+//
+// The scope was first needed because Eigen's GEMM, which ran the FP32 products then, summed in
+// an order that followed its kernel's vector width and cache blocking. The FP32 GEMM outside the
+// scope (fma_gemm.h) now also sums in one order on every CPU, with fused multiply-adds, several
+// times faster; the lessons keep the unfused order and the digits recorded with it.
 #pragma once
 
 #include "tensor/tensor.h"

@@ -76,21 +76,30 @@ void pack_a(const Gemm& g, std::int64_t i0, std::int64_t rows, std::int64_t p0, 
             float* ap) {
   const S* a = static_cast<const S*>(g.a);
   const std::int64_t panels = (rows + MR - 1) / MR;
+  if (g.ta) {
+    // a is [k, m]: step kk's values for all the block's rows are one contiguous run of a row of
+    // a, read in order (a run per step, not MR values per step and panel: the rows of a are
+    // far apart, and a read that jumps from row to row defeats the hardware prefetcher).
+    for (std::int64_t kk = 0; kk < kc; ++kk) {
+      const S* src = a + (p0 + kk) * g.m + i0;
+      for (std::int64_t p = 0; p < panels; ++p) {
+        float* dst = ap + p * MR * kc + kk * MR;
+        const int real = static_cast<int>(std::min<std::int64_t>(MR, rows - p * MR));
+        for (int r = 0; r < MR; ++r) dst[r] = r < real ? widen(src[p * MR + r]) : 0.0f;
+      }
+    }
+    return;
+  }
+  // a is [m, k]: the MR rows of a panel read side by side, each in order, one step's MR values
+  // written together.
   for (std::int64_t p = 0; p < panels; ++p) {
     float* dst = ap + p * MR * kc;
     const std::int64_t first = i0 + p * MR;
     const int real = static_cast<int>(std::min<std::int64_t>(MR, i0 + rows - first));
-    if (g.ta) {  // a is [k, m]: the MR values of one step are contiguous
-      for (std::int64_t kk = 0; kk < kc; ++kk) {
-        const S* src = a + (p0 + kk) * g.m + first;
-        for (int r = 0; r < MR; ++r) dst[kk * MR + r] = r < real ? widen(src[r]) : 0.0f;
-      }
-    } else {  // a is [m, k]: MR rows read side by side, one step's MR values written together
-      const S* src[MR];
-      for (int r = 0; r < MR; ++r) src[r] = a + (first + std::min(r, real - 1)) * g.k + p0;
-      for (std::int64_t kk = 0; kk < kc; ++kk) {
-        for (int r = 0; r < MR; ++r) dst[kk * MR + r] = r < real ? widen(src[r][kk]) : 0.0f;
-      }
+    const S* src[MR];
+    for (int r = 0; r < MR; ++r) src[r] = a + (first + std::min(r, real - 1)) * g.k + p0;
+    for (std::int64_t kk = 0; kk < kc; ++kk) {
+      for (int r = 0; r < MR; ++r) dst[kk * MR + r] = r < real ? widen(src[r][kk]) : 0.0f;
     }
   }
 }
@@ -102,20 +111,28 @@ void pack_b(const Gemm& g, std::int64_t j0, std::int64_t cols, std::int64_t p0, 
             float* bp) {
   const S* b = static_cast<const S*>(g.b);
   const std::int64_t panels = (cols + NR - 1) / NR;
+  if (!g.tb) {
+    // b is [k, n]: step kk's values for all the block's columns are one contiguous run of a row
+    // of b, read in order and dealt out to the panels (as pack_a does for a transposed a).
+    for (std::int64_t kk = 0; kk < kc; ++kk) {
+      const S* src = b + (p0 + kk) * g.n + j0;
+      for (std::int64_t q = 0; q < panels; ++q) {
+        float* dst = bp + q * NR * kc + kk * NR;
+        const int real = static_cast<int>(std::min<std::int64_t>(NR, cols - q * NR));
+        for (int c = 0; c < NR; ++c) dst[c] = c < real ? widen(src[q * NR + c]) : 0.0f;
+      }
+    }
+    return;
+  }
+  // b is [n, k]: column j of op(B) is row j of b; a panel's NR rows read side by side.
   for (std::int64_t q = 0; q < panels; ++q) {
     float* dst = bp + q * NR * kc;
     const std::int64_t first = j0 + q * NR;
     const int real = static_cast<int>(std::min<std::int64_t>(NR, j0 + cols - first));
-    if (!g.tb) {  // b is [k, n]: one step's NR values are a piece of one row
-      for (std::int64_t kk = 0; kk < kc; ++kk) {
-        const S* src = b + (p0 + kk) * g.n + first;
-        for (int c = 0; c < NR; ++c) dst[kk * NR + c] = c < real ? widen(src[c]) : 0.0f;
-      }
-    } else {  // b is [n, k]: column j of op(B) is row j of b, read NR rows side by side
-      for (int c = 0; c < NR; ++c) {
-        const S* src = b + (first + c) * g.k + p0;
-        for (std::int64_t kk = 0; kk < kc; ++kk) dst[kk * NR + c] = c < real ? widen(src[kk]) : 0.0f;
-      }
+    const S* src[NR];
+    for (int c = 0; c < NR; ++c) src[c] = b + (first + std::min(c, real - 1)) * g.k + p0;
+    for (std::int64_t kk = 0; kk < kc; ++kk) {
+      for (int c = 0; c < NR; ++c) dst[kk * NR + c] = c < real ? widen(src[c][kk]) : 0.0f;
     }
   }
 }

@@ -1,7 +1,8 @@
 // Threads for one GEMM: the output is cut into one block of rows (or columns, when it is wider
-// than tall) per OpenMP thread, and each thread runs Eigen's single-threaded GEMM on its block.
-// Eigen's own OpenMP GEMM shares packed panels between threads and synchronises them with spin
-// loops; on a machine shared with other processes a descheduled thread then stalls its peer for
+// than tall) per OpenMP thread, and each thread runs a single-threaded GEMM on its block (the
+// FP32 kernels of fma_gemm.h, or Eigen's for FP64). Each output element is then computed by one
+// thread, whole, so the thread count never changes a bit. Eigen's own OpenMP GEMM shares packed
+// panels between threads and synchronises them with spin loops; on a machine shared with other processes a descheduled thread then stalls its peer for
 // a whole time slice (a [1024,256]x[256,768] GEMM on 2 busy cores: Eigen's threads 14 GFLOP/s,
 // independent blocks 21). Independent blocks meet only at the loop's end. Inside an enclosing
 // parallel region (attention's heads) the GEMM runs whole on the calling thread.
