@@ -60,13 +60,14 @@ void finish_tile(const Gemm& g, const float* tile, int nr_tile, std::int64_t i0,
 }
 
 // Blocking (BLIS's loops around the micro-kernel, with BLIS's names): output columns in blocks
-// of NC, k in panels of KC, output rows in blocks of MC. One KC x NR panel of packed B (32 KiB
-// on AVX-512) is reused from L1 by the MC / MR micro-panels of A (an MC x KC block, 144 KiB, in
-// L2). An element's chain crosses the k-panels unbroken: between panels its accumulator is
-// stored as an FP32 number and loaded back, which changes nothing (fma_gemm.h). The sizes
-// therefore set only the speed; they suit a 32-48 KiB L1 and a 512 KiB-2 MiB L2 (AMD Zen,
-// Intel since Skylake-SP).
-constexpr std::int64_t kKc = 256, kMc = 144, kNc = 768;
+// of NC, k in panels of KC, output rows in blocks of MC. One KC x NR panel of packed B (24 KiB
+// on AVX2, 48 KiB on AVX-512) is reused from L1/L2 by the MC / MR micro-panels of A (an MC x KC
+// block, 216 KiB, in L2). An element's chain crosses the k-panels unbroken: between panels its
+// accumulator is stored as an FP32 number and loaded back, which changes nothing (fma_gemm.h).
+// The sizes therefore set only the speed. KC 384 was measured best of 256, 384 and 512 for a
+// config-S step on both kernels (ch08_full_3d/PERFORMANCE.md); they suit a 32-48 KiB L1 and a
+// 512 KiB-2 MiB L2 (AMD Zen, Intel since Skylake-SP).
+constexpr std::int64_t kKc = 384, kMc = 144, kNc = 768;
 
 // Rows [i0, i0 + rows) and steps [p0, p0 + kc) of op(A) as micro-panels of MR rows, each
 // [kc][MR] (the MR values the kernel broadcasts at one step side by side); rows past the end are
@@ -193,6 +194,14 @@ void kernel_portable(const Gemm& g, const Tile& t) {
     _Pragma("GCC unroll 16") for (int r = 0; r < MR; ++r) {                                       \
       _Pragma("GCC unroll 4") for (int v = 0; v < NV; ++v) {                                      \
         acc[r][v] = t.first ? P##_setzero_ps() : P##_loadu_ps(t.part + r * t.ldp + v * W);       \
+      }                                                                                           \
+    }                                                                                             \
+    if (t.last) {                                                                                 \
+      /* The output rows the epilogue will write, fetched while the tile is computed. */          \
+      for (int r = 0; r < t.rows; ++r) {                                                          \
+        const char* row = reinterpret_cast<const char*>(g.o + (t.i0 + r) * g.n + t.j0);           \
+        _mm_prefetch(row, _MM_HINT_T0);                                                           \
+        _mm_prefetch(row + NR * 4 - 4, _MM_HINT_T0);                                              \
       }                                                                                           \
     }                                                                                             \
     const float* ap = t.ap;                                                                       \

@@ -1,6 +1,6 @@
 // The FP32 GEMM (ops/fma_gemm.h): every kernel this CPU has computes, bit for bit, the plain
 // loop that defines it (one std::fma chain over k per element, then alpha, bias, beta), on
-// shapes that cross every blocking edge (micro-tile, MC, NC, and k-panels of 256), for each
+// shapes that cross every blocking edge (micro-tile, MC, NC, and k-panels of 384), for each
 // transpose and epilogue; the threaded entry point too, on any thread count; and the matmul and
 // linear layer take it for FP32. A kernel the CPU lacks is skipped, saying why. The reference
 // here shares no code with common/ops.
@@ -98,11 +98,12 @@ std::string first_difference(const std::vector<float>& got, const std::vector<fl
 }
 
 // Shapes crossing each blocking edge: micro-tiles of 4/6/12 rows and 16/32 columns, row blocks
-// of 144, column blocks of 512, k-panels of 256 (k 256, 257, 600), and the empty sum (k 0).
+// of 144, column blocks of 768, k-panels of 384 (k 384, 385, 600, 800), and the empty sum (k 0).
 std::vector<Case> cases() {
   std::vector<Case> out;
-  const std::int64_t shapes[][3] = {{1, 1, 1},   {5, 7, 3},     {13, 33, 1},  {12, 32, 256},
-                                    {25, 70, 257}, {150, 530, 40}, {31, 47, 600}, {3, 5, 0}};
+  const std::int64_t shapes[][3] = {{1, 1, 1},     {5, 7, 3},      {13, 33, 1},
+                                    {12, 32, 384},  {25, 70, 385},  {150, 800, 40},
+                                    {31, 47, 600},  {9, 20, 800},   {3, 5, 0}};
   int variant = 0;
   for (const auto& s : shapes) {
     for (const bool ta : {false, true}) {
