@@ -1,11 +1,12 @@
 # The x86-64 vector ISA the CPU engine is compiled for: MIXPAR_ISA.
 #
 #   x86-64-v3       (default) AVX2, FMA, F16C, BMI2: every x86-64 CPU since Haswell (2013) and
-#                   Excavator/Zen (2015). An AVX2-only AMD and an AVX-512 Intel run the same
-#                   instructions, so an FP32 run prints the same digits on both
-#                   (docs/REFERENCE.md, "Which results are bit-identical where"); oneDNN
-#                   still picks AMX or AVX512-BF16 for 16-bit GEMMs at run time where the CPU
-#                   has them, and those sum in their own order.
+#                   Excavator/Zen (2015). An FP32 run prints the same digits on an AVX2-only
+#                   AMD and an AVX-512 Intel (docs/REFERENCE.md, "Which results are
+#                   bit-identical where"): the FP32 GEMMs pick their AVX-512 or AVX2 kernel
+#                   at run time with the same bits (common/ops/fma_gemm.h), the rest runs the
+#                   same instructions; oneDNN picks AMX or AVX512-BF16 for 16-bit GEMMs at
+#                   run time where the CPU has them, and those sum in their own order.
 #   native          this host's own ISA (-march=native: AVX-512 where the CPU has it), the
 #                   fastest on this machine and only there: `cmake --preset native`.
 #   x86-64-v4       AVX-512 F/BW/CD/DQ/VL (Skylake-SP, Zen 4 and later).
