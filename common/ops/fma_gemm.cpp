@@ -69,73 +69,53 @@ void finish_tile(const Gemm& g, const float* tile, int nr_tile, std::int64_t i0,
 // 512 KiB-2 MiB L2 (AMD Zen, Intel since Skylake-SP).
 constexpr std::int64_t kKc = 384, kMc = 144, kNc = 768;
 
-// Rows [i0, i0 + rows) and steps [p0, p0 + kc) of op(A) as micro-panels of MR rows, each
-// [kc][MR] (the MR values the kernel broadcasts at one step side by side); rows past the end are
-// zero.
-template <int MR, class S>
-void pack_a(const Gemm& g, std::int64_t i0, std::int64_t rows, std::int64_t p0, std::int64_t kc,
-            float* ap) {
-  const S* a = static_cast<const S*>(g.a);
-  const std::int64_t panels = (rows + MR - 1) / MR;
-  if (g.ta) {
-    // a is [k, m]: step kk's values for all the block's rows are one contiguous run of a row of
-    // a, read in order (a run per step, not MR values per step and panel: the rows of a are
-    // far apart, and a read that jumps from row to row defeats the hardware prefetcher).
+// Packing: indices [first, first + count) of one operand's non-k dimension (op(A)'s rows or
+// op(B)'s columns) and steps [p0, p0 + kc) as panels of W, each [kc][W] (the W values the
+// kernel reads at one step side by side); indices past the end are zero. Element (index x,
+// step kk) is src[kk * ld + x] when the operand is stored k-major (a transposed A, a plain B)
+// and src[x * ld + kk] otherwise (a plain A, a transposed B).
+template <int W, class S>
+void pack_panels(const S* src, std::int64_t ld, bool k_major, std::int64_t first,
+                 std::int64_t count, std::int64_t p0, std::int64_t kc, float* dst) {
+  const std::int64_t panels = (count + W - 1) / W;
+  if (k_major) {
+    // One step's values for the whole block are a contiguous run of one stored row, read in
+    // order and dealt out to the panels (reading W values per row and panel instead jumps from
+    // row to far-apart row, which the hardware prefetcher does not follow).
     for (std::int64_t kk = 0; kk < kc; ++kk) {
-      const S* src = a + (p0 + kk) * g.m + i0;
+      const S* row = src + (p0 + kk) * ld + first;
       for (std::int64_t p = 0; p < panels; ++p) {
-        float* dst = ap + p * MR * kc + kk * MR;
-        const int real = static_cast<int>(std::min<std::int64_t>(MR, rows - p * MR));
-        for (int r = 0; r < MR; ++r) dst[r] = r < real ? widen(src[p * MR + r]) : 0.0f;
+        float* out = dst + p * W * kc + kk * W;
+        const int real = static_cast<int>(std::min<std::int64_t>(W, count - p * W));
+        for (int x = 0; x < W; ++x) out[x] = x < real ? widen(row[p * W + x]) : 0.0f;
       }
     }
     return;
   }
-  // a is [m, k]: the MR rows of a panel read side by side, each in order, one step's MR values
-  // written together.
+  // The W stored rows of a panel read side by side, each in order, one step's W values written
+  // together.
   for (std::int64_t p = 0; p < panels; ++p) {
-    float* dst = ap + p * MR * kc;
-    const std::int64_t first = i0 + p * MR;
-    const int real = static_cast<int>(std::min<std::int64_t>(MR, i0 + rows - first));
-    const S* src[MR];
-    for (int r = 0; r < MR; ++r) src[r] = a + (first + std::min(r, real - 1)) * g.k + p0;
+    float* out = dst + p * W * kc;
+    const int real = static_cast<int>(std::min<std::int64_t>(W, count - p * W));
+    const S* rows[W];
+    for (int x = 0; x < W; ++x) rows[x] = src + (first + p * W + std::min(x, real - 1)) * ld + p0;
     for (std::int64_t kk = 0; kk < kc; ++kk) {
-      for (int r = 0; r < MR; ++r) dst[kk * MR + r] = r < real ? widen(src[r][kk]) : 0.0f;
+      for (int x = 0; x < W; ++x) out[kk * W + x] = x < real ? widen(rows[x][kk]) : 0.0f;
     }
   }
 }
 
-// Columns [j0, j0 + cols) and steps [p0, p0 + kc) of op(B) as panels of NR columns, each
-// [kc][NR]; columns past the end are zero.
+// op(A)'s rows [i0, i0 + rows) as micro-panels of MR rows; op(B)'s columns [j0, j0 + cols) as
+// panels of NR columns; both over steps [p0, p0 + kc).
+template <int MR, class S>
+void pack_a(const Gemm& g, std::int64_t i0, std::int64_t rows, std::int64_t p0, std::int64_t kc,
+            float* ap) {
+  pack_panels<MR>(static_cast<const S*>(g.a), g.ta ? g.m : g.k, g.ta, i0, rows, p0, kc, ap);
+}
 template <int NR, class S>
 void pack_b(const Gemm& g, std::int64_t j0, std::int64_t cols, std::int64_t p0, std::int64_t kc,
             float* bp) {
-  const S* b = static_cast<const S*>(g.b);
-  const std::int64_t panels = (cols + NR - 1) / NR;
-  if (!g.tb) {
-    // b is [k, n]: step kk's values for all the block's columns are one contiguous run of a row
-    // of b, read in order and dealt out to the panels (as pack_a does for a transposed a).
-    for (std::int64_t kk = 0; kk < kc; ++kk) {
-      const S* src = b + (p0 + kk) * g.n + j0;
-      for (std::int64_t q = 0; q < panels; ++q) {
-        float* dst = bp + q * NR * kc + kk * NR;
-        const int real = static_cast<int>(std::min<std::int64_t>(NR, cols - q * NR));
-        for (int c = 0; c < NR; ++c) dst[c] = c < real ? widen(src[q * NR + c]) : 0.0f;
-      }
-    }
-    return;
-  }
-  // b is [n, k]: column j of op(B) is row j of b; a panel's NR rows read side by side.
-  for (std::int64_t q = 0; q < panels; ++q) {
-    float* dst = bp + q * NR * kc;
-    const std::int64_t first = j0 + q * NR;
-    const int real = static_cast<int>(std::min<std::int64_t>(NR, j0 + cols - first));
-    const S* src[NR];
-    for (int c = 0; c < NR; ++c) src[c] = b + (first + std::min(c, real - 1)) * g.k + p0;
-    for (std::int64_t kk = 0; kk < kc; ++kk) {
-      for (int c = 0; c < NR; ++c) dst[kk * NR + c] = c < real ? widen(src[c][kk]) : 0.0f;
-    }
-  }
+  pack_panels<NR>(static_cast<const S*>(g.b), g.tb ? g.k : g.n, !g.tb, j0, cols, p0, kc, bp);
 }
 
 // What one micro-kernel call computes: an MR x NR tile of the output over the steps of one
