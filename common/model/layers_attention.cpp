@@ -13,6 +13,10 @@
 #include "ops/op_profile.h"
 #include "ops/row_math.h"
 
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
+
 namespace mixpar::layers {
 namespace {
 
@@ -115,22 +119,102 @@ void attention_forward_head(const C* qkv, C* out, C* att, const AttnDims& d, std
   o.noalias() = p.template triangularView<Eigen::Lower>() * v;
 }
 
+// One head's backward on maps of its blocks: q, k, v, dO [T, hd], P [T, T] in; dQ, dK, dV and
+// dS (in dp, which first holds dP) out.
 template <class C>
-void attention_backward_head(const C* dout, const C* qkv, const C* att, C* dqkv, C* datt,
-                             const AttnDims& d, std::int64_t bh) {
-  const std::int64_t b = bh / d.H, h = bh % d.H;
-  const auto q = head_of_qkv<C>(qkv, d, b, h, 0), k = head_of_qkv<C>(qkv, d, b, h, 1);
-  const auto v = head_of_qkv<C>(qkv, d, b, h, 2);
-  const auto dout_h = head_of_out<C>(dout, d, b, h);  // [T, hd]
-  const ConstSquare<C> p(att + bh * d.T * d.T, d.T, d.T);
-  Square<C> dp(datt + bh * d.T * d.T, d.T, d.T);
-  auto dq = head_of_qkv<C>(dqkv, d, b, h, 0), dk = head_of_qkv<C>(dqkv, d, b, h, 1);
-  auto dv = head_of_qkv<C>(dqkv, d, b, h, 2);
+void attention_backward_maps(const ConstStrided<C>& q, const ConstStrided<C>& k,
+                             const ConstStrided<C>& v, const ConstStrided<C>& dout_h,
+                             const ConstSquare<C>& p, Square<C>& dp, Strided<C>& dq,
+                             Strided<C>& dk, Strided<C>& dv, const AttnDims& d) {
   dv.noalias() = p.template triangularView<Eigen::Lower>().transpose() * dout_h;  // P^T dO
   dp.template triangularView<Eigen::Lower>() = dout_h * v.transpose();            // dO V^T
   causal_softmax_backward<C>(p, dp, C(1) / std::sqrt(C(d.hd)));                   // dS
   dq.noalias() = dp.template triangularView<Eigen::Lower>() * k;                  // dS K
   dk.noalias() = dp.template triangularView<Eigen::Lower>().transpose() * q;      // dS^T Q
+}
+
+template <class C>
+void attention_backward_head(const C* dout, const C* qkv, const C* att, C* dqkv, C* datt,
+                             const AttnDims& d, std::int64_t bh) {
+  const std::int64_t b = bh / d.H, h = bh % d.H;
+  const ConstSquare<C> p(att + bh * d.T * d.T, d.T, d.T);
+  Square<C> dp(datt + bh * d.T * d.T, d.T, d.T);
+  auto dq = head_of_qkv<C>(dqkv, d, b, h, 0), dk = head_of_qkv<C>(dqkv, d, b, h, 1);
+  auto dv = head_of_qkv<C>(dqkv, d, b, h, 2);
+  attention_backward_maps<C>(head_of_qkv<C>(qkv, d, b, h, 0), head_of_qkv<C>(qkv, d, b, h, 1),
+                             head_of_qkv<C>(qkv, d, b, h, 2), head_of_out<C>(dout, d, b, h), p, dp,
+                             dq, dk, dv, d);
+}
+
+// rows x n elements of t (any dtype) from element `first`, `stride` apart row to row, to or
+// from a dense FP32 block: the exact widening or the one rounding of convert16.
+void widen_rows(const Tensor& t, std::int64_t first, std::int64_t stride, std::int64_t rows,
+                std::int64_t n, float* out) {
+  const auto* src = static_cast<const char*>(t.data());
+  const std::size_t es = dtype_size(t.dtype());
+  for (std::int64_t r = 0; r < rows; ++r) {
+    ops::convert16(src + static_cast<std::size_t>(first + r * stride) * es, t.dtype(),
+                   out + r * n, DType::kF32, static_cast<std::size_t>(n));
+  }
+}
+void round_rows(const float* in, Tensor& t, std::int64_t first, std::int64_t stride,
+                std::int64_t rows, std::int64_t n) {
+  auto* dst = static_cast<char*>(t.data());
+  const std::size_t es = dtype_size(t.dtype());
+  for (std::int64_t r = 0; r < rows; ++r) {
+    ops::convert16(in + r * n, DType::kF32,
+                   dst + static_cast<std::size_t>(first + r * stride) * es, t.dtype(),
+                   static_cast<std::size_t>(n));
+  }
+}
+
+// 16-bit tensors, one head at a time: the head's q, k, v, dO and P are widened into this
+// thread's part of one workspace, and its dQ, dK, dV and dS rounded into the outputs as soon
+// as they are computed, while they are in cache. Widening whole tensors first (five FP32
+// copies of up to B*H*T*T elements, written to memory and read back) made a bf16 step's
+// attention backward take half as long again as FP32's. The values are the same (widening is
+// exact and rounding elementwise; `Attention16.*` compares bits with the FP32 path).
+void attention_backward_16(const Tensor& dout, const Tensor& qkv, const Tensor& att,
+                           Tensor& dqkv, Tensor& datt, const AttnDims& d) {
+  const std::int64_t th = d.T * d.hd, tt = d.T * d.T;
+  const std::int64_t per_thread = 7 * th + 2 * tt;
+  [[maybe_unused]] const bool parallel = work(d) >= detail::kParallelMinWork;
+#if defined(_OPENMP)
+  const std::int64_t threads = parallel && !omp_in_parallel() ? omp_get_max_threads() : 1;
+#else
+  const std::int64_t threads = 1;
+#endif
+  Tensor ws = Tensor::empty({threads * per_thread}, DType::kF32, MemCategory::kOther);
+  float* base = ws.data_as<float>();
+  MIXPAR_PARALLEL_FOR_IF(parallel)
+  for (std::int64_t bh = 0; bh < d.B * d.H; ++bh) {
+#if defined(_OPENMP)
+    float* w = base + (threads > 1 ? omp_get_thread_num() : 0) * per_thread;
+#else
+    float* w = base;
+#endif
+    float *q = w, *k = q + th, *v = k + th, *g = v + th, *dq = g + th, *dk = dq + th;
+    float *dv = dk + th, *p = dv + th, *dp = p + tt;
+    const std::int64_t b = bh / d.H, h = bh % d.H;
+    const std::int64_t first_q = b * d.T * 3 * d.Ch + h * d.hd, first_o = b * d.T * d.Ch + h * d.hd;
+    widen_rows(qkv, first_q, 3 * d.Ch, d.T, d.hd, q);
+    widen_rows(qkv, first_q + d.Ch, 3 * d.Ch, d.T, d.hd, k);
+    widen_rows(qkv, first_q + 2 * d.Ch, 3 * d.Ch, d.T, d.hd, v);
+    widen_rows(dout, first_o, d.Ch, d.T, d.hd, g);
+    widen_rows(att, bh * tt, tt, 1, tt, p);
+    const Eigen::OuterStride<> row(d.hd);
+    Strided<float> dqm(dq, d.T, d.hd, row), dkm(dk, d.T, d.hd, row), dvm(dv, d.T, d.hd, row);
+    Square<float> dpm(dp, d.T, d.T);
+    attention_backward_maps<float>(ConstStrided<float>(q, d.T, d.hd, row),
+                                   ConstStrided<float>(k, d.T, d.hd, row),
+                                   ConstStrided<float>(v, d.T, d.hd, row),
+                                   ConstStrided<float>(g, d.T, d.hd, row),
+                                   ConstSquare<float>(p, d.T, d.T), dpm, dqm, dkm, dvm, d);
+    round_rows(dq, dqkv, first_q, 3 * d.Ch, d.T, d.hd);
+    round_rows(dk, dqkv, first_q + d.Ch, 3 * d.Ch, d.T, d.hd);
+    round_rows(dv, dqkv, first_q + 2 * d.Ch, 3 * d.Ch, d.T, d.hd);
+    round_rows(dp, datt, bh * tt, tt, 1, tt);
+  }
 }
 
 }  // namespace
@@ -166,6 +250,14 @@ void attention_backward(const Tensor& dout, const Tensor& qkv, const Tensor& att
   check_shapes(d, dout, datt, "attention_backward", "dout", "datt");
   ops::check_operand(dqkv, "attention_backward", "dqkv");
   ops::check_shape(dqkv, qkv.shape(), "attention_backward", "dqkv");
+  const auto is16 = [](const Tensor& t) {
+    return t.dtype() == DType::kBF16 || t.dtype() == DType::kF16;
+  };
+  if (!ops::any_f64({&dout, &qkv, &att, &dqkv, &datt}) &&
+      (is16(dout) || is16(qkv) || is16(att) || is16(dqkv) || is16(datt))) {
+    attention_backward_16(dout, qkv, att, dqkv, datt, d);
+    return;
+  }
   detail::dispatch({&dout, &qkv, &att, &dqkv, &datt}, [&](auto tag) {
     using C = decltype(tag);
     const In<C> g(dout), in(qkv), p(att);

@@ -105,9 +105,17 @@ void bias_grad(const Tensor& dy, Tensor& db, bool accumulate) {
     // Each column summed down the rows in order (ops/row_math.h): Eigen's colwise().sum()
     // splits the columns between packets and a scalar tail by the vector width and db's
     // alignment, so a bias at another offset would get other last bits.
-    const ValuesIn<C> in_dy(dy);
     ValuesOut<C> result(db, accumulate);
     std::vector<C> scratch(static_cast<std::size_t>(dy.dim(1)));
+    if constexpr (std::is_same_v<C, float>) {
+      if (dy.dtype() == DType::kBF16) {  // widened a row at a time as it is summed: no copy
+        column_sums_bf16(static_cast<const std::uint16_t*>(dy.data()), dy.dim(0), dy.dim(1),
+                         result.data(), accumulate, scratch.data());
+        result.commit();
+        return;
+      }
+    }
+    const ValuesIn<C> in_dy(dy);
     column_sums(in_dy.data(), dy.dim(0), dy.dim(1), result.data(), accumulate, scratch.data());
     result.commit();
   });

@@ -25,6 +25,7 @@
 #pragma once
 
 #include <Eigen/Core>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 
@@ -68,6 +69,21 @@ inline void column_sums(const C* x, std::int64_t rows, std::int64_t cols, C* out
   for (std::int64_t r = 0; r < rows; ++r) {
     const C* row = x + r * cols;
     for (std::int64_t j = 0; j < cols; ++j) scratch[j] += row[j];
+  }
+  for (std::int64_t j = 0; j < cols; ++j) out[j] = accumulate ? out[j] + scratch[j] : scratch[j];
+}
+
+// column_sums of a bf16 array: each element widened exactly (the FP32 pattern whose top half it
+// is) as it is added, in the same order, so the sums are those of column_sums on the widened
+// array without the widened copy.
+inline void column_sums_bf16(const std::uint16_t* x, std::int64_t rows, std::int64_t cols,
+                             float* out, bool accumulate, float* scratch) {
+  for (std::int64_t j = 0; j < cols; ++j) scratch[j] = 0.0f;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const std::uint16_t* row = x + r * cols;
+    for (std::int64_t j = 0; j < cols; ++j) {
+      scratch[j] += std::bit_cast<float>(static_cast<std::uint32_t>(row[j]) << 16);
+    }
   }
   for (std::int64_t j = 0; j < cols; ++j) out[j] = accumulate ? out[j] + scratch[j] : scratch[j];
 }

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <numbers>
 #include <vector>
 
@@ -142,6 +143,31 @@ std::vector<double> naive_attention(const std::vector<double>& qkv, int B, int T
     }
   }
   return out;
+}
+
+// 16-bit attention backward runs one head at a time on widened slices (layers_attention.cpp);
+// its outputs have the bits of the FP32 backward on the widened tensors, rounded once, for bf16
+// and fp16, on one thread (small) and on the OpenMP threads (large enough to split).
+TEST(Attention, SixteenBitBackwardHasTheBitsOfTheFp32BackwardRounded) {
+  for (const DType dt : {DType::kBF16, DType::kF16}) {
+    for (const std::int64_t T : {7, 64}) {
+      const std::int64_t B = 2, H = 4, hd = 16;
+      const Tensor qkv = random_tensor({B, T, 3 * H * hd}, dt, 40, -2, 2);
+      const Tensor dout = random_tensor({B, T, H * hd}, dt, 41);
+      const Tensor att = random_tensor({B, H, T, T}, dt, 42, 0, 1);
+      Tensor dqkv = Tensor::empty(qkv.shape(), dt), datt = Tensor::empty(att.shape(), dt);
+      layers::attention_backward(dout, qkv, att, H, dqkv, datt);
+      Tensor dqkv32 = Tensor::empty(qkv.shape(), DType::kF32);
+      Tensor datt32 = Tensor::empty(att.shape(), DType::kF32);
+      layers::attention_backward(dout.to(DType::kF32), qkv.to(DType::kF32), att.to(DType::kF32), H,
+                                 dqkv32, datt32);
+      const Tensor want_dqkv = dqkv32.to(dt), want_datt = datt32.to(dt);
+      EXPECT_EQ(std::memcmp(dqkv.data(), want_dqkv.data(), dqkv.nbytes()), 0)
+          << dtype_name(dt) << " T " << T << ": dqkv";
+      EXPECT_EQ(std::memcmp(datt.data(), want_datt.data(), datt.nbytes()), 0)
+          << dtype_name(dt) << " T " << T << ": datt";
+    }
+  }
 }
 
 TEST(Attention, ForwardMatchesNaiveLoopsAndKeepsCausalProbabilities) {

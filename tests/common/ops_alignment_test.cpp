@@ -172,6 +172,23 @@ TEST(RowMath, BiasGradientSumsEachColumnInRowOrder) {
   }
 }
 
+// A bf16 dy is widened a row at a time as it is summed (no widened copy): the sums are those
+// of the widened FP32 dy, bit for bit, with and without accumulation.
+TEST(RowMath, Bf16BiasGradientEqualsTheWidenedFp32One) {
+  const Tensor dy16 = random_tensor({37, 19}, DType::kF32, 14).to(DType::kBF16);
+  const Tensor dy32 = dy16.to(DType::kF32);
+  for (const bool accumulate : {false, true}) {
+    Tensor db16 = random_tensor({19}, DType::kF32, 15), db32 = db16.to(DType::kF32);
+    ops::bias_grad(dy16, db16, accumulate);
+    ops::bias_grad(dy32, db32, accumulate);
+    for (int j = 0; j < 19; ++j) {
+      EXPECT_EQ(std::bit_cast<std::uint32_t>(db16.data_as<float>()[j]),
+                std::bit_cast<std::uint32_t>(db32.data_as<float>()[j]))
+          << j << (accumulate ? " accumulating" : "");
+    }
+  }
+}
+
 // Where Eigen still multiplies (FP64 references, attention's per-head products), it plans its
 // GEMM panels with fixed cache sizes, not the ones this CPU reports, so a K = 1024 product sums
 // in the same groups on a 32 KiB-L1 and a 48 KiB-L1 CPU. (FP32 matmuls take fma_gemm.h, whose
