@@ -62,12 +62,13 @@ void finish_tile(const Gemm& g, const float* tile, int nr_tile, std::int64_t i0,
 // Blocking (BLIS's loops around the micro-kernel, with BLIS's names): output columns in blocks
 // of NC, k in panels of KC, output rows in blocks of MC. One KC x NR panel of packed B (24 KiB
 // on AVX2, 48 KiB on AVX-512) is reused from L1/L2 by the MC / MR micro-panels of A (an MC x KC
-// block, 216 KiB, in L2). An element's chain crosses the k-panels unbroken: between panels its
+// block, 432 KiB, in L2). An element's chain crosses the k-panels unbroken: between panels its
 // accumulator is stored as an FP32 number and loaded back, which changes nothing (fma_gemm.h).
-// The sizes therefore set only the speed. KC 384 was measured best of 256, 384 and 512 for a
-// config-S step on both kernels (ch08_full_3d/PERFORMANCE.md); they suit a 32-48 KiB L1 and a
-// 512 KiB-2 MiB L2 (AMD Zen, Intel since Skylake-SP).
-constexpr std::int64_t kKc = 384, kMc = 144, kNc = 768;
+// The sizes therefore set only the speed. On the Sapphire Rapids Xeon of
+// ch08_full_3d/PERFORMANCE.md (2 MiB L2) a config-S step was fastest on both kernels with KC
+// 384 (of 256, 384, 512) and MC 288 or more (of 96-576); MC 288 is the largest whose A block
+// also fits the 512 KiB L2 of AMD's Zen 2 and 3 (not measured there).
+constexpr std::int64_t kKc = 384, kMc = 288, kNc = 768;
 
 // Packing: indices [first, first + count) of one operand's non-k dimension (op(A)'s rows or
 // op(B)'s columns) and steps [p0, p0 + kc) as panels of W, each [kc][W] (the W values the
@@ -82,12 +83,17 @@ void pack_panels(const S* src, std::int64_t ld, bool k_major, std::int64_t first
     // One step's values for the whole block are a contiguous run of one stored row, read in
     // order and dealt out to the panels (reading W values per row and panel instead jumps from
     // row to far-apart row, which the hardware prefetcher does not follow).
+    const std::int64_t full = count / W;  // panels without padding: no test per element
     for (std::int64_t kk = 0; kk < kc; ++kk) {
       const S* row = src + (p0 + kk) * ld + first;
-      for (std::int64_t p = 0; p < panels; ++p) {
+      for (std::int64_t p = 0; p < full; ++p) {
         float* out = dst + p * W * kc + kk * W;
-        const int real = static_cast<int>(std::min<std::int64_t>(W, count - p * W));
-        for (int x = 0; x < W; ++x) out[x] = x < real ? widen(row[p * W + x]) : 0.0f;
+        for (int x = 0; x < W; ++x) out[x] = widen(row[p * W + x]);
+      }
+      if (full < panels) {
+        float* out = dst + full * W * kc + kk * W;
+        const int real = static_cast<int>(count - full * W);
+        for (int x = 0; x < W; ++x) out[x] = x < real ? widen(row[full * W + x]) : 0.0f;
       }
     }
     return;
@@ -99,8 +105,14 @@ void pack_panels(const S* src, std::int64_t ld, bool k_major, std::int64_t first
     const int real = static_cast<int>(std::min<std::int64_t>(W, count - p * W));
     const S* rows[W];
     for (int x = 0; x < W; ++x) rows[x] = src + (first + p * W + std::min(x, real - 1)) * ld + p0;
-    for (std::int64_t kk = 0; kk < kc; ++kk) {
-      for (int x = 0; x < W; ++x) out[kk * W + x] = x < real ? widen(rows[x][kk]) : 0.0f;
+    if (real == W) {  // a whole panel: no test per element
+      for (std::int64_t kk = 0; kk < kc; ++kk) {
+        for (int x = 0; x < W; ++x) out[kk * W + x] = widen(rows[x][kk]);
+      }
+    } else {
+      for (std::int64_t kk = 0; kk < kc; ++kk) {
+        for (int x = 0; x < W; ++x) out[kk * W + x] = x < real ? widen(rows[x][kk]) : 0.0f;
+      }
     }
   }
 }
