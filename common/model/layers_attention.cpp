@@ -178,15 +178,17 @@ void attention_backward_16(const Tensor& dout, const Tensor& qkv, const Tensor& 
                            Tensor& dqkv, Tensor& datt, const AttnDims& d) {
   const std::int64_t th = d.T * d.hd, tt = d.T * d.T;
   const std::int64_t per_thread = 7 * th + 2 * tt;
-  [[maybe_unused]] const bool parallel = work(d) >= detail::kParallelMinWork;
+  // One slice of the workspace per thread of the team (none nested inside another team).
 #if defined(_OPENMP)
-  const std::int64_t threads = parallel && !omp_in_parallel() ? omp_get_max_threads() : 1;
+  const std::int64_t threads = work(d) >= detail::kParallelMinWork && !omp_in_parallel()
+                                   ? omp_get_max_threads()
+                                   : 1;
 #else
   const std::int64_t threads = 1;
 #endif
   Tensor ws = Tensor::empty({threads * per_thread}, DType::kF32, MemCategory::kOther);
   float* base = ws.data_as<float>();
-  MIXPAR_PARALLEL_FOR_IF(parallel)
+  MIXPAR_PARALLEL_FOR_IF(threads > 1)
   for (std::int64_t bh = 0; bh < d.B * d.H; ++bh) {
 #if defined(_OPENMP)
     float* w = base + (threads > 1 ? omp_get_thread_num() : 0) * per_thread;

@@ -18,12 +18,12 @@
 // everywhere, half of what an AVX-512 core does (ch08_full_3d/PERFORMANCE.md).
 //
 // The kernels are register-blocked as in BLIS (Van Zee & van de Geijn 2015; Goto & van de
-// Geijn 2008): op(A) is packed into micro-panels of MR rows ([k][MR]), op(B) into panels of NR
-// columns ([k][NR]), and an MR x NR block of accumulators stays in registers for all of k:
-// 12 x 32 on AVX-512 (24 of its 32 registers), 6 x 16 on AVX2 (12 of 16). Keeping the whole of
-// k in registers (no k-panels) is what leaves each element a single chain; the packed B panel
-// (k x NR floats) stays in L2 while the A micro-panels stream past it. docs/REFERENCE.md,
-// "Which results are bit-identical where".
+// Geijn 2008): op(A) is packed into micro-panels of MR rows ([kc][MR]), op(B) into panels of
+// NR columns ([kc][NR]), and an MR x NR block of accumulators stays in registers for a k-panel
+// of kc steps: 12 x 32 on AVX-512 (24 of its 32 registers), 6 x 16 on AVX2 (12 of 16). Between
+// k-panels an element's accumulator is stored as the FP32 number it is and loaded back, so its
+// chain goes on unchanged: the panel sizes (fma_gemm.cpp) set the speed, never a bit.
+// docs/REFERENCE.md, "Which results are bit-identical where".
 #pragma once
 
 #include <cstdint>

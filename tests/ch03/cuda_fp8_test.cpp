@@ -195,8 +195,19 @@ GpuResult run_gpu(const fp8::Fp8Matrix& a, const fp8::Fp8Matrix& b, DType out_ty
   return r;
 }
 
-float round_to(float v, DType t) {
-  return t == DType::kBF16 ? bf16_bits_to_float(float_to_bf16_bits(v)) : v;
+// fn(out_type, fast, result) for each output type (f32, bf16) and accumulation mode of the
+// FP8 GEMM of a and b; on a GPU without FP8 tensor cores, each call must refuse instead.
+template <class F>
+void for_each_gpu_gemm(const fp8::Fp8Matrix& a, const fp8::Fp8Matrix& b, F&& fn) {
+  for (DType out_type : {DType::kF32, DType::kBF16}) {
+    for (bool fast : {false, true}) {
+      if (!fp8_device()) {
+        EXPECT_THROW(run_gpu(a, b, out_type, fast), CudaError);
+        continue;
+      }
+      fn(out_type, fast, run_gpu(a, b, out_type, fast));
+    }
+  }
 }
 
 // Integers in [-4, 4] (exact in E4M3 and E5M2) with power-of-two dequantization scales: every
@@ -221,28 +232,21 @@ TEST(CudaFp8, GemmEqualsTheCpuEmulationBitForBitWhereEverySumIsExact) {
     b.scale_inv[0] = 32.0f;
     const std::vector<float> want =
         fp8::gemm(a, b, fp8::recipe_gemm(fp8::Recipe::kTensorwise));
-    for (DType out_type : {DType::kF32, DType::kBF16}) {
-      for (bool fast : {false, true}) {
-        if (!fp8_device()) {
-          EXPECT_THROW(run_gpu(a, b, out_type, fast), CudaError);
-          continue;
-        }
-        const GpuResult got = run_gpu(a, b, out_type, fast);
-        float want_amax = 0;
-        for (std::int64_t i = 0; i < M * N; ++i) {
-          const float w = round_to(want[static_cast<std::size_t>(i)], out_type);
-          ASSERT_EQ(got.out[static_cast<std::size_t>(i)], w)
-              << dtype_name(fa) << " x " << dtype_name(fb) << " -> " << dtype_name(out_type)
-              << (fast ? ", fast accumulation" : "") << ", element (" << i / N << ", " << i % N
-              << ")";
-          want_amax = std::max(want_amax, std::fabs(want[static_cast<std::size_t>(i)]));
-        }
-        // The amax of D before its rounding to out_type (or, where cuBLASLt refuses it, of
-        // the stored output): for an f32 output both are the CPU's.
-        if (out_type == DType::kF32) EXPECT_EQ(got.amax, want_amax);
-        else EXPECT_EQ(round_to(got.amax, DType::kBF16), round_to(want_amax, DType::kBF16));
+    for_each_gpu_gemm(a, b, [&](DType out_type, bool fast, const GpuResult& got) {
+      float want_amax = 0;
+      for (std::int64_t i = 0; i < M * N; ++i) {
+        const float w = round_to(out_type, want[static_cast<std::size_t>(i)]);
+        ASSERT_EQ(got.out[static_cast<std::size_t>(i)], w)
+            << dtype_name(fa) << " x " << dtype_name(fb) << " -> " << dtype_name(out_type)
+            << (fast ? ", fast accumulation" : "") << ", element (" << i / N << ", " << i % N
+            << ")";
+        want_amax = std::max(want_amax, std::fabs(want[static_cast<std::size_t>(i)]));
       }
-    }
+      // The amax of D before its rounding to out_type (or, where cuBLASLt refuses it, of
+      // the stored output): for an f32 output both are the CPU's.
+      if (out_type == DType::kF32) EXPECT_EQ(got.amax, want_amax);
+      else EXPECT_EQ(round_to(DType::kBF16, got.amax), round_to(DType::kBF16, want_amax));
+    });
   }
 }
 
@@ -267,32 +271,25 @@ TEST(CudaFp8, GemmOnRandomTensorwiseInputsIsWithinTheAccumulationBound) {
   const fp8::Fp8Matrix b = fp8::quantize_current(xb, N, K, DType::kE5M2, N, K);
   const std::vector<float> want = fp8::gemm(a, b, fp8::recipe_gemm(fp8::Recipe::kTensorwise));
   const double s = double(a.scale_inv[0]) * double(b.scale_inv[0]);
-  for (DType out_type : {DType::kF32, DType::kBF16}) {
-    for (bool fast : {false, true}) {
-      if (!fp8_device()) {
-        EXPECT_THROW(run_gpu(a, b, out_type, fast), CudaError);
-        continue;
-      }
-      const GpuResult got = run_gpu(a, b, out_type, fast);
-      const double u_out = out_type == DType::kBF16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -24);
-      for (std::int64_t i = 0; i < M; ++i) {
-        for (std::int64_t j = 0; j < N; ++j) {
-          double P = 0;
-          for (std::int64_t k = 0; k < K; ++k) {
-            P += std::fabs(double(decode(a.codes[i * K + k], a.format)) *
-                           double(decode(b.codes[j * K + k], b.format)));
-          }
-          const double w = want[static_cast<std::size_t>(i * N + j)];
-          const double bound = s * double(K - 1) * (std::ldexp(1.0, -13) + std::ldexp(1.0, -24)) * P +
-                               (6 * std::ldexp(1.0, -24) + u_out) * std::fabs(w);
-          ASSERT_LE(std::fabs(got.out[static_cast<std::size_t>(i * N + j)] - w), bound)
-              << dtype_name(out_type) << (fast ? ", fast accumulation" : "") << ", element ("
-              << i << ", " << j << "): GPU " << got.out[static_cast<std::size_t>(i * N + j)]
-              << ", CPU " << w;
+  for_each_gpu_gemm(a, b, [&](DType out_type, bool fast, const GpuResult& got) {
+    const double u_out = out_type == DType::kBF16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -24);
+    for (std::int64_t i = 0; i < M; ++i) {
+      for (std::int64_t j = 0; j < N; ++j) {
+        double P = 0;
+        for (std::int64_t k = 0; k < K; ++k) {
+          P += std::fabs(double(decode(a.codes[i * K + k], a.format)) *
+                         double(decode(b.codes[j * K + k], b.format)));
         }
+        const double w = want[static_cast<std::size_t>(i * N + j)];
+        const double bound = s * double(K - 1) * (std::ldexp(1.0, -13) + std::ldexp(1.0, -24)) * P +
+                             (6 * std::ldexp(1.0, -24) + u_out) * std::fabs(w);
+        ASSERT_LE(std::fabs(got.out[static_cast<std::size_t>(i * N + j)] - w), bound)
+            << dtype_name(out_type) << (fast ? ", fast accumulation" : "") << ", element ("
+            << i << ", " << j << "): GPU " << got.out[static_cast<std::size_t>(i * N + j)]
+            << ", CPU " << w;
       }
     }
-  }
+  });
 }
 
 }  // namespace

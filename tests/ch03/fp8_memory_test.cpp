@@ -5,13 +5,13 @@
 #include "ch03_master_weights/fp8_memory.h"
 
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <cstdio>
 #include <string>
 
 #include "ch03_master_weights/memory_bill.h"
 #include "util/json.h"
+#include "command.h"
 
 namespace mixpar::mem {
 namespace {
@@ -74,12 +74,10 @@ TEST(Fp8Memory, ToolPrintsEachRecipesBytesPerParameter) {
   const std::string cmd = std::string("'") + MIXPAR_MEM_PATH +
                           "' --n-layer 12 --n-embd 768 --n-head 12 --vocab-size 50257 --seq 1024 "
                           "--micro-batch 4 --precision fp8 --amax-history 16 --json";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  ASSERT_NE(pipe, nullptr);
-  std::string out;
-  char buf[4096];
-  for (std::size_t k; (k = std::fread(buf, 1, sizeof buf, pipe)) > 0;) out.append(buf, k);
-  ASSERT_EQ(WEXITSTATUS(pclose(pipe)), 0) << out;
+  const test_support::TempDir dir;
+  const test_support::CliRun run = test_support::run_shell(dir, cmd);
+  ASSERT_EQ(run.code, 0) << run.err;
+  const std::string& out = run.out;
   const Json j = Json::parse(out, "mixpar-mem --json");
   const Json& rows = j.at("fp8_bytes_per_param");
   ASSERT_EQ(rows.size(), 4u);

@@ -6,7 +6,6 @@
 #include "ch03_master_weights/playbook_memory.h"
 
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <cstdio>
 #include <stdexcept>
@@ -14,6 +13,7 @@
 #include <vector>
 
 #include "util/json.h"
+#include "command.h"
 
 namespace mixpar::mem {
 namespace {
@@ -79,12 +79,10 @@ TEST(PlaybookFp8Memory, ToolPrintsThePlaybookRowsBesideMixparsBills) {
   const std::string cmd = std::string("'") + MIXPAR_MEM_PATH +
                           "' --n-layer 2 --n-embd 128 --n-head 4 --vocab-size 256 --seq 64 "
                           "--micro-batch 2 --precision fp8 --fp8-recipe tensorwise --json";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  ASSERT_NE(pipe, nullptr);
-  std::string out;
-  char buf[4096];
-  for (std::size_t k; (k = std::fread(buf, 1, sizeof buf, pipe)) > 0;) out.append(buf, k);
-  ASSERT_EQ(WEXITSTATUS(pclose(pipe)), 0) << out;
+  const test_support::TempDir dir;
+  const test_support::CliRun run = test_support::run_shell(dir, cmd);
+  ASSERT_EQ(run.code, 0) << run.err;
+  const std::string& out = run.out;
   const Json rows = Json::parse(out, "mixpar-mem --json").at("fp8_playbook_accounting");
   ASSERT_EQ(rows.size(), 8u);  // six Playbook rows, mixpar bf16, mixpar fp8 tensorwise
   EXPECT_EQ(rows.at(2).at("row").as_string(), "Transformer Engine");
