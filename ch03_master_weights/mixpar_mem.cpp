@@ -12,6 +12,7 @@
 #include "ch03_master_weights/playbook_memory.h"
 #include "ch03_master_weights/memory_calculator.h"
 #include "ch03_master_weights/mixpar_mem_flags.h"
+#include "comm/device_mesh.h"
 #include "util/errors.h"
 #include "util/json.h"
 
@@ -44,13 +45,20 @@ std::string trimmed(double v, int decimals) {
   return s;
 }
 
+// The layout's rank mesh (common/comm/device_mesh.h): the memory calculator's dp, tp, pp (the
+// calculator has no cp), so the tool names and lists its dimensions as the trainer does.
+std::vector<MeshDim> mesh_dims(const Layout& l) {
+  // mixpar_mem_flags.cpp keeps each degree within 2^20.
+  const auto degree = [](std::int64_t v) { return static_cast<int>(v); };
+  return standard_dims(degree(l.dp), degree(l.tp), 1, degree(l.pp));
+}
+
 std::string describe_layout(const TrainingSetup& t) {
   const Layout& l = t.layout;
   std::string s = std::string(name(t.precision)) +
                   (t.precision == Precision::kFp32 ? "" : " mixed precision") + ", " +
                   (t.optimizer == Optimizer::kAdamW ? "AdamW" : "SGD with momentum") + ", ZeRO-" +
-                  std::to_string(l.zero_stage) + ", dp " + std::to_string(l.dp) + " x tp " +
-                  std::to_string(l.tp) + " x pp " + std::to_string(l.pp);
+                  std::to_string(l.zero_stage) + ", " + mesh_text(mesh_dims(l));
   if (t.shape) {
     s += ", recompute " + std::string(name(l.recompute));
     if (l.sequence_parallel) s += ", sequence parallel";
@@ -147,9 +155,7 @@ void print_json(const TrainingSetup& t, const MemoryBill& b,
   j.set("precision", name(t.precision));
   j.set("optimizer", name(t.optimizer));
   j.set("zero_stage", l.zero_stage);
-  j.set("dp", l.dp);
-  j.set("tp", l.tp);
-  j.set("pp", l.pp);
+  for (const MeshDim& d : shown_dims(mesh_dims(l))) j.set(d.name, d.size);
   j.set("stage", b.stage);
   if (t.shape) {
     j.set("recompute", name(l.recompute));

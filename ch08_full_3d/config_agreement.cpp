@@ -7,6 +7,7 @@
 
 #include "ch04_ddp/ring_allreduce.h"
 #include "comm/control.h"
+#include "mesh_rules.h"
 #include "util/errors.h"
 
 namespace mixpar::ch08 {
@@ -33,7 +34,7 @@ std::vector<std::pair<std::string, std::string>> agreement_fields(const TrainerC
   const auto i = [](std::int64_t v) { return std::to_string(v); };
   char fp[17];
   std::snprintf(fp, sizeof fp, "%016llx", static_cast<unsigned long long>(data_fingerprint));
-  return {
+  std::vector<std::pair<std::string, std::string>> fields = {
       {"--init-from", c.init_from},
       {"--n-layer", i(c.model.n_layer)},
       {"--n-head", i(c.model.n_head)},
@@ -59,9 +60,11 @@ std::vector<std::pair<std::string, std::string>> agreement_fields(const TrainerC
       {"--loss-scale", g(c.loss_scale)},
       {"--recompute", on_off(c.recompute)},
       {"--seed", std::to_string(c.seed)},
-      {"--dp", i(c.dp)},
-      {"--tp", i(c.tp)},
-      {"--pp", i(c.pp)},
+  };
+  // Every dimension of the rank mesh, outermost first (--pp, --dp, --cp, --tp, and any other).
+  for (const MeshDim& d : mesh_dims(c)) fields.emplace_back("--" + d.name, i(d.size));
+  const std::vector<std::pair<std::string, std::string>> rest = {
+      {"--cp-algo", c.cp_algo},
       {"--sequence-parallel", on_off(c.sequence_parallel)},
       {"--schedule", c.pipeline_schedule},
       {"--virtual-stages", i(c.virtual_stages)},
@@ -83,6 +86,8 @@ std::vector<std::pair<std::string, std::string>> agreement_fields(const TrainerC
       {"--sample", i(c.sample)},
       {"--dump-logits (given or not)", on_off(!c.dump_logits.empty())},
   };
+  fields.insert(fields.end(), rest.begin(), rest.end());
+  return fields;
 }
 
 void agree_on_config(Communicator& comm, const TrainerConfig& c, std::uint64_t data_fingerprint) {

@@ -11,6 +11,7 @@
 #include "ch07_pipeline/pipeline_runtime.h"
 #include "ch07_pipeline/pipeline_schedule.h"
 #include "comm/parallel_grid.h"
+#include "mesh_rules.h"
 #include "model/gpt_params.h"
 #include "report/format.h"
 #include "util/errors.h"
@@ -28,7 +29,6 @@ mem::Precision precision_of(DType d) {
                             : mem::Precision::kBf16;
 }
 
-GridShape shape_of(const TrainerConfig& c) { return GridShape{c.dp, c.tp, c.pp, c.cp}; }
 
 // The model chunks pipeline rank `stage` holds: its stage, or its v chunks of an interleaved
 // pipeline (chunk k = virtual stage k pp + stage, ch07_pipeline/model_chunks.h); the whole
@@ -73,13 +73,15 @@ std::vector<HeldActivations> held_activations(const TrainerConfig& c) {
   return out;
 }
 
-// "{0,1} {2,3}": each distinct group of `of`, over the world.
-template <class GroupOf>
-std::string groups_text(const GridShape& s, GroupOf of) {
+// "{0,1} {2,3}": each distinct group over the dimensions `dims` of the mesh (the embedding
+// group: its pipeline's first and last stage), over the world.
+std::string groups_text(const DeviceMesh& m, const std::vector<std::string>& dims) {
+  const bool embedding = dims.empty();
   std::set<std::vector<int>> seen;
   std::string out;
-  for (int r = 0; r < s.world(); ++r) {
-    const std::vector<int> g = of(s, r);
+  for (int r = 0; r < m.world(); ++r) {
+    const std::vector<int> g =
+        embedding ? embedding_group(GridShape::of(m), r) : m.group(r, dims);
     if (g.empty() || !seen.insert(g).second) continue;
     if (seen.size() > 8) {
       out += " ...";
@@ -252,18 +254,16 @@ GroupTraffic estimate_group_traffic(const TrainerConfig& c) {
 std::vector<std::string> preflight_checklist(const TrainerConfig& c, std::int64_t data_tokens,
                                              int ranks_here) {
   std::vector<std::string> out = {"pre-flight checklist (docs/SOURCES.md, Pre-flight items):"};
-  const GridShape g = shape_of(c);
-  std::string grid = "dp " + num(c.dp) + " x tp " + num(c.tp) +
-                     (c.cp > 1 ? " x cp " + num(c.cp) : std::string()) + " x pp " + num(c.pp) +
-                     " = " + num(g.world()) + " rank" + (g.world() == 1 ? "" : "s");
+  const DeviceMesh g = mesh_of(c);
+  std::string grid = g.str() + " = " + num(g.world()) + " rank" + (g.world() == 1 ? "" : "s");
   if (g.world() > 1) {
-    grid += " | tp groups " + groups_text(g, tp_group) + " | dp groups " +
-            groups_text(g, dp_group) + " | pp groups " + groups_text(g, pp_group);
+    grid += " | tp groups " + groups_text(g, {"tp"}) + " | dp groups " + groups_text(g, {"dp"}) +
+            " | pp groups " + groups_text(g, {"pp"});
     if (c.cp > 1) {
-      grid += " | cp groups " + groups_text(g, cp_group) + " | gradients summed over dp x cp " +
-              groups_text(g, dp_cp_group) + " (" + c.cp_algo + " attention, zigzag split)";
+      grid += " | cp groups " + groups_text(g, {"cp"}) + " | gradients summed over dp x cp " +
+              groups_text(g, {"dp", "cp"}) + " (" + c.cp_algo + " attention, zigzag split)";
     }
-    if (c.pp > 1) grid += " | embedding " + groups_text(g, embedding_group);
+    if (c.pp > 1) grid += " | embedding " + groups_text(g, {});
   }
   out.push_back(ok("grid", grid));
   // Divisibility: validate() has refused every layout where one of these fails.

@@ -79,8 +79,8 @@ Json step_json(const StepStats& s, const MemorySnapshot& mem,
   }
   if (s.ranks > 0) {
     Json groups = Json::object();
-    for (std::size_t g = 0; g < kGroupNames.size(); ++g) {
-      groups.set(kGroupNames[g], static_cast<std::int64_t>(s.group_bytes[g]));
+    for (const auto& [name, bytes] : s.group_bytes.by_group) {
+      groups.set(name, static_cast<std::int64_t>(bytes));
     }
     j.set("comm_bytes_by_group", std::move(groups));
   }

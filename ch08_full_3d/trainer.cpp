@@ -20,6 +20,7 @@
 #include "ch07_pipeline/model_chunks.h"
 #include "ch07_pipeline/stage_gather.h"
 #include "model/gpt_hf.h"
+#include "mesh_rules.h"
 #include "model_flops.h"
 #include "parallel/count_once.h"
 #include "parallel/replicas.h"
@@ -62,7 +63,7 @@ ch03::MixedPrecisionConfig optimizer_config(const TrainerConfig& c, std::vector<
 
 std::unique_ptr<ParallelGrid> make_grid(Communicator* world, const TrainerConfig& c) {
   if (world == nullptr) return nullptr;
-  return std::make_unique<ParallelGrid>(*world, GridShape{c.dp, c.tp, c.pp, c.cp});
+  return std::make_unique<ParallelGrid>(*world, mesh_of(c));
 }
 
 // The tp x pp placement of this rank's model: its tp shard (Megatron's split, chapter 6).
@@ -213,27 +214,44 @@ std::vector<TraceSpan> Trainer::take_spans() {
   return all;
 }
 
-std::array<std::uint64_t, 7> Trainer::group_bytes_so_far() const {
-  std::array<std::uint64_t, 7> out{};
-  if (!grid_) return out;
-  const std::array<const Communicator*, 7> groups = {
-      &grid_->world(), &grid_->dp(),          &grid_->tp(), &grid_->pp(),
-      &grid_->model_parallel(), grid_->embedding(), grid_->cp()};
-  for (std::size_t g = 0; g < groups.size(); ++g) {
-    if (groups[g] != nullptr) out[g] = groups[g]->traffic().total().bytes_sent;
+void GroupBytes::add(const std::string& name, std::uint64_t bytes) {
+  for (auto& [group, sent] : by_group) {
+    if (group == name) {
+      sent += bytes;
+      return;
+    }
   }
-  if (sync_) out[1] += sync_->own_bytes_sent();  // ZeRO-3's parameter gathers: dp's too
-  // Context parallel: the loss mean over dp x cp (the cp group's own bytes are "cp": attention
-  // and the gradient sums).
-  if (grid_->cp() != nullptr) out[1] += grid_->dp_cp().traffic().total().bytes_sent;
+  by_group.emplace_back(name, bytes);
+}
+
+std::uint64_t GroupBytes::total() const {
+  std::uint64_t n = 0;
+  for (const auto& g : by_group) n += g.second;
+  return n;
+}
+
+GroupBytes GroupBytes::since(const GroupBytes& before) const {
+  GroupBytes out = *this;
+  for (std::size_t g = 0; g < out.by_group.size() && g < before.by_group.size(); ++g) {
+    out.by_group[g].second -= before.by_group[g].second;
+  }
   return out;
 }
 
-std::uint64_t Trainer::bytes_sent_so_far() const {
-  std::uint64_t n = 0;
-  for (std::uint64_t b : group_bytes_so_far()) n += b;
-  return n;
+GroupBytes Trainer::group_bytes_so_far() const {
+  GroupBytes out;
+  if (!grid_) return out;
+  out.add("world", grid_->world().traffic().total().bytes_sent);
+  // Context parallel: the loss mean over dp x cp counts as dp's (the cp group's own bytes are
+  // "cp": attention and the gradient sums).
+  for (const auto& [name, comm] : grid_->groups()) {
+    out.add(name == "dp_cp" ? "dp" : name, comm ? comm->traffic().total().bytes_sent : 0);
+  }
+  if (sync_) out.add("dp", sync_->own_bytes_sent());  // ZeRO-3's parameter gathers: dp's too
+  return out;
 }
+
+std::uint64_t Trainer::bytes_sent_so_far() const { return group_bytes_so_far().total(); }
 
 std::vector<RankMetrics> Trainer::gather_rank_metrics() {
   RankMetrics mine;
@@ -484,7 +502,7 @@ StepStats Trainer::train_step() {
   s.step = step_ + 1;
   s.loss_scale = optimizer_.loss_scale();
   const std::uint64_t bytes_before = bytes_sent_so_far();
-  const std::array<std::uint64_t, 7> groups_before = group_bytes_so_far();
+  const GroupBytes groups_before = group_bytes_so_far();
   sync_->begin_step();
   if (fp8_) fp8_->begin_step();
   // Context parallel: this rank's rows of the replica's sequences (their true positions).
@@ -526,10 +544,7 @@ StepStats Trainer::train_step() {
     times_ = {};
   }
   step_bytes_sent_ = bytes_sent_so_far() - bytes_before;
-  const std::array<std::uint64_t, 7> groups_after = group_bytes_so_far();
-  for (std::size_t g = 0; g < groups_after.size(); ++g) {
-    s.group_bytes[g] = groups_after[g] - groups_before[g];
-  }
+  s.group_bytes = group_bytes_so_far().since(groups_before);
   s.flops = process_flops_per_step(config_, rank_params(model_));
   ++step_;
   s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ch03_master_weights/mixed_precision_optimizer.h"
@@ -30,6 +31,18 @@
 #include "training_data.h"
 
 namespace mixpar::ch08 {
+
+// Bytes a rank sent, by group: "world", then the grid's groups by name in their order
+// (ParallelGrid::groups(): dp, tp, pp, model_parallel, embedding, cp), the dp x cp group's
+// counted as dp's (the loss mean over dp x cp). The JSONL's comm_bytes_by_group.
+struct GroupBytes {
+  std::vector<std::pair<std::string, std::uint64_t>> by_group;
+  // Adds `bytes` to the group `name`, appended after the others when new.
+  void add(const std::string& name, std::uint64_t bytes);
+  std::uint64_t total() const;
+  // Group by group, this minus `before` (the same groups in the same order).
+  GroupBytes since(const GroupBytes& before) const;
+};
 
 struct StepStats {
   std::int64_t step = 0;   // 1-based: the step just finished
@@ -52,14 +65,11 @@ struct StepStats {
   // are threads of this process, this rank's share under MPI), and their share of the peak of
   // the cores the process computes on (gemm_peak.h; 0 until the train loop sets it).
   double flops = 0, mfu = 0;
-  // Distributed: the bytes this rank sent in the step over each of its groups, in the order
-  // of kGroupNames.
-  std::array<std::uint64_t, 7> group_bytes{};
+  // Distributed: the bytes this rank sent in the step over each of its groups.
+  GroupBytes group_bytes;
   // --dtype fp8: this rank's casts of the step by role (fp8_step_json); null otherwise.
   Json fp8;
 };
-inline constexpr std::array<const char*, 7> kGroupNames = {"world", "dp", "tp", "pp",
-                                                          "model_parallel", "embedding", "cp"};
 
 // Sets the threads of OpenMP loops and Eigen GEMMs (0: leave the default).
 void set_cpu_threads(int threads);
@@ -174,7 +184,7 @@ class Trainer {
   void write_checkpoint_files(const std::string& dir) const;
   Json end_fp8_step();  // --dtype fp8: after the optimizer step (trainer.cpp)
   std::uint64_t bytes_sent_so_far() const;
-  std::array<std::uint64_t, 7> group_bytes_so_far() const;  // by kGroupNames
+  GroupBytes group_bytes_so_far() const;
 
   TrainerConfig config_;
   TrainingData data_;

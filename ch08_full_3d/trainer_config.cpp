@@ -10,6 +10,7 @@
 
 #include "ch04_ddp/ring_allreduce.h"
 #include "ch07_pipeline/pipeline_schedule.h"
+#include "mesh_rules.h"
 #include "model/gpt_hf.h"
 #include "report/format.h"
 #include "run_checks.h"
@@ -275,9 +276,15 @@ void check_range(bool ok, const std::string& what) {
   if (!ok) throw InputError(what);
 }
 
-// Without --dp: the ranks that tensor and pipeline parallelism leave (at least 1; a product
-// that does not come out is validate_parallel's error).
-int default_dp(const TrainerConfig& c) { return std::max(1, c.ranks / (c.tp * c.pp * c.cp)); }
+// Without --dp: the ranks the mesh's other dimensions leave (at least 1; a product that does
+// not come out is mesh rule world's error).
+int default_dp(const TrainerConfig& c) {
+  std::int64_t others = 1;
+  for (const MeshDim& d : mesh_dims(c)) {
+    if (d.name != "dp") others *= std::max(1, d.size);
+  }
+  return static_cast<int>(std::max<std::int64_t>(1, c.ranks / others));
+}
 
 void read_parallel(const ArgParser& a, TrainerConfig& c) {
   const std::string backend = a.get_choice("backend", {"local", "mpi"});
@@ -343,17 +350,11 @@ void resolve_global_batch(TrainerConfig& c) {
 
 void validate_single(const TrainerConfig& c);  // below, beside validate()
 
-// Pipeline parallel (chapter 7): a block for every stage (every chunk), the schedule's
-// constraints on m (--grad-accum), and what train_gpt's pipeline does not run yet.
+// Pipeline parallel (chapter 7): the schedule's constraints on m (--grad-accum), and what
+// train_gpt's pipeline does not run yet. (The pipeline's rules with the other dimensions and
+// the model, a block for every stage among them, are mesh rules: mesh_rules.cpp.)
 void validate_pipeline(const TrainerConfig& c) {
-  const std::string pp = num(static_cast<std::int64_t>(c.pp));
-  const std::string v = num(static_cast<std::int64_t>(c.virtual_stages));
-  check_range(c.pp > 1 || c.virtual_stages == 1, "--virtual-stages " + v + " needs --pp > 1");
   if (c.pp == 1) return;
-  check_range(static_cast<std::int64_t>(c.pp) * c.virtual_stages <= c.model.n_layer,
-              "--pp " + pp + " x --virtual-stages " + v + " = " +
-                  num(static_cast<std::int64_t>(c.pp) * c.virtual_stages) + " stages for " +
-                  num(c.model.n_layer) + " blocks: every stage needs a block to run");
   check_range(c.grad_accum <= 1024, "--grad-accum " + num(c.grad_accum) +
                                         ": more micro-batches than a pipeline step plans");
   // The schedule's own constraints (interleaved: v >= 2, m a multiple of pp), named.
@@ -363,66 +364,11 @@ void validate_pipeline(const TrainerConfig& c) {
   check_range(c.pipeline_schedule != "zb-h1" || !c.recompute,
               "--schedule zb-h1 with --recompute: W needs every block's activations after B, "
               "recompute keeps only the blocks' inputs; drop one of them");
-  // Pipeline stages of tensor-parallel shards (chapter 8): each tp rank of a stage sends its
-  // own copy of the whole [B, T, C] activation to the same tp rank of the next stage. Under
-  // sequence parallelism a stage's boundary holds B T / tp rows, which the runtime's buffers
-  // (sized [B, T, C]) do not describe.
-  check_range(c.tp == 1 || !c.sequence_parallel,
-              "--pp " + pp + " with --tp " + num(static_cast<std::int64_t>(c.tp)) +
-                  " --sequence-parallel: the pipeline sends whole [B, T, C] activations; drop "
-                  "--sequence-parallel");
-  // ZeRO-1 shards only the optimizer states: each stage's dp group shards its own. Stages 2
-  // and 3 would reduce-scatter (2) or re-gather (3) a stage's gradients or parameters at every
-  // micro-batch of the pipeline, as DeepSpeed, which refuses ZeRO-2/3 with pipeline
-  // parallelism, says: the traffic of every micro-batch instead of one per step. With dp 1
-  // there is no dp group to shard over and no such traffic: every stage runs as stage 0
-  // (make_grad_sync says so in the run's log).
-  check_range(c.zero_stage <= 1 || c.dp == 1,
-              "--pp " + pp + " with --zero-stage " + num(static_cast<std::int64_t>(c.zero_stage)) +
-                  ": ZeRO-2/3 would reduce-scatter or gather a stage's gradients or parameters "
-                  "at every micro-batch (DeepSpeed refuses them with pipelines too); use "
-                  "--zero-stage 1 or 0");
 }
 
 void validate_parallel(const TrainerConfig& c) {
-  const std::string ranks = num(static_cast<std::int64_t>(c.ranks));
-  const std::string dp = num(static_cast<std::int64_t>(c.dp));
-  const std::string tp = num(static_cast<std::int64_t>(c.tp));
-  const std::string pp = num(static_cast<std::int64_t>(c.pp));
-  const std::string cp = num(static_cast<std::int64_t>(c.cp));
-  const std::int64_t product = static_cast<std::int64_t>(c.dp) * c.tp * c.pp * c.cp;
-  check_range(product == c.ranks,
-              "--dp " + dp + " x --tp " + tp + (c.cp > 1 ? " x --cp " + cp : std::string()) +
-                  " x --pp " + pp + " = " + num(product) + " ranks, but the run has " + ranks +
-                  " (--ranks, or mpirun's -np): every rank has one place in the grid");
-  // Context parallel (chapter 6, part 2): the zigzag split cuts each sequence into 2 cp
-  // chunks; all-to-all gives each cp rank whole heads (of this tp rank's).
-  check_range(c.cp == 1 || c.seq % (2 * static_cast<std::int64_t>(c.cp)) == 0,
-              "--cp " + cp + ": --seq " + num(c.seq) + " is not divisible by 2 x cp = " +
-                  num(2 * static_cast<std::int64_t>(c.cp)) +
-                  " (the balanced split gives each rank chunks r and 2cp-1-r)");
-  check_range(c.cp == 1 || c.cp_algo != "all-to-all" || c.model.n_head % (c.tp * c.cp) == 0,
-              "--cp-algo all-to-all: --cp " + cp + " does not divide the " +
-                  num(c.model.n_head / std::max(1, c.tp)) +
-                  " heads of a tp rank: each cp rank takes whole heads");
-  // Tensor parallel (chapter 6): Megatron's split needs whole heads and whole MLP columns on
-  // each rank (the vocabulary is padded to a multiple of tp, so it need not divide).
-  const std::string heads = num(c.model.n_head), mlp = num(4 * c.model.n_embd);
-  check_range(c.model.n_head % c.tp == 0,
-              "--tp " + tp + " does not divide n_head = " + heads +
-                  ": each tp rank holds whole attention heads");
-  check_range(4 * c.model.n_embd % c.tp == 0,
-              "--tp " + tp + " does not divide the MLP width 4 x n_embd = " + mlp);
-  check_range(!c.sequence_parallel || c.tp > 1,
-              "--sequence-parallel splits the LayerNorm regions over the tp ranks: it needs "
-              "--tp > 1");
-  check_range(!c.sequence_parallel || (c.batch * c.seq) % c.tp == 0,
-              "--sequence-parallel: --batch x --seq = " + num(c.batch * c.seq) +
-                  " rows do not split over --tp " + tp);
-  // ZeRO over tensor-parallel shards needs no check of its own: each tp rank's dp group
-  // partitions that rank's own shards (their held elements, zero_partition.h), reduce-scatters
-  // its gradients (stage 2) and gathers its parameters block by block (stage 3), while the
-  // block's tp collectives stay on the tp group.
+  // Every rule between the mesh's dimensions and the model, in one table.
+  check_mesh_rules(c);
   validate_pipeline(c);
   check_range(c.global_batch == 0 || c.global_batch == c.sequences_per_step(),
               "--global-batch " + num(c.global_batch) + " is not --batch x --grad-accum x --dp");

@@ -8,12 +8,14 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "ch04_ddp/ddp.h"
 #include "io/token_loader.h"
 #include "lr_schedule.h"
 #include "model/gpt_params.h"
 #include "ch03_master_weights/fp8_linear.h"
+#include "comm/device_mesh.h"
 #include "numerics/dtype.h"
 #include "util/cli.h"
 #include "util/json.h"
@@ -72,7 +74,8 @@ struct TrainerConfig {
   // single-device trainer, with no communicator at all.
   CommBackend backend = CommBackend::kLocal;
   int ranks = 1;  // local: rank threads to start; mpi: the world size mpirun gave
-  // The rank grid (common/comm/parallel_grid.h): dp x tp x cp x pp == ranks, tp fastest.
+  // The rank mesh (mesh_rules.h, common/comm/device_mesh.h): [pp, dp, cp, tp] from these
+  // flags, tp fastest, its degrees' product == ranks and its rules checked in one table.
   int dp = 1;     // data-parallel degree: model replicas
   int tp = 1;     // tensor-parallel degree (chapter 6)
   // Sequence parallelism (chapter 6, with tp > 1): LayerNorm and residual regions split along
@@ -84,6 +87,15 @@ struct TrainerConfig {
   // (DeepSpeed-Ulysses' head split); gradients summed over dp x cp. The grid is tp-cp-dp-pp.
   int cp = 1;
   std::string cp_algo = "ring";
+  // Dimensions of the mesh beyond the four flags, each placed directly inside the dimension
+  // `outer` names (a config built in code: no flag makes one). A new parallelism starts as one
+  // entry here; until a strategy splits over it its degree must be 1 (mesh rule
+  // unused-dimension), where it changes no rank and no group.
+  struct ExtraDim {
+    MeshDim dim;
+    std::string outer;
+  };
+  std::vector<ExtraDim> extra_dims;
   // Chapter 7: the schedule of a pp > 1 run (afab|1f1b|interleaved|zb-h1), grad_accum being
   // its micro-batches m per step, and the model chunks per rank (1: train_gpt holds one).
   std::string pipeline_schedule = "1f1b";

@@ -10,9 +10,11 @@
 //
 // A grid with one writer of whole tensors (tp 1, pp 1, no ZeRO shards) writes model.safetensors
 // (with config.json a Hugging Face directory: a checkpoint is also a loadable model) and
-// optimizer.safetensors; any other, model-dpD-tpT-ppP.safetensors and
-// optimizer-dpD-tpT-ppP.safetensors per writing rank. Rank 0 writes config.json and
-// trainer_state.json: the step, the optimizer's t, the scaler, the loader and the run identity,
+// optimizer.safetensors; any other, one model-<coordinates>.safetensors and
+// optimizer-<coordinates>.safetensors per writing rank, its coordinate on every dimension of
+// the mesh, outermost first (model-pp0-dp1-cp0-tp0.safetensors; before version 4 of the state,
+// model-dpD-tpT-ppP.safetensors: the state lists each file by name, so both resume). Rank 0
+// writes config.json and trainer_state.json: the step, the optimizer's t, the scaler, the loader and the run identity,
 // which every rank shares (the scaler's decisions and the loader's steps are agreed each step;
 // the RNG is counter-based: seed and step), and the writer's layout with the files each
 // writing rank wrote.
@@ -21,12 +23,15 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <string_view>
 
 #include "checkpoint.h"
 #include "checkpoint_pieces.h"
+#include "comm/device_mesh.h"
 #include "io/atomic_file.h"
 #include "io/gpt_config.h"
 #include "io/safetensors.h"
+#include "mesh_rules.h"
 #include "model/gpt_hf.h"
 #include "run_checks.h"
 #include "strategy_factory.h"
@@ -39,10 +44,12 @@ namespace {
 
 constexpr const char* kStateFile = "trainer_state.json";
 constexpr const char* kStateFormat = "mixpar-train-state";
-// 3: pieces under global names, any layout reads them. 2: the layout and its shards (whole
-// files of one tp x pp place; tp 1 x pp 1 read as whole tensors). 1 (no layout): a dp x 1 x 1
-// run, read as such.
-constexpr std::int64_t kStateVersion = 3;
+// 4: the layout names every dimension of the mesh (cp too), outermost first, and the piece
+// files every coordinate. 3: pieces under global names, any layout reads them (its layout dp,
+// tp, pp: cp 1 or not recorded, which a resume does not need, cp ranks writing nothing of
+// their own). 2: the layout and its shards (whole files of one tp x pp place; tp 1 x pp 1 read
+// as whole tensors). 1 (no layout): a dp x 1 x 1 run, read as such.
+constexpr std::int64_t kStateVersion = 4;
 
 std::string hex64(std::uint64_t v) {
   char buf[17];
@@ -98,8 +105,8 @@ Json read_state(const std::string& dir) {
   Json st = Json::parse(read_file(path), path);
   const bool known = st.is_object() && st.contains("format") &&
                      st.at("format") == Json(kStateFormat) && st.contains("version") &&
-                     (st.at("version") == Json(kStateVersion) || st.at("version") == Json(2) ||
-                      st.at("version") == Json(1));
+                     (st.at("version") == Json(kStateVersion) || st.at("version") == Json(3) ||
+                      st.at("version") == Json(2) || st.at("version") == Json(1));
   if (!known) {
     throw InputError(path + ": not a mixpar training state (format " + kStateFormat + " version " +
                      std::to_string(kStateVersion) + ")");
@@ -107,58 +114,93 @@ Json read_state(const std::string& dir) {
   return st;
 }
 
-// The grid a checkpoint was written on, as its state names it.
+// The mesh a checkpoint was written on, as its state names it.
 struct Layout {
-  std::int64_t dp = 1, tp = 1, pp = 1;
+  std::vector<MeshDim> dims;  // outermost first (mesh_rules.h)
   // GradSync::sharding_stage (ZeRO's numbering): >= 1 with dp > 1, each dp rank wrote the
   // pieces it owns. Stored under the key "zero_stage".
   std::int64_t sharding_stage = 0;
-  bool operator==(const Layout&) const = default;
-  std::string str() const {
-    return "dp " + std::to_string(dp) + " x tp " + std::to_string(tp) + " x pp " +
-           std::to_string(pp);
+  int size(std::string_view name) const {
+    for (const MeshDim& d : dims) {
+      if (d.name == name) return d.size;
+    }
+    return 1;
   }
+  std::string str() const { return mesh_text(dims); }
   // One rank writes every tensor whole: the files of a Hugging Face directory.
-  bool single_writer() const { return tp == 1 && pp == 1 && (dp == 1 || sharding_stage == 0); }
+  bool single_writer() const {
+    for (const MeshDim& d : dims) {
+      if (d.size > 1 && !holds_whole_state(d.name)) return false;
+    }
+    return true;
+  }
+  // Every rank along `name` holds the whole state the others do: the replica dimensions dp (but
+  // ZeRO shards the state over dp) and cp (whose ranks hold the same parameters: the gradient
+  // group dp x cp, parallel_grid.h).
+  bool holds_whole_state(std::string_view name) const {
+    return name == "cp" || (name == "dp" && sharding_stage == 0);
+  }
 };
+
+Layout layout_of(const DeviceMesh& mesh, std::int64_t sharding_stage) {
+  return Layout{mesh.dims(), sharding_stage};
+}
 
 Json layout_json(const Layout& l) {
   Json j = Json::object();
-  j.set("dp", l.dp);
-  j.set("tp", l.tp);
-  j.set("pp", l.pp);
+  for (const MeshDim& d : l.dims) j.set(d.name, static_cast<std::int64_t>(d.size));
   j.set("zero_stage", l.sharding_stage);
   return j;
+}
+
+// A degree as the state stores it, clamped into an int (anything < 1 is refused below).
+int degree(std::int64_t v) { return static_cast<int>(std::clamp<std::int64_t>(v, 0, 1 << 20)); }
+
+// The mesh of a state before version 4: the standard one with cp 1.
+std::vector<MeshDim> dims_before_v4(std::int64_t dp, std::int64_t tp, std::int64_t pp) {
+  return standard_dims(degree(dp), degree(tp), 1, degree(pp));
 }
 
 Layout layout_of(const Json& state, const std::string& path) {
   Layout l;
   if (!state.contains("layout")) {  // version 1: data parallel only
-    l.dp = state.at("run").at("dp").as_int();
+    l.dims = dims_before_v4(state.at("run").at("dp").as_int(), 1, 1);
     return l;
   }
   const Json& j = state.at("layout");
-  l.dp = j.at("dp").as_int();
-  l.tp = j.at("tp").as_int();
-  l.pp = j.at("pp").as_int();
   if (const Json* z = j.find("zero_stage")) l.sharding_stage = z->as_int();
-  if (l.dp < 1 || l.tp < 1 || l.pp < 1) throw InputError(path + ": layout " + l.str() + " is not a grid");
+  if (state.at("version").as_int() < 4) {  // dp, tp, pp: cp 1 (or not recorded)
+    l.dims = dims_before_v4(j.at("dp").as_int(), j.at("tp").as_int(), j.at("pp").as_int());
+  } else {
+    for (const auto& [name, size] : j.as_object()) {
+      if (name == "zero_stage") continue;
+      l.dims.push_back({name, degree(size.as_int()), name == "dp" || name == "tp" || name == "pp"});
+    }
+  }
+  for (const MeshDim& d : l.dims) {
+    if (d.size < 1) throw InputError(path + ": layout " + l.str() + " is not a grid");
+  }
   return l;
 }
 
 // The files a rank writes: one writer of whole tensors writes model.safetensors and
-// optimizer.safetensors, every writer of a sharded layout its own pair.
-std::string piece_file(const char* what, const Layout& l, const GridCoord& at) {
+// optimizer.safetensors, every writer of a sharded layout its own pair, named by its
+// coordinate on every dimension.
+std::string piece_file(const char* what, const Layout& l, const DeviceMesh& mesh, int rank) {
   if (l.single_writer()) return std::string(what) + ".safetensors";
-  return std::string(what) + "-dp" + std::to_string(at.dp) + "-tp" + std::to_string(at.tp) +
-         "-pp" + std::to_string(at.pp) + ".safetensors";
+  std::string name = what;
+  for (const MeshDim& d : l.dims) name += "-" + d.name + std::to_string(mesh.coord(rank, d.name));
+  return name + ".safetensors";
 }
 
 // Who writes: every dp rank of a sharded layout (each owns its flat ranges), dp rank 0
-// otherwise (the replicas hold the same tensors); of the cp ranks, which hold the same
-// parameters and shards (context parallelism shards none), cp rank 0 alone.
-bool writes_files(const Layout& l, const GridCoord& at) {
-  return at.cp == 0 && ((l.dp > 1 && l.sharding_stage >= 1) || at.dp == 0);
+// otherwise (the replicas hold the same tensors); along a dimension whose ranks hold the same
+// parameters and shards (cp: context parallelism shards none), its rank 0 alone.
+bool writes_files(const Layout& l, const DeviceMesh& mesh, int rank) {
+  for (const MeshDim& d : l.dims) {
+    if (l.holds_whole_state(d.name) && mesh.coord(rank, d.name) != 0) return false;
+  }
+  return true;
 }
 
 // The piece files of a checkpoint, as its state lists them. Version 1 and 2 states of one
@@ -173,7 +215,7 @@ std::vector<std::string> state_files(const Json& st, const std::string& dir) {
     out.push_back((fs::path(dir) / name).string());
   };
   if (st.at("version").as_int() < 3) {
-    if (saved.tp != 1 || saved.pp != 1) {
+    if (saved.size("tp") != 1 || saved.size("pp") != 1) {
       throw InputError(dir + ": a version " + st.at("version").dump() + " checkpoint of a " +
                        saved.str() + " grid stores each place's tensors in its own shape; "
                        "resharding reads version 3 (write it again with this build)");
@@ -349,36 +391,31 @@ std::vector<HeldTensor> Trainer::held_state() const {
 }
 
 void Trainer::write_checkpoint_files(const std::string& dir) const {
-  const GridShape g = shape();
-  const Layout layout{g.dp, g.tp, g.pp, sync_->sharding_stage()};
-  const GridCoord at = coord();
-  if (writes_files(layout, at)) {
+  const DeviceMesh mesh = mesh_of(config_);
+  const Layout layout = layout_of(mesh, sync_->sharding_stage());
+  const int me = coord().rank;
+  if (writes_files(layout, mesh, me)) {
     const std::vector<HeldTensor> held = held_state();
     std::vector<HeldTensor> masters, moments;
     for (const HeldTensor& t : held) {
       (t.key.starts_with("exp_avg") ? moments : masters).push_back(t);
     }
-    write_pieces((fs::path(dir) / piece_file("model", layout, at)).string(), masters);
-    write_pieces((fs::path(dir) / piece_file("optimizer", layout, at)).string(), moments);
+    write_pieces((fs::path(dir) / piece_file("model", layout, mesh, me)).string(), masters);
+    write_pieces((fs::path(dir) / piece_file("optimizer", layout, mesh, me)).string(), moments);
   }
-  if (at.rank != 0) return;
+  if (me != 0) return;
   const AdamW& adam = *optimizer_.adamw();
   Json shards = Json::array();
-  for (int p = 0; p < g.pp; ++p) {
-    for (int d = 0; d < g.dp; ++d) {
-      for (int t = 0; t < g.tp; ++t) {
-        const GridCoord place{grid_rank(g, d, t, p), d, t, p};
-        if (!writes_files(layout, place)) continue;
-        Json s = Json::object();
-        s.set("rank", static_cast<std::int64_t>(place.rank));
-        s.set("dp", static_cast<std::int64_t>(d));
-        s.set("tp", static_cast<std::int64_t>(t));
-        s.set("pp", static_cast<std::int64_t>(p));
-        s.set("parameters", piece_file("model", layout, place));
-        s.set("moments", piece_file("optimizer", layout, place));
-        shards.push_back(std::move(s));
-      }
+  for (int r = 0; r < mesh.world(); ++r) {
+    if (!writes_files(layout, mesh, r)) continue;
+    Json s = Json::object();
+    s.set("rank", static_cast<std::int64_t>(r));
+    for (const MeshDim& d : mesh.dims()) {
+      s.set(d.name, static_cast<std::int64_t>(mesh.coord(r, d.name)));
     }
+    s.set("parameters", piece_file("model", layout, mesh, r));
+    s.set("moments", piece_file("optimizer", layout, mesh, r));
+    shards.push_back(std::move(s));
   }
   // The model's shape, as a Hugging Face config (with model.safetensors of one writer, a
   // directory transformers loads).

@@ -2,7 +2,8 @@
 // context-parallel degree: then the cp and dp-cp groups too). Prints every rank's
 // coordinates and the members of each of its groups (tp, dp, pp, model-parallel, embedding)
 // and its pipeline neighbours; --json prints the same for scripts, each group listed once.
-// All arithmetic is parallel_grid.h's. Bad flags or a shape that does not fill the world:
+// All arithmetic is the mesh's (device_mesh.h, parallel_grid.h): the columns of coordinates
+// and the formula are read from its dimensions. Bad flags or a shape that does not fill the world:
 // one-line error, exit code 2, nothing on stdout (mixpar_grid_flags.cpp).
 #include <algorithm>
 #include <cstdint>
@@ -29,40 +30,74 @@ std::string list(const std::vector<int>& ranks) {
 
 std::string neighbour(int r) { return r < 0 ? "-" : std::to_string(r); }
 
-void print_table(const GridShape& shape) {
-  // With cp > 1 the cp coordinate and the cp and dp-cp groups join the table.
-  const bool cp = shape.cp > 1;
-  std::vector<std::string> head = {"rank", "dp", "tp"};
-  if (cp) head.push_back("cp");
-  for (const char* h : {"pp", "tp group", "dp group"}) head.push_back(h);
-  if (cp) {
-    head.push_back("cp group");
-    head.push_back("dp-cp group");
+// The columns of group members, in the table's order: each a group of parallel_grid.h by the
+// dimensions it spans (none: the embedding group), shown when `needs` is "" or > 1.
+struct GroupColumn {
+  const char* head;  // the table's
+  const char* key;   // the JSON's
+  std::vector<std::string> dims;
+  const char* needs = "";
+};
+
+const std::vector<GroupColumn>& group_columns() {
+  static const std::vector<GroupColumn> columns = {
+      {"tp group", "tp", {"tp"}},
+      {"dp group", "dp", {"dp"}},
+      {"cp group", "cp", {"cp"}, "cp"},
+      {"dp-cp group", "dp_cp", {"dp", "cp"}, "cp"},
+      {"pp group", "pp", {"pp"}},
+      {"model-parallel", "model_parallel", {"pp", "tp"}},
+      {"embedding", "embedding", {}},
+  };
+  return columns;
+}
+
+bool shown(const DeviceMesh& m, const GroupColumn& g) { return *g.needs == '\0' || m.size(g.needs) > 1; }
+
+std::vector<int> members(const DeviceMesh& m, const GroupColumn& g, int r) {
+  return g.dims.empty() ? embedding_group(GridShape::of(m), r) : m.group(r, g.dims);
+}
+
+// "((pp x 2 + dp) x 2 + cp) x 2 + tp: tp fastest, then cp, dp, pp outermost": the rank formula
+// over the shown dimensions, outermost first.
+std::string formula(const DeviceMesh& m) {
+  std::vector<MeshDim> dims;
+  for (const MeshDim& d : m.dims()) {
+    if (d.named_at_one || d.size > 1) dims.push_back(d);
   }
-  for (const char* h : {"pp group", "model-parallel", "embedding", "prev", "next"}) {
-    head.push_back(h);
+  std::string expr = dims.front().name;
+  for (std::size_t i = 1; i < dims.size(); ++i) {
+    expr = (i > 1 ? "(" + expr + ")" : expr) + " x " + std::to_string(dims[i].size) + " + " +
+           dims[i].name;
   }
+  std::string order = dims.back().name + " fastest, then ";
+  for (std::size_t i = dims.size() - 1; i-- > 1;) order += dims[i].name + ", ";
+  return "rank = " + expr + ": " + order + dims.front().name + " outermost";
+}
+
+void print_table(const DeviceMesh& mesh) {
+  // The coordinates of every dimension the mesh's text names, then the groups.
+  std::vector<std::string> head = {"rank"};
+  for (const MeshDim& d : mesh.shown()) head.push_back(d.name);
+  const std::size_t first_group = head.size();
+  for (const GroupColumn& g : group_columns()) {
+    if (shown(mesh, g)) head.push_back(g.head);
+  }
+  const std::size_t last_group = head.size() - 1;
+  head.push_back("prev");
+  head.push_back("next");
   std::vector<std::vector<std::string>> rows;
-  for (int r = 0; r < shape.world(); ++r) {
-    const GridCoord c = grid_coord(shape, r);
-    std::vector<std::string> row = {std::to_string(r), std::to_string(c.dp), std::to_string(c.tp)};
-    if (cp) row.push_back(std::to_string(c.cp));
-    row.push_back(std::to_string(c.pp));
-    row.push_back(list(tp_group(shape, r)));
-    row.push_back(list(dp_group(shape, r)));
-    if (cp) {
-      row.push_back(list(cp_group(shape, r)));
-      row.push_back(list(dp_cp_group(shape, r)));
+  for (int r = 0; r < mesh.world(); ++r) {
+    std::vector<std::string> row = {std::to_string(r)};
+    for (const MeshDim& d : mesh.shown()) row.push_back(std::to_string(mesh.coord(r, d.name)));
+    for (const GroupColumn& g : group_columns()) {
+      if (shown(mesh, g)) row.push_back(list(members(mesh, g, r)));
     }
-    for (const std::string& cell :
-         {list(pp_group(shape, r)), list(model_parallel_group(shape, r)),
-          list(embedding_group(shape, r)), neighbour(pp_prev(shape, r)),
-          neighbour(pp_next(shape, r))}) {
-      row.push_back(cell);
-    }
+    const GridShape shape = GridShape::of(mesh);
+    row.push_back(neighbour(pp_prev(shape, r)));
+    row.push_back(neighbour(pp_next(shape, r)));
     rows.push_back(std::move(row));
   }
-  const std::size_t first_group = cp ? 5 : 4, last_group = head.size() - 3;
   std::vector<std::size_t> width(head.size());
   for (std::size_t i = 0; i < head.size(); ++i) {
     width[i] = head[i].size();
@@ -80,27 +115,16 @@ void print_table(const GridShape& shape) {
     while (!line.empty() && line.back() == ' ') line.pop_back();
     std::printf("%s\n", line.c_str());
   };
-  if (cp) {
-    std::printf("mixpar-grid: dp %d x tp %d x cp %d x pp %d = %d ranks\n\n", shape.dp, shape.tp,
-                shape.cp, shape.pp, shape.world());
-  } else {
-    std::printf("mixpar-grid: dp %d x tp %d x pp %d = %d ranks\n\n", shape.dp, shape.tp,
-                shape.pp, shape.world());
-  }
+  std::printf("mixpar-grid: %s = %d ranks\n\n", mesh.str().c_str(), mesh.world());
   print_row(head);
   for (const auto& row : rows) print_row(row);
-  if (cp) {
+  std::printf("\n%s (prev/next: pipeline neighbours, - at the ends)", formula(mesh).c_str());
+  if (mesh.size("cp") > 1) {
     std::printf(
-        "\nrank = ((pp x %d + dp) x %d + cp) x %d + tp: tp fastest, then cp, dp, pp outermost "
-        "(prev/next: pipeline neighbours, - at the ends);\ngradients of the parameters are "
-        "summed over the dp-cp group (cp ranks hold the same parameters, other rows)\n",
-        shape.dp, shape.cp, shape.tp);
-  } else {
-    std::printf(
-        "\nrank = (pp x %d + dp) x %d + tp: tp fastest, then dp, pp outermost "
-        "(prev/next: pipeline neighbours, - at the ends)\n",
-        shape.dp, shape.tp);
+        ";\ngradients of the parameters are summed over the dp-cp group (cp ranks hold the "
+        "same parameters, other rows)");
   }
+  std::printf("\n");
 }
 
 Json to_json(const std::vector<int>& ranks) {
@@ -109,48 +133,32 @@ Json to_json(const std::vector<int>& ranks) {
   return a;
 }
 
-// Every group of one kind once, ordered by its first member (= the first rank meeting it).
-template <class GroupOf>
-Json groups(const GridShape& shape, GroupOf&& group_of) {
-  Json out = Json::array();
-  for (int r = 0; r < shape.world(); ++r) {
-    const std::vector<int> g = group_of(shape, r);
-    if (!g.empty() && g.front() == r) out.push_back(to_json(g));
-  }
-  return out;
-}
-
-void print_json(const GridShape& shape) {
+void print_json(const DeviceMesh& mesh) {
+  const GridShape shape = GridShape::of(mesh);
   Json s = Json::object();
-  s.set("world", shape.world());
-  s.set("dp", shape.dp);
-  s.set("tp", shape.tp);
-  s.set("pp", shape.pp);
-  if (shape.cp > 1) s.set("cp", shape.cp);  // the 3D grid's JSON stays as it was
+  s.set("world", mesh.world());
+  for (const MeshDim& d : mesh.shown()) s.set(d.name, d.size);
   Json ranks = Json::array();
-  for (int r = 0; r < shape.world(); ++r) {
-    const GridCoord c = grid_coord(shape, r);
+  for (int r = 0; r < mesh.world(); ++r) {
     Json j = Json::object();
     j.set("rank", r);
-    j.set("dp", c.dp);
-    j.set("tp", c.tp);
-    j.set("pp", c.pp);
-    if (shape.cp > 1) j.set("cp", c.cp);
+    for (const MeshDim& d : mesh.shown()) j.set(d.name, mesh.coord(r, d.name));
     j.set("prev", pp_prev(shape, r));
     j.set("next", pp_next(shape, r));
     j.set("first_stage", is_first_stage(shape, r));
     j.set("last_stage", is_last_stage(shape, r));
     ranks.push_back(std::move(j));
   }
+  // Every group of one kind once, ordered by its first member (= the first rank meeting it).
   Json g = Json::object();
-  g.set("tp", groups(shape, tp_group));
-  g.set("dp", groups(shape, dp_group));
-  g.set("pp", groups(shape, pp_group));
-  g.set("model_parallel", groups(shape, model_parallel_group));
-  g.set("embedding", groups(shape, embedding_group));
-  if (shape.cp > 1) {
-    g.set("cp", groups(shape, cp_group));
-    g.set("dp_cp", groups(shape, dp_cp_group));
+  for (const GroupColumn& column : group_columns()) {
+    if (!shown(mesh, column)) continue;
+    Json all = Json::array();
+    for (int r = 0; r < mesh.world(); ++r) {
+      const std::vector<int> members_of_r = members(mesh, column, r);
+      if (!members_of_r.empty() && members_of_r.front() == r) all.push_back(to_json(members_of_r));
+    }
+    g.set(column.key, std::move(all));
   }
   Json out = Json::object();
   out.set("shape", std::move(s));
@@ -162,9 +170,9 @@ void print_json(const GridShape& shape) {
 int run(int argc, char** argv) {
   const MixparGridFlags q = parse_mixpar_grid_flags(argc, argv);
   if (q.json) {
-    print_json(q.shape);
+    print_json(q.shape.mesh());
   } else {
-    print_table(q.shape);
+    print_table(q.shape.mesh());
   }
   return 0;
 }

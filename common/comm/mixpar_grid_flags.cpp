@@ -52,9 +52,7 @@ MixparGridFlags parse_mixpar_grid_flags(int argc, char** argv) {
   if (a.given("world")) {
     q.world = read_degree(a, "world");
   } else if (product > kMaxWorld) {
-    throw InputError("dp " + std::to_string(q.shape.dp) + " x tp " + std::to_string(q.shape.tp) +
-                     (q.shape.cp != 1 ? " x cp " + std::to_string(q.shape.cp) : std::string()) +
-                     " x pp " + std::to_string(q.shape.pp) + " = " + std::to_string(product) +
+    throw InputError(mesh_text(q.shape.dims()) + " = " + std::to_string(product) +
                      " ranks: mixpar-grid lays out at most " + std::to_string(kMaxWorld));
   } else {
     q.world = static_cast<int>(product);

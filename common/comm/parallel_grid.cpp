@@ -1,5 +1,6 @@
 #include "comm/parallel_grid.h"
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -12,47 +13,30 @@ namespace mixpar {
 
 namespace {
 
-std::string describe(const GridShape& s) {
-  return "dp " + std::to_string(s.dp) + " x tp " + std::to_string(s.tp) +
-         (s.cp != 1 ? " x cp " + std::to_string(s.cp) : std::string()) + " x pp " +
-         std::to_string(s.pp);
-}
+std::string describe(const GridShape& s) { return mesh_text(s.dims()); }
 
-// The pure functions' precondition: degrees >= 1 and a world that fits an int.
-void require_degrees(const GridShape& s) {
-  if (s.dp < 1 || s.tp < 1 || s.pp < 1 || s.cp < 1) {
-    throw std::invalid_argument("grid: " + describe(s) + ": every degree must be >= 1");
-  }
-  if (std::int64_t{s.dp} * s.tp * s.pp * s.cp > std::numeric_limits<int>::max()) {
-    throw std::invalid_argument("grid: " + describe(s) + " has more ranks than an int holds");
-  }
-}
+// The pure functions' precondition: degrees >= 1 and a world that fits an int (the mesh
+// refuses the rest with std::invalid_argument).
+DeviceMesh mesh_of(const GridShape& s) { return s.mesh(); }
 
-// A group of `count` ranks, the i-th being at(i) (called with i = 0, 1, ...).
-template <class At>
-std::vector<int> members(int count, At&& at) {
-  std::vector<int> out;
-  out.reserve(static_cast<std::size_t>(count));
-  for (int i = 0; i < count; ++i) out.push_back(at(i));
-  return out;
+GridCoord coord_in(const DeviceMesh& m, int rank) {
+  return GridCoord{.rank = rank,
+                   .dp = m.coord(rank, "dp"),
+                   .tp = m.coord(rank, "tp"),
+                   .pp = m.coord(rank, "pp"),
+                   .cp = m.coord(rank, "cp")};
 }
 
 }  // namespace
 
-void validate(const GridShape& shape, int world) {
-  if (shape.dp < 1 || shape.tp < 1 || shape.pp < 1 || shape.cp < 1) {
-    throw InputError("grid: " + describe(shape) + ": every degree must be >= 1");
-  }
-  const std::int64_t product = std::int64_t{shape.dp} * std::int64_t{shape.tp} *
-                               std::int64_t{shape.pp} * std::int64_t{shape.cp};
-  if (product != world) {
-    throw InputError("grid: " + describe(shape) + " = " + std::to_string(product) +
-                     " ranks, but the world has " + std::to_string(world));
-  }
+GridShape GridShape::of(const DeviceMesh& m) {
+  return GridShape{.dp = m.size("dp"), .tp = m.size("tp"), .pp = m.size("pp"), .cp = m.size("cp")};
 }
 
+void validate(const GridShape& shape, int world) { validate_degrees(shape.dims(), world); }
+
 int grid_rank(const GridShape& shape, int dp, int tp, int pp, int cp) {
-  require_degrees(shape);
+  const DeviceMesh m = mesh_of(shape);
   if (dp < 0 || dp >= shape.dp || tp < 0 || tp >= shape.tp || pp < 0 || pp >= shape.pp ||
       cp < 0 || cp >= shape.cp) {
     throw std::out_of_range("grid: coordinate (dp " + std::to_string(dp) + ", tp " +
@@ -60,63 +44,40 @@ int grid_rank(const GridShape& shape, int dp, int tp, int pp, int cp) {
                             (shape.cp != 1 || cp != 0 ? ", cp " + std::to_string(cp) : "") +
                             ") is outside " + describe(shape));
   }
-  return ((pp * shape.dp + dp) * shape.cp + cp) * shape.tp + tp;
+  return m.rank_of({pp, dp, cp, tp});
 }
 
-GridCoord grid_coord(const GridShape& shape, int rank) {
-  require_degrees(shape);
-  if (rank < 0 || rank >= shape.world()) {
-    throw std::out_of_range("grid: rank " + std::to_string(rank) + " is outside " +
-                            describe(shape) + " = " + std::to_string(shape.world()) + " ranks");
-  }
-  return GridCoord{.rank = rank,
-                   .dp = (rank / (shape.tp * shape.cp)) % shape.dp,
-                   .tp = rank % shape.tp,
-                   .pp = rank / (shape.tp * shape.cp * shape.dp),
-                   .cp = (rank / shape.tp) % shape.cp};
-}
+GridCoord grid_coord(const GridShape& shape, int rank) { return coord_in(mesh_of(shape), rank); }
 
-std::vector<int> tp_group(const GridShape& shape, int r) {
-  const GridCoord c = grid_coord(shape, r);
-  return members(shape.tp, [&](int t) { return grid_rank(shape, c.dp, t, c.pp, c.cp); });
-}
-
-std::vector<int> dp_group(const GridShape& shape, int r) {
-  const GridCoord c = grid_coord(shape, r);
-  return members(shape.dp, [&](int d) { return grid_rank(shape, d, c.tp, c.pp, c.cp); });
-}
-
-std::vector<int> pp_group(const GridShape& shape, int r) {
-  const GridCoord c = grid_coord(shape, r);
-  return members(shape.pp, [&](int p) { return grid_rank(shape, c.dp, c.tp, p, c.cp); });
-}
-
-std::vector<int> cp_group(const GridShape& shape, int r) {
-  const GridCoord c = grid_coord(shape, r);
-  return members(shape.cp, [&](int k) { return grid_rank(shape, c.dp, c.tp, c.pp, k); });
-}
-
+std::vector<int> tp_group(const GridShape& shape, int r) { return mesh_of(shape).group(r, {"tp"}); }
+std::vector<int> dp_group(const GridShape& shape, int r) { return mesh_of(shape).group(r, {"dp"}); }
+std::vector<int> pp_group(const GridShape& shape, int r) { return mesh_of(shape).group(r, {"pp"}); }
+std::vector<int> cp_group(const GridShape& shape, int r) { return mesh_of(shape).group(r, {"cp"}); }
 std::vector<int> dp_cp_group(const GridShape& shape, int r) {
-  const GridCoord c = grid_coord(shape, r);
-  // dp outer, cp inner: the ascending order of the ranks.
-  return members(shape.dp * shape.cp, [&](int i) {
-    return grid_rank(shape, i / shape.cp, c.tp, c.pp, i % shape.cp);
-  });
+  return mesh_of(shape).group(r, {"dp", "cp"});
+}
+std::vector<int> model_parallel_group(const GridShape& shape, int r) {
+  return mesh_of(shape).group(r, {"pp", "tp"});
 }
 
-std::vector<int> model_parallel_group(const GridShape& shape, int r) {
-  const GridCoord c = grid_coord(shape, r);
-  // Stage outer, tp inner: the ascending order of the ranks.
-  return members(shape.tp * shape.pp, [&](int i) {
-    return grid_rank(shape, c.dp, i % shape.tp, i / shape.tp, c.cp);
-  });
+namespace {
+
+std::vector<int> embedding_group_of(const DeviceMesh& m, int r) {
+  const int stage = m.coord(r, "pp"), last = m.size("pp") - 1;
+  if (last == 0) return {r};
+  if (stage != 0 && stage != last) return {};
+  return {m.with_coord(r, "pp", 0), m.with_coord(r, "pp", last)};
 }
+
+int pp_neighbour(const DeviceMesh& m, int r, int step) {
+  const int stage = m.coord(r, "pp") + step;
+  return stage < 0 || stage >= m.size("pp") ? -1 : m.with_coord(r, "pp", stage);
+}
+
+}  // namespace
 
 std::vector<int> embedding_group(const GridShape& shape, int r) {
-  const GridCoord c = grid_coord(shape, r);
-  if (shape.pp == 1) return {r};
-  if (c.pp != 0 && c.pp != shape.pp - 1) return {};
-  return {grid_rank(shape, c.dp, c.tp, 0, c.cp), grid_rank(shape, c.dp, c.tp, shape.pp - 1, c.cp)};
+  return embedding_group_of(mesh_of(shape), r);
 }
 
 bool is_first_stage(const GridShape& shape, int r) { return grid_coord(shape, r).pp == 0; }
@@ -125,35 +86,40 @@ bool is_last_stage(const GridShape& shape, int r) {
   return grid_coord(shape, r).pp == shape.pp - 1;
 }
 
-int pp_prev(const GridShape& shape, int r) {
-  const GridCoord c = grid_coord(shape, r);
-  return c.pp == 0 ? -1 : grid_rank(shape, c.dp, c.tp, c.pp - 1, c.cp);
-}
+int pp_prev(const GridShape& shape, int r) { return pp_neighbour(mesh_of(shape), r, -1); }
+int pp_next(const GridShape& shape, int r) { return pp_neighbour(mesh_of(shape), r, +1); }
 
-int pp_next(const GridShape& shape, int r) {
-  const GridCoord c = grid_coord(shape, r);
-  return c.pp == shape.pp - 1 ? -1 : grid_rank(shape, c.dp, c.tp, c.pp + 1, c.cp);
+const std::vector<GridGroup>& grid_groups() {
+  static const std::vector<GridGroup> groups = {
+      {.name = "dp", .dims = {"dp"}},
+      {.name = "tp", .dims = {"tp"}},
+      {.name = "pp", .dims = {"pp"}},
+      {.name = "model_parallel", .dims = {"pp", "tp"}},
+      {.name = "embedding", .dims = {"pp"}, .ends_of_pipeline = true},
+      {.name = "cp", .dims = {"cp"}, .needs = "cp"},
+      {.name = "dp_cp", .dims = {"dp", "cp"}, .needs = "cp"},
+  };
+  return groups;
 }
 
 namespace {
 
 // The communicator split() gave this rank must be the pure layout's group, in its order.
-void check_group(const char* name, const Communicator* comm, const std::vector<int>& want,
+void check_group(const std::string& name, const Communicator* comm, const std::vector<int>& want,
                  int rank) {
   std::size_t index = 0;
   while (index < want.size() && want[index] != rank) ++index;
   if (want.empty() || index == want.size()) {
     if (comm != nullptr) {
-      throw std::logic_error(std::string("grid: rank ") + std::to_string(rank) +
-                             " belongs to no " + name + " group but split() gave it one");
+      throw std::logic_error("grid: rank " + std::to_string(rank) + " belongs to no " + name +
+                             " group but split() gave it one");
     }
     return;
   }
   if (comm == nullptr || comm->size() != static_cast<int>(want.size()) ||
       comm->rank() != static_cast<int>(index)) {
     throw std::logic_error(
-        std::string("grid: the ") + name + " communicator of rank " + std::to_string(rank) +
-        " is " +
+        "grid: the " + name + " communicator of rank " + std::to_string(rank) + " is " +
         (comm == nullptr ? std::string("missing")
                          : "rank " + std::to_string(comm->rank()) + " of " +
                                std::to_string(comm->size())) +
@@ -162,38 +128,90 @@ void check_group(const char* name, const Communicator* comm, const std::vector<i
   }
 }
 
+// The check's name of a group ("model-parallel", "dp-cp": the words of the error texts).
+std::string spoken(const char* name) {
+  std::string s = name;
+  std::replace(s.begin(), s.end(), '_', '-');
+  return s;
+}
+
+// The dimensions of `dims` whose size is > 1, in the mesh's order: what a group spans.
+std::vector<std::string> spanned(const DeviceMesh& m, const std::vector<std::string>& dims) {
+  std::vector<std::string> out;
+  for (const MeshDim& d : m.dims()) {
+    if (d.size > 1 && std::find(dims.begin(), dims.end(), d.name) != dims.end()) {
+      out.push_back(d.name);
+    }
+  }
+  return out;
+}
+
+DeviceMesh validated(const GridShape& shape, int world) {
+  validate(shape, world);
+  return shape.mesh();
+}
+
 }  // namespace
 
-ParallelGrid::ParallelGrid(Communicator& world, GridShape shape) : world_(&world), shape_(shape) {
-  validate(shape_, world.size());
+ParallelGrid::ParallelGrid(Communicator& world, GridShape shape)
+    : ParallelGrid(world, validated(shape, world.size())) {}
+
+ParallelGrid::ParallelGrid(Communicator& world, DeviceMesh mesh)
+    : world_(&world), mesh_(std::move(mesh)), shape_(GridShape::of(mesh_)) {
+  validate(mesh_, world.size());
   const int r = world.rank();
-  coord_ = grid_coord(shape_, r);
-  const GridCoord& c = coord_;
-  // Colours number the groups; the key (the parent rank) keeps every group in ascending
-  // world-rank order. Every rank makes the same five calls in the same order.
-  // With cp == 1 every c.cp is 0 and shape_.cp is 1: the colours of the 3D grid.
-  const int cps = shape_.cp;
-  dp_ = world.split((c.pp * cps + c.cp) * shape_.tp + c.tp, r);
-  tp_ = world.split((c.pp * shape_.dp + c.dp) * cps + c.cp, r);
-  pp_ = world.split((c.dp * cps + c.cp) * shape_.tp + c.tp, r);
-  model_parallel_ = world.split(c.dp * cps + c.cp, r);
+  coord_ = coord_in(mesh_, r);
+  // Colours number the groups (the mixed-radix number of the coordinates a group does not
+  // span); the key (the parent rank) keeps every group in ascending world-rank order. Every
+  // rank makes the same calls in the same order.
   const bool holds_embedding = is_first_stage() || is_last_stage();
-  embedding_ = world.split(holds_embedding ? (c.dp * cps + c.cp) * shape_.tp + c.tp : -1, r);
-  if (cps > 1) {
-    cp_ = world.split((c.pp * shape_.dp + c.dp) * shape_.tp + c.tp, r);
-    dp_cp_ = world.split(c.pp * shape_.tp + c.tp, r);
-    check_group("cp", cp_.get(), cp_group(shape_, r), r);
-    check_group("dp-cp", dp_cp_.get(), dp_cp_group(shape_, r), r);
+  for (const GridGroup& g : grid_groups()) {
+    if (*g.needs != '\0' && mesh_.size(g.needs) == 1) {
+      groups_.emplace_back();
+      continue;
+    }
+    const bool member = !g.ends_of_pipeline || holds_embedding;
+    groups_.push_back(world.split(member ? mesh_.group_index(r, g.dims) : -1, r));
+    check_group(spoken(g.name), groups_.back().get(),
+                g.ends_of_pipeline ? embedding_group_of(mesh_, r) : mesh_.group(r, g.dims), r);
   }
+  dp_ = named("dp");
+  tp_ = named("tp");
+  pp_ = named("pp");
+  model_parallel_ = named("model_parallel");
+  embedding_ = named("embedding");
+  cp_ = named("cp");
+  dp_cp_ = named("dp_cp");
+  pp_prev_rank_ = pp_neighbour(mesh_, r, -1);
+  pp_next_rank_ = pp_neighbour(mesh_, r, +1);
+}
 
-  check_group("dp", dp_.get(), dp_group(shape_, r), r);
-  check_group("tp", tp_.get(), tp_group(shape_, r), r);
-  check_group("pp", pp_.get(), pp_group(shape_, r), r);
-  check_group("model-parallel", model_parallel_.get(), model_parallel_group(shape_, r), r);
-  check_group("embedding", embedding_.get(), embedding_group(shape_, r), r);
+Communicator* ParallelGrid::named(std::string_view name) const {
+  const std::vector<GridGroup>& table = grid_groups();
+  for (std::size_t i = 0; i < table.size(); ++i) {
+    if (name == table[i].name) return groups_[i].get();
+  }
+  return nullptr;
+}
 
-  pp_prev_rank_ = pp_prev(shape_, r);
-  pp_next_rank_ = pp_next(shape_, r);
+Communicator& ParallelGrid::group(const std::vector<std::string>& dims) const {
+  const std::vector<std::string> want = spanned(mesh_, dims);
+  const std::vector<GridGroup>& table = grid_groups();
+  for (std::size_t i = 0; i < table.size(); ++i) {
+    if (groups_[i] && !table[i].ends_of_pipeline && spanned(mesh_, table[i].dims) == want) {
+      return *groups_[i];
+    }
+  }
+  std::string names;
+  for (const std::string& d : dims) names += (names.empty() ? "" : ", ") + d;
+  throw std::logic_error("grid: no communicator spans {" + names + "} on " + mesh_.str());
+}
+
+std::vector<std::pair<std::string, Communicator*>> ParallelGrid::groups() const {
+  std::vector<std::pair<std::string, Communicator*>> out;
+  const std::vector<GridGroup>& table = grid_groups();
+  for (std::size_t i = 0; i < table.size(); ++i) out.emplace_back(table[i].name, groups_[i].get());
+  return out;
 }
 
 }  // namespace mixpar

@@ -41,15 +41,23 @@
 //     tp groups {0,1} {2,3} {4,5} {6,7}    cp groups {0,2} {1,3} {4,6} {5,7}
 //     dp groups {0,4} {1,5} {2,6} {3,7}    dp-cp groups {0,2,4,6} {1,3,5,7}
 //
+// All of it is derived from the grid's DeviceMesh (comm/device_mesh.h): GridShape names the
+// standard mesh's four degrees, the pure functions below are its groups by purpose, and a
+// ParallelGrid splits one communicator per purpose of grid_groups() from it.
+//
 // The pure layout functions need no communicator (mixpar-grid prints them; tests check them
 // against the communicators). Every group list is of world ranks, ascending, and holds r
 // (except the empty embedding group of a middle stage).
 #pragma once
 
 #include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "comm/communicator.h"
+#include "comm/device_mesh.h"
 
 namespace mixpar {
 
@@ -59,6 +67,12 @@ struct GridShape {
   int pp = 1;  // pipeline-parallel degree: stages
   int cp = 1;  // context-parallel degree: ranks sharing one sequence (chapter 6, part 2)
   int world() const { return dp * tp * pp * cp; }
+  // Megatron's [pp, dp, cp, tp], any degrees (a bad one too, for mesh_text to name it).
+  std::vector<MeshDim> dims() const { return standard_dims(dp, tp, cp, pp); }
+  // The same as a mesh (DeviceMesh::standard); std::invalid_argument for a degree < 1.
+  DeviceMesh mesh() const { return DeviceMesh(dims()); }
+  // The four degrees of a mesh (1 for a dimension it lacks).
+  static GridShape of(const DeviceMesh& m);
 };
 
 struct GridCoord {
@@ -71,6 +85,19 @@ struct GridCoord {
 // dp x tp x pp (x cp) == world: "grid: dp 2 x tp 2 x pp 3 = 12 ranks, but the world has 8"
 // (a cp > 1 is named as "x cp C").
 void validate(const GridShape& shape, int world);
+
+// A group of the grid by purpose: the dimensions it spans (DeviceMesh::group), split as a
+// communicator only when the dimension `needs` is > 1 ("" = always). The embedding group
+// spans pp but only the first and last stages hold it.
+struct GridGroup {
+  const char* name;
+  std::vector<std::string> dims;
+  const char* needs = "";
+  bool ends_of_pipeline = false;
+};
+// dp, tp, pp, model_parallel (pp x tp), embedding, cp and dp_cp (dp x cp, where replicated
+// parameters' gradients are summed), split in this order by every rank.
+const std::vector<GridGroup>& grid_groups();
 
 // The functions below take a shape with every degree >= 1 (else std::invalid_argument).
 // ((pp x dp_size + dp) x cp_size + cp) x tp_size + tp; std::out_of_range for a coordinate
@@ -112,9 +139,24 @@ class ParallelGrid {
   // std::logic_error if a communicator disagrees with the pure layout. `world` must outlive
   // the grid.
   ParallelGrid(Communicator& world, GridShape shape);
+  // The same over any mesh (validated against world.size()); dimensions beyond the standard
+  // four take part in no group of grid_groups() and must not change a rank (size 1) unless a
+  // chapter splits their own groups.
+  ParallelGrid(Communicator& world, DeviceMesh mesh);
 
+  const DeviceMesh& mesh() const { return mesh_; }
   const GridShape& shape() const { return shape_; }
   const GridCoord& coord() const { return coord_; }
+  // This rank's coordinate on any named dimension (0 for one the mesh lacks).
+  int coord(std::string_view name) const { return mesh_.coord(coord_.rank, name); }
+
+  // The communicator of a group of grid_groups() by the dimensions it spans, in any order:
+  // dimensions of size 1 are dropped from the request and from the groups, so {"dp", "cp"}
+  // is the dp communicator when cp == 1. std::logic_error when no split group matches.
+  Communicator& group(const std::vector<std::string>& dims) const;
+  // Every group of grid_groups() by name, in that order (nullptr where not split: a middle
+  // stage's embedding group, a group whose `needs` is 1).
+  std::vector<std::pair<std::string, Communicator*>> groups() const;
 
   Communicator& world() const { return *world_; }
   Communicator& dp() const { return *dp_; }
@@ -122,9 +164,9 @@ class ParallelGrid {
   Communicator& pp() const { return *pp_; }  // rank in it = pipeline stage = coord().pp
   Communicator& model_parallel() const { return *model_parallel_; }
   // nullptr on a middle pipeline stage; this rank alone when pp == 1.
-  Communicator* embedding() const { return embedding_.get(); }
+  Communicator* embedding() const { return embedding_; }
   // The cp group: nullptr when cp == 1 (no context parallelism, nothing to split).
-  Communicator* cp() const { return cp_.get(); }
+  Communicator* cp() const { return cp_; }
   // The group replicated parameters' gradients are summed over: dp x cp (dp() when cp == 1).
   Communicator& dp_cp() const { return dp_cp_ ? *dp_cp_ : *dp_; }
 
@@ -138,10 +180,15 @@ class ParallelGrid {
   int pp_next_stage() const { return is_last_stage() ? -1 : coord_.pp + 1; }
 
  private:
+  Communicator* named(std::string_view name) const;
   Communicator* world_;
+  DeviceMesh mesh_;
   GridShape shape_;
   GridCoord coord_;
-  std::unique_ptr<Communicator> dp_, tp_, pp_, model_parallel_, embedding_, cp_, dp_cp_;
+  // One per grid_groups() entry, in its order.
+  std::vector<std::unique_ptr<Communicator>> groups_;
+  Communicator *dp_ = nullptr, *tp_ = nullptr, *pp_ = nullptr, *model_parallel_ = nullptr,
+               *embedding_ = nullptr, *cp_ = nullptr, *dp_cp_ = nullptr;
   int pp_prev_rank_ = -1, pp_next_rank_ = -1;
 };
 

@@ -384,7 +384,7 @@ void expect_reason_once(const CliRun& r, const std::string& part, const std::str
 // list), or replaced by dp 0's under a regenerated manifest (a duplicated shard). Returns the
 // failing reason each way must print.
 std::vector<std::pair<std::function<void(const std::string&)>, std::string>> shard_breakages() {
-  const std::string shard = "model-dp1-tp0-pp0.safetensors";
+  const std::string shard = "model-pp0-dp1-cp0-tp0.safetensors";
   return {
       {[shard](const std::string& dir) {
          fs::remove(dir + "/" + shard);
@@ -398,7 +398,7 @@ std::vector<std::pair<std::function<void(const std::string&)>, std::string>> sha
        },
        shard + ": cannot open"},
       {[shard](const std::string& dir) {
-         fs::copy_file(dir + "/model-dp0-tp0-pp0.safetensors", dir + "/" + shard,
+         fs::copy_file(dir + "/model-pp0-dp0-cp0-tp0.safetensors", dir + "/" + shard,
                        fs::copy_options::overwrite_existing);
          regenerate_manifest(dir);
        },

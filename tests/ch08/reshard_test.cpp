@@ -4,7 +4,10 @@
 // a checkpoint of a 2 x 2 x 2 ZeRO-1 1F1B run resumes on one device, on a 4 x 1 x 2 grid
 // without ZeRO, a dp 2 ZeRO-2 one on one device and one device's on the 3-D grid, each
 // continuing one device's trajectory within the 3-D tolerance; a same-layout ZeRO resume stays
-// bit-exact; --init-from loads every rank's own pieces of a Hugging Face directory exactly.
+// bit-exact; --init-from loads every rank's own pieces of a Hugging Face directory exactly. A
+// checkpoint records every dimension of the mesh (cp and any other) and resumes across a cp
+// change; one of state version 3 (no cp, model-dpD-tpT-ppP files) still resumes; a mesh with an
+// extra dimension of size 1 trains as the four-dimensional one.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,10 +17,12 @@
 #include <filesystem>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ch04_ddp/ddp_tolerances.h"
 #include "ch08_test_util.h"
+#include "checkpoint.h"
 #include "checkpoint_pieces.h"
 #include "io/safetensors.h"
 #include "train_gpt_cli.h"
@@ -373,6 +378,151 @@ TEST(Reshard, ALayoutThatChangesTheRowsPerMicroBatchIsRefusedNamingBoth) {
                      "= 2"),
             std::string::npos)
       << msg;
+}
+
+// ---- every dimension of the mesh in the checkpoint ----------------------------------------
+
+TrainerConfig with_cp(TrainerConfig c, int cp) {
+  c.cp = cp;
+  c.ranks *= cp;
+  return c;
+}
+
+Json state_of(const std::string& checkpoint_dir) {
+  const std::string path = latest_checkpoint(checkpoint_dir) + "/trainer_state.json";
+  return Json::parse(test::read_bytes(path), path);
+}
+
+// A tp 2 x cp 2 checkpoint records every dimension of its mesh, cp included, outermost first,
+// and each file names its writer's coordinate on every one (the cp ranks hold the same
+// parameters: cp rank 0 writes); it resumes with another cp (dp 2 x cp 1, the same rows per
+// micro-batch), and one device's checkpoint resumes on dp 2 x cp 2, each following one device.
+TEST(Reshard, ACheckpointRecordsCpAndResumesAcrossACpChange) {
+  {
+    const TrainingData data = random_data(1 << 13);
+    TempDir dir;
+    TrainerConfig c = with_cp(layout(1, 2, 1, 0, 4), 2);
+    c.checkpoint_dir = dir.str();
+    c.steps = 2;
+    train(c, data, false);
+    const Json st = state_of(dir.str());
+    EXPECT_EQ(st.at("version").as_int(), 4);
+    std::vector<std::string> keys;
+    for (const auto& [key, value] : st.at("layout").as_object()) keys.push_back(key);
+    EXPECT_EQ(keys, (std::vector<std::string>{"pp", "dp", "cp", "tp", "zero_stage"}));
+    EXPECT_EQ(st.at("layout").at("cp").as_int(), 2);
+    std::vector<std::string> files;
+    for (const Json& shard : st.at("shards").as_array()) {
+      EXPECT_EQ(shard.at("cp").as_int(), 0);
+      files.push_back(shard.at("parameters").as_string());
+    }
+    EXPECT_EQ(files, (std::vector<std::string>{"model-pp0-dp0-cp0-tp0.safetensors",
+                                               "model-pp0-dp0-cp0-tp1.safetensors"}));
+  }
+  expect_resume_follows_one_device(with_cp(layout(1, 2, 1, 0, 4), 2), layout(2, 1, 1, 0, 4),
+                                   "tp 2 x cp 2 -> dp 2");
+  expect_resume_follows_one_device(layout(1, 1, 1, 0, 4), with_cp(layout(2, 1, 1, 1, 4), 2),
+                                   "1 x 1 x 1 -> dp 2 x cp 2 ZeRO-1");
+}
+
+// A checkpoint written before the mesh (state version 3: a layout of dp, tp, pp without cp,
+// files model-dpD-tpT-ppP.safetensors) still resumes, bit for bit on its own layout. Made here
+// from a fresh one by writing its state and file names as version 3 wrote them, under a
+// manifest over the files as they then are.
+TEST(Reshard, AVersion3CheckpointWithoutCpStillResumesBitForBit) {
+  const TrainingData data = random_data(1 << 13);
+  const TrainerConfig c = layout(2, 2, 1, 1, 4);
+  TempDir dir;
+  TrainerConfig first = c, second = c;
+  first.checkpoint_dir = second.checkpoint_dir = dir.str();
+  first.steps = 4;
+  second.resume = true;
+  const Trajectory straight = train(c, data, false);
+  train(first, data, false);
+  const std::string ck = latest_checkpoint(dir.str());
+  Json st = state_of(dir.str());
+  const auto old_name = [](const char* what, const Json& shard) {
+    return std::string(what) + "-dp" + std::to_string(shard.at("dp").as_int()) + "-tp" +
+           std::to_string(shard.at("tp").as_int()) + "-pp" +
+           std::to_string(shard.at("pp").as_int()) + ".safetensors";
+  };
+  Json shards = Json::array();
+  for (const Json& shard : st.at("shards").as_array()) {
+    Json old = Json::object();
+    for (const char* key : {"rank", "dp", "tp", "pp"}) old.set(key, shard.at(key));
+    for (const auto& [key, what] : {std::pair<const char*, const char*>{"parameters", "model"},
+                                    {"moments", "optimizer"}}) {
+      fs::rename(ck + "/" + shard.at(key).as_string(), ck + "/" + old_name(what, shard));
+      old.set(key, old_name(what, shard));
+    }
+    shards.push_back(std::move(old));
+  }
+  Json layout3 = Json::object();
+  for (const char* key : {"dp", "tp", "pp", "zero_stage"}) layout3.set(key, st.at("layout").at(key));
+  st.set("version", std::int64_t{3});
+  st.set("layout", std::move(layout3));
+  st.set("shards", std::move(shards));
+  test::write_bytes(ck + "/trainer_state.json", st.dump(2) + "\n");
+  Json manifest = Json::parse(test::read_bytes(ck + "/manifest.json"), "manifest");
+  Json files = Json::array();
+  for (const auto& entry : fs::directory_iterator(ck)) {
+    const std::string name = entry.path().filename().string();
+    if (name == "manifest.json") continue;
+    Json f = Json::object();
+    f.set("name", name);
+    f.set("bytes", static_cast<std::int64_t>(fs::file_size(entry.path())));
+    f.set("fnv1a64", file_checksum(entry.path().string()));
+    files.push_back(std::move(f));
+  }
+  manifest.set("files", std::move(files));
+  test::write_bytes(ck + "/manifest.json", manifest.dump(2) + "\n");
+  ASSERT_TRUE(fs::exists(ck + "/model-dp1-tp1-pp0.safetensors"));
+
+  const Trajectory resumed = train(second, data, true);
+  ASSERT_EQ(resumed.steps.size(), 6u);
+  for (std::size_t i = 0; i < 6; ++i) {
+    EXPECT_EQ(resumed.steps[i].loss, straight.steps[i + 4].loss) << "step " << i + 5;
+  }
+  EXPECT_EQ(resumed.weights, straight.weights);
+}
+
+// "Adding a dimension touches the mesh, its chapter and the factory": a mesh with a fifth
+// named dimension of size 1 ("ep", placed inside dp) trains, checkpoints and resumes exactly as
+// the four-dimensional one (the same losses, norms and weights bit for bit), and the
+// checkpoint records it; a degree above 1, which no strategy splits over yet, is refused.
+TEST(Reshard, AMeshWithAnExtraDimensionOfSizeOneTrainsAndResumesUnchanged) {
+  const TrainingData data = random_data(1 << 13);
+  const TrainerConfig four = with_cp(layout(2, 1, 1, 1, 4), 2);
+  TrainerConfig five = four;
+  five.extra_dims.push_back({{"ep", 1, false}, "dp"});
+  const Trajectory want = train(four, data, false);
+  const Trajectory got = train(five, data, false);
+  ASSERT_EQ(got.steps.size(), want.steps.size());
+  for (std::size_t i = 0; i < want.steps.size(); ++i) {
+    EXPECT_EQ(got.steps[i].loss, want.steps[i].loss) << "step " << i + 1;
+    EXPECT_EQ(got.steps[i].grad_norm, want.steps[i].grad_norm) << "step " << i + 1;
+  }
+  EXPECT_EQ(got.weights, want.weights);
+  // Its checkpoint names ep, and the four-dimensional run resumes it bit for bit.
+  TempDir dir;
+  TrainerConfig first = five, second = four;
+  first.checkpoint_dir = second.checkpoint_dir = dir.str();
+  first.steps = 4;
+  second.resume = true;
+  train(first, data, false);
+  EXPECT_EQ(state_of(dir.str()).at("layout").at("ep").as_int(), 1);
+  const Trajectory resumed = train(second, data, true);
+  ASSERT_EQ(resumed.steps.size(), 6u);
+  for (std::size_t i = 0; i < 6; ++i) {
+    EXPECT_EQ(resumed.steps[i].loss, want.steps[i + 4].loss) << "step " << i + 5;
+  }
+  EXPECT_EQ(resumed.weights, want.weights);
+  TrainerConfig two = five;
+  two.extra_dims[0].dim.size = 2;
+  two.ranks *= 2;
+  EXPECT_EQ(test::input_error_of([&] { validate(two); }),
+            "mesh rule unused-dimension: ep 2: no strategy of this trainer splits over ep (its "
+            "degree must be 1)");
 }
 
 // ---- --init-from on sharded layouts ------------------------------------------------------

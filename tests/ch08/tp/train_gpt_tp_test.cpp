@@ -98,7 +98,7 @@ TEST(TrainGptTp, ATpRunResumesBitExactlyAndSavesTheFullUnpaddedModel) {
   std::ofstream(d.file("ck") + "/latest") << "step-00000005\n";
   const CliRun rest = train_gpt(d, kModel + tp + "--resume --log-jsonl " + d.file("rest.jsonl"));
   ASSERT_EQ(rest.code, 0) << rest.err;
-  EXPECT_TRUE(std::filesystem::exists(d.file("ck") + "/step-00000005/model-dp0-tp1-pp0.safetensors"));
+  EXPECT_TRUE(std::filesystem::exists(d.file("ck") + "/step-00000005/model-pp0-dp0-cp0-tp1.safetensors"));
   const std::vector<double> a = field(read_bytes(d.file("straight.jsonl")), "loss");
   const std::vector<double> b = field(read_bytes(d.file("rest.jsonl")), "loss");
   ASSERT_EQ(a.size(), 10u);
