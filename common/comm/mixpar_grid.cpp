@@ -133,16 +133,31 @@ Json to_json(const std::vector<int>& ranks) {
   return a;
 }
 
+// The JSON of the 3D grid stays a prefix of any other's: its dimensions and groups first, those
+// of later dimensions (cp, ...) after them.
+std::vector<MeshDim> json_dims(const DeviceMesh& mesh) {
+  std::vector<MeshDim> dims = mesh.shown();
+  std::stable_partition(dims.begin(), dims.end(), [](const MeshDim& d) { return d.named_at_one; });
+  return dims;
+}
+
+std::vector<GroupColumn> json_groups() {
+  std::vector<GroupColumn> groups = group_columns();
+  std::stable_partition(groups.begin(), groups.end(),
+                        [](const GroupColumn& g) { return *g.needs == '\0'; });
+  return groups;
+}
+
 void print_json(const DeviceMesh& mesh) {
   const GridShape shape = GridShape::of(mesh);
   Json s = Json::object();
   s.set("world", mesh.world());
-  for (const MeshDim& d : mesh.shown()) s.set(d.name, d.size);
+  for (const MeshDim& d : json_dims(mesh)) s.set(d.name, d.size);
   Json ranks = Json::array();
   for (int r = 0; r < mesh.world(); ++r) {
     Json j = Json::object();
     j.set("rank", r);
-    for (const MeshDim& d : mesh.shown()) j.set(d.name, mesh.coord(r, d.name));
+    for (const MeshDim& d : json_dims(mesh)) j.set(d.name, mesh.coord(r, d.name));
     j.set("prev", pp_prev(shape, r));
     j.set("next", pp_next(shape, r));
     j.set("first_stage", is_first_stage(shape, r));
@@ -151,7 +166,7 @@ void print_json(const DeviceMesh& mesh) {
   }
   // Every group of one kind once, ordered by its first member (= the first rank meeting it).
   Json g = Json::object();
-  for (const GroupColumn& column : group_columns()) {
+  for (const GroupColumn& column : json_groups()) {
     if (!shown(mesh, column)) continue;
     Json all = Json::array();
     for (int r = 0; r < mesh.world(); ++r) {
