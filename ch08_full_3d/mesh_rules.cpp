@@ -23,8 +23,13 @@ std::int64_t product(const std::vector<MeshDim>& dims) {
   return p;
 }
 
+// A dimension of the standard mesh (device_mesh.h), each split over by a strategy of the
+// factory (strategy_factory.h).
 bool standard(const std::string& name) {
-  return name == "dp" || name == "tp" || name == "cp" || name == "pp";
+  for (const MeshDim& d : standard_dims(1, 1, 1, 1)) {
+    if (d.name == name) return true;
+  }
+  return false;
 }
 
 std::string degrees(const TrainerConfig& c) {
