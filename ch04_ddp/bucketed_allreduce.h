@@ -16,7 +16,8 @@
 
 namespace mixpar::ch04 {
 
-class BucketedAllReduce final : public GradSync {
+// A replica: every rank owns every parameter whole (ReplicatedGradSync).
+class BucketedAllReduce final : public ReplicatedGradSync {
  public:
   // dp: the replicas' communicator, used by the communication thread between
   // last_backward_starts() and finish() only. model_reports_ready: the model calls
@@ -26,11 +27,13 @@ class BucketedAllReduce final : public GradSync {
 
   std::string describe() const override;
   bool averages() const override { return true; }
+  void begin_step() override {}
   void last_backward_starts(int micro_batches) override;
   void grad_ready(std::size_t entry) override;
   double finish() override;
   double take_comm_seconds() override { return reducer_->take_comm_seconds(); }
   std::vector<TraceSpan> take_spans() override { return reducer_->take_spans(); }
+  std::uint64_t own_bytes_sent() const override { return 0; }  // dp's bytes only
 
   const std::vector<Bucket>& buckets() const { return reducer_->buckets(); }
   std::size_t buckets_sent_during_backward() const { return reducer_->ready_before_finish(); }

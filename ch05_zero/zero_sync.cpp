@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "ops/elementwise.h"
+#include "parallel/count_once.h"
 
 namespace mixpar::ch05 {
 namespace {
@@ -199,7 +200,7 @@ std::vector<OwnedPiece> ZeroStage1::owned_pieces(const ParamRegistry& /*params*/
 std::vector<bool> ZeroStage1::norm_counted(const ParamRegistry& params, const GridCoord& coord) const {
   GridCoord at = coord;
   at.dp = 0;  // every dp rank counts the pieces it owns (counted_sum_of_squares' chain)
-  return GradSync::norm_counted(params, at);
+  return mixpar::norm_counted(params.entries(), at);
 }
 
 std::vector<Tensor> ZeroStage1::whole_params(const ParamRegistry& /*params*/,

@@ -48,11 +48,14 @@ class ZeroStage1 : public GradSync {
 
   std::string describe() const override;
   bool averages() const override { return true; }
+  void begin_step() override {}
   void last_backward_starts(int micro_batches) override;
   void grad_ready(std::size_t entry) override;
   double finish() override;
   double take_comm_seconds() override;
   std::vector<TraceSpan> take_spans() override;
+  // Stages 1 and 2 talk over dp only (ZeRO-3 adds its gather group).
+  std::uint64_t own_bytes_sent() const override { return 0; }
 
   const ZeroPartition& partition() const { return partition_; }
   // Buckets whose reduce-scatter was handed to the communication thread while the last

@@ -4,6 +4,7 @@
 #include <memory>
 #include <mutex>
 
+#include "ch06_tensor_parallel/cp_grad_sync.h"
 #include "ch06_tensor_parallel/cp_lesson.h"
 #include "ch06_tensor_parallel/cp_model_attention.h"
 #include "ch06_tensor_parallel/tp_collectives.h"
@@ -64,6 +65,8 @@ void run_rank(const CpGptConfig& c, ParallelGrid* grid, CpGptResult& out, std::m
   const std::vector<bool> counted = norm_counted(model.registry().entries(), at);
   Communicator* replicas = grid && c.dp * c.cp > 1 ? &grid->dp_cp() : nullptr;
   Communicator* tp = grid && c.tp > 1 ? &grid->tp() : nullptr;
+  Communicator* cp = grid && c.cp > 1 ? grid->cp() : nullptr;
+  Communicator* dp = grid && c.dp > 1 ? &grid->dp() : nullptr;
   const double n_replicas = double(c.dp * c.cp);
   const std::int64_t Bl = c.B / c.dp;
   const std::vector<std::int64_t> pos =
@@ -78,10 +81,13 @@ void run_rank(const CpGptConfig& c, ParallelGrid* grid, CpGptResult& out, std::m
     const double loss =
         sum_over(replicas, model.forward(my_tok, my_tgt, Bl, layout.local_len())) / n_replicas;
     model.backward();
-    if (replicas != nullptr) {
-      for (Tensor& g : grads) {
-        replicas->all_reduce(g);  // parameters are replicated over dp and over cp
-        ops::scale(g, 1.0 / n_replicas);
+    // Parameters are replicated over cp and over dp: each gradient's cp shares summed by the
+    // chapter's cp rule (cp_grad_sync.h, the trainer's too), then the mean over dp.
+    for (Tensor& g : grads) {
+      if (cp != nullptr) sum_cp_shares(*cp, g);
+      if (dp != nullptr) {
+        dp->all_reduce(g);
+        ops::scale(g, 1.0 / c.dp);
       }
     }
     const double norm = std::sqrt(sum_over(tp, counted_sum_of_squares(grads, counted)));

@@ -226,7 +226,7 @@ std::string PipelineSchedule::describe() const { return preflight_summary(plan_)
 
 ScheduleResult PipelineSchedule::run_step(GptModel& model,
                                           const std::function<TokenBatch()>& next_batch,
-                                          GradSync& sync, float loss_scale, int rank,
+                                          StepSync& sync, float loss_scale, int rank,
                                           std::vector<TraceSpan>& spans) {
   const int m = plan_.layout.micro_batches;
   std::vector<TokenBatch> batches;
@@ -234,9 +234,8 @@ ScheduleResult PipelineSchedule::run_step(GptModel& model,
   ScheduleResult r;
   r.position = batches.front().position;
   r.epoch = batches.front().epoch;
-  // Each micro-batch's gradient is of its own mean loss: the seed divided by m makes the sum
-  // the gradient of the step's mean, unless the sync divides the sum itself.
-  const float seed = sync.averages() ? loss_scale : loss_scale / static_cast<float>(m);
+  // The seed of the last stage's backwards, where the loss is: divided by m there alone.
+  const float seed = backward_seed(sync, loss_scale, m);
   const int stage = grid_->coord().pp;
   GptStageWork work(chunks_of(model), plan_, stage, batches, seed);
   work.on_last_backward([&sync, m] { sync.last_backward_starts(m); });
@@ -249,6 +248,7 @@ ScheduleResult PipelineSchedule::run_step(GptModel& model,
 // One chunk of the rank holds wte at most (chunk 0 of rank 0, chunk v - 1 of rank p - 1): one
 // sum per rank of the embedding group.
 void PipelineSchedule::after_sync(GptModel& model) {
+  if (!sums_tied_copies_) return;  // the gradient sync summed them before reducing
   for (GptModel* chunk : chunks_of(model)) sum_tied_embedding_grads(*chunk, grid_->embedding());
 }
 

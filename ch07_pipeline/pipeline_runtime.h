@@ -15,7 +15,8 @@
 // checked before any compute, the step's micro-batches read on every rank (the pp ranks of one
 // replica read the same rows), the loss seed divided by m exactly once (on the last stage,
 // where the loss is), and after the gradient sync the tied wte's two copies (first and last
-// stage) summed over the grid's embedding group, so both hold the gradient of the whole model.
+// stage) summed over the grid's embedding group, so both hold the gradient of the whole model
+// (unless the sync sums them before it reduces: leave_tied_copies_to_sync).
 #pragma once
 
 #include <functional>
@@ -109,10 +110,14 @@ class PipelineSchedule final : public Schedule {
   // (model_chunks.h); chunks[0] is the model run_step and after_sync are handed. They must
   // outlive the schedule. With v = 1 nothing is set: the model handed is the rank's one chunk.
   void set_chunks(std::vector<GptModel*> chunks) { chunks_ = std::move(chunks); }
+  // The gradient sync sums the tied wte's two stage copies itself, before it reduces (a
+  // reduce-scatter leaves each dp rank only its shard: chapter 8's TiedEmbeddingFirst):
+  // after_sync then has nothing to sum. Whoever builds both says so (ch08's factory).
+  void leave_tied_copies_to_sync() { sums_tied_copies_ = false; }
   std::string describe() const override;
   int micro_batches() const override { return plan_.layout.micro_batches; }
   ScheduleResult run_step(GptModel& model, const std::function<TokenBatch()>& next_batch,
-                          GradSync& sync, float loss_scale, int rank,
+                          StepSync& sync, float loss_scale, int rank,
                           std::vector<TraceSpan>& spans) override;
   void after_sync(GptModel& model) override;
   const PipelinePlan& plan() const { return plan_; }
@@ -122,6 +127,7 @@ class PipelineSchedule final : public Schedule {
   PipelinePlan plan_;
   const ParallelGrid* grid_;
   std::vector<GptModel*> chunks_;
+  bool sums_tied_copies_ = true;  // in after_sync
 };
 
 // The pre-flight summary line of a plan: the schedule, its warm-up, the unit-cost bubble

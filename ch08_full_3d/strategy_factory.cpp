@@ -1,11 +1,10 @@
 // The strategies behind the trainer's seams, chosen from its flags (strategy_factory.h).
 #include "strategy_factory.h"
 
-#include "context_parallel_sync.h"
-
 #include "ch04_ddp/bucketed_allreduce.h"
 #include "ch04_ddp/ddp.h"
 #include "ch05_zero/zero_stage3.h"
+#include "ch06_tensor_parallel/cp_grad_sync.h"
 #include "ch06_tensor_parallel/cp_model_attention.h"
 #include "ch06_tensor_parallel/tp_collectives.h"
 #include "ch07_pipeline/pipeline_runtime.h"
@@ -26,24 +25,23 @@ ch04::ReducerConfig reducer_config(const TrainerConfig& c) {
   return r;
 }
 
-// ZeRO with one replica (dp 1, e.g. --tp 2 or --pp 2 alone): a shard of one is the whole, so
-// each stage is stage 0 exactly (Rajbhandari et al. 2020: the savings are 1/N_d), run as one
-// replica's gradients and named so in the run's log.
-class OneReplicaZero final : public GradSync {
- public:
-  explicit OneReplicaZero(int stage) : stage_(stage) {}
-  std::string describe() const override {
-    return "ZeRO-" + std::to_string(stage_) +
-           " with dp 1: nothing to shard, runs as stage 0 (one replica: nothing to synchronise)";
-  }
-  bool averages() const override { return false; }
-  void last_backward_starts(int) override {}
-  void grad_ready(std::size_t) override {}
-  double finish() override { return 0.0; }
+// One replica of a grid (dp 1). ZeRO with one replica (e.g. --tp 2 or --pp 2 alone): a shard
+// of one is the whole, so each stage is stage 0 exactly (Rajbhandari et al. 2020: the savings
+// are 1/N_d), run as one replica's gradients and named so in the run's log.
+std::unique_ptr<GradSync> one_replica(const TrainerConfig& c) {
+  if (c.zero_stage == 0) return std::make_unique<LocalGradients>();
+  return std::make_unique<LocalGradients>("ZeRO-" + std::to_string(c.zero_stage) +
+                                          " with dp 1: nothing to shard, runs as stage 0");
+}
 
- private:
-  int stage_;
-};
+// The pipeline's tied wte (two copies, first and last stage, each with half the gradient)
+// meets in the gradient sync, before it reduces, when the sync reduce-scatters: ZeRO over
+// dp > 1 leaves each dp rank only its shard, cut at different offsets on the two stages
+// (TiedEmbeddingFirst). Otherwise the pipeline schedule sums the copies after the sync
+// (ch07's PipelineSchedule::after_sync). Decided here, for both strategies, once.
+bool tied_copies_meet_in_sync(const ParallelGrid* grid, const TrainerConfig& c) {
+  return grid != nullptr && grid->dp().size() > 1 && c.zero_stage >= 1;
+}
 
 // Chapter 5's ZeRO stage c.zero_stage (>= 1) over dp.
 std::unique_ptr<GradSync> make_zero(Communicator& dp, GptModel& model, const TrainerConfig& c) {
@@ -74,10 +72,8 @@ namespace {
 // The data-parallel sync of make_grad_sync, over the dp group.
 std::unique_ptr<GradSync> make_dp_grad_sync(GptModel& model, const ParallelGrid* grid,
                                             const TrainerConfig& c) {
-  if (grid != nullptr && grid->dp().size() == 1 && c.zero_stage >= 1) {
-    return std::make_unique<OneReplicaZero>(static_cast<int>(c.zero_stage));
-  }
-  if (grid == nullptr || grid->dp().size() == 1) return std::make_unique<LocalGradients>();
+  if (grid == nullptr) return std::make_unique<LocalGradients>();
+  if (grid->dp().size() == 1) return one_replica(c);
   Communicator& dp = grid->dp();
   sync_initial_weights(dp, rank_params(model).flat_params(), c.init_sync);
   std::unique_ptr<GradSync> sync =
@@ -88,9 +84,9 @@ std::unique_ptr<GradSync> make_dp_grad_sync(GptModel& model, const ParallelGrid*
   // ZeRO-3 has released the whole working copy (it checked the replicas before splitting it).
   if (c.zero_stage != 3) verify_replicas(dp, rank_params(model).flat_params());
   // ZeRO with pipeline stages: the tied wte's two copies meet before the reduce-scatter
-  // (tied_embedding_sync.h); under DDP the schedule sums them after the all-reduce.
+  // (tied_embedding_sync.h) on the ranks that hold one.
   Communicator* embedding = grid->embedding();
-  if (c.zero_stage >= 1 && embedding != nullptr && embedding->size() > 1 &&
+  if (tied_copies_meet_in_sync(grid, c) && embedding != nullptr && embedding->size() > 1 &&
       rank_params(model).contains("wte.weight")) {
     sync = std::make_unique<TiedEmbeddingFirst>(std::move(sync), rank_params(model), *embedding,
                                                 grid->coord().rank);
@@ -105,7 +101,7 @@ std::unique_ptr<GradSync> make_grad_sync(GptModel& model, const ParallelGrid* gr
   std::unique_ptr<GradSync> dp = make_dp_grad_sync(model, grid, c);
   // Context parallel (chapter 6, part 2): the cp ranks' shares summed first (cp shards nothing).
   if (grid == nullptr || grid->cp() == nullptr) return dp;
-  return std::make_unique<CpGradSync>(std::move(dp), *grid->cp(), rank_params(model));
+  return std::make_unique<ch06::CpGradSync>(std::move(dp), *grid->cp(), rank_params(model));
 }
 
 std::unique_ptr<Schedule> make_schedule(const TrainerConfig& c, const ParallelGrid* grid,
@@ -119,6 +115,7 @@ std::unique_ptr<Schedule> make_schedule(const TrainerConfig& c, const ParallelGr
   // hook's indices are the registry's); the other chunks' gradients are final before it,
   // report nothing, and are sent by the sync's finish().
   if (chunks.size() > 1) pipeline->set_chunks(std::move(chunks));
+  if (tied_copies_meet_in_sync(grid, c)) pipeline->leave_tied_copies_to_sync();
   return pipeline;
 }
 

@@ -20,22 +20,18 @@ std::size_t index_of_wte(const ParamRegistry& registry) {
 
 TiedEmbeddingFirst::TiedEmbeddingFirst(std::unique_ptr<GradSync> inner, ParamRegistry& registry,
                                        Communicator& embedding, int trace_rank)
-    : inner_(std::move(inner)),
+    : ForwardingGradSync(std::move(inner)),
       registry_(registry),
       embedding_(embedding),
       wte_(index_of_wte(registry)),
       trace_rank_(trace_rank) {}
 
 std::string TiedEmbeddingFirst::describe() const {
-  return "the tied wte's two stage copies summed, then " + inner_->describe();
-}
-
-void TiedEmbeddingFirst::last_backward_starts(int micro_batches) {
-  inner_->last_backward_starts(micro_batches);
+  return "the tied wte's two stage copies summed, then " + inner().describe();
 }
 
 void TiedEmbeddingFirst::grad_ready(std::size_t entry) {
-  if (entry != wte_) inner_->grad_ready(entry);  // wte: released in finish()
+  if (entry != wte_) inner().grad_ready(entry);  // wte: released in finish()
 }
 
 double TiedEmbeddingFirst::finish() {
@@ -44,16 +40,16 @@ double TiedEmbeddingFirst::finish() {
   const double dur = trace_now_us() - t0;
   seconds_ += dur * 1e-6;
   spans_.push_back({"tied wte sum", "exposed", trace_rank_, 0, t0, dur});
-  inner_->grad_ready(wte_);
-  return dur * 1e-6 + inner_->finish();
+  inner().grad_ready(wte_);
+  return dur * 1e-6 + inner().finish();
 }
 
 double TiedEmbeddingFirst::take_comm_seconds() {
-  return std::exchange(seconds_, 0.0) + inner_->take_comm_seconds();
+  return std::exchange(seconds_, 0.0) + inner().take_comm_seconds();
 }
 
 std::vector<TraceSpan> TiedEmbeddingFirst::take_spans() {
-  std::vector<TraceSpan> all = inner_->take_spans();
+  std::vector<TraceSpan> all = inner().take_spans();
   for (TraceSpan& s : spans_) all.push_back(std::move(s));
   spans_.clear();
   return all;

@@ -25,7 +25,7 @@
 #include "parallel/count_once.h"
 #include "parallel/replicas.h"
 #include "run_watch.h"
-#include "context_parallel_sync.h"
+#include "cp_rows.h"
 #include "strategy_factory.h"
 #include "util/errors.h"
 
@@ -496,6 +496,8 @@ Json Trainer::end_fp8_step() {
   return fp8_step_json(fp8_->end_step(), *config_.fp8);
 }
 
+// The step, as the strategies the factory built run it: the schedule's micro-batches, the
+// gradient sync, the global loss, the optimizer, then the step's accounts.
 StepStats Trainer::train_step() {
   const auto t0 = std::chrono::steady_clock::now();
   StepStats s;
@@ -503,37 +505,63 @@ StepStats Trainer::train_step() {
   s.loss_scale = optimizer_.loss_scale();
   const std::uint64_t bytes_before = bytes_sent_so_far();
   const GroupBytes groups_before = group_bytes_so_far();
+  const ScheduleResult r = run_micro_batches(s.loss_scale);
+  synchronise_gradients();
+  times_.compute_s += r.compute_s;
+  s.data_position = r.position;  // the first replica's rows start the global window
+  s.epoch = r.epoch;
+  s.loss = global_loss(r);
+  step_optimizer(s);
+  close_step_accounts(s, bytes_before, groups_before);
+  ++step_;
+  s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return s;
+}
+
+ScheduleResult Trainer::run_micro_batches(float loss_scale) {
   sync_->begin_step();
   if (fp8_) fp8_->begin_step();
   // Context parallel: this rank's rows of the replica's sequences (their true positions).
   const std::vector<std::int64_t> rows =
       cp_attention_ ? cp_attention_->positions(config_.seq / config_.cp)
                     : std::vector<std::int64_t>();
-  const ScheduleResult r = schedule_->run_step(
+  return schedule_->run_step(
       model_, [&] { return rows.empty() ? loader_.next() : cp_rows(loader_.next(), rows); },
-      *sync_, s.loss_scale, rank(), spans_);
+      *sync_, loss_scale, rank(), spans_);
+}
+
+void Trainer::synchronise_gradients() {
   const double w0 = trace_now_us();
   const double waited = sync_->finish();  // every gradient of this rank synchronised
-  // A pipeline sums the tied wte's two copies here, unless the sync did before reducing.
-  if (!sync_->sums_tied_copies()) schedule_->after_sync(model_);
+  // What the schedule still combines across its stages (a pipeline's tied wte copies, unless
+  // the factory left them to the sync: strategy_factory.cpp).
+  schedule_->after_sync(model_);
   if (grid_) spans_.push_back({"wait for gradients", "exposed", rank(), 0, w0, waited * 1e6});
-  times_.compute_s += r.compute_s;
   times_.exposed_s += waited;
-  s.data_position = r.position;  // the first replica's rows start the global window
-  s.epoch = r.epoch;
+}
+
+double Trainer::global_loss(const ScheduleResult& r) {
   // The logged loss is the global batch's: the same number on every rank.
-  s.loss = reductions_.loss(r.loss_sum / static_cast<double>(config_.grad_accum));
+  const double loss = reductions_.loss(r.loss_sum / static_cast<double>(config_.grad_accum));
   // Without a scaler to skip it (fp32, bf16), a non-finite loss would turn every weight into
   // NaN: halt before the optimizer steps (the global loss: every rank halts here together).
-  if (!std::isfinite(s.loss) && optimizer_.scaler().mode() == ch02::ScaleMode::kNone) {
-    halt_on_non_finite_loss(s.loss);
+  if (!std::isfinite(loss) && optimizer_.scaler().mode() == ch02::ScaleMode::kNone) {
+    halt_on_non_finite_loss(loss);
   }
+  return loss;
+}
+
+void Trainer::step_optimizer(StepStats& s) {
   s.lr = config_.schedule.at(step_);
   const ch03::StepReport rep = optimizer_step(s.lr);
   if (fp8_) s.fp8 = end_fp8_step();
   s.skipped = !rep.taken;
   s.grad_norm = rep.grad_norm;
   s.clip_coef = rep.clip_coef;
+}
+
+void Trainer::close_step_accounts(StepStats& s, std::uint64_t bytes_before,
+                                  const GroupBytes& groups_before) {
   s.tokens = config_.tokens_per_step();
   if (grid_) {
     s.ranks = world();
@@ -546,9 +574,6 @@ StepStats Trainer::train_step() {
   step_bytes_sent_ = bytes_sent_so_far() - bytes_before;
   s.group_bytes = group_bytes_so_far().since(groups_before);
   s.flops = process_flops_per_step(config_, rank_params(model_));
-  ++step_;
-  s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return s;
 }
 
 }  // namespace mixpar::ch08

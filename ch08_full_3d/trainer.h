@@ -182,6 +182,18 @@ class Trainer {
   // stores and what a resume on any layout fills.
   std::vector<HeldTensor> held_state() const;
   void write_checkpoint_files(const std::string& dir) const;
+  // train_step's parts, in its order. The step's micro-batches under the schedule (the sync
+  // told when the last backward starts):
+  ScheduleResult run_micro_batches(float loss_scale);
+  // The sync's finish(), then what the schedule combines after it:
+  void synchronise_gradients();
+  // The global batch's mean loss (collective); halts on a non-finite one without a scaler:
+  double global_loss(const ScheduleResult& r);
+  // The learning rate, chapter 3's step, the FP8 scaling state: into s.
+  void step_optimizer(StepStats& s);
+  // Tokens, times, bytes by group and FLOPs of the step just taken: into s.
+  void close_step_accounts(StepStats& s, std::uint64_t bytes_before,
+                           const GroupBytes& groups_before);
   Json end_fp8_step();  // --dtype fp8: after the optimizer step (trainer.cpp)
   std::uint64_t bytes_sent_so_far() const;
   GroupBytes group_bytes_so_far() const;

@@ -14,16 +14,14 @@ std::string SingleStage::describe() const {
 
 ScheduleResult SingleStage::run_step(GptModel& model,
                                      const std::function<TokenBatch()>& next_batch,
-                                     GradSync& sync, float loss_scale, int rank,
+                                     StepSync& sync, float loss_scale, int rank,
                                      std::vector<TraceSpan>& spans) {
   if (!model.stage().whole()) {
     throw std::logic_error("SingleStage runs a whole model, not pipeline stage " +
                            std::to_string(model.stage().index));
   }
   ScheduleResult r;
-  // Each micro-batch's gradient is of its own mean loss; dividing the seed by m makes the sum
-  // the gradient of the mean over the step, unless the sync divides the sum itself.
-  const float seed = sync.averages() ? loss_scale : loss_scale / static_cast<float>(m_);
+  const float seed = backward_seed(sync, loss_scale, m_);
   auto span = [&](const char* name, double t0) {
     const double dur = trace_now_us() - t0;
     r.compute_s += dur * 1e-6;

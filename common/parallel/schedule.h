@@ -33,10 +33,10 @@ class Schedule {
   virtual int micro_batches() const = 0;
   // One step: every micro-batch's forward and backward on `model`, each batch from
   // next_batch(); sync.last_backward_starts() right before the step's last backward on this
-  // rank. The seed of each backward is loss_scale, divided by micro_batches() unless
-  // sync.averages(). Compute spans go to spans (thread 0 of `rank`).
+  // rank. The seed of each backward is backward_seed(sync, loss_scale, micro_batches()).
+  // Compute spans go to spans (thread 0 of `rank`).
   virtual ScheduleResult run_step(GptModel& model, const std::function<TokenBatch()>& next_batch,
-                                  GradSync& sync, float loss_scale, int rank,
+                                  StepSync& sync, float loss_scale, int rank,
                                   std::vector<TraceSpan>& spans) = 0;
   // After the gradient sync's finish(): what the schedule still combines across its stages
   // (chapter 7: the tied wte's copies on the first and last stage). Nothing by default.
@@ -49,7 +49,7 @@ class SingleStage final : public Schedule {
   std::string describe() const override;
   int micro_batches() const override { return m_; }
   ScheduleResult run_step(GptModel& model, const std::function<TokenBatch()>& next_batch,
-                          GradSync& sync, float loss_scale, int rank,
+                          StepSync& sync, float loss_scale, int rank,
                           std::vector<TraceSpan>& spans) override;
 
  private:

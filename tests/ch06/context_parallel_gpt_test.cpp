@@ -14,8 +14,8 @@ namespace mixpar::ch06 {
 namespace {
 
 // The tolerance: the runs differ only in the order of their sums (attention regrouped into
-// blocks, gradients summed over dp x cp then averaged, tp's partial sums), each a few f32 ulps
-// (2^-24 relative); ten AdamW steps of lr 1e-3 move a weight by at most 1e-2, so a
+// blocks, gradients' cp shares summed then averaged over dp, tp's partial sums), each a few
+// f32 ulps (2^-24 relative); ten AdamW steps of lr 1e-3 move a weight by at most 1e-2, so a
 // rounding-level difference in a gradient moves it far less: 1e-4 absolute on weights of
 // order 1 and losses of order log V ~ 4 is a thousand ulps, as chapter 6's tp runs
 // (tests/ch06/tensor_parallel_gpt_test.cpp), while a wrong gradient moves them by 1e-3 and more.
