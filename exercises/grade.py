@@ -309,8 +309,13 @@ def run_one_test(exe, test, work, log, timeout):
                 report = r.read()
             if code == 0 and report == f"{nonce} pass {test}\n":
                 verdict = "pass"
-            elif code != 0:
+            elif report == f"{nonce} fail {test}\n":
+                f.write(f"grade: {test} failed\n")
+            elif not report:
                 f.write(f"\ngrade: {test} exited {code} without a verdict\n")
+            else:
+                f.write(f"\ngrade: {test} exited {code}; its verdict file holds something else "
+                        "than the grader's one verdict line\n")
     finally:
         for fd in (nonce_read, result_fd):
             if fd >= 0:

@@ -1,5 +1,6 @@
 // A function run before main by attribute: it exits 0 before any test ran. Refused by name
 // before compiling (__attribute__, constructor).
+// grade: refused '__attribute__'
 #include "ch02_dynamic_scale/dynamic_scale.h"
 
 #include <cstdlib>

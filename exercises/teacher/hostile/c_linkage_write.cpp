@@ -1,6 +1,7 @@
 // A C-linkage write() of its own would replace the C library's and see (and rewrite) the
 // grader's main's verdict. Refused by name before compiling (extern), and its symbol before
 // linking.
+// grade: refused 'extern'
 #include "ch02_dynamic_scale/dynamic_scale.h"
 
 #include <cstddef>

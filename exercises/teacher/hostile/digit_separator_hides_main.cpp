@@ -1,6 +1,7 @@
 // Digit separators (1'000) read as character literals by a naive scanner would hide 'main'
 // between two of them. The scanner knows separators, and the object check refuses a strong
 // 'main' outside namespace mixpar::exercises anyway.
+// grade: refused 'main'
 #include "ch02_dynamic_scale/dynamic_scale.h"
 
 namespace mixpar::exercises {

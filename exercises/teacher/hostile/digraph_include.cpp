@@ -1,5 +1,6 @@
 // '%:' is the digraph of '#': an include written with it is an include. Refused by name
 // before compiling like any include outside the exercise.
+// grade: refused includes "/etc/passwd"
 %:include "/etc/passwd"
 #include "ch02_dynamic_scale/dynamic_scale.h"
 

@@ -1,5 +1,6 @@
 // A global initialised by a lambda that exits 0 before main: no suspicious name anywhere.
 // Refused before linking: the object has an .init_array section.
+// grade: refused .init_array
 #include "ch02_dynamic_scale/dynamic_scale.h"
 
 #include <cstdlib>

@@ -1,6 +1,7 @@
 // Forgery (c) of issue 38: 45 empty tests that pass, against the exercise's 5 failing ones
 // (9/10 under per-test weighting when every test that ran was counted). Refused by name
 // before compiling (TEST); and tests the rubric does not name earn nothing.
+// grade: refused 'TEST'
 #include "ch02_dynamic_scale/dynamic_scale.h"
 
 #include <gtest/gtest.h>

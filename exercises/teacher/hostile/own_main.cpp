@@ -1,5 +1,6 @@
 // Forgery (b) of issue 38: the file defines its own main, which runs a test of its own (or
 // none) and exits 0. Refused by name before compiling ('main', 'testing', '#include <gtest>').
+// grade: refused 'main'
 #include "ch02_dynamic_scale/dynamic_scale.h"
 
 #include <gtest/gtest.h>

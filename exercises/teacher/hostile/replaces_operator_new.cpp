@@ -1,5 +1,6 @@
 // A global operator new of its own (it could count, or rewrite, what the tests allocate):
 // a symbol outside namespace mixpar::exercises, refused before linking.
+// grade: refused _Znwm
 #include "ch02_dynamic_scale/dynamic_scale.h"
 
 #include <cstdlib>

@@ -2,6 +2,7 @@
 // code here (in its namespace) would make both sides the student's. Refused by name before
 // compiling (a namespace other than mixpar::exercises); its symbols would be refused by the
 // object check too.
+// grade: refused 'mixpar::ch02'
 #include "ch02_dynamic_scale/dynamic_scale.h"
 
 namespace mixpar::ch02 {

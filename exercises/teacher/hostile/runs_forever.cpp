@@ -1,5 +1,6 @@
 // The graded function never returns. Each test is stopped at --test-timeout and fails; the
 // other exercises and students are still graded.
+// grade: graded (--test-timeout)
 #include "ch02_dynamic_scale/dynamic_scale.h"
 
 #include <atomic>

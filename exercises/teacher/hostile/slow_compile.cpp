@@ -1,6 +1,7 @@
 // A file whose compile takes minutes: 64 constant expressions, each of 2.5e7 steps (under the
 // compiler's limit per expression, about 3 s each on the development machine). Stopped at
 // --compile-timeout and scored 0; nothing waits on it.
+// grade: timeout (--compile-timeout)
 #include "ch02_dynamic_scale/dynamic_scale.h"
 
 namespace mixpar::exercises {

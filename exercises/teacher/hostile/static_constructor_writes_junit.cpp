@@ -1,6 +1,7 @@
 // Forgery (a) of issue 38: a global whose constructor runs before main writes a passing JUnit
 // file to the --gtest_output path and exits 0. Refused before linking: its object has an
 // .init_array section (code run before main), whatever the global is called.
+// grade: refused .init_array
 #include "ch02_dynamic_scale/dynamic_scale.h"
 
 #include <cstdio>

@@ -1,5 +1,6 @@
 // 'main' made by token pasting in a macro. Refused by name before compiling (#define: the only
 // directive a student file may use is #include).
+// grade: refused (#define)
 #include "ch02_dynamic_scale/dynamic_scale.h"
 
 #define JOIN(a, b) a##b

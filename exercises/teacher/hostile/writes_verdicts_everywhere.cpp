@@ -1,5 +1,6 @@
 // The graded function writes passing verdict lines to every open file descriptor (the
 // grader's result file among them) and exits 0. It cannot know the nonce: every test fails.
+// grade: graded holds something else than the grader's one verdict line
 #include "ch02_dynamic_scale/dynamic_scale.h"
 
 #include <cstdio>
