@@ -113,7 +113,8 @@ def junit_counts(out):
 
 def default_rubric_names():
     with open(os.path.join(HERE, "rubric.tsv")) as f:
-        return [l.split("\t")[0] for l in f.read().splitlines() if l.strip() and not l.startswith("#")]
+        return [l.split("\t")[0] for l in f.read().splitlines()
+                if l.strip() and not l.startswith(("#", "\t"))]
 
 
 def exercise_folders():
@@ -129,7 +130,8 @@ def committed_blanks(tmp):
         stem = [f[:-2] for f in os.listdir(os.path.join(HERE, ex)) if f.endswith(".h")][0]
         rel = f"exercises/{ex}/{stem}.cpp"
         r = subprocess.run(["git", "-C", ROOT, "show", f"HEAD:{rel}"], capture_output=True)
-        check(r.returncode == 0, f"git show HEAD:{rel} ({r.stderr.decode().strip()})")
+        if r.returncode != 0:
+            check(False, f"git show HEAD:{rel} ({r.stderr.decode().strip()})")
         os.makedirs(os.path.join(repo, "exercises", ex))
         with open(os.path.join(repo, rel), "wb") as f:
             f.write(r.stdout)
