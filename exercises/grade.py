@@ -67,6 +67,8 @@ class Result:
     max_points: float = 0.0
     failures: list = field(default_factory=list)
     reasons: list = field(default_factory=list)  # why a file was refused
+    junit: object = None  # the exercise's JUnit tree, kept in memory until the report: the
+    # students' processes, which can write the output folder, are all gone by then
 
 
 def exercise_stem(exercise):
@@ -326,16 +328,16 @@ def run_one_test(exe, test, work, log, timeout):
     return verdict
 
 
-def junit_single(path, exercise, case, message, detail):
+def junit_single(exercise, case, message, detail):
     suites = ET.Element("testsuites", tests="1", failures="1", errors="0", name=exercise)
     suite = ET.SubElement(suites, "testsuite", name=exercise, tests="1", failures="1", errors="0")
     tc = ET.SubElement(suite, "testcase", name=case, classname=exercise)
     failure = ET.SubElement(tc, "failure", message=message)
     failure.text = detail
-    ET.ElementTree(suites).write(path, encoding="utf-8", xml_declaration=True)
+    return suites
 
 
-def junit_verdicts(path, exercise, verdicts, log):
+def junit_verdicts(exercise, verdicts, log):
     """The grader's own JUnit file: one test case per named test, from its verdict."""
     failures = sum(1 for v in verdicts.values() if v != "pass")
     suites = ET.Element("testsuites", tests=str(len(verdicts)), failures=str(failures),
@@ -352,7 +354,7 @@ def junit_verdicts(path, exercise, verdicts, log):
             if verdict != "pass":
                 failure = ET.SubElement(tc, "failure", message=f"{verdict} (grader's verdict)")
                 failure.text = f"see {log}"
-    ET.ElementTree(suites).write(path, encoding="utf-8", xml_declaration=True)
+    return suites
 
 
 def tail(path, lines=30):
@@ -418,7 +420,7 @@ def grade_one(line, kit, student_dir, out):
     src = os.path.join(student_dir, ex, f"{stem}.cpp")
     if not os.path.isfile(src) or os.path.islink(src):
         res.status = "missing"
-        junit_single(junit, ex, "Submission", f"no file {ex}/{stem}.cpp", src)
+        res.junit = junit_single(ex, "Submission", f"no file {ex}/{stem}.cpp", src)
         return res
     res.reasons = grade_refuse.source_refusals(src, ex, ROOT)
     if res.reasons:
@@ -426,7 +428,8 @@ def grade_one(line, kit, student_dir, out):
         with open(log, "a", encoding="utf-8") as f:
             f.write("grade: refused before compiling:\n" +
                     "".join(f"  {r}\n" for r in res.reasons))
-        junit_single(junit, ex, "Submission", f"{ex}/{stem}.cpp refused", "\n".join(res.reasons))
+        res.junit = junit_single(ex, "Submission", f"{ex}/{stem}.cpp refused",
+                                 "\n".join(res.reasons))
         return res
     cmds = kit.commands[ex]
     obj = os.path.join(work, f"{stem}.o")
@@ -443,20 +446,20 @@ def grade_one(line, kit, student_dir, out):
             with open(log, "a", encoding="utf-8") as f:
                 f.write("grade: refused before linking:\n" +
                         "".join(f"  {r}\n" for r in res.reasons))
-            junit_single(junit, ex, "Submission", f"{ex}/{stem}.cpp refused",
+            res.junit = junit_single(ex, "Submission", f"{ex}/{stem}.cpp refused",
                          "\n".join(res.reasons))
             return res
         ok = run(cmds.link_with(obj, [kit.grade_main[ex], *kit.hidden_objs[ex]], exe),
                  args.build, log, args.compile_timeout)
     if not ok:
         res.status = "compile-error" if ok is False else "timeout"
-        junit_single(junit, ex, "Compile", f"{ex}/{stem}.cpp does not compile or link"
+        res.junit = junit_single(ex, "Compile", f"{ex}/{stem}.cpp does not compile or link"
                      if ok is False else f"the compile ran past {args.compile_timeout:g} s",
                      tail(log))
         return res
     tests = line.tests + [t for t in kit.hidden_names[ex] if t not in line.tests]
     verdicts = {t: run_one_test(exe, t, work, log, args.test_timeout) for t in tests}
-    junit_verdicts(junit, ex, verdicts, f"logs/{ex}.log")
+    res.junit = junit_verdicts(ex, verdicts, f"logs/{ex}.log")
     res.total = len(tests)
     res.hidden = sum(1 for t in tests if t in kit.hidden_names[ex] and t not in line.tests)
     res.passed = sum(1 for v in verdicts.values() if v == "pass")
@@ -470,13 +473,17 @@ def grade_one(line, kit, student_dir, out):
 
 
 def merge_junit(out, results):
+    """junit/NAME.xml and junit.xml, written from the grader's own verdicts after every
+    student's process has ended (whatever a test wrote to the output folder is overwritten)."""
     merged = ET.Element("testsuites", name="mixpar exercises")
     tests = failures = 0
     for r in results:
-        path = os.path.join(out, "junit", f"{r.exercise}.xml")
-        for suite in ET.parse(path).getroot().iter("testsuite"):
-            suite.set("name", f"{r.exercise}.{suite.get('name')}")
-            merged.append(suite)
+        ET.ElementTree(r.junit).write(os.path.join(out, "junit", f"{r.exercise}.xml"),
+                                      encoding="utf-8", xml_declaration=True)
+        for suite in r.junit.iter("testsuite"):
+            copy = ET.fromstring(ET.tostring(suite))
+            copy.set("name", f"{r.exercise}.{suite.get('name')}")
+            merged.append(copy)
             tests += int(suite.get("tests", "0"))
             failures += int(suite.get("failures", "0"))
     merged.set("tests", str(tests))

@@ -17,14 +17,14 @@ STANDARD_HEADERS = set("""
 algorithm any array atomic barrier bit bitset cassert cctype cerrno cfenv cfloat charconv chrono
 cinttypes climits clocale cmath compare complex concepts condition_variable coroutine csetjmp
 csignal cstdarg cstddef cstdint cstdio cstdlib cstring ctime cuchar cwchar cwctype deque
-exception execution expected filesystem flat_map flat_set format forward_list fstream functional future generator initializer_list
-iomanip ios iosfwd iostream istream iterator latch limits list locale map mdspan memory memory_resource
-mutex new numbers numeric optional ostream print queue random ranges ratio regex scoped_allocator
-semaphore set shared_mutex source_location span spanstream sstream stack stacktrace stdexcept
-stdfloat stop_token streambuf
-string string_view syncstream system_error thread tuple type_traits typeindex typeinfo
-unordered_map unordered_set utility valarray variant vector version
-assert.h float.h limits.h math.h stddef.h stdint.h stdio.h stdlib.h string.h
+exception execution expected filesystem flat_map flat_set format forward_list fstream functional
+future generator initializer_list iomanip ios iosfwd iostream istream iterator latch limits list
+locale map mdspan memory memory_resource mutex new numbers numeric optional ostream print queue
+random ranges ratio regex scoped_allocator semaphore set shared_mutex source_location span
+spanstream sstream stack stacktrace stdexcept stdfloat stop_token streambuf string string_view
+syncstream system_error thread tuple type_traits typeindex typeinfo unordered_map unordered_set
+utility valarray variant vector version assert.h float.h limits.h math.h stddef.h stdint.h
+stdio.h stdlib.h string.h
 """.split())
 
 # Identifiers a solution has no use for and a forgery needs: a main, tests and GoogleTest,

@@ -182,7 +182,7 @@ TEST(TrainGptMfu, EightRankThreadsOnATwoByTwoByTwoGridStayAtMost100Percent) {
 
 // One FLOP count per run: the start-up line's "model GFLOP/step", the log's `flops` (the MFU's
 // numerator) and model_flops.h's grid count are the same number (llm.c's all-parameter count,
-// which the start-up line printed before, is 2.6% higher at this shape).
+// which the start-up line printed before, is 2.7% higher at this shape).
 TEST(TrainGptMfu, TheStartUpLineTheLogAndTheMfuUseOneFlopCount) {
   TempDir d;
   const CliRun r = train_gpt(d, "--ranks 2 --threads 1 --batch 8 --steps 1 --log-jsonl " +
