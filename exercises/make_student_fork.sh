@@ -33,9 +33,16 @@ fi
 mkdir -p "$dest"
 git -C "$root" archive --format=tar HEAD | tar -x -C "$dest"
 
-rm -rf "$dest"/exercises/ch[0-9][0-9]_*/solution "$dest/exercises/teacher"
-rm -f "$dest/exercises/check_student_preset.sh" "$dest/exercises/grade_test.py" \
-      "$dest/exercises/make_student_fork.sh" "$dest/exercises/make_student_fork_test.py"
+removed=(exercises/*/solution exercises/teacher exercises/check_student_preset.sh
+         exercises/grade_test.py exercises/make_student_fork.sh exercises/make_student_fork_test.py)
+(cd "$dest" && rm -rf ${removed[@]})
+# What the docs may still name (the teacher's copy's files): the doc checker
+# (tests/doc_references_test.py) reads this list.
+{
+  echo "# Left out of this students' copy of the course (exercises/make_student_fork.sh in the"
+  echo "# teacher's copy): the reference solutions, the teacher's material, the answer keys."
+  printf '%s\n' "${removed[@]}"
+} > "$dest/STUDENT_COPY_REMOVED.txt"
 
 # The answer keys of the chapters: from the "Open after trying them" block to its </details>.
 for readme in "$dest"/ch[0-9][0-9]_*/README.md; do
