@@ -33,8 +33,9 @@ fi
 mkdir -p "$dest"
 git -C "$root" archive --format=tar HEAD | tar -x -C "$dest"
 
-removed=(exercises/*/solution exercises/teacher exercises/check_student_preset.sh
+removed=("exercises/*/solution" exercises/teacher exercises/check_student_preset.sh
          exercises/grade_test.py exercises/make_student_fork.sh exercises/make_student_fork_test.py)
+# shellcheck disable=SC2068  # the patterns expand here, in the copy
 (cd "$dest" && rm -rf ${removed[@]})
 # What the docs may still name (the teacher's copy's files): the doc checker
 # (tests/doc_references_test.py) reads this list.
