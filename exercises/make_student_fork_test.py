@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """StudentFork.BuildsAndGradesWithoutAnswers: exercises/make_student_fork.sh makes the students'
 copy from git HEAD; the copy holds no reference solution, no teacher's material and no answer
-key; its own default configuration (exercises from the learner's files) builds one exercise,
+key, and its docs name nothing missing from it but what it lists as left out; its own default
+configuration (exercises from the learner's files) builds one exercise,
 ch01_round_bf16 (its library is five files: seconds with ccache), with build_one.sh; and its
 own grader grades that exercise: 0 for the blank, full marks once a student's file holds the
 answer (copied here from the teacher's copy, as a student who solved it would have it).
@@ -52,6 +53,11 @@ def main():
               "the blank and its tests are there")
         check(r.returncode == 0 and not os.path.exists(
             os.path.join(fork, "exercises", "make_student_fork.sh")), "the fork script is not")
+        # Its docs may name the teacher's files it left out (STUDENT_COPY_REMOVED.txt), and
+        # nothing else that is missing.
+        r = sh([sys.executable, os.path.join(os.path.dirname(HERE), "tests", "doc_references_test.py"),
+                "--repo", fork, "--bin-dir", os.path.join(os.path.abspath(sys.argv[1]), "bin")], tmp)
+        check(r.returncode == 0, "the copy's docs name nothing that is missing from it")
         # The fork's own build: configured as a student would (its CMakePresets default),
         # through ccache with paths made relative so that runs share the cache.
         env = dict(os.environ, CCACHE_BASEDIR=fork, CMAKE_CXX_COMPILER_LAUNCHER="ccache",
