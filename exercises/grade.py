@@ -418,9 +418,11 @@ def grade_one(line, kit, student_dir, out):
         if os.path.exists(stale):
             os.remove(stale)
     src = os.path.join(student_dir, ex, f"{stem}.cpp")
-    if not os.path.isfile(src) or os.path.islink(src):
+    if not os.path.isfile(src) or os.path.islink(src) or os.path.islink(os.path.dirname(src)):
+        # A link (to the teacher's solution, say) is not the student's file.
         res.status = "missing"
-        res.junit = junit_single(ex, "Submission", f"no file {ex}/{stem}.cpp", src)
+        res.junit = junit_single(ex, "Submission", f"no file {ex}/{stem}.cpp (a link is not "
+                                 "a file)", src)
         return res
     res.reasons = grade_refuse.source_refusals(src, ex, ROOT)
     if res.reasons:

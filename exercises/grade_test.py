@@ -223,6 +223,12 @@ def main():
                     HERE, "ch02_dynamic_scale", "solution", "dynamic_scale.cpp")
                 shutil.copy(src, os.path.join(folder, "dynamic_scale.cpp"))
                 students.append(os.path.dirname(folder))
+            # A student whose exercise folder is a link to the teacher's solution folder.
+            linked = os.path.join(tmp, "class", "linked_solution_folder")
+            os.makedirs(linked)
+            os.symlink(os.path.join(HERE, "ch02_dynamic_scale", "solution"),
+                       os.path.join(linked, "ch02_dynamic_scale"))
+            students.append(linked)
             with open(os.path.join(tmp, "rubric.tsv"), "w") as f:
                 f.write(rubric_text([("ch02_dynamic_scale", 10, "per-test")]))
             start = time.monotonic()
@@ -237,6 +243,9 @@ def main():
                     check(row[5] == "10", f"the reference solution beside them: 10 / 10 (got {row[5]})")
                     continue
                 check(row[5] == "0", f"{name}: 0 / 10 ({row[1]}, {row[2]} of {row[3]} tests)")
+                if name == "linked_solution_folder":
+                    check(row[1] == "missing", f"{name}: missing, a link is not a file (got {row[1]})")
+                    continue
                 # Each corpus file says how it is stopped: "// grade: STATUS LOG-FRAGMENT".
                 with open(os.path.join(HOSTILE, name + ".cpp")) as f:
                     m = re.search(r"^// grade: (\S+) (.+)$", f.read(), re.M)
