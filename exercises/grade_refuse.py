@@ -43,7 +43,7 @@ REFUSED_IDENTIFIERS = {
     "constructor": "asks for code that runs before main",
     "destructor": "asks for code that runs after main",
     "init_priority": "asks for code that runs before main",
-    "section": "places code in a section of its own",
+    "gnu": "uses a GNU attribute ([[gnu::...]]: constructors, sections, aliases)",
     "__attribute__": "uses a compiler attribute (__attribute__)",
     "__attribute": "uses a compiler attribute (__attribute)",
     "__declspec": "uses a compiler attribute (__declspec)",
