@@ -20,6 +20,7 @@
 #include "io/tokenizer.h"
 #include "ops/compute_threads.h"
 #include "gemm_peak.h"
+#include "model_flops.h"
 #include "preflight.h"
 #include "run_watch.h"
 #include "run_checks.h"
@@ -118,14 +119,14 @@ std::string optimizer_line(const TrainerConfig& c) {
 
 std::string memory_line(const TrainerConfig& c) {
   const MemoryLedger& l = current_ledger();  // this rank's: every replica holds the same
-  const double flops = static_cast<double>(c.model.flops_per_token(c.seq)) *
-                       static_cast<double>(c.tokens_per_step());
+  // The run's one FLOP count (model_flops.h): the same the log's `flops` and the MFU use.
+  const double flops = grid_flops_per_step(c);
   if (c.offload_optimizer) {
     // The ledger's two sides: the device keeps the working copy and its gradients, the host
     // the masters, the FP32 gradient copy and the moments (ZeRO-Offload).
     return strf(
         "memory%s: device: parameters %s, gradients %s | host (offloaded): master weights %s, "
-        "optimizer state %s, FP32 gradients %s | %.2f GFLOP/step (6N + 6LCT per token)",
+        "optimizer state %s, FP32 gradients %s | %.2f model GFLOP/step (model_flops.h)",
         c.distributed() ? " per rank" : "", format_bytes(l.live(MemCategory::kParameters)).c_str(),
         format_bytes(l.live(MemCategory::kGradients)).c_str(),
         format_bytes(l.host_live(MemCategory::kMasterParams)).c_str(),
@@ -134,7 +135,7 @@ std::string memory_line(const TrainerConfig& c) {
   }
   return strf(
       "memory%s: parameters %s, gradients %s, master weights %s, optimizer state %s | "
-      "%.2f GFLOP/step (6N + 6LCT per token)",
+      "%.2f model GFLOP/step (model_flops.h)",
       c.distributed() ? " per rank" : "", format_bytes(l.live(MemCategory::kParameters)).c_str(),
       format_bytes(l.live(MemCategory::kGradients)).c_str(),
       format_bytes(l.live(MemCategory::kMasterParams)).c_str(),

@@ -17,6 +17,11 @@ training steps' wall time, as train_gpt measures it; start-up and the evaluation
 are not in it, so --eval-every does not change the score, only how finely it is resolved).
 The wall time from launch is printed beside it. Exit codes: 0 target reached, 1 not reached
 (the run ended or --timeout passed), 2 bad input.
+
+A board (--board FILE) is for one target: its first line names it, and an entry for another
+target is refused before it runs (exit 2, naming both). It keeps every entry (the file is a
+log) and ranks by time to that target, one row per name (its best), with the machine (CPU
+model and count), the threads and ranks the entry used, and the load average beside it.
 """
 import argparse
 import datetime
@@ -174,20 +179,70 @@ def race(args, log):
     return None, f"{reason} before reaching {100 * args.target:.1f}% ({best_text})"
 
 
-def print_board(path):
+BOARD_TITLE = "# mixpar leaderboard, held-out accuracy target "
+BOARD_COLUMNS = ("name", "time_to_target_s", "target", "step", "accuracy", "date", "flags",
+                 "cpu", "cpus", "threads", "ranks", "load")
+
+
+def board_target(path):
+    """The target a board is for: its title line's, else (a board without one) its entries'
+    single target; None for a new board. A board holding two targets is bad input."""
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    if lines and lines[0].startswith(BOARD_TITLE):
+        try:
+            return float(lines[0][len(BOARD_TITLE):].split()[0])
+        except (ValueError, IndexError):
+            raise BadInput(f"board {path}: its first line does not name a target")
+    targets = {float(r.split("\t")[2]) for r in lines
+               if r.strip() and not r.startswith("#") and len(r.split("\t")) >= 7}
+    if len(targets) > 1:
+        raise BadInput(f"board {path} mixes targets {sorted(targets)}: start one board per target")
+    return targets.pop() if targets else None
+
+
+def flag_value(flags, name, default):
+    for i, f in enumerate(flags):
+        if f == name and i + 1 < len(flags):
+            return flags[i + 1]
+        if f.startswith(name + "="):
+            return f.split("=", 1)[1]
+    return default
+
+
+def print_board(path, target):
+    """Ranked by time to the board's target, one row per name: its fastest entry."""
     with open(path, encoding="utf-8") as f:
         rows = [l.rstrip("\n").split("\t") for l in f if l.strip() and not l.startswith("#")]
-    rows = [r for r in rows if len(r) >= 7]
-    rows.sort(key=lambda r: (float(r[2]), float(r[1])))  # target, then time
-    print(f"\n{'#':>3} {'name':16} {'target':>7} {'time to target':>15} {'step':>6}  flags")
-    for i, r in enumerate(rows, 1):
-        print(f"{i:>3} {r[0][:16]:16} {100 * float(r[2]):>6.1f}% {float(r[1]):>13.2f} s "
-              f"{r[3]:>6}  {r[6]}")
+    best = {}
+    for r in rows:
+        if len(r) < 7 or float(r[2]) != target:
+            continue
+        if r[0] not in best or float(r[1]) < float(best[r[0]][1]):
+            best[r[0]] = r
+    ranked = sorted(best.values(), key=lambda r: (float(r[1]), r[0]))
+    print(f"\nboard {path}: time to {100 * target:.1f}% held-out accuracy, each name's best "
+          f"({len(rows)} entries)")
+    print(f"{'#':>3} {'name':16} {'time to target':>15} {'step':>6} {'threads':>8} {'ranks':>5}  "
+          f"machine; flags")
+    for i, r in enumerate(ranked, 1):
+        r = r + [""] * (len(BOARD_COLUMNS) - len(r))
+        machine = f"{r[7]} ({r[8]} CPUs)" if r[8] else r[7]
+        print(f"{i:>3} {r[0][:16]:16} {float(r[1]):>13.2f} s {r[3]:>6} {r[9]:>8} {r[10]:>5}  "
+              f"{machine}; {r[6]}")
 
 
 def main(argv):
     try:
         args = parse(argv)
+        if args.board:
+            target = board_target(args.board)
+            if target is not None and target != args.target:
+                raise BadInput(f"board {args.board} is for the target {target:g}, this entry's "
+                               f"is {args.target:g}: one board per target (pass --target "
+                               f"{target:g}, or another --board)")
         check_flags(args)
     except BadInput as e:
         print(f"leaderboard: {e}", file=sys.stderr)
@@ -203,16 +258,22 @@ def main(argv):
           f"training (the log's step_ms summed), {result['wall_s']:.1f} s from launch; "
           f"flags: {flags}")
     load = os.getloadavg()[0]
-    print(f"leaderboard: {cpu_name()}, {os.cpu_count()} CPUs, load average {load:.2f}")
+    threads = flag_value(args.flags, "--threads", "0")
+    if threads == "0":
+        threads = f"{os.cpu_count()}*"  # the OpenMP default: every CPU
+    ranks = flag_value(args.flags, "--ranks", "1")
+    print(f"leaderboard: {cpu_name()}, {os.cpu_count()} CPUs, {threads} threads x {ranks} "
+          f"rank(s), load average {load:.2f}")
     if args.board:
-        new = not os.path.exists(args.board)
+        new = not os.path.exists(args.board) or os.path.getsize(args.board) == 0
         with open(args.board, "a", encoding="utf-8") as f:
             if new:
-                f.write("# name\ttime_to_target_s\ttarget\tstep\taccuracy\tdate\tflags\tcpu\tload\n")
+                f.write(f"{BOARD_TITLE}{args.target:g} (exercises/leaderboard.sh)\n")
+                f.write("# " + "\t".join(BOARD_COLUMNS) + "\n")
             f.write(f"{args.name}\t{result['train_s']:.6g}\t{args.target:g}\t{result['step']}\t"
                     f"{result['accuracy']:.4f}\t{datetime.date.today().isoformat()}\t{flags}\t"
-                    f"{cpu_name()}\t{load:.2f}\n")
-        print_board(args.board)
+                    f"{cpu_name()}\t{os.cpu_count()}\t{threads}\t{ranks}\t{load:.2f}\n")
+        print_board(args.board, args.target)
     return 0
 
 

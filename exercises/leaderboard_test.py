@@ -12,6 +12,11 @@
              the best accuracy and its step named
   bad-input  the leaderboard's own bad flags, a flag it owns, and a configuration train_gpt
              refuses: exit code 2, one line
+  one-target a board made for target 0.3 (the stand-in) refuses an entry for target 0 before
+             it runs: exit code 2, one line naming both targets; the board is unchanged
+  ranking    a board holding earlier entries (one name twice, a slower and a faster run, one
+             name slower than the new entry): printed ranked by time, one row per name (its
+             best), with the machine, the threads and the ranks
 
   python3 exercises/leaderboard_test.py SCENARIO TRAIN_GPT
 """
@@ -46,6 +51,14 @@ with open(log + ".finished", "w") as f:
 '''
 
 
+def stand_in(tmp):
+    fake = os.path.join(tmp, "train_gpt")
+    with open(fake, "w") as f:
+        f.write(STAND_IN)
+    os.chmod(fake, 0o755)
+    return fake
+
+
 def leaderboard(*args, timeout=300):
     r = subprocess.run(["bash", BOARD, *args], capture_output=True, text=True, timeout=timeout)
     sys.stdout.write(r.stdout + r.stderr)
@@ -73,10 +86,7 @@ def main():
             check(len(rows) == 1 and rows[0][0] == "tiny" and rows[0][3] == "5" and
                   float(rows[0][1]) > 0, "the board holds the entry: step 5, a positive time")
         elif scenario == "stop":
-            fake = os.path.join(tmp, "train_gpt")
-            with open(fake, "w") as f:
-                f.write(STAND_IN)
-            os.chmod(fake, 0o755)
+            fake = stand_in(tmp)
             r = leaderboard("--train-gpt", fake, "--target", "0.3", "--eval-every", "10",
                             "--board", board, "--")
             check(r.returncode == 0, f"exit code 0 (got {r.returncode})")
@@ -89,6 +99,41 @@ def main():
             check(r.returncode == 1, f"exit code 1: not reached (got {r.returncode})")
             check("the run ended before reaching 90.0% (best 0.0% at step 10)" in r.stdout,
                   "names the end of the run and the best evaluation (the final one, step 10)")
+        elif scenario == "one-target":
+            fake = stand_in(tmp)
+            r = leaderboard("--train-gpt", fake, "--target", "0.3", "--eval-every", "10",
+                            "--board", board, "--name", "first", "--")
+            check(r.returncode == 0, f"the board's first entry, target 0.3 (got {r.returncode})")
+            before = open(board).read()
+            check(before.startswith("# mixpar leaderboard, held-out accuracy target 0.3 "),
+                  "the board's first line names its target")
+            r = leaderboard("--train-gpt", fake, "--target", "0", "--eval-every", "10",
+                            "--board", board, "--name", "smoke", "--")
+            lines = r.stderr.strip().splitlines()
+            check(r.returncode == 2 and len(lines) == 1 and "is for the target 0.3" in lines[0]
+                  and "this entry's is 0" in lines[0],
+                  f"an entry for target 0 is refused, naming both (got {r.returncode}: {r.stderr!r})")
+            check(open(board).read() == before, "the board is unchanged")
+        elif scenario == "ranking":
+            fake = stand_in(tmp)
+            with open(board, "w") as f:
+                f.write("# mixpar leaderboard, held-out accuracy target 0.3 (exercises/leaderboard.sh)\n")
+                for name, seconds in (("carol", 0.9), ("alice", 0.5), ("carol", 0.2), ("dave", 0.1)):
+                    f.write(f"{name}\t{seconds}\t0.3\t30\t0.3\t2026-12-01\t--lr 0.004\t"
+                            f"Some CPU\t2\t1\t1\t0.50\n")
+            r = leaderboard("--train-gpt", fake, "--target", "0.3", "--eval-every", "10",
+                            "--board", board, "--name", "bob", "--", "--threads", "2",
+                            "--ranks", "2")
+            check(r.returncode == 0, f"exit code 0 (got {r.returncode})")
+            table = r.stdout[r.stdout.index("\nboard ") + 1:].splitlines()[2:]
+            names = [line.split()[1] for line in table]
+            check(names == ["dave", "carol", "bob", "alice"],
+                  f"ranked by time, one row per name (got {names})")
+            carol = table[1].split()
+            check(carol[2] == "0.20", f"carol's row is her best, 0.20 s (got {carol[2]})")
+            bob = table[2].split()
+            check(bob[2] == "0.30" and bob[5] == "2" and bob[6] == "2" and "CPUs)" in table[2],
+                  f"bob's row: 0.30 s, 2 threads, 2 ranks, the machine (got {table[2]!r})")
         elif scenario == "bad-input":
             cases = [
                 ("a target above 1", ["--target", "1.5", "--"], "--target must be in [0, 1]"),

@@ -27,6 +27,7 @@ small made-up repository and expects it to pass a good doc and fail each kind of
 """
 
 import argparse
+import fnmatch
 import glob
 import os
 import re
@@ -118,6 +119,14 @@ class Repo:
         for flags in self.tools.values():
             self.all_flags |= flags or set()
         self.tests, self.suites, self.prefixes = self._read_tests()
+        # The students' copy (exercises/make_student_fork.sh) lists what it left out, the
+        # teacher's material and the answers: the docs may name those, as the teacher's copy's.
+        self.removed = []
+        removed = os.path.join(self.root, "STUDENT_COPY_REMOVED.txt")
+        if os.path.isfile(removed):
+            with open(removed, encoding="utf-8") as f:
+                self.removed = [l.strip().rstrip("/") for l in f
+                                if l.strip() and not l.startswith("#")]
         self._headings = {}
 
     def _program_names(self):
@@ -272,6 +281,19 @@ class Checker:
             return
         self.problems.append("%s:%d: %s" % (doc, line, what))
 
+    def removed_for_students(self, doc, path):
+        """True when `path` (as `doc` names it) is under what the students' copy left out."""
+        path = path.rstrip("/")
+        for p in (os.path.normpath(os.path.join(os.path.dirname(doc), path)),
+                  os.path.normpath(path)):
+            parts = p.split("/")
+            for pattern in self.repo.removed:
+                want = pattern.split("/")
+                if len(parts) >= len(want) and all(
+                        fnmatch.fnmatchcase(a, b) for a, b in zip(parts, want)):
+                    return True
+        return False
+
     # ---- files -------------------------------------------------------------------------
     def resolve(self, doc, path):
         """The repository-relative path `path` names from `doc`, or None."""
@@ -290,7 +312,8 @@ class Checker:
         if path:
             rel = self.resolve(doc, path)
             if rel is None:
-                self.problem(doc, line, "link to %s: no such file" % path)
+                if not self.removed_for_students(doc, path):
+                    self.problem(doc, line, "link to %s: no such file" % path)
                 return
         else:
             rel = doc
@@ -345,12 +368,15 @@ class Checker:
                 base = os.path.join(self.repo.root, os.path.dirname(doc))
                 if glob.glob(os.path.join(self.repo.root, name)) or glob.glob(os.path.join(base, name)):
                     continue
-                self.problem(doc, line, "%s: matches no file" % name, "file " + name)
+                if not self.removed_for_students(doc, name):
+                    self.problem(doc, line, "%s: matches no file" % name, "file " + name)
                 continue
             self.counts["files"] += 1
             if self.resolve(doc, name) is not None:
                 continue
             if "/" not in name and name in self.repo.basenames:
+                continue
+            if self.removed_for_students(doc, name):
                 continue
             self.problem(doc, line, "%s: no such file" % name, "file " + name)
 

@@ -1,10 +1,10 @@
 // Exercise (chapter 8): the model FLOPs of one optimizer step of a dp x tp layout, and the MFU
-// (model FLOPs utilisation, Chowdhery et al. 2022, PaLM appendix B) they give: the number
-// train_gpt's progress line prints.
+// (model FLOPs utilisation, Chowdhery et al. 2022, PaLM appendix B) they give: the count
+// train_gpt's start-up line ("model GFLOP/step"), its log's `flops` and its MFU all use.
 //
 // Model FLOPs count the multiply-adds the model needs, not what the run happens to do
-// (recomputed forwards are not model FLOPs). Per token, forward and backward together (llm.c's
-// count, docs/REFERENCE.md "FLOPs per token and MFU"):
+// (recomputed forwards are not model FLOPs). Per token, forward and backward together
+// (mixpar's model FLOPs, docs/REFERENCE.md "FLOPs per token and MFU"):
 //   - 6 per weight that takes part in a GEMM (2 forward, 4 backward: the input's and the
 //     weight's gradient): each block's four projections (c_attn [C, 3C], attn c_proj [C, C],
 //     c_fc [C, 4C], mlp c_proj [4C, C]) and the LM head, tied to wte: [V', C], V' the vocabulary

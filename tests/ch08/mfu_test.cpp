@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <thread>
 #include <vector>
@@ -177,6 +178,32 @@ TEST(TrainGptMfu, EightRankThreadsOnATwoByTwoByTwoGridStayAtMost100Percent) {
   expect_mfu_at_most_100_percent(
       "--ranks 8 --dp 2 --tp 2 --pp 2 --zero-stage 1 --schedule 1f1b --batch 8 --grad-accum 2 "
       "--steps 6 --dtype bf16");
+}
+
+// One FLOP count per run: the start-up line's "model GFLOP/step", the log's `flops` (the MFU's
+// numerator) and model_flops.h's grid count are the same number (llm.c's all-parameter count,
+// which the start-up line printed before, is 2.7% higher at this shape).
+TEST(TrainGptMfu, TheStartUpLineTheLogAndTheMfuUseOneFlopCount) {
+  TempDir d;
+  const CliRun r = train_gpt(d, "--ranks 2 --threads 1 --batch 8 --steps 1 --log-jsonl " +
+                                    d.file("log.jsonl"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::string tag = " model GFLOP/step (model_flops.h)";
+  const std::size_t end = r.out.find(tag);
+  ASSERT_NE(end, std::string::npos) << r.out;
+  const std::size_t begin = r.out.rfind("| ", end) + 2;
+  const double printed = std::stod(r.out.substr(begin, end - begin));
+  const std::vector<Json> lines = read_jsonl(d.file("log.jsonl"));
+  ASSERT_FALSE(lines.empty());
+  const double logged = lines.front().at("flops").as_double();
+  // train_gpt's default shape: L 2, C 128, T 64, V 256; 2 ranks x B 8 x T 64 tokens.
+  const double L = 2, C = 128, T = 64, V = 256, tokens = 2 * 8 * 64;
+  const double gemm_weights = 12 * L * C * C + V * C;
+  EXPECT_DOUBLE_EQ(logged, (6 * gemm_weights + 6 * L * C * T) * tokens);
+  EXPECT_NEAR(printed, logged / 1e9, 0.005) << r.out;
+  const double all_parameters = gemm_weights + T * C + L * 13 * C + 2 * C;  // + wpe, biases, LNs
+  const double llmc = (6 * all_parameters + 6 * L * C * T) * tokens;
+  EXPECT_GT(std::abs(printed - llmc / 1e9), 0.05) << "the start-up line prints llm.c's count";
 }
 
 TEST(TrainLog, EscapeBytesShowsControlBytesAndInvalidUtf8AsHex) {
