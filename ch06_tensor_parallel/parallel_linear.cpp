@@ -1,91 +1,69 @@
-// Column- and row-parallel linear layers: common/ops' linear with f and g around it (f-bar
-// and g-bar with sequence parallelism), the operators as TpCollectives runs them over the tp
-// group (conjugate_ops.h, counted by region).
+// Column- and row-parallel linear layers: this rank's local products through the layer's GEMM
+// site (model/block_gemms.h: the seam, --dtype fp8's FP8 GEMMs, or common/ops') with f and g
+// around them (f-bar and g-bar with sequence parallelism), the operators as TpCollectives runs
+// them over the tp group (conjugate_ops.h, counted by region).
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "ch06_tensor_parallel/column_parallel_linear.h"
 #include "ch06_tensor_parallel/conjugate_ops.h"
 #include "ch06_tensor_parallel/row_parallel_linear.h"
 #include "ch06_tensor_parallel/tp_collectives.h"
 #include "ops/linear.h"
-#include "ops/matmul.h"
 
 namespace mixpar::ch06 {
-namespace {
 
-// This rank's local products, through the layer's GEMM seam when it has one (--dtype fp8: the
-// shard and its input cast to FP8, ch03_master_weights/fp8_linear.h), else common/ops'.
-// y = x w (+ b when b is given).
-void local_forward(const GemmSite& s, const Tensor& x, const Tensor& w, const Tensor* b,
-                   Tensor& y) {
-  if (s.gemms == nullptr) {
-    ops::linear_forward(x, w, b, y);
-  } else {
-    s.gemms->forward(s.layer, s.which, x, w, b != nullptr ? *b : Tensor(), y);
-  }
-}
-
-// dx = dy w^T.
-void local_backward_input(const GemmSite& s, const Tensor& dy, const Tensor& w, Tensor& dx) {
-  if (s.gemms == nullptr) {
-    ops::matmul(dy, w, dx, false, true);
-  } else {
-    s.gemms->backward_input(s.layer, s.which, dy, w, dx);
-  }
-}
-
-// dx = dy w^T when dx is given; dw (+)= x^T dy; db (+)= sum_rows(dy) when db is given.
-void local_backward(const GemmSite& s, const Tensor& x, const Tensor& w, const Tensor& dy,
-                    Tensor* dx, Tensor& dw, Tensor* db, bool accumulate) {
-  if (s.gemms == nullptr) {
-    ops::linear_backward(x, w, dy, dx, dw, db, accumulate);
-    return;
-  }
-  if (dx != nullptr) s.gemms->backward_input(s.layer, s.which, dy, w, *dx);
-  s.gemms->backward_weight(s.layer, s.which, x, dy, dw, accumulate);
-  if (db != nullptr) ops::bias_grad(dy, *db, accumulate);
-}
-
-}  // namespace
+ColumnParallelLinear::ColumnParallelLinear(TpCollectives& tp, Tensor weight, Tensor bias,
+                                           Tensor weight_grad, Tensor bias_grad,
+                                           GemmSite gemm_site)
+    : w(std::move(weight)), b(std::move(bias)), dw(std::move(weight_grad)),
+      db(std::move(bias_grad)), site(gemm_site), tp_(&tp) {}
 
 void ColumnParallelLinear::forward(const Tensor& x, Tensor& y) const {
-  local_forward(site, f_forward(x), w, &b, y);
+  site.forward(f_forward(x), w, &b, y);
 }
 
-void ColumnParallelLinear::backward(TpCollectives& tp, const Tensor& x, const Tensor& dy,
-                                    Tensor* dx, bool accumulate) {
-  if (dx != nullptr) backward_input(tp, dy, *dx);
+void ColumnParallelLinear::backward(const Tensor& x, const Tensor& dy, Tensor* dx,
+                                    bool accumulate) {
+  if (dx != nullptr) backward_input(dy, *dx);
   backward_weight(x, dy, accumulate);
 }
 
-void ColumnParallelLinear::backward_input(TpCollectives& tp, const Tensor& dy,
-                                          Tensor& dx) const {
-  local_backward_input(site, dy, w, dx);  // this rank's share: its columns' dy times their w^T
-  tp.f_backward(dx);                    // the shares summed
+void ColumnParallelLinear::backward_input(const Tensor& dy, Tensor& dx) const {
+  site.backward_input(dy, w, dx);  // this rank's share: its columns' dy times their w^T
+  tp_->f_backward(dx);             // the shares summed
 }
 
 void ColumnParallelLinear::backward_weight(const Tensor& x, const Tensor& dy, bool accumulate) {
-  local_backward(site, x, w, dy, nullptr, dw, &db, accumulate);  // dx: backward_input's
+  site.backward(x, w, dy, nullptr, dw, &db, accumulate);  // dx: backward_input's
 }
 
-void ColumnParallelLinear::forward_sp(TpCollectives& tp, const Tensor& x_rows, Tensor& x_full,
-                                      Tensor& y) const {
-  tp.f_bar_forward(x_rows, x_full);
-  local_forward(site, x_full, w, &b, y);
+void ColumnParallelLinear::forward_sp(const Tensor& x_rows, Tensor& x_full, Tensor& y) const {
+  tp_->f_bar_forward(x_rows, x_full);
+  site.forward(x_full, w, &b, y);
 }
 
-void ColumnParallelLinear::backward_sp(TpCollectives& tp, const Tensor& x_rows, Tensor& x_full,
-                                       const Tensor& dy, Tensor& dx_full, Tensor& dx_rows,
-                                       bool accumulate) {
-  tp.f_bar_forward(x_rows, x_full, "block backward re-gather");
-  local_backward(site, x_full, w, dy, &dx_full, dw, &db, accumulate);
-  tp.f_bar_backward(dx_full, dx_rows);
+void ColumnParallelLinear::backward_sp(const Tensor& x_rows, Tensor& x_full, const Tensor& dy,
+                                       Tensor& dx_full, Tensor& dx_rows, bool accumulate) {
+  tp_->f_bar_forward(x_rows, x_full, "block backward re-gather");
+  site.backward(x_full, w, dy, &dx_full, dw, &db, accumulate);
+  tp_->f_bar_backward(dx_full, dx_rows);
 }
 
-void RowParallelLinear::forward(TpCollectives& tp, const Tensor& x_r, Tensor& y) const {
-  local_forward(site, x_r, w, nullptr, y);
-  tp.g_forward(y);
+void ColumnParallelLinear::rebind(const Tensor& new_w, const Tensor& new_b) {
+  w = new_w;
+  b = new_b;
+}
+
+RowParallelLinear::RowParallelLinear(TpCollectives& tp, Tensor weight, Tensor bias,
+                                     Tensor weight_grad, Tensor bias_grad, GemmSite gemm_site)
+    : w(std::move(weight)), b(std::move(bias)), dw(std::move(weight_grad)),
+      db(std::move(bias_grad)), site(gemm_site), tp_(&tp) {}
+
+void RowParallelLinear::forward(const Tensor& x_r, Tensor& y) const {
+  site.forward(x_r, w, nullptr, y);
+  tp_->g_forward(y);
   ops::bias_add(y, b);  // once, after the reduction
 }
 
@@ -96,25 +74,29 @@ void RowParallelLinear::backward(const Tensor& x_r, const Tensor& dy, Tensor* dx
 }
 
 void RowParallelLinear::backward_input(const Tensor& dy, Tensor& dx_r) const {
-  local_backward_input(site, g_backward(dy), w, dx_r);
+  site.backward_input(g_backward(dy), w, dx_r);
 }
 
 void RowParallelLinear::backward_weight(const Tensor& x_r, const Tensor& dy, bool accumulate) {
-  local_backward(site, x_r, w, g_backward(dy), nullptr, dw, &db, accumulate);
+  site.backward(x_r, w, g_backward(dy), nullptr, dw, &db, accumulate);
 }
 
-void RowParallelLinear::forward_sp(TpCollectives& tp, const Tensor& x_r, Tensor& y_full,
-                                   Tensor& y_rows) const {
-  local_forward(site, x_r, w, nullptr, y_full);
-  tp.g_bar_forward(y_full, y_rows);
+void RowParallelLinear::forward_sp(const Tensor& x_r, Tensor& y_full, Tensor& y_rows) const {
+  site.forward(x_r, w, nullptr, y_full);
+  tp_->g_bar_forward(y_full, y_rows);
   ops::bias_add(y_rows, b);  // once, on this rank's rows of the sum
 }
 
-void RowParallelLinear::backward_sp(TpCollectives& tp, const Tensor& x_r, const Tensor& dy_rows,
-                                    Tensor& dy_full, Tensor& dx_r, bool accumulate) {
-  ops::bias_grad(dy_rows, db);  // this rank's rows' share of the bias gradient
-  tp.g_bar_backward(dy_rows, dy_full);
-  local_backward(site, x_r, w, dy_full, &dx_r, dw, nullptr, accumulate);
+void RowParallelLinear::backward_sp(const Tensor& x_r, const Tensor& dy_rows, Tensor& dy_full,
+                                    Tensor& dx_r, Tensor& db_rows, bool accumulate) {
+  ops::bias_grad(dy_rows, db_rows);  // this rank's rows' share of the bias gradient
+  tp_->g_bar_backward(dy_rows, dy_full);
+  site.backward(x_r, w, dy_full, &dx_r, dw, nullptr, accumulate);
+}
+
+void RowParallelLinear::rebind(const Tensor& new_w, const Tensor& new_b) {
+  w = new_w;
+  b = new_b;
 }
 
 Tensor column_block(const Tensor& full, int rank, int size) {

@@ -1,6 +1,7 @@
 #include "ch06_tensor_parallel/tp_collectives.h"
 
 #include <chrono>
+#include <memory>
 #include <utility>
 
 #include "ch06_tensor_parallel/column_parallel_linear.h"
@@ -8,64 +9,15 @@
 #include "ch06_tensor_parallel/row_parallel_linear.h"
 
 namespace mixpar::ch06 {
-namespace {
 
-// The model's shard as this chapter's layers: handles on the same tensors.
-ColumnParallelLinear column(const LinearShard& s) { return {s.w, s.b, s.dw, s.db, s.site}; }
-RowParallelLinear row(const LinearShard& s) { return {s.w, s.b, s.dw, s.db, s.site}; }
-
-}  // namespace
-
-void TpCollectives::column_parallel_forward(const LinearShard& layer, const Tensor& x,
-                                            Tensor& y) {
-  column(layer).forward(x, y);
+std::unique_ptr<TpColumnLinear> TpCollectives::column_parallel(const LinearParams& shard) {
+  return std::make_unique<ColumnParallelLinear>(*this, shard.w, shard.b, shard.dw, shard.db,
+                                                shard.site);
 }
 
-void TpCollectives::column_parallel_backward_input(const LinearShard& layer, const Tensor& dy,
-                                                   Tensor& dx) {
-  column(layer).backward_input(*this, dy, dx);
-}
-
-void TpCollectives::column_parallel_backward_weight(LinearShard& layer, const Tensor& x,
-                                                    const Tensor& dy, bool accumulate) {
-  column(layer).backward_weight(x, dy, accumulate);
-}
-
-void TpCollectives::row_parallel_forward(const LinearShard& layer, const Tensor& x, Tensor& y) {
-  row(layer).forward(*this, x, y);
-}
-
-void TpCollectives::row_parallel_backward_input(const LinearShard& layer, const Tensor& dy,
-                                                Tensor& dx) {
-  row(layer).backward_input(dy, dx);
-}
-
-void TpCollectives::row_parallel_backward_weight(LinearShard& layer, const Tensor& x,
-                                                 const Tensor& dy, bool accumulate) {
-  row(layer).backward_weight(x, dy, accumulate);
-}
-
-void TpCollectives::column_parallel_forward_sp(const LinearShard& layer, const Tensor& x_rows,
-                                               Tensor& x_full, Tensor& y) {
-  column(layer).forward_sp(*this, x_rows, x_full, y);
-}
-
-void TpCollectives::column_parallel_backward_sp(LinearShard& layer, const Tensor& x_rows,
-                                                Tensor& x_full, const Tensor& dy,
-                                                Tensor& dx_full, Tensor& dx_rows,
-                                                bool accumulate) {
-  column(layer).backward_sp(*this, x_rows, x_full, dy, dx_full, dx_rows, accumulate);
-}
-
-void TpCollectives::row_parallel_forward_sp(const LinearShard& layer, const Tensor& x,
-                                            Tensor& y_full, Tensor& y_rows) {
-  row(layer).forward_sp(*this, x, y_full, y_rows);
-}
-
-void TpCollectives::row_parallel_backward_sp(LinearShard& layer, const Tensor& x,
-                                             const Tensor& dy_rows, Tensor& dy_full, Tensor& dx,
-                                             bool accumulate) {
-  row(layer).backward_sp(*this, x, dy_rows, dy_full, dx, accumulate);
+std::unique_ptr<TpRowLinear> TpCollectives::row_parallel(const LinearParams& shard) {
+  return std::make_unique<RowParallelLinear>(*this, shard.w, shard.b, shard.dw, shard.db,
+                                             shard.site);
 }
 
 template <class Call>

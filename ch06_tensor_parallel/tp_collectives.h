@@ -1,13 +1,15 @@
-// Chapter 6's TensorParallelOps (common/model/tensor_parallel.h): a tensor-parallel GptModel's
-// tp group. The block's four linear layers run here as this chapter's ColumnParallelLinear
-// and RowParallelLinear, built on the model's shards; the conjugate operators they call (f,
-// g, and f-bar, g-bar with sequence parallelism: conjugate_ops.h) and the embedding's, the
-// head's and the loss's collectives go over the grid's tp communicator, each counted by region
-// apart from the others, so the lesson can set each against its formula.
+// Chapter 6's TensorParallelGroup (common/model/tensor_parallel.h): a tensor-parallel
+// GptModel's tp group. It builds the block's four linear layers, this chapter's
+// ColumnParallelLinear and RowParallelLinear on the model's shards, each bound to this group
+// and held by its block; the conjugate operators they call (f, g, and f-bar, g-bar with
+// sequence parallelism: conjugate_ops.h) and the embedding's, the head's and the loss's
+// collectives go over the grid's tp communicator, each counted by region apart from the
+// others, so the lesson can set each against its formula.
 #pragma once
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 
 #include "comm/communicator.h"
@@ -36,33 +38,17 @@ struct TpRegionTraffic {
   std::size_t bytes_sent = 0;
 };
 
-class TpCollectives final : public TensorParallelOps {
+class TpCollectives final : public TensorParallelGroup {
  public:
   // tp: the grid's tp group (outlives this object).
   explicit TpCollectives(Communicator& tp, TpBugs bugs = {}) : tp_(tp), bugs_(bugs) {}
   int rank() const override { return tp_.rank(); }
   int size() const override { return tp_.size(); }
 
-  // The block's linear layers, as ColumnParallelLinear and RowParallelLinear.
-  void column_parallel_forward(const LinearShard& layer, const Tensor& x, Tensor& y) override;
-  void column_parallel_backward_input(const LinearShard& layer, const Tensor& dy,
-                                      Tensor& dx) override;
-  void column_parallel_backward_weight(LinearShard& layer, const Tensor& x, const Tensor& dy,
-                                       bool accumulate) override;
-  void row_parallel_forward(const LinearShard& layer, const Tensor& x, Tensor& y) override;
-  void row_parallel_backward_input(const LinearShard& layer, const Tensor& dy,
-                                   Tensor& dx) override;
-  void row_parallel_backward_weight(LinearShard& layer, const Tensor& x, const Tensor& dy,
-                                    bool accumulate) override;
-  void column_parallel_forward_sp(const LinearShard& layer, const Tensor& x_rows,
-                                  Tensor& x_full, Tensor& y) override;
-  void column_parallel_backward_sp(LinearShard& layer, const Tensor& x_rows, Tensor& x_full,
-                                   const Tensor& dy, Tensor& dx_full, Tensor& dx_rows,
-                                   bool accumulate) override;
-  void row_parallel_forward_sp(const LinearShard& layer, const Tensor& x, Tensor& y_full,
-                               Tensor& y_rows) override;
-  void row_parallel_backward_sp(LinearShard& layer, const Tensor& x, const Tensor& dy_rows,
-                                Tensor& dy_full, Tensor& dx, bool accumulate) override;
+  // The block's linear layers: ColumnParallelLinear and RowParallelLinear on the shard,
+  // bound to this group.
+  std::unique_ptr<TpColumnLinear> column_parallel(const LinearParams& shard) override;
+  std::unique_ptr<TpRowLinear> row_parallel(const LinearParams& shard) override;
 
   // The conjugate operators (conjugate_ops.h) as the layers call them, counted as "block
   // forward" (g's, f-bar's and g-bar's forward) and "block backward" (f's, f-bar's and g-bar's

@@ -119,7 +119,7 @@ std::unique_ptr<Schedule> make_schedule(const TrainerConfig& c, const ParallelGr
   return pipeline;
 }
 
-std::unique_ptr<TensorParallelOps> make_tp_ops(const ParallelGrid* grid) {
+std::unique_ptr<TensorParallelGroup> make_tp_ops(const ParallelGrid* grid) {
   if (grid == nullptr || grid->shape().tp == 1) return nullptr;
   return std::make_unique<ch06::TpCollectives>(grid->tp());
 }

@@ -32,8 +32,10 @@ std::unique_ptr<GradSync> make_grad_sync(GptModel& model, const ParallelGrid* gr
 // first (one with --virtual-stages 1).
 std::unique_ptr<Schedule> make_schedule(const TrainerConfig& c, const ParallelGrid* grid,
                                         std::vector<GptModel*> chunks);
-// Chapter 6's tensor-parallel collectives over the grid's tp group; null unless tp > 1.
-std::unique_ptr<TensorParallelOps> make_tp_ops(const ParallelGrid* grid);
+// Chapter 6's tp group over the grid's tp communicator, which hands each block of the model
+// its ColumnParallelLinear and RowParallelLinear and runs the vocabulary-parallel
+// collectives; null unless tp > 1.
+std::unique_ptr<TensorParallelGroup> make_tp_ops(const ParallelGrid* grid);
 // Chapter 6 (part 2): the model's attention over the grid's cp group, its rows the zigzag
 // split of --seq (c.cp_algo: ring or all-to-all); null unless cp > 1.
 std::unique_ptr<AttentionSeam> make_cp_attention(const ParallelGrid* grid, const TrainerConfig& c);

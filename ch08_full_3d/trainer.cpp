@@ -67,7 +67,7 @@ std::unique_ptr<ParallelGrid> make_grid(Communicator* world, const TrainerConfig
 }
 
 // The tp x pp placement of this rank's model: its tp shard (Megatron's split, chapter 6).
-GptOptions stage_options(GptOptions o, const ParallelGrid* grid, TensorParallelOps* tp_ops,
+GptOptions stage_options(GptOptions o, const ParallelGrid* grid, TensorParallelGroup* tp_ops,
                          bool sequence_parallel, AttentionSeam* cp_attention = nullptr) {
   o.attention = cp_attention;  // context parallel: this rank's rows, attention over cp
   if (tp_ops != nullptr) {
@@ -113,7 +113,7 @@ GptOptions chunk_options(GptOptions o, const TrainerConfig& c, const ParallelGri
 
 // Chunks 1 .. v - 1 of an interleaved pipeline's rank (chunk 0 is the trainer's model_).
 std::vector<GptModel> later_chunks(const TrainerConfig& c, const ParallelGrid* grid,
-                                   TensorParallelOps* tp_ops, ParamRegistry* params,
+                                   TensorParallelGroup* tp_ops, ParamRegistry* params,
                                    AttentionSeam* cp_attention, BlockGemms* gemms) {
   std::vector<GptModel> out;
   if (params == nullptr) return out;

@@ -204,7 +204,7 @@ class Trainer {
   std::unique_ptr<ParallelGrid> grid_;
   // Chapter 6's collectives over the grid's tp group (null unless tp > 1): before the model,
   // which calls them.
-  std::unique_ptr<TensorParallelOps> tp_ops_;
+  std::unique_ptr<TensorParallelGroup> tp_ops_;
   // Chapter 6, part 2: the model's attention over the grid's cp group (null unless cp > 1),
   // before the model, which calls it; also where this rank's rows of each sequence are.
   std::unique_ptr<AttentionSeam> cp_attention_;

@@ -32,10 +32,22 @@ class BlockGemms {
 };
 
 // Where a linear layer's products go: the seam and the layer's name in it (null: common/ops').
+// Its three calls are the one place that chooses between the seam and common/ops: every linear
+// layer a block holds (block_linear.h, chapter 6's column- and row-parallel layers) runs its
+// local products through them.
 struct GemmSite {
   BlockGemms* gemms = nullptr;
   std::int64_t layer = 0;
   BlockGemms::Linear which = BlockGemms::Linear::kAttn;
+
+  // y = x w (+ b when b is given).
+  void forward(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y) const;
+  // dx = dy w^T.
+  void backward_input(const Tensor& dy, const Tensor& w, Tensor& dx) const;
+  // dx = dy w^T when dx is given; dw (+)= x^T dy; db (+)= sum_rows(dy) when db is given (the
+  // seam has no bias: common/ops' bias gradient either way).
+  void backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, Tensor& dw,
+                Tensor* db, bool accumulate) const;
 };
 
 }  // namespace mixpar

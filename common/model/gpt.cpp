@@ -108,15 +108,25 @@ GptModel::GptModel(GptConfig config, GptOptions options)
   }
   for (std::int64_t l = first_block(); l < options_.stage.end_block; ++l) {
     w_.push_back(gpt_block_params(registry_, l));
-    w_.back().gemms = options_.gemms;
     dw_.push_back(gpt_block_grads(registry_, l));
+    if (sp()) {
+      sp_linears_.push_back(
+          make_sp_block_linears(w_.back(), dw_.back(), l, options_.gemms, *tp()));
+    } else {
+      linears_.push_back(make_block_linears(w_.back(), dw_.back(), l, options_.gemms, tp()));
+    }
   }
 }
 
 void GptModel::rebind_params() {
   for (std::int64_t l = first_block(); l < options_.stage.end_block; ++l) {
-    w_[static_cast<std::size_t>(l - first_block())] = gpt_block_params(registry_, l);
-    w_[static_cast<std::size_t>(l - first_block())].gemms = options_.gemms;
+    const auto i = static_cast<std::size_t>(l - first_block());
+    w_[i] = gpt_block_params(registry_, l);
+    if (sp()) {
+      sp_linears_[i].rebind(w_[i]);
+    } else {
+      linears_[i].rebind(w_[i]);
+    }
   }
 }
 
@@ -239,8 +249,13 @@ double GptModel::forward(std::span<const std::int32_t> tokens,
   for (std::int64_t l = 0; l < local_blocks(); ++l) {
     const auto i = static_cast<std::size_t>(l);
     params_before(first_block() + l, BlockParamHook::Phase::kForward);
-    gpt_block_forward(w_[i], config_.n_head, cur().resid[i], acts_of(l), &cur().resid[i + 1],
-                      ws_.proj, tp(), sp() ? &ws_ : nullptr);
+    if (sp()) {
+      gpt_block_forward_sp(w_[i], sp_linears_[i], local_heads(), cur().resid[i], acts_of(l),
+                           &cur().resid[i + 1], ws_);
+    } else {
+      gpt_block_forward(w_[i], linears_[i], local_heads(), cur().resid[i], acts_of(l),
+                        &cur().resid[i + 1], ws_.proj);
+    }
     params_after(first_block() + l, BlockParamHook::Phase::kForward);
   }
   if (!stage.is_last()) {
@@ -311,8 +326,8 @@ void GptModel::backward_input(float loss_scale, bool accumulate, int slot) {
   for (std::int64_t l = local_blocks() - 1; l >= 0; --l) {
     const auto i = static_cast<std::size_t>(l);
     // d(out) of block i is kept in its output resid[i + 1], which the blocks above have read.
-    gpt_block_backward_input(w_[i], dw_[i], config_.n_head, cur().resid[i], acts_of(l), ws_,
-                             cur().resid[i + 1], accumulate, tp());
+    gpt_block_backward_input(w_[i], dw_[i], linears_[i], local_heads(), cur().resid[i],
+                             acts_of(l), ws_, cur().resid[i + 1], accumulate);
   }
   // The embedding's W reads d(resid[0]); the workspace's copy is the next backward's.
   if (options_.stage.is_first()) cur().resid[0].copy_from(ws_.dres);
@@ -331,7 +346,7 @@ void GptModel::backward_weight(bool accumulate, int slot) {
   for (std::int64_t l = local_blocks() - 1; l >= 0; --l) {
     const auto i = static_cast<std::size_t>(l);
     GptBlockActs& a = acts_of(l);
-    gpt_block_backward_weight(w_[i], dw_[i], a, cur().resid[i + 1], accumulate, tp());
+    gpt_block_backward_weight(linears_[i], a, cur().resid[i + 1], accumulate);
     report_ready(entry_index("h." + std::to_string(first_block() + l) + ".ln_1.weight"), 12);
     if (!options_.keep_buffers) a.release();
   }
@@ -400,12 +415,21 @@ void GptModel::backward_blocks(bool accumulate) {
     GptBlockActs& a = acts_of(l);
     params_before(first_block() + l, BlockParamHook::Phase::kBackward);
     // Recompute: the same function on the same input gives bit-identical activations.
-    if (options_.recompute) {
-      gpt_block_forward(w_[i], config_.n_head, cur().resid[i], a, nullptr, ws_.proj, tp(),
-                        sp() ? &ws_ : nullptr);
+    if (sp()) {
+      if (options_.recompute) {
+        gpt_block_forward_sp(w_[i], sp_linears_[i], local_heads(), cur().resid[i], a, nullptr,
+                             ws_);
+      }
+      gpt_block_backward_sp(w_[i], dw_[i], sp_linears_[i], local_heads(), cur().resid[i], a, ws_,
+                            accumulate, *tp());
+    } else {
+      if (options_.recompute) {
+        gpt_block_forward(w_[i], linears_[i], local_heads(), cur().resid[i], a, nullptr,
+                          ws_.proj);
+      }
+      gpt_block_backward(w_[i], dw_[i], linears_[i], local_heads(), cur().resid[i], a, ws_,
+                         accumulate);
     }
-    gpt_block_backward(w_[i], dw_[i], config_.n_head, cur().resid[i], a, ws_, accumulate, tp(),
-                       sp());
     params_after(first_block() + l, BlockParamHook::Phase::kBackward);
     // The block's 12 parameters.
     report_ready(entry_index("h." + std::to_string(first_block() + l) + ".ln_1.weight"), 12);

@@ -35,12 +35,13 @@ struct GptOptions {
   // The pipeline stage this model runs (chapter 7): its blocks, plus the embedding on the
   // first stage and the final LayerNorm, tied head and loss on the last. Default: everything.
   GptStage stage;
-  // Tensor parallel (chapter 6): this rank's place in the tp group, and the group's
-  // collectives (tp.size > 1 needs tp_ops of that size; it must outlive the model). The
-  // registry holds Megatron's shards (make_gpt2_registry with tp), the vocabulary padded to
+  // Tensor parallel (chapter 6): this rank's place in the tp group, and the group (tp.size > 1
+  // needs tp_ops of that size; it must outlive the model), which hands each block its linear
+  // layers and runs the embedding's, the head's and the loss's collectives. The registry holds
+  // Megatron's shards (make_gpt2_registry with tp), the vocabulary padded to
   // padded_vocab(V, tp.size); tp.size 1: the unsplit model, no collective.
   TensorShard tp;
-  TensorParallelOps* tp_ops = nullptr;
+  TensorParallelGroup* tp_ops = nullptr;
   // Sequence parallel (with tp > 1; Korthikanti et al. 2022): the LayerNorm and residual
   // regions hold this rank's B T / tp rows (B T must divide by tp); stage_input(),
   // stage_output(), output_grad() and input_grad() are then those rows, [1, B T / tp, C].
@@ -166,6 +167,12 @@ class GptModel {
   const Tensor& grad(std::string_view name) const { return registry_.at(name).grad; }
   void zero_grad() { registry_.zero_grad(); }
 
+  // The linear layers the stage's block i (model block first_block + i) holds: DenseLinear on
+  // one rank, chapter 6's column- and row-parallel layers with tensor parallelism
+  // (block_linear.h); with sequence parallelism sp_block_linears (and block_linears is empty).
+  const BlockLinears& block_linears(std::size_t i) const { return linears_.at(i); }
+  const SpBlockLinears& sp_block_linears(std::size_t i) const { return sp_linears_.at(i); }
+
   // Frees every activation and workspace buffer now (they are allocated again on demand).
   void release_buffers();
 
@@ -204,14 +211,18 @@ class GptModel {
   }
   std::int64_t first_block() const { return options_.stage.first_block; }
   std::int64_t local_blocks() const { return options_.stage.blocks(config_); }
-  // The tp group's collectives, or null on one rank (the unsplit code path).
-  TensorParallelOps* tp() const { return options_.tp.size > 1 ? options_.tp_ops : nullptr; }
+  // The tp group, or null on one rank (the unsplit code path).
+  TensorParallelGroup* tp() const { return options_.tp.size > 1 ? options_.tp_ops : nullptr; }
   bool sp() const { return tp() != nullptr && options_.sequence_parallel; }
+  std::int64_t local_heads() const { return config_.n_head / options_.tp.size; }
 
   GptConfig config_;
   GptOptions options_;
   ParamRegistry registry_;
   std::vector<GptBlockWeights> w_, dw_;  // per layer: handles on parameters, gradients
+  // Per layer: its four linear layers, built once (sequence parallel: sp_linears_ instead).
+  std::vector<BlockLinears> linears_;
+  std::vector<SpBlockLinears> sp_linears_;
   // What one micro-batch's backward needs (kActivations), one set per slot. resid[i]
   // [B, T, C] is the input of the stage's block i (block first_block + i of the model),
   // resid[n] the last block's output. acts has one set per block, or a single shared set under

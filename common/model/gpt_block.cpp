@@ -1,16 +1,15 @@
-// A GPT-2 block's forward and backward, written out layer by layer; the linear layers are
-// common/ops' (Conv1D layout, FP32 accumulation) on one rank and chapter 6's column- and
-// row-parallel layers with tensor parallelism (through TensorParallelOps), everything else
-// common/model/layers.h.
+// A GPT-2 block's forward and backward, written out layer by layer; the linear layers are the
+// ones the block holds (block_linear.h: DenseLinear on one rank, chapter 6's column- and
+// row-parallel layers with tensor parallelism), everything else common/model/layers.h.
 #include "model/gpt_block.h"
 
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "model/layers.h"
 #include "ops/elementwise.h"
-#include "ops/linear.h"
-#include "ops/matmul.h"
 
 namespace mixpar {
 namespace {
@@ -24,8 +23,7 @@ GptBlockWeights block_tensors(const ParamRegistry& r, std::int64_t layer, bool g
   return {get("ln_1.weight"),      get("ln_1.bias"),          get("attn.c_attn.weight"),
           get("attn.c_attn.bias"), get("attn.c_proj.weight"), get("attn.c_proj.bias"),
           get("ln_2.weight"),      get("ln_2.bias"),          get("mlp.c_fc.weight"),
-          get("mlp.c_fc.bias"),    get("mlp.c_proj.weight"),  get("mlp.c_proj.bias"),
-          layer,                   nullptr};
+          get("mlp.c_fc.bias"),    get("mlp.c_proj.weight"),  get("mlp.c_proj.bias")};
 }
 
 DType stats_dtype(DType working) { return working == DType::kF64 ? DType::kF64 : DType::kF32; }
@@ -33,74 +31,43 @@ DType stats_dtype(DType working) { return working == DType::kF64 ? DType::kF64 :
 // [B, T, n] as the 2-D [B*T, n] the linear layers take (a view: same storage).
 Tensor rows2d(const Tensor& t) { return t.view({t.dim(0) * t.dim(1), t.dim(2)}); }
 
-// The block's linear layers. One rank (tp null): common/ops' linear. Tensor parallel:
-// chapter 6's split layers through tp (common/model/tensor_parallel.h): c_attn and c_fc
-// column-parallel (f before them), attn.c_proj and mlp.c_proj row-parallel (g after them, the
-// whole bias added once, after g's sum; Shoeybi et al. 2019, section 3).
-enum class Split : std::uint8_t { kColumns, kRows };
-
-// A layer's weight and bias with their gradients (none for a forward), and the GEMM seam its
-// products run through (model/block_gemms.h; null gemms: common/ops'): handles, no copy.
-LinearShard shard(const Tensor& w, const Tensor& b, const Tensor& dw = {}, const Tensor& db = {},
-                  GemmSite site = {}) {
-  return {w, b, dw, db, site};
+// Layer `which` of block `layer`: its parameters and gradients, and its GEMM site.
+LinearParams params(const Tensor& w, const Tensor& b, const Tensor& dw, const Tensor& db,
+                    std::int64_t layer, BlockGemms* gemms, BlockGemms::Linear which) {
+  return {w, b, dw, db, GemmSite{gemms, layer, which}};
 }
 
-GemmSite site(const GptBlockWeights& w, BlockGemms::Linear which) {
-  return {w.gemms, w.layer, which};
-}
-LinearShard with_site(LinearShard l, GemmSite s) {
-  l.site = s;
+// The block's four layers in forward order, from make's column() and row().
+template <class Linears, class Make>
+Linears make_linears(const GptBlockWeights& w, const GptBlockWeights& g, std::int64_t layer,
+                     BlockGemms* gemms, Make make) {
+  using L = BlockGemms::Linear;
+  Linears l;
+  l.attn = make.column(params(w.attn_w, w.attn_b, g.attn_w, g.attn_b, layer, gemms, L::kAttn));
+  l.attn_proj = make.row(params(w.attn_proj_w, w.attn_proj_b, g.attn_proj_w, g.attn_proj_b,
+                                layer, gemms, L::kAttnProj));
+  l.fc = make.column(params(w.fc_w, w.fc_b, g.fc_w, g.fc_b, layer, gemms, L::kFc));
+  l.fc_proj = make.row(
+      params(w.fc_proj_w, w.fc_proj_b, g.fc_proj_w, g.fc_proj_b, layer, gemms, L::kFcProj));
   return l;
 }
 
-// y = x w + b.
-void linear_forward(Split split, const LinearShard& l, const Tensor& x, Tensor& y,
-                    TensorParallelOps* tp, GemmSite s = {}) {
-  if (s.gemms != nullptr && tp == nullptr) {
-    s.gemms->forward(s.layer, s.which, x, l.w, l.b, y);
-  } else if (tp == nullptr) {
-    ops::linear_forward(x, l.w, &l.b, y);
-  } else if (split == Split::kColumns) {
-    tp->column_parallel_forward(with_site(l, s), x, y);
-  } else {
-    tp->row_parallel_forward(with_site(l, s), x, y);
+// Where the layers come from: the tp group (chapter 6's), or DenseLinear on one rank.
+struct FromGroup {
+  TensorParallelGroup& tp;
+  std::unique_ptr<TpColumnLinear> column(const LinearParams& p) const {
+    return tp.column_parallel(p);
   }
-}
-
-// dx = dy w^T (B); split by columns, the sum over tp of every rank's share (f's backward).
-void linear_backward_input(Split split, const LinearShard& l, const Tensor& dy, Tensor& dx,
-                           TensorParallelOps* tp, GemmSite s = {}) {
-  if (s.gemms != nullptr && tp == nullptr) {
-    s.gemms->backward_input(s.layer, s.which, dy, l.w, dx);
-  } else if (tp == nullptr) {
-    ops::matmul(dy, l.w, dx, false, true);
-  } else if (split == Split::kColumns) {
-    tp->column_parallel_backward_input(with_site(l, s), dy, dx);
-  } else {
-    tp->row_parallel_backward_input(with_site(l, s), dy, dx);
+  std::unique_ptr<TpRowLinear> row(const LinearParams& p) const { return tp.row_parallel(p); }
+};
+struct Dense {
+  static std::unique_ptr<BlockLinear> column(LinearParams p) {
+    return std::make_unique<DenseLinear>(std::move(p));
   }
-}
-
-// dw (+)= x^T dy, db (+)= sum_rows(dy) (W): no communication at any tp.
-void linear_backward_weight(Split split, LinearShard& l, const Tensor& x, const Tensor& dy,
-                            bool accumulate, TensorParallelOps* tp, GemmSite s = {}) {
-  if (s.gemms != nullptr && tp == nullptr) {
-    s.gemms->backward_weight(s.layer, s.which, x, dy, l.dw, accumulate);
-    ops::bias_grad(dy, l.db, accumulate);
-  } else if (tp == nullptr) {
-    ops::matmul(x, dy, l.dw, true, false, ops::Accumulation::kFP32, 1.0f,
-                accumulate ? 1.0f : 0.0f);
-    ops::bias_grad(dy, l.db, accumulate);
-  } else {
-    LinearShard sited = with_site(l, s);  // the same handles: dw, db written through
-    if (split == Split::kColumns) {
-      tp->column_parallel_backward_weight(sited, x, dy, accumulate);
-    } else {
-      tp->row_parallel_backward_weight(sited, x, dy, accumulate);
-    }
+  static std::unique_ptr<BlockLinear> row(LinearParams p) {
+    return std::make_unique<DenseLinear>(std::move(p));
   }
-}
+};
 
 // g (+)= the tp sum of part, for the replicated parameters of a sequence-parallel region.
 void add_replicated(const Tensor& part, Tensor& g, bool accumulate) {
@@ -195,55 +162,55 @@ void GptBlockWorkspace::ensure(std::int64_t B, std::int64_t T, std::int64_t C, s
 
 void GptBlockWorkspace::release() { *this = GptBlockWorkspace{}; }
 
-void gpt_block_forward(const GptBlockWeights& w, std::int64_t n_head, const Tensor& x,
-                       GptBlockActs& a, Tensor* out, Tensor& proj, TensorParallelOps* tp,
-                       GptBlockWorkspace* sp) {
-  const std::int64_t heads = tp == nullptr ? n_head : n_head / tp->size();  // this rank's
+BlockLinears make_block_linears(const GptBlockWeights& w, const GptBlockWeights& g,
+                                std::int64_t layer, BlockGemms* gemms, TensorParallelGroup* tp) {
+  if (tp == nullptr) return make_linears<BlockLinears>(w, g, layer, gemms, Dense{});
+  return make_linears<BlockLinears>(w, g, layer, gemms, FromGroup{*tp});
+}
+
+SpBlockLinears make_sp_block_linears(const GptBlockWeights& w, const GptBlockWeights& g,
+                                     std::int64_t layer, BlockGemms* gemms,
+                                     TensorParallelGroup& tp) {
+  return make_linears<SpBlockLinears>(w, g, layer, gemms, FromGroup{tp});
+}
+
+void gpt_block_forward(const GptBlockWeights& w, const BlockLinears& l, std::int64_t heads,
+                       const Tensor& x, GptBlockActs& a, Tensor* out, Tensor& proj) {
   Tensor qkv2d = rows2d(a.qkv), proj2d = rows2d(proj), fch2d = rows2d(a.fch);
-  if (tp != nullptr && sp != nullptr) {  // sequence parallel: x, res2 and out are our rows
-    // f-bar gathers the LayerNorm output's rows into sp->gathered before each column-parallel
-    // layer; g-bar leaves this rank's rows of each row-parallel sum in sp->dlocal.
-    Tensor gathered = rows2d(sp->gathered), mine = rows2d(sp->dlocal);
-    layers::layernorm_forward(x, w.ln1_w, w.ln1_b, a.ln1, a.ln1_mean, a.ln1_rstd);
-    tp->column_parallel_forward_sp(shard(w.attn_w, w.attn_b, {}, {}, site(w, BlockGemms::Linear::kAttn)),
-                                  rows2d(a.ln1), gathered, qkv2d);
-    attention_forward(a, heads);
-    tp->row_parallel_forward_sp(
-        shard(w.attn_proj_w, w.attn_proj_b, {}, {}, site(w, BlockGemms::Linear::kAttnProj)),
-        rows2d(a.atty), proj2d, mine);
-    layers::residual_forward(x, sp->dlocal, a.res2);
-    layers::layernorm_forward(a.res2, w.ln2_w, w.ln2_b, a.ln2, a.ln2_mean, a.ln2_rstd);
-    tp->column_parallel_forward_sp(shard(w.fc_w, w.fc_b, {}, {}, site(w, BlockGemms::Linear::kFc)),
-                                  rows2d(a.ln2), gathered, fch2d);
-    layers::gelu_forward(a.fch, a.fch_gelu);
-    if (out == nullptr) return;
-    tp->row_parallel_forward_sp(
-        shard(w.fc_proj_w, w.fc_proj_b, {}, {}, site(w, BlockGemms::Linear::kFcProj)),
-        rows2d(a.fch_gelu), proj2d, mine);
-    layers::residual_forward(a.res2, sp->dlocal, *out);
-    return;
-  }
   // Attention branch: res2 = x + c_proj(attention(c_attn(ln_1(x)))).
   layers::layernorm_forward(x, w.ln1_w, w.ln1_b, a.ln1, a.ln1_mean, a.ln1_rstd);  // [B, T, C]
   // qkv [B*T, 3C / tp], atty [B, T, C / tp], proj [B*T, C].
-  linear_forward(Split::kColumns, shard(w.attn_w, w.attn_b), rows2d(a.ln1), qkv2d, tp,
-                 site(w, BlockGemms::Linear::kAttn));
+  l.attn->forward(rows2d(a.ln1), qkv2d);
   attention_forward(a, heads);
-  linear_forward(Split::kRows, shard(w.attn_proj_w, w.attn_proj_b), rows2d(a.atty), proj2d, tp,
-                 site(w, BlockGemms::Linear::kAttnProj));
+  l.attn_proj->forward(rows2d(a.atty), proj2d);
   layers::residual_forward(x, proj, a.res2);
   // MLP branch: out = res2 + c_proj(gelu(c_fc(ln_2(res2)))).
   layers::layernorm_forward(a.res2, w.ln2_w, w.ln2_b, a.ln2, a.ln2_mean, a.ln2_rstd);
-  linear_forward(Split::kColumns, shard(w.fc_w, w.fc_b), rows2d(a.ln2), fch2d, tp,  // 4C / tp
-                 site(w, BlockGemms::Linear::kFc));
+  l.fc->forward(rows2d(a.ln2), fch2d);  // [B*T, 4C / tp]
   layers::gelu_forward(a.fch, a.fch_gelu);
   if (out == nullptr) return;
-  linear_forward(Split::kRows, shard(w.fc_proj_w, w.fc_proj_b), rows2d(a.fch_gelu), proj2d, tp,
-                 site(w, BlockGemms::Linear::kFcProj));
+  l.fc_proj->forward(rows2d(a.fch_gelu), proj2d);
   layers::residual_forward(a.res2, proj, *out);
 }
 
-namespace {
+void gpt_block_forward_sp(const GptBlockWeights& w, const SpBlockLinears& l, std::int64_t heads,
+                          const Tensor& x, GptBlockActs& a, Tensor* out, GptBlockWorkspace& ws) {
+  Tensor qkv2d = rows2d(a.qkv), proj2d = rows2d(ws.proj), fch2d = rows2d(a.fch);
+  // f-bar gathers the LayerNorm output's rows into ws.gathered before each column-parallel
+  // layer; g-bar leaves this rank's rows of each row-parallel sum in ws.dlocal.
+  Tensor gathered = rows2d(ws.gathered), mine = rows2d(ws.dlocal);
+  layers::layernorm_forward(x, w.ln1_w, w.ln1_b, a.ln1, a.ln1_mean, a.ln1_rstd);
+  l.attn->forward_sp(rows2d(a.ln1), gathered, qkv2d);
+  attention_forward(a, heads);
+  l.attn_proj->forward_sp(rows2d(a.atty), proj2d, mine);
+  layers::residual_forward(x, ws.dlocal, a.res2);
+  layers::layernorm_forward(a.res2, w.ln2_w, w.ln2_b, a.ln2, a.ln2_mean, a.ln2_rstd);
+  l.fc->forward_sp(rows2d(a.ln2), gathered, fch2d);
+  layers::gelu_forward(a.fch, a.fch_gelu);
+  if (out == nullptr) return;
+  l.fc_proj->forward_sp(rows2d(a.fch_gelu), proj2d, mine);
+  layers::residual_forward(a.res2, ws.dlocal, *out);
+}
 
 // Sequence-parallel backward: on entry ws.dres [1, N / tp, C] holds d(out) of this rank's rows;
 // on return d(x) of them. g-bar's backward gathers the rows of the gradient before each
@@ -251,36 +218,30 @@ namespace {
 // each column-parallel one, and the LayerNorm outputs are gathered again for the weight
 // gradients (kept as rows only: the region's activations are divided by tp). The replicated
 // parameters' gradients come from this rank's rows alone: one sum over tp completes them.
-void gpt_block_backward_sp(const GptBlockWeights& w, GptBlockWeights& g, std::int64_t heads,
-                           const Tensor& x, const GptBlockActs& a, GptBlockWorkspace& ws,
-                           bool acc, TensorParallelOps& tp) {
+void gpt_block_backward_sp(const GptBlockWeights& w, GptBlockWeights& g, SpBlockLinears& l,
+                           std::int64_t heads, const Tensor& x, const GptBlockActs& a,
+                           GptBlockWorkspace& ws, bool accumulate, TensorParallelGroup& tp) {
+  const bool acc = accumulate;
   const std::int64_t C = x.dim(2);
   Tensor dres = rows2d(ws.dres), dsmall = rows2d(ws.dsmall), dbig = rows2d(ws.dbig);
   Tensor dqkv = ws.dbig.flat_slice(0, a.qkv.numel()).view(a.qkv.shape());
   Tensor datty = ws.dsmall.flat_slice(0, a.atty.numel()).view(a.atty.shape());
   Tensor datty2d = rows2d(datty);
-  // [ln_1 w | ln_1 b | attn.c_proj b | ln_2 w | ln_2 b | mlp.c_proj b], this rank's rows' part.
+  // [ln_1 w | ln_1 b | attn.c_proj b | ln_2 w | ln_2 b | mlp.c_proj b], this rank's rows' part:
+  // the row-parallel biases act on the rows, their gradients are parts too.
   std::vector<Tensor> part;
   for (std::int64_t k = 0; k < 6; ++k) part.push_back(ws.replicated.flat_slice(k * C, C));
-  // The row-parallel biases act on the rows: their gradients are parts too.
-  using L = BlockGemms::Linear;
-  LinearShard fc_proj =
-      shard(w.fc_proj_w, w.fc_proj_b, g.fc_proj_w, part[5], site(w, L::kFcProj));
-  LinearShard fc = shard(w.fc_w, w.fc_b, g.fc_w, g.fc_b, site(w, L::kFc));
-  LinearShard attn_proj =
-      shard(w.attn_proj_w, w.attn_proj_b, g.attn_proj_w, part[2], site(w, L::kAttnProj));
-  LinearShard attn = shard(w.attn_w, w.attn_b, g.attn_w, g.attn_b, site(w, L::kAttn));
   Tensor gathered = rows2d(ws.gathered), mine = rows2d(ws.dlocal);
   // MLP branch.
-  tp.row_parallel_backward_sp(fc_proj, rows2d(a.fch_gelu), dres, gathered, dbig, acc);
+  l.fc_proj->backward_sp(rows2d(a.fch_gelu), dres, gathered, dbig, part[5], acc);
   layers::gelu_backward(a.fch, ws.dbig, ws.dbig);
-  tp.column_parallel_backward_sp(fc, rows2d(a.ln2), gathered, dbig, dsmall, mine, acc);
+  l.fc->backward_sp(rows2d(a.ln2), gathered, dbig, dsmall, mine, acc);
   layers::layernorm_backward(ws.dlocal, a.res2, w.ln2_w, a.ln2_mean, a.ln2_rstd, ws.dres,
                              part[3], part[4]);  // dres = d(res2)
   // Attention branch.
-  tp.row_parallel_backward_sp(attn_proj, rows2d(a.atty), dres, gathered, datty2d, acc);
+  l.attn_proj->backward_sp(rows2d(a.atty), dres, gathered, datty2d, part[2], acc);
   attention_backward(datty, a, heads, dqkv, ws.datt);
-  tp.column_parallel_backward_sp(attn, rows2d(a.ln1), gathered, rows2d(dqkv), dsmall, mine, acc);
+  l.attn->backward_sp(rows2d(a.ln1), gathered, rows2d(dqkv), dsmall, mine, acc);
   layers::layernorm_backward(ws.dlocal, x, w.ln1_w, a.ln1_mean, a.ln1_rstd, ws.dres, part[0],
                              part[1]);  // dres = d(x)
   tp.sum_replicated_grads(ws.replicated);
@@ -288,18 +249,12 @@ void gpt_block_backward_sp(const GptBlockWeights& w, GptBlockWeights& g, std::in
   for (std::size_t k = 0; k < 6; ++k) add_replicated(part[k], *whole[k], acc);
 }
 
-}  // namespace
-
-void gpt_block_backward(const GptBlockWeights& w, GptBlockWeights& g, std::int64_t n_head,
-                        const Tensor& x, GptBlockActs& a, GptBlockWorkspace& ws,
-                        bool accumulate, TensorParallelOps* tp, bool sp) {
-  if (tp != nullptr && sp) {
-    gpt_block_backward_sp(w, g, n_head / tp->size(), x, a, ws, accumulate, *tp);
-    return;
-  }
+void gpt_block_backward(const GptBlockWeights& w, GptBlockWeights& g, BlockLinears& l,
+                        std::int64_t heads, const Tensor& x, GptBlockActs& a,
+                        GptBlockWorkspace& ws, bool accumulate) {
   // B, then W at once: d(out) kept in proj, which nothing reads during a backward.
-  gpt_block_backward_input(w, g, n_head, x, a, ws, ws.proj, accumulate, tp);
-  gpt_block_backward_weight(w, g, a, ws.proj, accumulate, tp);
+  gpt_block_backward_input(w, g, l, heads, x, a, ws, ws.proj, accumulate);
+  gpt_block_backward_weight(l, a, ws.proj, accumulate);
 }
 
 // B: the chain of input gradients, d(out) -> d(x). Each GEMM's dx = dy w^T here; its dy is kept
@@ -308,11 +263,11 @@ void gpt_block_backward(const GptBlockWeights& w, GptBlockWeights& g, std::int64
 // attention's backward only), d(out) in the caller's out_grad. So a micro-batch waiting for
 // its W holds no more than it held after its forward (Qi et al. 2023: the W pass needs the
 // layer inputs and output gradients, not the rest of the activations).
-void gpt_block_backward_input(const GptBlockWeights& w, GptBlockWeights& g, std::int64_t n_head,
-                              const Tensor& x, GptBlockActs& a, GptBlockWorkspace& ws,
-                              Tensor& out_grad, bool accumulate, TensorParallelOps* tp) {
+void gpt_block_backward_input(const GptBlockWeights& w, GptBlockWeights& g,
+                              const BlockLinears& l, std::int64_t heads, const Tensor& x,
+                              GptBlockActs& a, GptBlockWorkspace& ws, Tensor& out_grad,
+                              bool accumulate) {
   const bool acc = accumulate;
-  const std::int64_t heads = tp == nullptr ? n_head : n_head / tp->size();
   Tensor dres = rows2d(ws.dres), dsmall = rows2d(ws.dsmall), dbig = rows2d(ws.dbig);
   // dqkv [B, T, 3C] borrows dbig's storage: d(fch) is dead by the time dqkv is written.
   Tensor dqkv = ws.dbig.flat_slice(0, a.qkv.numel()).view(a.qkv.shape());
@@ -322,50 +277,36 @@ void gpt_block_backward_input(const GptBlockWeights& w, GptBlockWeights& g, std:
   // MLP branch. dres = d(out) flows to res2 unchanged (skip path); ln_2 adds its share.
   out_grad.copy_from(ws.dres);  // W's dy of mlp.c_proj
   // d(fch_gelu) = d(out) w^T (g's backward: the identity).
-  linear_backward_input(Split::kRows, shard(w.fc_proj_w, w.fc_proj_b), dres, dbig, tp,
-                        site(w, BlockGemms::Linear::kFcProj));
+  l.fc_proj->backward_input(dres, dbig);
   layers::gelu_backward(a.fch, ws.dbig, ws.dbig);  // d(fch) [B, T, 4C]
   a.fch.copy_from(ws.dbig);                        // W's dy of mlp.c_fc
   // d(ln2); with tp f's backward sums each rank's share (its c_fc columns gave a partial one).
-  linear_backward_input(Split::kColumns, shard(w.fc_w, w.fc_b), dbig, dsmall, tp,
-                        site(w, BlockGemms::Linear::kFc));
+  l.fc->backward_input(dbig, dsmall);
   // The LayerNorms' weight gradients (2 C each, O(B T C)) are taken here, where their inputs
   // are: W keeps the GEMMs' weight gradients, the work that fills the bubble.
   layers::layernorm_backward(ws.dsmall, a.res2, w.ln2_w, a.ln2_mean, a.ln2_rstd, ws.dres, g.ln2_w,
                              g.ln2_b, acc);  // dres = d(res2)
   a.res2.copy_from(ws.dres);                 // W's dy of attn.c_proj
   // Attention branch. dres flows to x unchanged; ln_1 adds its share.
-  linear_backward_input(Split::kRows, shard(w.attn_proj_w, w.attn_proj_b), dres, datty2d, tp,
-                        site(w, BlockGemms::Linear::kAttnProj));
+  l.attn_proj->backward_input(dres, datty2d);
   attention_backward(datty, a, heads, dqkv, ws.datt);
   a.qkv.copy_from(dqkv);  // W's dy of attn.c_attn
   // d(ln1); with tp the sum of each rank's heads' partial one.
-  linear_backward_input(Split::kColumns, shard(w.attn_w, w.attn_b), rows2d(dqkv), dsmall, tp,
-                        site(w, BlockGemms::Linear::kAttn));
+  l.attn->backward_input(rows2d(dqkv), dsmall);
   layers::layernorm_backward(ws.dsmall, x, w.ln1_w, a.ln1_mean, a.ln1_rstd, ws.dres, g.ln1_w,
                              g.ln1_b, acc);  // dres = d(x)
 }
 
 // W: dw (+)= x^T dy and db (+)= sum_rows(dy) of the four GEMMs, from the layer inputs (fch_gelu,
-// ln2, atty, ln1) and the output gradients B kept: the two products linear_backward takes
-// after its dx, with the same operands, hence the same rounding, as the joint backward.
-void gpt_block_backward_weight(const GptBlockWeights& w, GptBlockWeights& g,
-                               const GptBlockActs& a, const Tensor& out_grad, bool accumulate,
-                               TensorParallelOps* tp) {
-  LinearShard fc_proj = shard(w.fc_proj_w, w.fc_proj_b, g.fc_proj_w, g.fc_proj_b);
-  LinearShard fc = shard(w.fc_w, w.fc_b, g.fc_w, g.fc_b);
-  LinearShard attn_proj = shard(w.attn_proj_w, w.attn_proj_b, g.attn_proj_w, g.attn_proj_b);
-  LinearShard attn = shard(w.attn_w, w.attn_b, g.attn_w, g.attn_b);
-  const bool acc = accumulate;
+// ln2, atty, ln1) and the output gradients B kept: the two products the joint backward takes
+// after its dx, with the same operands, hence the same rounding.
+void gpt_block_backward_weight(BlockLinears& l, const GptBlockActs& a, const Tensor& out_grad,
+                               bool accumulate) {
   // mlp.c_proj: dy = d(out); mlp.c_fc: d(fch); attn.c_proj: d(res2); attn.c_attn: d(qkv).
-  linear_backward_weight(Split::kRows, fc_proj, rows2d(a.fch_gelu), rows2d(out_grad), acc, tp,
-                         site(w, BlockGemms::Linear::kFcProj));
-  linear_backward_weight(Split::kColumns, fc, rows2d(a.ln2), rows2d(a.fch), acc, tp,
-                         site(w, BlockGemms::Linear::kFc));
-  linear_backward_weight(Split::kRows, attn_proj, rows2d(a.atty), rows2d(a.res2), acc, tp,
-                         site(w, BlockGemms::Linear::kAttnProj));
-  linear_backward_weight(Split::kColumns, attn, rows2d(a.ln1), rows2d(a.qkv), acc, tp,
-                         site(w, BlockGemms::Linear::kAttn));
+  l.fc_proj->backward_weight(rows2d(a.fch_gelu), rows2d(out_grad), accumulate);
+  l.fc->backward_weight(rows2d(a.ln2), rows2d(a.fch), accumulate);
+  l.attn_proj->backward_weight(rows2d(a.atty), rows2d(a.res2), accumulate);
+  l.attn->backward_weight(rows2d(a.ln1), rows2d(a.qkv), accumulate);
 }
 
 }  // namespace mixpar

@@ -6,9 +6,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 
 #include "model/attention_seam.h"
 #include "model/block_gemms.h"
+#include "model/block_linear.h"
 #include "model/gpt_params.h"
 #include "model/tensor_parallel.h"
 #include "tensor/tensor.h"
@@ -27,12 +29,38 @@ struct GptBlockWeights {
   Tensor ln2_w, ln2_b;              // [C]
   Tensor fc_w, fc_b;                // [C, 4C], [4C]
   Tensor fc_proj_w, fc_proj_b;      // [4C, C], [C]
-  // The model's layer index and the GEMM seam its linear layers run through (null: common/ops).
-  std::int64_t layer = 0;
-  BlockGemms* gemms = nullptr;
 };
 GptBlockWeights gpt_block_params(const ParamRegistry& r, std::int64_t layer);
 GptBlockWeights gpt_block_grads(const ParamRegistry& r, std::int64_t layer);
+
+// The block's four linear layers, in forward order, held by the block for the model's
+// lifetime (block_linear.h). Column: attn.c_attn and mlp.c_fc; Row: attn.c_proj and mlp.c_proj.
+template <class Column, class Row>
+struct LinearsOf {
+  std::unique_ptr<Column> attn;
+  std::unique_ptr<Row> attn_proj;
+  std::unique_ptr<Column> fc;
+  std::unique_ptr<Row> fc_proj;
+  // The weight and bias handles read again from w (GptModel::rebind_params).
+  void rebind(const GptBlockWeights& w) {
+    attn->rebind(w.attn_w, w.attn_b);
+    attn_proj->rebind(w.attn_proj_w, w.attn_proj_b);
+    fc->rebind(w.fc_w, w.fc_b);
+    fc_proj->rebind(w.fc_proj_w, w.fc_proj_b);
+  }
+};
+// On one rank DenseLinear's; with tensor parallelism chapter 6's column- and row-parallel
+// layers, from the tp group (tp not null).
+using BlockLinears = LinearsOf<BlockLinear, BlockLinear>;
+// With sequence parallelism the same layers of chapter 6, with their sequence-parallel forms.
+using SpBlockLinears = LinearsOf<TpColumnLinear, TpRowLinear>;
+// Layer `layer` of the model: w its parameters, g their gradients, gemms the seam of its
+// products (null: common/ops').
+BlockLinears make_block_linears(const GptBlockWeights& w, const GptBlockWeights& g,
+                                std::int64_t layer, BlockGemms* gemms, TensorParallelGroup* tp);
+SpBlockLinears make_sp_block_linears(const GptBlockWeights& w, const GptBlockWeights& g,
+                                     std::int64_t layer, BlockGemms* gemms,
+                                     TensorParallelGroup& tp);
 
 // What a block's backward reads, in the working dtype (statistics in FP32, f64 for f64), all
 // MemCategory::kActivations. Per token: 15 C values + H T attention probabilities (+ 4 stats).
@@ -85,40 +113,45 @@ struct GptBlockWorkspace {
 
 // Runs the block on x [B, T, C]; fills a. out [B, T, C] = the block's output; when out is null
 // (recompute before backward) the MLP's c_proj and residual add are skipped: backward does not
-// read their output. proj is the c_proj scratch [B, T, C].
-// tp (tensor parallel, chapter 6): w holds this rank's shards (registry with a TensorShard),
-// n_head is the model's; the rank runs n_head / tp heads and its share of the MLP, its four
-// linear layers as chapter 6's column-parallel (c_attn, c_fc) and row-parallel (the
-// projections: g's sum, then the bias once) layers, through tp.
-// sp (sequence parallel, with tp): x, out and the LayerNorm activations are this rank's rows;
-// sp's gathered and dlocal are the block's scratch.
-void gpt_block_forward(const GptBlockWeights& w, std::int64_t n_head, const Tensor& x,
-                       GptBlockActs& a, Tensor* out, Tensor& proj,
-                       TensorParallelOps* tp = nullptr, GptBlockWorkspace* sp = nullptr);
+// read their output. proj is the c_proj scratch [B, T, C]. heads: this rank's attention heads
+// (n_head / tp; with tensor parallelism w holds this rank's shards and l chapter 6's layers,
+// so the rank runs its share of the attention and of the MLP).
+void gpt_block_forward(const GptBlockWeights& w, const BlockLinears& l, std::int64_t heads,
+                       const Tensor& x, GptBlockActs& a, Tensor* out, Tensor& proj);
+// Sequence parallel (with tp): x, out and the LayerNorm activations are this rank's rows; the
+// workspace's gathered and dlocal hold the gathered rows and this rank's rows of each
+// row-parallel sum, its proj the partial products.
+void gpt_block_forward_sp(const GptBlockWeights& w, const SpBlockLinears& l, std::int64_t heads,
+                          const Tensor& x, GptBlockActs& a, Tensor* out, GptBlockWorkspace& ws);
 
 // Backward of the block given its input x and the activations of its forward. On entry ws.dres
-// holds d(out); on return d(x). Gradients go to g (overwritten, or added when accumulate).
-// tp: the split layers' backward through tp (f's all-reduce of each column-parallel layer's
-// input gradient before each LayerNorm backward). Without sp this is gpt_block_backward_input,
-// then gpt_block_backward_weight (d(out) kept in ws.proj): bit for bit the joint backward, as
-// every product has the same operands. a's fch, qkv and res2 hold gradients afterwards.
-void gpt_block_backward(const GptBlockWeights& w, GptBlockWeights& g, std::int64_t n_head,
-                        const Tensor& x, GptBlockActs& a, GptBlockWorkspace& ws,
-                        bool accumulate, TensorParallelOps* tp = nullptr, bool sp = false);
+// holds d(out); on return d(x). Gradients go to g and to the layers' (overwritten, or added
+// when accumulate). With tp, f's all-reduce of each column-parallel layer's input gradient
+// comes before each LayerNorm backward. This is gpt_block_backward_input, then
+// gpt_block_backward_weight (d(out) kept in ws.proj): bit for bit the joint backward, as every
+// product has the same operands. a's fch, qkv and res2 hold gradients afterwards.
+void gpt_block_backward(const GptBlockWeights& w, GptBlockWeights& g, BlockLinears& l,
+                        std::int64_t heads, const Tensor& x, GptBlockActs& a,
+                        GptBlockWorkspace& ws, bool accumulate);
+// Sequence parallel: the same on this rank's rows (ws.dres [1, B T / tp, C]); the replicated
+// parameters' gradients from this rank's rows, completed by one sum over tp.
+void gpt_block_backward_sp(const GptBlockWeights& w, GptBlockWeights& g, SpBlockLinears& l,
+                           std::int64_t heads, const Tensor& x, const GptBlockActs& a,
+                           GptBlockWorkspace& ws, bool accumulate, TensorParallelGroup& tp);
 
 // The backward split for zero-bubble pipelines (chapter 7, ZB-H1; Qi et al. 2023): B, the
 // input gradient (d(out) in ws.dres -> d(x) in ws.dres), with the LayerNorms' weight
 // gradients; it leaves what W needs in the block's own buffers: d(out) in out_grad [B, T, C],
 // d(fch) over a.fch, d(res2) over a.res2, d(qkv) over a.qkv (activations B has consumed).
 // No sequence parallelism (its gathered rows live in the shared workspace).
-void gpt_block_backward_input(const GptBlockWeights& w, GptBlockWeights& g, std::int64_t n_head,
-                              const Tensor& x, GptBlockActs& a, GptBlockWorkspace& ws,
-                              Tensor& out_grad, bool accumulate, TensorParallelOps* tp = nullptr);
-// W, any time after B and before the block's next forward: the four GEMMs' weight and bias
+void gpt_block_backward_input(const GptBlockWeights& w, GptBlockWeights& g,
+                              const BlockLinears& l, std::int64_t heads, const Tensor& x,
+                              GptBlockActs& a, GptBlockWorkspace& ws, Tensor& out_grad,
+                              bool accumulate);
+// W, any time after B and before the block's next forward: the four layers' weight and bias
 // gradients from their inputs (a.fch_gelu, a.ln2, a.atty, a.ln1) and the gradients B kept
-// (with tp, through chapter 6's layers; none communicates).
-void gpt_block_backward_weight(const GptBlockWeights& w, GptBlockWeights& g,
-                               const GptBlockActs& a, const Tensor& out_grad, bool accumulate,
-                               TensorParallelOps* tp = nullptr);
+// (with tp, chapter 6's layers; none communicates).
+void gpt_block_backward_weight(BlockLinears& l, const GptBlockActs& a, const Tensor& out_grad,
+                               bool accumulate);
 
 }  // namespace mixpar

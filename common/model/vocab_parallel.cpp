@@ -26,7 +26,7 @@ void rescale_to(layers::CrossEntropyStats& stats, const Tensor& global_max) {
 
 }  // namespace
 
-void mask_vocab_padding(Tensor& logits, std::int64_t valid, const TensorParallelOps& tp) {
+void mask_vocab_padding(Tensor& logits, std::int64_t valid, const TensorParallelGroup& tp) {
   const std::int64_t n = logits.dim(0), vs = logits.dim(1);
   if (valid >= vs || !tp.mask_padded_logits()) return;
   if (valid < 0) valid = 0;
@@ -36,7 +36,7 @@ void mask_vocab_padding(Tensor& logits, std::int64_t valid, const TensorParallel
 }
 
 double vocab_parallel_loss(const Tensor& logits, std::span<const std::int32_t> targets,
-                           std::int64_t vocab_begin, TensorParallelOps& tp,
+                           std::int64_t vocab_begin, TensorParallelGroup& tp,
                            layers::CrossEntropyStats& stats, Tensor& lse) {
   // Local statistics of this rank's columns: max, sum of exp(l - local max), target logit.
   layers::crossentropy_stats(logits, targets, vocab_begin, stats);

@@ -38,12 +38,13 @@ void check(int t) {
   run_local(t, [&](Communicator& comm) {
     const int r = comm.rank();
     ch06::TpCollectives group(comm);
-    ch06::ColumnParallelLinear layer{ch06::column_block(w, r, t), ch06::column_block(b, r, t),
+    ch06::ColumnParallelLinear layer{group, ch06::column_block(w, r, t),
+                                     ch06::column_block(b, r, t),
                                      Tensor::empty({kIn, os}, DType::kF32),
                                      Tensor::empty({os}, DType::kF32)};
     const Tensor dy_r = ch06::column_block(dy, r, t);
     Tensor dx_layer = Tensor::empty({kB, kIn}, DType::kF32);
-    layer.backward(group, x, dy_r, &dx_layer);
+    layer.backward(x, dy_r, &dx_layer);
 
     const ColumnParallelGrads g = column_parallel_backward(
         x.to_floats(), layer.w.to_floats(), dy_r.to_floats(), kB, kIn, os);

@@ -47,21 +47,21 @@ TEST(ParallelLinear, ColumnThenRowEqualsTheUnsplitPairForwardAndBackward) {
   for (int tp : {2, 4}) {
     run_local(tp, [&](Communicator& comm) {
       const int r = comm.rank();
-      TpCollectives group(comm);  // f and g over comm
-      ColumnParallelLinear col{column_block(w1, r, tp), column_block(b1, r, tp),
+      TpCollectives group(comm);  // f and g over comm, run by the layers bound to it
+      ColumnParallelLinear col{group, column_block(w1, r, tp), column_block(b1, r, tp),
                                Tensor::empty({C, H / tp}, DType::kF32),
                                Tensor::empty({H / tp}, DType::kF32)};
-      RowParallelLinear row{row_block(w2, r, tp), b2.clone(),
+      RowParallelLinear row{group, row_block(w2, r, tp), b2.clone(),
                             Tensor::empty({H / tp, C}, DType::kF32),
                             Tensor::empty({C}, DType::kF32)};
       Tensor h_r = Tensor::empty({N, H / tp}, DType::kF32);
       Tensor y_tp = Tensor::empty({N, C}, DType::kF32);
       col.forward(x, h_r);
-      row.forward(group, h_r, y_tp);
+      row.forward(h_r, y_tp);
       Tensor dh_r = Tensor::empty({N, H / tp}, DType::kF32);
       Tensor dx_tp = Tensor::empty({N, C}, DType::kF32);
       row.backward(h_r, dy, &dh_r);
-      col.backward(group, x, dh_r, &dx_tp);
+      col.backward(x, dh_r, &dx_tp);
       // f32, sums over at most H = 16 products split into tp partial sums: a few ulps of
       // values of order sqrt(H) ~ 4.
       constexpr double kTol = 1e-5;
