@@ -85,8 +85,9 @@ class MixedPrecisionOptimizer {
 
   // Decides, with the other replicas, whether this step is skipped: called with this rank's
   // inf/NaN check between unscaling and the scaler's update, its answer is what the scaler and
-  // the step obey. Data parallelism installs an all-reduce (max) here, so that one rank's
-  // overflow skips every rank's step and the scales stay equal (chapter 4). Default: none.
+  // the step obey. Data parallelism installs a boolean vote here (comm/control.h's any_true),
+  // so that one rank's overflow skips every rank's step and the scales stay equal (chapter 4).
+  // Default: none.
   using FoundInfReducer = std::function<bool(bool local_found_inf)>;
   void set_found_inf_reducer(FoundInfReducer reducer) { found_inf_reducer_ = std::move(reducer); }
   // Measures the global gradient norm from this rank's FP32 gradients (unscaled). Default:

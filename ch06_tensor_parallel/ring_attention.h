@@ -11,6 +11,8 @@
 // masked, skipped ones never computed.
 #pragma once
 
+#include <vector>
+
 #include "ch06_tensor_parallel/cp_attention.h"
 
 namespace mixpar::ch06 {
@@ -33,6 +35,9 @@ class RingAttention final : public CpAttention {
   const CpWork& last_work() const { return work_; }
 
  private:
+  const std::vector<SeqChunk>& chunks(int rank) const {
+    return layout_.chunks[static_cast<std::size_t>(rank)];
+  }
   Communicator* comm_;
   CpLayout layout_;
   std::int64_t n_head_;

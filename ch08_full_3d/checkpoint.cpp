@@ -214,7 +214,7 @@ void on_every_rank(Communicator* comm, const std::string& what, const std::funct
   const int failed = lowest_rank_where(*comm, error != nullptr);
   if (failed < 0) return;
   const std::string reason = broadcast_text(*comm, failed, message);
-  const bool reason_is_input = broadcast_text(*comm, failed, input_error ? "1" : "0") == "1";
+  const bool reason_is_input = broadcast_flag(*comm, failed, input_error);
   if (comm->rank() == failed) std::rethrow_exception(error);
   const std::string text = failed == 0 ? reason : "rank " + std::to_string(failed) + ": " + reason;
   if (reason_is_input) throw InputError(text);

@@ -30,16 +30,21 @@ ChunkRange ring_chunk(std::int64_t numel, int parts, int index) {
   return {i * base + std::min(i, longer), base + (i < longer ? 1 : 0)};
 }
 
-TrafficTotals all_reduce_traffic(std::int64_t numel, DType dtype, int size, int rank) {
+TrafficTotals all_reduce_traffic(std::int64_t numel, std::size_t element_bytes, int size,
+                                 int rank) {
   const auto chunk_bytes = [&](int c) {
-    return static_cast<std::size_t>(ring_chunk(numel, size, c % size).count) * dtype_size(dtype);
+    return static_cast<std::size_t>(ring_chunk(numel, size, c % size).count) * element_bytes;
   };
-  const std::size_t twice = 2 * static_cast<std::size_t>(numel) * dtype_size(dtype);
+  const std::size_t twice = 2 * static_cast<std::size_t>(numel) * element_bytes;
   TrafficTotals t;
   t.calls = 1;
   t.bytes_sent = twice - chunk_bytes(rank + 1) - chunk_bytes(rank + 2);
   t.bytes_received = twice - chunk_bytes(rank) - chunk_bytes(rank + 1);
   return t;
+}
+
+TrafficTotals all_reduce_traffic(std::int64_t numel, DType dtype, int size, int rank) {
+  return all_reduce_traffic(numel, dtype_size(dtype), size, rank);
 }
 
 void Communicator::check_reduce_hop(const Tensor& recv_t, const Tensor& own, const Tensor& out) {

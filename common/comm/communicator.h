@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -39,6 +40,8 @@ class CommError : public std::runtime_error {
 //   send / recv     the message bytes on the side that moves them; sendrecv records both
 //                   (and so does sendrecv_reduce, recorded as "sendrecv")
 //   barrier, split  a call, no bytes
+//   all_reduce_or   what all_reduce of one one-byte element charges (all_reduce_traffic)
+//   broadcast_bytes, all_gather_bytes   as broadcast and all_gather, B = the bytes given
 // The op names recorded are exactly the method names above ("all_reduce", "sendrecv", ...).
 // A backend built from send/recv (chapter 4's ring) is simply charged for its sends and recvs.
 struct TrafficTotals {
@@ -77,6 +80,9 @@ ChunkRange ring_chunk(std::int64_t numel, int parts, int index);
 // buffer when N divides numel, less than two elements away from it otherwise, and always
 // exactly 2(N-1) buffers summed over the ranks.
 TrafficTotals all_reduce_traffic(std::int64_t numel, DType dtype, int size, int rank);
+// The same for elements of `element_bytes` bytes (all_reduce_or: one element of one byte).
+TrafficTotals all_reduce_traffic(std::int64_t numel, std::size_t element_bytes, int size,
+                                 int rank);
 
 class Communicator {
  public:
@@ -124,6 +130,17 @@ class Communicator {
   virtual void reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op = ReduceOp::kSum) = 0;
   // in: k elements, out: size()*k elements, block r coming from rank r.
   virtual void all_gather(const Tensor& in, Tensor& out) = 0;
+
+  // Control collectives: flags and bytes in host memory, with no dtype and no arithmetic but a
+  // logical OR, so a flag travels as one byte and a text as its bytes (comm/control.h builds
+  // its typed messages on them; numbers never stand in for either). Pure virtual, so that no
+  // backend and no wrapper of one can fall back to an encoding it did not choose.
+  // Whether `flag` is true on any rank of the group: the OR of one byte from each.
+  virtual bool all_reduce_or(bool flag) = 0;
+  // Root's bytes on every rank; every rank passes the same number of bytes.
+  virtual void broadcast_bytes(std::span<std::byte> bytes, int root) = 0;
+  // out: size() blocks of in.size() bytes, block r coming from rank r.
+  virtual void all_gather_bytes(std::span<const std::byte> in, std::span<std::byte> out) = 0;
 
   // Collective over this communicator: ranks with the same color form a new group, ordered
   // by (key, parent rank). Used for the data / tensor / pipeline groups of chapter 8.

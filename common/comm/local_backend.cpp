@@ -179,9 +179,8 @@ void LocalCommunicator::sendrecv_reduce(const Tensor& send_t, int dst, Tensor& r
 // ---- Collectives
 
 template <class Work>
-void LocalCommunicator::collective(const local::CallDesc& d, const Tensor* in, Tensor* out,
-                                   Work&& work) {
-  const local::Ticket ticket = fabric_->arrive(group_, rank_, {d, in, out});
+void LocalCommunicator::collective(const local::Arrival& mine, Work&& work) {
+  const local::Ticket ticket = fabric_->arrive(group_, rank_, mine);
   try {
     work(*ticket.slot);
   } catch (...) {
@@ -192,7 +191,7 @@ void LocalCommunicator::collective(const local::CallDesc& d, const Tensor* in, T
 }
 
 void LocalCommunicator::barrier() {
-  collective({.op = local::CollOp::kBarrier}, nullptr, nullptr, [](const local::Slot&) {});
+  collective({.desc = {.op = local::CollOp::kBarrier}}, [](const local::Slot&) {});
   traffic_.record("barrier", 0, 0);
 }
 
@@ -207,7 +206,7 @@ void LocalCommunicator::broadcast(Tensor& t, int root) {
   }
   const local::CallDesc d{
       .op = local::CollOp::kBroadcast, .dtype = t.dtype(), .count = t.numel(), .root = root_world};
-  collective(d, &t, &t, [&](const local::Slot& s) {
+  collective({d, &t, &t}, [&](const local::Slot& s) {
     // Each receiver pulls from the root, so the copies run in parallel.
     if (rank_ != root) {
       local::copy_bytes(bytes_of(t), bytes_of(*s.arrivals[static_cast<std::size_t>(root)]->in),
@@ -229,7 +228,7 @@ void LocalCommunicator::all_reduce(Tensor& t, ReduceOp op) {
   }
   const local::CallDesc d{
       .op = local::CollOp::kAllReduce, .dtype = t.dtype(), .count = t.numel(), .reduce = op};
-  collective(d, &t, &t, [&](const local::Slot& s) {
+  collective({d, &t, &t}, [&](const local::Slot& s) {
     // This rank reduces its ring chunk for everyone: chunks are disjoint, so in place is safe.
     const ChunkRange c = ring_chunk(t.numel(), size(), rank_);
     const auto srcs = rank_pointers(s, false, c.begin, t.dtype());
@@ -259,7 +258,7 @@ void LocalCommunicator::reduce_scatter(const Tensor& in, Tensor& out, ReduceOp o
   const std::int64_t k = out.numel();
   const local::CallDesc d{
       .op = local::CollOp::kReduceScatter, .dtype = out.dtype(), .count = k, .reduce = op};
-  collective(d, &in, &out, [&](const local::Slot& s) {
+  collective({d, &in, &out}, [&](const local::Slot& s) {
     const auto srcs = rank_pointers(s, false, rank_ * k, in.dtype());
     std::byte* const dst = bytes_of(out);
     local::reduce_elements({srcs.data(), srcs.size()}, {&dst, 1}, k, out.dtype(), op);
@@ -286,7 +285,7 @@ void LocalCommunicator::all_gather(const Tensor& in, Tensor& out) {
   }
   const local::CallDesc d{
       .op = local::CollOp::kAllGather, .dtype = in.dtype(), .count = in.numel()};
-  collective(d, &in, &out, [&](const local::Slot& s) {
+  collective({d, &in, &out}, [&](const local::Slot& s) {
     const auto srcs = rank_pointers(s, false, 0, in.dtype());
     for (std::size_t r = 0; r < srcs.size(); ++r) {
       local::copy_bytes(bytes_of(out) + r * in.nbytes(), srcs[r], in.nbytes());
@@ -296,10 +295,58 @@ void LocalCommunicator::all_gather(const Tensor& in, Tensor& out) {
   traffic_.record("all_gather", moved, moved);
 }
 
+// ---- Control collectives: each rank reads the others' bytes and writes only its own.
+
+bool LocalCommunicator::all_reduce_or(bool flag) {
+  const std::byte mine{flag};
+  std::byte any{0};
+  collective({.desc = {.op = local::CollOp::kAllReduceOr, .count = 1}, .in_bytes = &mine,
+              .out_bytes = &any},
+             [&](const local::Slot& s) {
+               for (const auto& a : s.arrivals) any |= *a->in_bytes;
+             });
+  const TrafficTotals v = all_reduce_traffic(1, std::size_t{1}, size(), rank_);
+  traffic_.record("all_reduce_or", v.bytes_sent, v.bytes_received);
+  return any != std::byte{0};
+}
+
+void LocalCommunicator::broadcast_bytes(std::span<std::byte> bytes, int root) {
+  const local::CallDesc d{.op = local::CollOp::kBroadcastBytes,
+                          .count = static_cast<std::int64_t>(bytes.size()),
+                          .root = world_peer(root, "broadcast_bytes")};
+  collective({.desc = d, .in_bytes = bytes.data(), .out_bytes = bytes.data()},
+             [&](const local::Slot& s) {
+               if (rank_ == root) return;
+               local::copy_bytes(bytes.data(), s.arrivals[static_cast<std::size_t>(root)]->in_bytes,
+                                 bytes.size());
+             });
+  const bool moves = size() > 1;
+  traffic_.record("broadcast_bytes", rank_ == root && moves ? bytes.size() : 0,
+                  rank_ == root ? 0 : bytes.size());
+}
+
+void LocalCommunicator::all_gather_bytes(std::span<const std::byte> in, std::span<std::byte> out) {
+  if (out.size() != in.size() * static_cast<std::size_t>(size())) {
+    throw std::invalid_argument("all_gather_bytes: output of " + std::to_string(out.size()) +
+                                " bytes for " + std::to_string(size()) + " ranks x " +
+                                std::to_string(in.size()));
+  }
+  const local::CallDesc d{.op = local::CollOp::kAllGatherBytes,
+                          .count = static_cast<std::int64_t>(in.size())};
+  collective({.desc = d, .in_bytes = in.data(), .out_bytes = out.data()},
+             [&](const local::Slot& s) {
+               for (std::size_t r = 0; r < s.arrivals.size(); ++r) {
+                 local::copy_bytes(out.data() + r * in.size(), s.arrivals[r]->in_bytes, in.size());
+               }
+             });
+  const std::size_t moved = out.size() - in.size();  // (N-1)/N of the output
+  traffic_.record("all_gather_bytes", moved, moved);
+}
+
 std::unique_ptr<Communicator> LocalCommunicator::split(int color, int key) {
   const local::CallDesc d{.op = local::CollOp::kSplit, .color = color, .key = key};
   local::SplitResult mine;
-  collective(d, nullptr, nullptr, [&](const local::Slot& s) {
+  collective({.desc = d}, [&](const local::Slot& s) {
     mine = s.split[static_cast<std::size_t>(rank_)];
   });
   traffic_.record("split", 0, 0);

@@ -39,7 +39,7 @@ struct LocalOptions {
 
 namespace local {
 class Fabric;
-struct CallDesc;
+struct Arrival;
 struct Slot;
 }  // namespace local
 
@@ -67,6 +67,9 @@ class LocalCommunicator final : public Communicator {
   void all_reduce(Tensor& t, ReduceOp op = ReduceOp::kSum) override;
   void reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op = ReduceOp::kSum) override;
   void all_gather(const Tensor& in, Tensor& out) override;
+  bool all_reduce_or(bool flag) override;
+  void broadcast_bytes(std::span<std::byte> bytes, int root) override;
+  void all_gather_bytes(std::span<const std::byte> in, std::span<std::byte> out) override;
   std::unique_ptr<Communicator> split(int color, int key) override;
 
   int world_rank() const { return members_[static_cast<std::size_t>(rank_)]; }
@@ -80,8 +83,7 @@ class LocalCommunicator final : public Communicator {
   bool eager(const Tensor& message) const;  // sendrecv's protocol for this message
   template <class Use> void exchange(const Tensor& send_t, int dst, int src, int tag,
                                      std::int64_t count, DType dtype, Use&& use);
-  template <class Work> void collective(const local::CallDesc& d, const Tensor* in, Tensor* out,
-                                        Work&& work);
+  template <class Work> void collective(const local::Arrival& mine, Work&& work);
 
   local::Fabric* fabric_;
   int group_;

@@ -46,6 +46,9 @@ bool CallDesc::agrees_with(const CallDesc& o) const {
     case CollOp::kAllGather: return dtype == o.dtype && count == o.count;
     case CollOp::kAllReduce:
     case CollOp::kReduceScatter: return dtype == o.dtype && count == o.count && reduce == o.reduce;
+    case CollOp::kAllReduceOr:
+    case CollOp::kAllGatherBytes: return count == o.count;
+    case CollOp::kBroadcastBytes: return count == o.count && root == o.root;
   }
   return false;
 }
@@ -61,6 +64,12 @@ std::string CallDesc::str() const {
     case CollOp::kAllGather: return "all_gather(" + n + " per rank)";
     case CollOp::kSplit:
       return "split(color " + std::to_string(color) + ", key " + std::to_string(key) + ")";
+    case CollOp::kAllReduceOr: return "all_reduce_or(1 flag)";
+    case CollOp::kBroadcastBytes:
+      return "broadcast_bytes(" + std::to_string(count) + " bytes, root " +
+             std::to_string(root) + ")";
+    case CollOp::kAllGatherBytes:
+      return "all_gather_bytes(" + std::to_string(count) + " bytes per rank)";
   }
   return "?";
 }

@@ -25,7 +25,8 @@
 namespace mixpar::local {
 
 enum class CollOp : std::uint8_t {
-  kBarrier, kBroadcast, kAllReduce, kReduceScatter, kAllGather, kSplit
+  kBarrier, kBroadcast, kAllReduce, kReduceScatter, kAllGather, kSplit,
+  kAllReduceOr, kBroadcastBytes, kAllGatherBytes  // the control collectives: bytes, no dtype
 };
 
 // What one rank asked a collective for. The ranks of a group must agree on all of it except
@@ -33,7 +34,8 @@ enum class CollOp : std::uint8_t {
 struct CallDesc {
   CollOp op = CollOp::kBarrier;
   DType dtype = DType::kF32;
-  std::int64_t count = 0;  // elements of the buffer (all_reduce, broadcast) or of one block
+  std::int64_t count = 0;  // elements of the buffer (all_reduce, broadcast) or of one block;
+                           // bytes for the control collectives
   int root = -1;           // broadcast: the root's world rank
   ReduceOp reduce = ReduceOp::kSum;
   int color = 0;  // split
@@ -48,6 +50,8 @@ struct Arrival {
   CallDesc desc;
   const Tensor* in = nullptr;
   Tensor* out = nullptr;
+  const std::byte* in_bytes = nullptr;  // the control collectives' buffers
+  std::byte* out_bytes = nullptr;
 };
 
 struct SplitResult {

@@ -16,9 +16,13 @@
 namespace mixpar {
 namespace {
 
-enum CollOp : std::int64_t { kBarrier, kBroadcast, kAllReduce, kReduceScatter, kAllGather, kSplit };
-constexpr const char* kOpNames[] = {"barrier", "broadcast", "all_reduce", "reduce_scatter",
-                                    "all_gather", "split"};
+enum CollOp : std::int64_t {
+  kBarrier, kBroadcast, kAllReduce, kReduceScatter, kAllGather, kSplit,
+  kAllReduceOr, kBroadcastBytes, kAllGatherBytes  // the control collectives: bytes, no dtype
+};
+constexpr const char* kOpNames[] = {"barrier",       "broadcast",       "all_reduce",
+                                    "reduce_scatter", "all_gather",     "split",
+                                    "all_reduce_or",  "broadcast_bytes", "all_gather_bytes"};
 
 // An MPI type that moves elements of `dt` bit for bit.
 MPI_Datatype mover(DType dt) {
@@ -61,6 +65,11 @@ void require_defined(const Tensor& t, const char* what) {
 std::string desc(std::int64_t op, std::int64_t dtype, std::int64_t count, std::int64_t arg) {
   const auto name = kOpNames[op];
   if (op == kBarrier || op == kSplit) return std::string(name) + "()";
+  if (op == kAllReduceOr) return std::string(name) + "(1 flag)";
+  if (op == kBroadcastBytes || op == kAllGatherBytes) {
+    return std::string(name) + "(" + std::to_string(count) + " bytes" +
+           (op == kBroadcastBytes ? ", root " + std::to_string(arg) : " per rank") + ")";
+  }
   std::string s = std::string(name) + "(" + std::to_string(count) + " x " +
                   std::string(dtype_name(static_cast<DType>(dtype)));
   if (op == kBroadcast) s += ", root " + std::to_string(arg);
@@ -502,6 +511,52 @@ void MpiCommunicator::all_gather(const Tensor& in, Tensor& out) {
   write_back(out, h_out);
   const std::size_t moved = out.nbytes() - in.nbytes();
   traffic_.record("all_gather", moved, moved);
+}
+
+// ---- Control collectives: bools as MPI_CXX_BOOL, bytes as MPI_BYTE.
+
+bool MpiCommunicator::all_reduce_or(bool flag) {
+  const std::string what = desc(kAllReduceOr, 0, 1, 0);
+  agree(what, kAllReduceOr, nullptr, 1, 0);
+  bool any = flag;
+  {
+    const auto g = watch(what);
+    check(MPI_Allreduce(MPI_IN_PLACE, &any, 1, MPI_CXX_BOOL, MPI_LOR, comm_), what);
+  }
+  const TrafficTotals v = all_reduce_traffic(1, std::size_t{1}, size_, rank_);
+  traffic_.record("all_reduce_or", v.bytes_sent, v.bytes_received);
+  return any;
+}
+
+void MpiCommunicator::broadcast_bytes(std::span<std::byte> bytes, int root) {
+  const auto n = static_cast<std::int64_t>(bytes.size());
+  const std::string what = desc(kBroadcastBytes, 0, n, root);
+  agree(what, kBroadcastBytes, nullptr, n, root);
+  {
+    const auto g = watch(what);
+    check(MPI_Bcast(bytes.data(), as_int(n, what), MPI_BYTE, root, comm_), what);
+  }
+  const bool moves = size_ > 1;
+  traffic_.record("broadcast_bytes", rank_ == root && moves ? bytes.size() : 0,
+                  rank_ == root ? 0 : bytes.size());
+}
+
+void MpiCommunicator::all_gather_bytes(std::span<const std::byte> in, std::span<std::byte> out) {
+  if (out.size() != in.size() * static_cast<std::size_t>(size_)) {
+    throw std::invalid_argument("mpi: all_gather_bytes: " + std::to_string(in.size()) +
+                                " bytes in, " + std::to_string(out.size()) + " out, " +
+                                std::to_string(size_) + " ranks");
+  }
+  const auto n = static_cast<std::int64_t>(in.size());
+  const std::string what = desc(kAllGatherBytes, 0, n, 0);
+  agree(what, kAllGatherBytes, nullptr, n, 0);
+  {
+    const auto g = watch(what);
+    const int k = as_int(n, what);
+    check(MPI_Allgather(in.data(), k, MPI_BYTE, out.data(), k, MPI_BYTE, comm_), what);
+  }
+  const std::size_t moved = out.size() - in.size();
+  traffic_.record("all_gather_bytes", moved, moved);
 }
 
 std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key) {

@@ -128,6 +128,10 @@ class MpiCommunicator final : public Communicator {
   void all_reduce(Tensor& t, ReduceOp op = ReduceOp::kSum) override;
   void reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op = ReduceOp::kSum) override;
   void all_gather(const Tensor& in, Tensor& out) override;
+  // MPI_Allreduce of one MPI_CXX_BOOL with MPI_LOR; MPI_Bcast / MPI_Allgather of MPI_BYTEs.
+  bool all_reduce_or(bool flag) override;
+  void broadcast_bytes(std::span<std::byte> bytes, int root) override;
+  void all_gather_bytes(std::span<const std::byte> in, std::span<std::byte> out) override;
   std::unique_ptr<Communicator> split(int color, int key) override;
 
   MPI_Comm mpi_comm() const { return comm_; }

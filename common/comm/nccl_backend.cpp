@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <span>
 #include <stdexcept>
 #include <thread>
 
@@ -64,7 +65,29 @@ void require_device(const Tensor& t, const std::string& what) {
   }
 }
 
-static_assert(sizeof(ncclUniqueId) % 4 == 0, "the id travels as f32 elements");
+// Device memory for the control collectives' host bytes, freed however the call ends.
+class DeviceBytes {
+ public:
+  explicit DeviceBytes(std::size_t n) : n_(n) {
+    if (n_ > 0) MIXPAR_COMM_CUDA(cudaMalloc(&p_, n_));
+  }
+  ~DeviceBytes() {
+    if (p_) (void)cudaFree(p_);
+  }
+  DeviceBytes(const DeviceBytes&) = delete;
+  DeviceBytes& operator=(const DeviceBytes&) = delete;
+  std::byte* data() const { return static_cast<std::byte*>(p_); }
+  void upload(const std::byte* host) {
+    if (n_ > 0) MIXPAR_COMM_CUDA(cudaMemcpy(p_, host, n_, cudaMemcpyHostToDevice));
+  }
+  void download(std::byte* host) const {
+    if (n_ > 0) MIXPAR_COMM_CUDA(cudaMemcpy(host, p_, n_, cudaMemcpyDeviceToHost));
+  }
+
+ private:
+  void* p_ = nullptr;
+  std::size_t n_;
+};
 
 }  // namespace
 
@@ -194,10 +217,7 @@ std::unique_ptr<NcclCommunicator> NcclCommunicator::create(Communicator& bootstr
   ncclUniqueId id;
   std::memset(&id, 0, sizeof id);
   if (bootstrap.rank() == 0) MIXPAR_COMM_NCCL(ncclGetUniqueId(&id));
-  Tensor t = Tensor::empty({std::int64_t(sizeof id / 4)}, DType::kF32, MemCategory::kCommBuffers);
-  std::memcpy(t.data(), &id, sizeof id);  // raw bytes: broadcast copies them unchanged
-  bootstrap.broadcast(t, 0);
-  std::memcpy(&id, t.data(), sizeof id);
+  bootstrap.broadcast_bytes(std::as_writable_bytes(std::span(&id, 1)), 0);
   auto impl = open_impl(id, bootstrap.rank(), bootstrap.size(), opts);
   return std::unique_ptr<NcclCommunicator>(
       new NcclCommunicator(std::move(impl), bootstrap.rank(), bootstrap.size()));
@@ -327,6 +347,56 @@ void NcclCommunicator::all_gather(const Tensor& in, Tensor& out) {
   impl_->wait("all_gather(" + std::to_string(in.numel()) + ")");
   const std::size_t moved = out.nbytes() - in.nbytes();
   traffic_.record("all_gather", moved, moved);
+}
+
+// ---- Control collectives
+
+bool NcclCommunicator::all_reduce_or(bool flag) {
+  const std::byte mine{flag};
+  std::byte any{0};
+  MIXPAR_COMM_CUDA(cudaSetDevice(impl_->device));
+  DeviceBytes d(1);
+  d.upload(&mine);
+  impl_->order_after_producers();
+  MIXPAR_COMM_NCCL(
+      ncclAllReduce(d.data(), d.data(), 1, ncclUint8, ncclMax, impl_->comm, impl_->stream));
+  impl_->wait("all_reduce_or(1 flag)");
+  d.download(&any);
+  const TrafficTotals v = all_reduce_traffic(1, std::size_t{1}, size_, rank_);
+  traffic_.record("all_reduce_or", v.bytes_sent, v.bytes_received);
+  return any != std::byte{0};
+}
+
+void NcclCommunicator::broadcast_bytes(std::span<std::byte> bytes, int root) {
+  MIXPAR_COMM_CUDA(cudaSetDevice(impl_->device));
+  DeviceBytes d(bytes.size());
+  if (rank_ == root) d.upload(bytes.data());
+  impl_->order_after_producers();
+  MIXPAR_COMM_NCCL(ncclBroadcast(d.data(), d.data(), bytes.size(), ncclUint8, root, impl_->comm,
+                                 impl_->stream));
+  impl_->wait("broadcast_bytes(root " + std::to_string(root) + ")");
+  if (rank_ != root) d.download(bytes.data());
+  const bool moves = size_ > 1;
+  traffic_.record("broadcast_bytes", rank_ == root && moves ? bytes.size() : 0,
+                  rank_ == root ? 0 : bytes.size());
+}
+
+void NcclCommunicator::all_gather_bytes(std::span<const std::byte> in, std::span<std::byte> out) {
+  if (out.size() != in.size() * static_cast<std::size_t>(size_)) {
+    throw std::invalid_argument("nccl: all_gather_bytes: " + std::to_string(in.size()) +
+                                " bytes in, " + std::to_string(out.size()) + " out, " +
+                                std::to_string(size_) + " ranks");
+  }
+  MIXPAR_COMM_CUDA(cudaSetDevice(impl_->device));
+  DeviceBytes d_in(in.size()), d_out(out.size());
+  d_in.upload(in.data());
+  impl_->order_after_producers();
+  MIXPAR_COMM_NCCL(ncclAllGather(d_in.data(), d_out.data(), in.size(), ncclUint8, impl_->comm,
+                                 impl_->stream));
+  impl_->wait("all_gather_bytes(" + std::to_string(in.size()) + ")");
+  d_out.download(out.data());
+  const std::size_t moved = out.size() - in.size();
+  traffic_.record("all_gather_bytes", moved, moved);
 }
 
 std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key) {

@@ -54,6 +54,11 @@ class NcclCommunicator final : public Communicator {
   void all_reduce(Tensor& t, ReduceOp op = ReduceOp::kSum) override;
   void reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op = ReduceOp::kSum) override;
   void all_gather(const Tensor& in, Tensor& out) override;
+  // The control collectives take host bytes: staged through device memory (NCCL moves device
+  // memory only) as ncclUint8, the flag reduced with ncclMax (the OR of 0s and 1s).
+  bool all_reduce_or(bool flag) override;
+  void broadcast_bytes(std::span<std::byte> bytes, int root) override;
+  void all_gather_bytes(std::span<const std::byte> in, std::span<std::byte> out) override;
   std::unique_ptr<Communicator> split(int color, int key) override;
 
   struct Impl;  // NCCL and CUDA handles (nccl.h stays out of this header)

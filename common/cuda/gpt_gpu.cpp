@@ -1,16 +1,14 @@
 // GpuGptModel's parameters: the device layout (registry order, each parameter 128-element
 // aligned, wte padded to the vocabulary multiple), transfers to and from CPU models, and the
-// optimizer step. Forward and backward are in gpt_gpu_step.cpp.
+// optimizer's two halves (the step's sequence is chapter 3's fused_step). Forward and backward
+// are in gpt_gpu_step.cpp.
 #include "cuda/gpt_gpu.h"
 
-#include <cmath>
-#include <limits>
 #include <stdexcept>
 #include <string>
 
 #include "cuda/check.h"
 #include "cuda/launch.h"
-#include "optim/clip.h"
 #include "util/errors.h"
 
 namespace mixpar::cuda {
@@ -158,11 +156,9 @@ void GpuGptModel::ensure_optimizer_state() {
   exp_avg_sq_.zero(s);
 }
 
-GpuStepResult GpuGptModel::step(const AdamWConfig& config, float loss_scale, double max_norm) {
-  if (host_) return step_on_host(config, loss_scale, max_norm);
+double GpuGptModel::grad_sum_of_squares() {
+  if (host_) return host_sum_of_squares();
   cudaStream_t s = stream_.get();
-  ensure_optimizer_state();
-  GpuStepResult result;
   {
     TimedRegion t(timer_, "grad norm + inf check");
     DeviceTensor sumsq = scalars_.flat_slice(0, 1);
@@ -172,17 +168,13 @@ GpuStepResult GpuGptModel::step(const AdamWConfig& config, float loss_scale, dou
   MIXPAR_CUDA_CHECK(cudaMemcpyAsync(&sumsq, scalars_.f64(), sizeof(double),
                                     cudaMemcpyDeviceToHost, s));
   stream_.synchronize();
-  // FP64 squares of finite floats cannot overflow a sum of this size: a non-finite sum means
-  // an inf or NaN gradient, which is exactly the loss scaler's found_inf.
-  result.found_inf = !std::isfinite(sumsq);
-  if (result.found_inf) {
-    result.grad_norm = std::numeric_limits<double>::infinity();
-    return result;
-  }
-  // 1/scale in FP64 rounded to FP32, as LossScaler::inv_scale (GradScaler.unscale_).
-  const float inv_scale = static_cast<float>(1.0 / static_cast<double>(loss_scale));
-  result.grad_norm = std::sqrt(sumsq) * static_cast<double>(inv_scale);
-  const double coef = max_norm > 0 ? clip_coefficient(result.grad_norm, max_norm) : 1.0;
+  return sumsq;
+}
+
+void GpuGptModel::adamw_step(const AdamWConfig& config, float inv_scale, double clip_coef) {
+  if (host_) return host_adamw_step(config, inv_scale, clip_coef);
+  cudaStream_t s = stream_.get();
+  ensure_optimizer_state();
   ++step_;
   AdamWConfig no_decay = config;
   no_decay.weight_decay = 0.0;
@@ -204,11 +196,9 @@ GpuStepResult GpuGptModel::step(const AdamWConfig& config, float loss_scale, dou
     adamw_update(master, grads_flat_.flat_slice(begin, end - begin), m, v,
                  master_.defined() ? &working : nullptr,
                  params_[i].weight_decay ? with_wd : without_wd, inv_scale,
-                 static_cast<float>(coef), nullptr, s);
+                 static_cast<float>(clip_coef), nullptr, s);
     i = j;
   }
-  result.stepped = true;
-  return result;
 }
 
 }  // namespace mixpar::cuda

@@ -4,6 +4,8 @@
 // upload_from / download_to move them to and from a CPU GptModel (checkpoints load either way).
 // With offload_optimizer the masters and moments live in pinned host memory and the step runs
 // on the CPU (ZeRO-Offload, Ren et al. 2021; docs/REFERENCE.md, ZeRO memory and traffic).
+// The step's sequence (found-inf, unscale, norm, clip, the scaler's verdict) is not here:
+// chapter 3's fused_step runs it over GpuAdamWStep (optim/fused_step.h says why).
 #pragma once
 
 #include <cstdint>
@@ -21,6 +23,7 @@
 #include "cuda/stream.h"
 #include "model/gpt.h"
 #include "optim/adamw.h"
+#include "optim/fused_step.h"
 
 namespace mixpar::cuda {
 
@@ -53,12 +56,6 @@ struct GpuParam {
   Shape device_shape;     // the same, except wte: [padded vocab, C]
   std::int64_t offset;    // first element in the flat device buffers
   bool weight_decay;
-};
-
-struct GpuStepResult {
-  bool stepped = false;    // false: inf/NaN found, weights and moments untouched
-  bool found_inf = false;
-  double grad_norm = 0;    // global L2 norm of the unscaled gradients (before clipping)
 };
 
 class GpuGptModel {
@@ -94,13 +91,18 @@ class GpuGptModel {
   void backward(float loss_scale = 1.0f, bool accumulate = false);
   void zero_grad();
 
-  // One optimizer step: checks the gradients for inf/NaN and measures their norm in one FP64
-  // pass (one 8-byte read back, like GradScaler's found_inf.item()); on inf/NaN returns without
-  // stepping. Otherwise AdamW on the FP32 masters with the gradients unscaled by 1/loss_scale
-  // and clipped to max_norm (<= 0: no clipping), re-casting the working copy in the same kernel.
-  // offload_optimizer: the same on the host (step_on_host), with config's betas, eps and weight
-  // decay those of the first step (only lr may change; std::invalid_argument otherwise).
-  GpuStepResult step(const AdamWConfig& config, float loss_scale = 1.0f, double max_norm = 0.0);
+  // The optimizer's two halves, which chapter 3's fused_step drives with chapter 2's loss
+  // scaler (through GpuAdamWStep below: the engine holds no copy of the step's decisions).
+  // grad_sum_of_squares: FP64 sum of g^2 over the gradients as backward left them (scaled);
+  // non-finite iff one of them is inf or NaN. offload_optimizer: the gradients are copied to
+  // the host first and summed there.
+  double grad_sum_of_squares();
+  // AdamW on the FP32 masters with the gradients times inv_scale, then times clip_coef,
+  // re-casting the working copy in the same kernel. offload_optimizer: the same on the host,
+  // on the gradients the last grad_sum_of_squares brought down (std::logic_error without
+  // one), with config's betas, eps and weight decay those of the first step (only lr may
+  // change; std::invalid_argument otherwise).
+  void adamw_step(const AdamWConfig& config, float inv_scale, double clip_coef);
   std::int64_t step_count() const { return step_; }
 
   Stream& stream() { return stream_; }
@@ -125,7 +127,8 @@ class GpuGptModel {
   // offload_optimizer: the host side of the step (gpt_gpu_offload.cpp).
   void make_host_optimizer();
   void upload_host_masters(const GptModel& cpu);
-  GpuStepResult step_on_host(const AdamWConfig& config, float loss_scale, double max_norm);
+  double host_sum_of_squares();
+  void host_adamw_step(const AdamWConfig& config, float inv_scale, double clip_coef);
   LinearOptions linear_options() const { return {options_.fuse_epilogues, options_.math}; }
 
   void block_forward(std::int64_t layer, const DeviceTensor& x, DeviceTensor& out);
@@ -155,6 +158,7 @@ class GpuGptModel {
     Tensor working;  // working dtype [flat]: the copy sent up (master itself in an f32 model)
     std::vector<Tensor> master_views, grad_views;  // by parameter: its device_shape's elements
     std::unique_ptr<AdamW> adamw;  // its moments made at the first step, as on the device
+    bool grads_down = false;       // grads32 holds this step's gradients (host_sum_of_squares)
   };
   std::unique_ptr<HostOptimizer> host_;
   std::vector<BlockWeights> w_, dw_;
@@ -168,6 +172,20 @@ class GpuGptModel {
   std::vector<BlockActs> acts_;
   DeviceTensor lnf_, lnf_mean_, lnf_rstd_, logits_, lse_, target_logit_;
   DeviceTensor proj_, dres_, dsmall_, dbig_;  // workspaces (kOther)
+};
+
+// A GpuGptModel's AdamW, with one step's config, as the engine of chapter 3's fused_step.
+class GpuAdamWStep final : public FusedStepEngine {
+ public:
+  GpuAdamWStep(GpuGptModel& model, const AdamWConfig& config) : model_(model), config_(config) {}
+  double scaled_sum_of_squares() override { return model_.grad_sum_of_squares(); }
+  void step(float inv_scale, double clip_coef) override {
+    model_.adamw_step(config_, inv_scale, clip_coef);
+  }
+
+ private:
+  GpuGptModel& model_;
+  AdamWConfig config_;
 };
 
 }  // namespace mixpar::cuda

@@ -4,23 +4,22 @@
 //
 //   device -> host   the working-dtype gradients, one async copy on the model's stream (pinned
 //                    memory: a DMA at full PCIe/NVLink-C2C bandwidth), then a wait
-//   host             widen to FP32; found-inf and the norm in one FP64 pass over the scaled
-//                    gradients, as GpuGptModel::step measures them; unscale by 1/scale and clip
-//                    by the same coefficient; common/optim's AdamW on the masters (the very
-//                    adamw_element the device kernel runs, optim/adamw_math.h)
+//   host             widen to FP32; the FP64 sum of squares of the scaled gradients, as the
+//                    device sums them (chapter 3's fused_step makes found-inf, the norm and
+//                    the clip coefficient of it); unscale by 1/scale and clip by the factors
+//                    it passes; common/optim's AdamW on the masters (the very adamw_element
+//                    the device kernel runs, optim/adamw_math.h)
 //   host -> device   the masters rounded to the working dtype (or, f32, the masters), one copy
 //
 // The device then holds only the working parameters and gradients, 2P + 2P bytes in 16-bit.
-#include <cmath>
-#include <limits>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "cuda/check.h"
 #include "cuda/gpt_gpu.h"
 #include "ops/elementwise.h"
 #include "ops/reductions.h"
-#include "optim/clip.h"
 
 namespace mixpar::cuda {
 
@@ -58,31 +57,31 @@ void GpuGptModel::upload_host_masters(const GptModel& cpu) {
   host_->adamw.reset();  // moments made again, zero, at the next step
 }
 
-GpuStepResult GpuGptModel::step_on_host(const AdamWConfig& config, float loss_scale,
-                                        double max_norm) {
+double GpuGptModel::host_sum_of_squares() {
   HostOptimizer& h = *host_;
-  cudaStream_t s = stream_.get();
-  GpuStepResult result;
   {
     TimedRegion t(timer_, "offload: gradients to host");
     MIXPAR_CUDA_CHECK(cudaMemcpyAsync(h.grads.data(), grads_flat_.data(), grads_flat_.nbytes(),
-                                      cudaMemcpyDeviceToHost, s));
+                                      cudaMemcpyDeviceToHost, stream_.get()));
     stream_.synchronize();
   }
-  TimedRegion t(timer_, "offload: adamw on host");
+  TimedRegion t(timer_, "offload: grad norm + inf check on host");
   if (h.grads32.data() != h.grads.data()) h.grads32.copy_from(h.grads);  // widened exactly
-  // The scaled gradients' squares in FP64: a non-finite sum is an inf or NaN gradient.
-  const double sumsq = ops::sum_of_squares(h.grads32);
-  result.found_inf = !std::isfinite(sumsq);
-  if (result.found_inf) {
-    result.grad_norm = std::numeric_limits<double>::infinity();
-    return result;
+  h.grads_down = true;
+  return ops::sum_of_squares(h.grads32);  // of the scaled gradients, as the device sums them
+}
+
+void GpuGptModel::host_adamw_step(const AdamWConfig& config, float inv_scale, double clip_coef) {
+  HostOptimizer& h = *host_;
+  if (!h.grads_down) {
+    throw std::logic_error(
+        "GpuGptModel::adamw_step: the offloaded step reads the gradients grad_sum_of_squares "
+        "brought to the host; call it first");
   }
-  const float inv_scale = static_cast<float>(1.0 / static_cast<double>(loss_scale));
-  result.grad_norm = std::sqrt(sumsq) * static_cast<double>(inv_scale);
-  const double coef = max_norm > 0 ? clip_coefficient(result.grad_norm, max_norm) : 1.0;
+  h.grads_down = false;
+  TimedRegion t(timer_, "offload: adamw on host");
   if (inv_scale != 1.0f) ops::scale(h.grads32, inv_scale);
-  if (coef != 1.0) ops::scale(h.grads32, coef);
+  if (clip_coef != 1.0) ops::scale(h.grads32, clip_coef);
   if (!h.adamw) {
     std::vector<bool> decays;
     for (const GpuParam& p : params_) decays.push_back(p.weight_decay);
@@ -93,8 +92,8 @@ GpuStepResult GpuGptModel::step_on_host(const AdamWConfig& config, float loss_sc
   if (kept.beta1 != config.beta1 || kept.beta2 != config.beta2 || kept.eps != config.eps ||
       kept.weight_decay != config.weight_decay) {
     throw std::invalid_argument(
-        "GpuGptModel::step: the offloaded AdamW keeps the first step's betas, eps and weight "
-        "decay; only lr may change between steps");
+        "GpuGptModel::adamw_step: the offloaded AdamW keeps the first step's betas, eps and "
+        "weight decay; only lr may change between steps");
   }
   h.adamw->set_lr(config.lr);
   h.adamw->set_step_count(step_);
@@ -102,11 +101,9 @@ GpuStepResult GpuGptModel::step_on_host(const AdamWConfig& config, float loss_sc
   ++step_;
   if (h.working.data() != h.master.data()) h.working.copy_from(h.master);  // round to 16 bits
   MIXPAR_CUDA_CHECK(cudaMemcpyAsync(params_flat_.data(), h.working.data(), params_flat_.nbytes(),
-                                    cudaMemcpyHostToDevice, s));
+                                    cudaMemcpyHostToDevice, stream_.get()));
   // The next forward reads the parameters on this stream; the host buffer is reused only by
   // the next step, after its own synchronisation.
-  result.stepped = true;
-  return result;
 }
 
 }  // namespace mixpar::cuda

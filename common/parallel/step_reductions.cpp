@@ -3,18 +3,17 @@
 #include <cmath>
 #include <utility>
 
+#include "comm/control.h"
+
 namespace mixpar {
 namespace {
 
-// One value all-reduced over `group`; f64 so sums of f64 inputs lose nothing.
-double all_reduce_one(Communicator& group, double v, DType dtype, ReduceOp op) {
-  Tensor t = Tensor::empty({1}, dtype, MemCategory::kCommBuffers);
-  if (dtype == DType::kF64)
-    t.data_as<double>()[0] = v;
-  else
-    t.data_as<float>()[0] = static_cast<float>(v);
-  group.all_reduce(t, op);
-  return dtype == DType::kF64 ? t.data_as<double>()[0] : t.data_as<float>()[0];
+// One value summed over `group`; f64 so sums of f64 inputs lose nothing.
+double all_reduce_sum(Communicator& group, double v) {
+  Tensor t = Tensor::empty({1}, DType::kF64, MemCategory::kCommBuffers);
+  t.data_as<double>()[0] = v;
+  group.all_reduce(t, ReduceOp::kSum);
+  return t.data_as<double>()[0];
 }
 
 }  // namespace
@@ -33,10 +32,9 @@ double StepReductions::loss(double local) {
   double mean = grid_->is_last_stage() ? local : 0.0;
   // Over dp x cp (the dp group when cp == 1): each cp rank's loss is its rows' mean.
   if (grid_->dp_cp().size() > 1) {
-    mean = all_reduce_one(grid_->dp_cp(), mean, DType::kF64, ReduceOp::kSum) /
-           grid_->dp_cp().size();
+    mean = all_reduce_sum(grid_->dp_cp(), mean) / grid_->dp_cp().size();
   }
-  if (grid_->pp().size() > 1) mean = all_reduce_one(grid_->pp(), mean, DType::kF64, ReduceOp::kSum);
+  if (grid_->pp().size() > 1) mean = all_reduce_sum(grid_->pp(), mean);
   timed("loss average", t0);
   return mean;
 }
@@ -44,8 +42,7 @@ double StepReductions::loss(double local) {
 bool StepReductions::found_inf(bool local) {
   if (grid_ == nullptr) return local;
   const double t0 = trace_now_us();
-  const bool any =
-      all_reduce_one(grid_->world(), local ? 1.0 : 0.0, DType::kF32, ReduceOp::kMax) != 0.0;
+  const bool any = any_true(grid_->world(), local);  // a boolean vote: one byte a rank
   timed("found-inf vote", t0);
   return any;
 }
@@ -53,7 +50,7 @@ bool StepReductions::found_inf(bool local) {
 double StepReductions::grad_norm(double local_sum_sq) {
   if (grid_ == nullptr) return std::sqrt(local_sum_sq);
   const double t0 = trace_now_us();
-  const double total = all_reduce_one(grid_->world(), local_sum_sq, DType::kF64, ReduceOp::kSum);
+  const double total = all_reduce_sum(grid_->world(), local_sum_sq);
   timed("grad-norm sum", t0);
   return std::sqrt(total);
 }

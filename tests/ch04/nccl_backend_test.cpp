@@ -3,8 +3,10 @@
 // are threads here, one GPU each, bootstrapped through the local backend or a file.
 #include <gtest/gtest.h>
 
+#include <cstddef>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "comm/local_backend.h"
 #include "comm_local_test_util.h"
@@ -80,6 +82,14 @@ TEST(Nccl, OneRankRunsEveryCollectiveAndSplitOnOneGpu) {
   // A wrong size is refused before anything is enqueued.
   Tensor small = Tensor::empty({3}, DType::kF32, MemCategory::kOther, Device::kCUDA);
   EXPECT_THROW(c->reduce_scatter(d, small), std::invalid_argument);
+  // The control collectives take host bytes and stage them through the device.
+  EXPECT_TRUE(c->all_reduce_or(true));
+  EXPECT_FALSE(c->all_reduce_or(false));
+  std::vector<std::byte> bytes(256), gathered(256);
+  for (int b = 0; b < 256; ++b) bytes[std::size_t(b)] = std::byte(b);
+  c->broadcast_bytes(bytes, 0);
+  c->all_gather_bytes(bytes, gathered);
+  EXPECT_EQ(gathered, bytes);
 }
 
 TEST(Nccl, TwoGpusMatchTheLocalBackend) {
@@ -110,6 +120,13 @@ TEST(Nccl, TwoGpusMatchTheLocalBackend) {
     Tensor got = Tensor::empty({5}, DType::kF32, MemCategory::kOther, Device::kCUDA);
     c->sendrecv(out, 1 - local.rank(), got, 1 - local.rank());
     EXPECT_EQ(c->traffic().totals("sendrecv").bytes_sent, 20u);
+    // The control collectives agree with the local backend's.
+    for (int yes : {-1, 0, 1}) {
+      EXPECT_EQ(c->all_reduce_or(local.rank() == yes), local.all_reduce_or(local.rank() == yes));
+    }
+    std::vector<std::byte> text(3, std::byte(local.rank() == 1 ? 0xab : 0));
+    c->broadcast_bytes(text, 1);
+    EXPECT_EQ(text, std::vector<std::byte>(3, std::byte{0xab}));
     c->barrier();
   });
 }

@@ -292,6 +292,11 @@ class ReceiveThenAdd final : public Communicator {
     c_.reduce_scatter(in, out, op);
   }
   void all_gather(const Tensor& in, Tensor& out) override { c_.all_gather(in, out); }
+  bool all_reduce_or(bool flag) override { return c_.all_reduce_or(flag); }
+  void broadcast_bytes(std::span<std::byte> b, int root) override { c_.broadcast_bytes(b, root); }
+  void all_gather_bytes(std::span<const std::byte> in, std::span<std::byte> out) override {
+    c_.all_gather_bytes(in, out);
+  }
   std::unique_ptr<Communicator> split(int color, int key) override {
     return c_.split(color, key);
   }

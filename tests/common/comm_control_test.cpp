@@ -1,8 +1,10 @@
-// The typed control messages of comm/control.h on the local backend (the MPI backend runs the
-// same cases in tests/ch04/mpi): 64-bit values compared and gathered in all their bits,
-// yes/no votes, and texts from one rank or from every rank.
+// The typed control messages of comm/control.h and the control collectives under them on the
+// local backend (the MPI backend runs the same cases in tests/ch04/mpi): 64-bit values compared
+// and gathered in all their bits, yes/no votes, flags and texts from one rank or from every
+// rank, each carried as bytes and charged as bytes.
 #include <gtest/gtest.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -10,6 +12,7 @@
 
 #include "comm/control.h"
 #include "comm/local_backend.h"
+#include "comm_local_test_util.h"
 
 namespace mixpar {
 namespace {
@@ -55,6 +58,80 @@ TEST(ControlMessages, AllTrueIsFalseWhenAnyRankSaysNo) {
       EXPECT_EQ(all_true(comm, comm.rank() != no), no < 0) << "rank " << no << " says no";
     });
   }
+}
+
+// The vote is a boolean collective: one all_reduce_or, charged as the ring's all-reduce of one
+// byte, and no float all_reduce at all.
+TEST(ControlMessages, AnyTrueIsOneByteOrOnEveryRankWhicheverRankSaysYes) {
+  for (int yes : {-1, 0, 2, 4}) {
+    run_local(5, [&](Communicator& comm) {
+      EXPECT_EQ(any_true(comm, comm.rank() == yes), yes >= 0) << "rank " << yes << " says yes";
+      const TrafficTotals t = comm.traffic().totals("all_reduce_or");
+      const TrafficTotals want = all_reduce_traffic(1, std::size_t{1}, 5, comm.rank());
+      EXPECT_EQ(t.calls, 1);
+      EXPECT_EQ(t.bytes_sent, want.bytes_sent);
+      EXPECT_EQ(t.bytes_received, want.bytes_received);
+      EXPECT_EQ(comm.traffic().totals("all_reduce").calls, 0);
+    });
+  }
+}
+
+TEST(ControlMessages, BroadcastFlagCarriesTheRootsFlagAsOneByte) {
+  run_local(3, [](Communicator& comm) {
+    EXPECT_TRUE(broadcast_flag(comm, 1, comm.rank() == 1));
+    EXPECT_FALSE(broadcast_flag(comm, 2, comm.rank() != 2));
+    const TrafficTotals t = comm.traffic().totals("broadcast_bytes");
+    EXPECT_EQ(t.calls, 2);
+    EXPECT_EQ(t.bytes_sent + t.bytes_received, 2u) << "one byte each call, sent or received";
+  });
+}
+
+// Every byte value, NUL and 0xff included, arrives as it was sent, and a text costs its length
+// in bytes (plus the 8-byte length), not four bytes a character.
+TEST(ControlMessages, BytesAndTextsTravelAsTheirOwnBytes) {
+  std::string every_byte;
+  for (int b = 0; b < 256; ++b) every_byte.push_back(static_cast<char>(b));
+  run_local(3, [&](Communicator& comm) {
+    EXPECT_EQ(broadcast_text(comm, 2, comm.rank() == 2 ? every_byte : "ignored"), every_byte);
+    const TrafficTotals t = comm.traffic().totals("broadcast_bytes");
+    EXPECT_EQ(t.bytes_sent, comm.rank() == 2 ? 8u + 256u : 0u);
+    EXPECT_EQ(t.bytes_received, comm.rank() == 2 ? 0u : 8u + 256u);
+    EXPECT_EQ(comm.traffic().totals("broadcast").calls, 0);
+  });
+}
+
+TEST(ControlCollectives, AllGatherBytesPutsEachRanksBlockInRankOrder) {
+  run_local(4, [](Communicator& comm) {
+    const std::byte mine[3] = {std::byte(comm.rank()), std::byte{0xff}, std::byte{0}};
+    std::vector<std::byte> all(12);
+    comm.all_gather_bytes(mine, all);
+    for (int r = 0; r < 4; ++r) {
+      EXPECT_EQ(all[3 * std::size_t(r)], std::byte(r));
+      EXPECT_EQ(all[3 * std::size_t(r) + 1], std::byte{0xff});
+      EXPECT_EQ(all[3 * std::size_t(r) + 2], std::byte{0});
+    }
+    EXPECT_EQ(comm.traffic().totals("all_gather_bytes").bytes_sent, 9u);  // (N-1)/N of 12
+    std::vector<std::byte> wrong(5);
+    EXPECT_THROW(comm.all_gather_bytes(mine, wrong), std::invalid_argument);
+  });
+}
+
+// The local backend checks the control collectives as it checks the others: a different byte
+// count, or another collective, is a CommError naming both ranks' calls.
+TEST(ControlCollectives, MismatchedByteCountsOrCallsNameBothRanks) {
+  using comm_testing::run_expecting_comm_error;
+  const comm_testing::CommFailure f = run_expecting_comm_error(2, [](Communicator& c) {
+    std::vector<std::byte> b(c.rank() == 0 ? 3 : 4);
+    c.broadcast_bytes(b, 0);
+  });
+  EXPECT_CONTAINS(f.thrown, "rank 0 broadcast_bytes(3 bytes, root 0)");
+  EXPECT_CONTAINS(f.thrown, "rank 1 broadcast_bytes(4 bytes, root 0)");
+  const comm_testing::CommFailure g = run_expecting_comm_error(2, [](Communicator& c) {
+    if (c.rank() == 0) c.all_reduce_or(true);
+    else c.barrier();
+  });
+  EXPECT_CONTAINS(g.thrown, "rank 0 all_reduce_or(1 flag)");
+  EXPECT_CONTAINS(g.thrown, "rank 1 barrier()");
 }
 
 TEST(ControlMessages, TextsArriveWholeInRankOrderAndLongOnesAreCut) {

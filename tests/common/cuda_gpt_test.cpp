@@ -1,7 +1,8 @@
 // GpuGptModel against GptModel: parameters round-trip bit for bit, forward and backward agree
 // in f32 and bf16 (both attention paths, epilogues on and off), gradients accumulate and repeat
-// exactly, the step is the CPU's AdamW on the same gradients, an inf skips it. Small model:
-// 2 layers, 2 heads of 64, vocabulary 300 (384 padded on the device), T 33.
+// exactly (the step, chapter 3's fused_step over this engine, is tested in
+// tests/ch03/cuda_fused_step_test.cpp). Small model: 2 layers, 2 heads of 64, vocabulary 300
+// (384 padded on the device), T 33.
 #include <gtest/gtest.h>
 
 #include "gpu.h"
@@ -16,9 +17,7 @@
 
 #include "cuda/gpt_gpu.h"
 #include "cuda_test_util.h"
-#include "ops/elementwise.h"
 #include "optim/adamw.h"
-#include "optim/clip.h"
 #include "util/errors.h"
 
 namespace mixpar::cuda {
@@ -237,70 +236,6 @@ TEST(CudaGpt, AccumulatedGradientsAreTheSumAndRunsAreReproducible) {
   expect_grads_close(gpu, cpu, 1e-4, 1e-3, 1e-3, "accumulated vs CPU");
 }
 
-// The GPU step against the CPU's AdamW (two groups: decay and none) fed the GPU's own
-// gradients, unscaled and clipped with FP32 multiplies as LossScaler and clip_grad_norm do.
-TEST(CudaGpt, StepIsTheCpuAdamWOnTheSameGradients) {
-  SKIP_WITHOUT_GPU();
-  const std::vector<std::int32_t> tokens = ids(7), targets = ids(8);
-  for (DType dt : {DType::kF32, DType::kBF16}) {
-    const GptModel start = cpu_model(DType::kF32, 10);
-    GpuGptModel gpu(small_config(), gpu_options(dt, GpuAttention::kMaterialized, true));
-    gpu.upload_from(start);
-    gpu.forward(tokens, targets, kB, kT);
-    const float loss_scale = 256.0f;
-    gpu.backward(loss_scale);
-    std::vector<Tensor> grads, decay_p, decay_g, plain_p, plain_g;
-    for (const GpuParam& p : gpu.params())
-      grads.push_back(gpu.grad_to_host(p.name).to(DType::kF32));
-    AdamWConfig cfg;
-    cfg.lr = 1e-3;
-    cfg.weight_decay = 0.1;
-    const GpuStepResult r = gpu.step(cfg, loss_scale, /*max_norm=*/0.5);
-    ASSERT_TRUE(r.stepped);
-    const float inv_scale = static_cast<float>(1.0 / loss_scale);
-    for (Tensor& g : grads) ops::scale(g, inv_scale);
-    EXPECT_NEAR(r.grad_norm, global_grad_norm(grads), 1e-5 * r.grad_norm) << dtype_name(dt);
-    const double coef = clip_coefficient(r.grad_norm, 0.5);
-    ASSERT_LT(coef, 1.0) << "the test means to clip";
-    std::size_t i = 0;
-    std::vector<Tensor> expected;
-    for (const GpuParam& p : gpu.params()) {
-      Tensor g = grads[i++];
-      ops::scale(g, coef);
-      expected.push_back(start.param(p.name).clone());
-      (p.weight_decay ? decay_p : plain_p).push_back(expected.back());
-      (p.weight_decay ? decay_g : plain_g).push_back(g);
-    }
-    AdamWConfig no_decay = cfg;
-    no_decay.weight_decay = 0.0;
-    AdamW(decay_p, cfg).step(decay_g);
-    AdamW(plain_p, no_decay).step(plain_g);
-    i = 0;
-    for (const GpuParam& p : gpu.params()) {
-      EXPECT_TRUE(all_close(gpu.param_to_host(p.name).to_floats(),
-                            expected[i++].to(dt).to_floats(), kExact,
-                            std::string(dtype_name(dt)) + " " + p.name));
-    }
-    EXPECT_EQ(gpu.step_count(), 1);
-  }
-}
-
-TEST(CudaGpt, AnInfGradientSkipsTheStep) {
-  SKIP_WITHOUT_GPU();
-  GpuGptModel gpu(small_config(), gpu_options(DType::kF16, GpuAttention::kMaterialized, true));
-  gpu.initialize(11);
-  const std::vector<std::int32_t> tokens = ids(9), targets = ids(10);
-  gpu.forward(tokens, targets, kB, kT);
-  gpu.backward(1e9f);  // 1e9 / (B T) on the target logits overflows FP16 (max 65504)
-  const Tensor before = gpu.param_to_host("h.0.mlp.c_fc.weight");
-  const GpuStepResult r = gpu.step(AdamWConfig{}, 1e9f);
-  EXPECT_TRUE(r.found_inf);
-  EXPECT_FALSE(r.stepped);
-  EXPECT_EQ(gpu.step_count(), 0);
-  const Tensor after = gpu.param_to_host("h.0.mlp.c_fc.weight");
-  EXPECT_EQ(std::memcmp(before.data(), after.data(), before.nbytes()), 0);
-}
-
 TEST(CudaGpt, DeviceMemoryIsOnTheLedger) {
   SKIP_WITHOUT_GPU();
   MemoryLedger ledger;
@@ -316,7 +251,7 @@ TEST(CudaGpt, DeviceMemoryIsOnTheLedger) {
     gpu.forward(ids(11), ids(12), kB, kT);
     EXPECT_GT(ledger.live(MemCategory::kActivations, Device::kCUDA), 0u);
     gpu.backward();
-    gpu.step(AdamWConfig{});
+    gpu.adamw_step(AdamWConfig{}, 1.0f, 1.0);  // the moments are made at the first step
     EXPECT_EQ(ledger.live(MemCategory::kOptimizerState, Device::kCUDA), 4 * params);
   }
   EXPECT_EQ(ledger.live_total(Device::kCUDA), 0u);

@@ -147,6 +147,23 @@ TEST(StepReductions, EachReductionGoesOverItsGroupAndReachesEveryRank) {
   });
 }
 
+// One rank's overflow skips every rank's step: on a 2 x 2 x 2 grid, whichever rank alone has
+// an inf, all eight vote "found", through one boolean collective over the world (a byte a
+// rank), never a float all-reduce.
+TEST(StepReductions, FoundInfVoteAgreesOnEveryRankWhicheverRankHasAnInf) {
+  for (int inf_rank = -1; inf_rank < 8; ++inf_rank) {
+    run_local(8, [&](Communicator& world) {
+      const ParallelGrid grid(world, GridShape{2, 2, 2});
+      StepReductions red(&grid);
+      const std::int64_t reduces_before = world.traffic().totals("all_reduce").calls;
+      EXPECT_EQ(red.found_inf(world.rank() == inf_rank), inf_rank >= 0)
+          << "rank " << world.rank() << ", inf on rank " << inf_rank;
+      EXPECT_EQ(world.traffic().totals("all_reduce_or").calls, 1);
+      EXPECT_EQ(world.traffic().totals("all_reduce").calls, reduces_before);
+    });
+  }
+}
+
 TEST(StepReductions, WithoutAGridNothingIsSentAndTheNormIsTheLocalOne) {
   StepReductions red;
   EXPECT_EQ(red.loss(1.5), 1.5);

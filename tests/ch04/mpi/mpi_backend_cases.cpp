@@ -55,6 +55,43 @@ TEST(MpiBackend, TypedControlMessagesCarryEvery64BitsVotesAndTexts) {
   ASSERT_EQ(texts.size(), static_cast<std::size_t>(n));
   for (int k = 0; k < n; ++k) EXPECT_EQ(texts[std::size_t(k)], "process " + std::to_string(k));
   EXPECT_EQ(lowest_rank_where(c, r == n - 1), n - 1);
+  EXPECT_TRUE(any_true(c, r == n - 1));
+  EXPECT_FALSE(any_true(c, false));
+  EXPECT_TRUE(broadcast_flag(c, n - 1, r == n - 1));
+}
+
+// The control collectives across processes: a flag ORed as one MPI_CXX_BOOL, every byte value
+// broadcast and gathered unchanged, charged as bytes (the local backend's accounting), and a
+// disagreement on the byte count reported on every rank.
+TEST(MpiBackend, ControlCollectivesMoveFlagsAndBytesAsBytes) {
+  MpiCommunicator c(MPI_COMM_WORLD, fast_options());
+  const int r = c.rank(), n = c.size();
+  for (int yes = -1; yes < n; ++yes) EXPECT_EQ(c.all_reduce_or(r == yes), yes >= 0);
+  const TrafficTotals want = all_reduce_traffic(1, std::size_t{1}, n, r);
+  EXPECT_EQ(c.traffic().totals("all_reduce_or").bytes_sent, std::size_t(n + 1) * want.bytes_sent);
+  std::vector<std::byte> every(256);
+  for (int b = 0; b < 256; ++b) every[std::size_t(b)] = std::byte(r == 0 ? b : 7);
+  c.broadcast_bytes(every, 0);
+  for (int b = 0; b < 256; ++b) EXPECT_EQ(every[std::size_t(b)], std::byte(b));
+  EXPECT_EQ(c.traffic().totals("broadcast_bytes").bytes_received, r == 0 ? 0u : 256u);
+  const std::byte mine[2] = {std::byte(r), std::byte{0xff}};
+  std::vector<std::byte> all(2 * std::size_t(n));
+  c.all_gather_bytes(mine, all);
+  for (int k = 0; k < n; ++k) {
+    EXPECT_EQ(all[2 * std::size_t(k)], std::byte(k));
+    EXPECT_EQ(all[2 * std::size_t(k) + 1], std::byte{0xff});
+  }
+  EXPECT_EQ(c.traffic().totals("all_gather_bytes").bytes_sent, 2u * std::size_t(n - 1));
+  if (n > 1) {
+    std::vector<std::byte> odd(r == n - 1 ? 5 : 4);
+    try {
+      c.broadcast_bytes(odd, 0);
+      ADD_FAILURE() << "a byte-count mismatch went unseen";
+    } catch (const CommError& e) {
+      EXPECT_NE(std::string(e.what()).find("broadcast_bytes(5 bytes, root 0)"), std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 TEST(MpiBackend, RankOrderAllReduceIsBitIdenticalToTheSerialDefinition) {

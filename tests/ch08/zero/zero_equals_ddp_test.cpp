@@ -46,6 +46,7 @@ struct RankRun {
   std::vector<unsigned char> weights;  // the working copy after the last step
   std::vector<std::size_t> mem;        // by ledger category
   std::size_t reduce_scatter_bytes = 0, all_gather_bytes = 0, all_reduce_bytes = 0;
+  std::size_t control_gather_bytes = 0;  // all_gather_bytes: the replica check's hashes
   std::vector<std::vector<float>> masters;  // the FP32 tensors this rank's optimizer steps
   // ZeRO: this rank's pieces and, ZeRO-3, its shard of the working copy at each piece.
   std::vector<ch05::ShardPiece> pieces;
@@ -88,6 +89,7 @@ std::vector<RankRun> run(const TrainerConfig& c) {
     const TrafficRecorder& tr = t.grid()->dp().traffic();
     r.reduce_scatter_bytes = tr.totals("reduce_scatter").bytes_sent;
     r.all_gather_bytes = tr.totals("all_gather").bytes_sent;
+    r.control_gather_bytes = tr.totals("all_gather_bytes").bytes_sent;
     r.all_reduce_bytes = tr.totals("all_reduce").bytes_sent;
     for (const Tensor& p : t.optimizer().stepped_params()) r.masters.push_back(p.to_floats());
     return r;
@@ -259,9 +261,11 @@ TEST(ZeroStage1, SendsTheGradientsAndTheParametersOnceEach) {
           // Gradients reduce-scattered in FP32 (chapter 4's staging), parameters all-gathered in
           // the working dtype: (N-1)/N of the padded buffer each, every step.
           EXPECT_EQ(z.reduce_scatter_bytes, steps * padded / std::size_t(n) * (n - 1) * 4);
-          // Plus the replica check at the start: one 8-byte hash to each other rank.
+          // And the replica check at the start, a control message: one 8-byte hash to each
+          // other rank.
           EXPECT_EQ(z.all_gather_bytes,
-                    steps * padded / std::size_t(n) * (n - 1) * dtype_size(dtype) + 8 * (n - 1));
+                    steps * padded / std::size_t(n) * (n - 1) * dtype_size(dtype));
+          EXPECT_EQ(z.control_gather_bytes, 8 * std::size_t(n - 1));
           EXPECT_LT(padded - reg.numel(), part.buckets().size() * std::size_t(n));
         }
       }
@@ -406,7 +410,8 @@ TEST(ZeroStage3, EachRankHoldsItsShardOfEverythingAndTheBlocksInFlight) {
 // at every micro-batch: the forward gathers every unit (the tied wte and wpe twice: for the
 // embedding and for the head), the backward every unit but the embedding (its backward reads
 // no weight): (N-1)/N e (2P' + W') per micro-batch, W' the wte-and-wpe unit. Nothing is
-// all-gathered after the step (over dp only the replica check's 8-byte hash at the start).
+// all-gathered after the step (over dp only the replica check's 8-byte hash at the start, a
+// control message: all_gather_bytes).
 TEST(ZeroStage3, SendsTheParametersTwiceAMicroBatchAndTheGradientsOnce) {
   for (DType dtype : {DType::kF32, DType::kBF16}) {
     for (int n : {2, 4}) {
@@ -423,7 +428,8 @@ TEST(ZeroStage3, SendsTheParametersTwiceAMicroBatchAndTheGradientsOnce) {
         EXPECT_EQ(z.reduce_scatter_bytes, steps * padded / nn * k * 4);
         EXPECT_EQ(z.param_gather_bytes,
                   steps * m * (2 * padded + w) / nn * k * dtype_size(dtype));
-        EXPECT_EQ(z.all_gather_bytes, 8 * k);
+        EXPECT_EQ(z.all_gather_bytes, 0u);
+        EXPECT_EQ(z.control_gather_bytes, 8 * k);
       }
     }
   }
