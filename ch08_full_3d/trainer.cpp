@@ -253,6 +253,42 @@ GroupBytes Trainer::group_bytes_so_far() const {
 
 std::uint64_t Trainer::bytes_sent_so_far() const { return group_bytes_so_far().total(); }
 
+namespace {
+
+// A rank's metrics as one row of f64 fields (exact below 2^53 bytes), for one all-gather:
+// the device side, then the host side's when the optimizer is offloaded (every rank's config
+// says so alike).
+constexpr std::int64_t kDeviceFields = kNumMemCategories + 2;
+std::int64_t metric_fields(bool host) {
+  return kDeviceFields + (host ? kNumMemCategories + 1 : 0);
+}
+
+void pack_metrics(const RankMetrics& m, bool host, double* r) {
+  for (int c = 0; c < kNumMemCategories; ++c) r[c] = static_cast<double>(m.mem[std::size_t(c)]);
+  r[kNumMemCategories] = static_cast<double>(m.mem_peak);
+  r[kNumMemCategories + 1] = static_cast<double>(m.comm_bytes_sent);
+  if (!host) return;
+  for (int c = 0; c < kNumMemCategories; ++c) {
+    r[kDeviceFields + c] = static_cast<double>(m.host_mem[std::size_t(c)]);
+  }
+  r[kDeviceFields + kNumMemCategories] = static_cast<double>(m.host_mem_peak);
+}
+
+RankMetrics unpack_metrics(const double* f, bool host) {
+  RankMetrics m;
+  for (int c = 0; c < kNumMemCategories; ++c) m.mem[std::size_t(c)] = static_cast<std::size_t>(f[c]);
+  m.mem_peak = static_cast<std::size_t>(f[kNumMemCategories]);
+  m.comm_bytes_sent = static_cast<std::uint64_t>(f[kNumMemCategories + 1]);
+  if (!host) return m;
+  for (int c = 0; c < kNumMemCategories; ++c) {
+    m.host_mem[std::size_t(c)] = static_cast<std::size_t>(f[kDeviceFields + c]);
+  }
+  m.host_mem_peak = static_cast<std::size_t>(f[kDeviceFields + kNumMemCategories]);
+  return m;
+}
+
+}  // namespace
+
 std::vector<RankMetrics> Trainer::gather_rank_metrics() {
   RankMetrics mine;
   const MemoryLedger& ledger = current_ledger();
@@ -264,42 +300,16 @@ std::vector<RankMetrics> Trainer::gather_rank_metrics() {
   mine.host_mem_peak = ledger.host_peak_total();
   mine.comm_bytes_sent = step_bytes_sent_;
   if (!grid_) return {mine};
-  // Every field as an f64 element (exact below 2^53 bytes), gathered over the world; the host
-  // side's too when the optimizer is offloaded (every rank's config says so alike).
-  constexpr std::int64_t kDeviceFields = kNumMemCategories + 2;
-  const std::int64_t fields =
-      kDeviceFields + (config_.offload_optimizer ? kNumMemCategories + 1 : 0);
+  const bool host = config_.offload_optimizer;
+  const std::int64_t fields = metric_fields(host);
   Tensor row = Tensor::empty({fields}, DType::kF64, MemCategory::kCommBuffers);
-  auto* r = row.data_as<double>();
-  for (int c = 0; c < kNumMemCategories; ++c) r[c] = static_cast<double>(mine.mem[std::size_t(c)]);
-  r[kNumMemCategories] = static_cast<double>(mine.mem_peak);
-  r[kNumMemCategories + 1] = static_cast<double>(mine.comm_bytes_sent);
-  if (config_.offload_optimizer) {
-    for (int c = 0; c < kNumMemCategories; ++c) {
-      r[kDeviceFields + c] = static_cast<double>(mine.host_mem[std::size_t(c)]);
-    }
-    r[kDeviceFields + kNumMemCategories] = static_cast<double>(mine.host_mem_peak);
-  }
+  pack_metrics(mine, host, row.data_as<double>());
   const int n = grid_->world().size();
   Tensor all = Tensor::empty({n * fields}, DType::kF64, MemCategory::kCommBuffers);
   grid_->world().all_gather(row, all);
-  std::vector<RankMetrics> out(static_cast<std::size_t>(n));
+  std::vector<RankMetrics> out;
   const auto* a = all.data_as<double>();
-  for (int k = 0; k < n; ++k) {
-    const double* f = a + k * fields;
-    for (int c = 0; c < kNumMemCategories; ++c) {
-      out[std::size_t(k)].mem[std::size_t(c)] = static_cast<std::size_t>(f[c]);
-    }
-    out[std::size_t(k)].mem_peak = static_cast<std::size_t>(f[kNumMemCategories]);
-    out[std::size_t(k)].comm_bytes_sent = static_cast<std::uint64_t>(f[kNumMemCategories + 1]);
-    if (config_.offload_optimizer) {
-      for (int c = 0; c < kNumMemCategories; ++c) {
-        out[std::size_t(k)].host_mem[std::size_t(c)] = static_cast<std::size_t>(f[kDeviceFields + c]);
-      }
-      out[std::size_t(k)].host_mem_peak =
-          static_cast<std::size_t>(f[kDeviceFields + kNumMemCategories]);
-    }
-  }
+  for (int k = 0; k < n; ++k) out.push_back(unpack_metrics(a + k * fields, host));
   return out;
 }
 

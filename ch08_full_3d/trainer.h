@@ -1,10 +1,13 @@
 // The trainer: a GptModel (this rank's stage) in the working dtype, chapter 3's mixed-precision
-// AdamW (FP32 masters, chapter 2's loss scaler for fp16), the token loader and the LR schedule.
-// Given a world communicator it is one rank of a dp x tp x pp grid (common/comm/parallel_grid.h)
-// and composes the seams of common/parallel: a GradSync over the dp group (chapter 4's bucketed
-// all-reduce or chapter 5's ZeRO), the per-step reductions (loss, found-inf, the count-once
-// gradient norm) and a Schedule that runs the step's micro-batches (SingleStage or chapter 7's
-// pipeline), each chosen by strategy_factory.h and asked, never cast. One call of train_step() is one optimizer step over grad_accum micro-batches.
+// AdamW (FP32 masters, chapter 2's loss scaler for fp16, chapter 3's FP8 GEMMs for fp8), the
+// token loader and the LR schedule. Given a world communicator it is one rank of a mesh of
+// named dimensions, [pp, dp, cp, tp] (common/comm/device_mesh.h; its communicators:
+// parallel_grid.h), and composes the strategies of common/parallel: a GradSync over the
+// gradient group (chapter 4's bucketed all-reduce or chapter 5's ZeRO, under chapter 6's cp
+// rule when cp > 1), the per-step reductions (loss, found-inf, the count-once gradient norm)
+// and a Schedule that runs the step's micro-batches (SingleStage or chapter 7's pipeline),
+// each chosen by strategy_factory.h and asked, never cast. One call of train_step() is one
+// optimizer step over grad_accum micro-batches.
 // Checkpoints hold everything that changes while training, so a resumed run continues bit for
 // bit.
 #pragma once
