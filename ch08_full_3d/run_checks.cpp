@@ -158,10 +158,17 @@ void check_step_fits_the_data(const TrainerConfig& c, const TrainingData& data) 
   const std::int64_t window = c.dp * c.batch * c.seq;
   const std::int64_t windows = window > 0 ? (tokens - 1) / window : 0;
   if (windows > 0 && c.grad_accum > windows) {
-    throw InputError("--grad-accum " + std::to_string(c.grad_accum) + ": one optimizer step would read " +
-                     std::to_string(c.grad_accum) + " windows of dp x B x T = " +
-                     std::to_string(window) + " tokens, more than the " + std::to_string(windows) +
-                     " the data holds (" + data.description + "); lower --grad-accum or --batch");
+    // Named by the flag the user gave: --global-batch sets the micro-batches itself.
+    const std::string flag = c.global_batch > 0
+                                 ? "--global-batch " + std::to_string(c.global_batch) +
+                                       " (--batch x --dp x " + std::to_string(c.grad_accum) +
+                                       " micro-batches)"
+                                 : "--grad-accum " + std::to_string(c.grad_accum);
+    throw InputError(flag + ": one optimizer step would read " + std::to_string(c.grad_accum) +
+                     " windows of dp x B x T = " + std::to_string(window) +
+                     " tokens, more than the " + std::to_string(windows) + " the data holds (" +
+                     data.description + "); lower " +
+                     (c.global_batch > 0 ? "--global-batch" : "--grad-accum or --batch"));
   }
 }
 

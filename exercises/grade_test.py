@@ -159,6 +159,10 @@ def main():
                 ("a missing student tree", RUBRIC, ["--missing-tree"], "no such directory"),
                 ("an unknown hidden-test folder", RUBRIC, ["--hidden-typo"], "is not an exercise of the rubric"),
                 ("an unknown flag", RUBRIC, ["--bogus"], "unrecognized arguments"),
+                # The rule of every mixpar tool: a flag missing its value does not take the
+                # next flag as its value.
+                ("a flag missing its value", RUBRIC, ["--hidden-tests", "--bogus"],
+                 "--hidden-tests: expected one argument"),
             ]
             for what, rubric, extra, message in cases:
                 with open(os.path.join(tmp, "rubric.tsv"), "w") as f:
