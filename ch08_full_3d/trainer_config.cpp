@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <limits>
 
+#include "ch02_loss_scaling/loss_scaler.h"
 #include "ch04_ddp/ring_allreduce.h"
 #include "ch07_pipeline/pipeline_schedule.h"
 #include "model/gpt_hf.h"
@@ -517,7 +518,13 @@ void validate_single(const TrainerConfig& c) {
   check_range(c.beta2 >= 0 && c.beta2 < 1, "--beta2 must be in [0, 1)");
   // An infinite epsilon turns every Adam update into zero: a run that trains nothing.
   check_range(c.eps > 0 && std::isfinite(c.eps), "--eps must be positive and finite");
-  check_range(c.loss_scale > 0 && c.loss_scale <= 3.0e38, "--loss-scale must be a positive float");
+  // FP32 holds the scale, and unscaling multiplies by its FP32 inverse: both must be finite
+  // (below about 2.9e-39 the inverse is infinite and zeros unscale to NaN).
+  check_range(c.loss_scale > 0 && c.loss_scale <= 3.0e38 &&
+                  ch02::has_finite_inverse(static_cast<float>(c.loss_scale)),
+              "--loss-scale " + num(c.loss_scale) + " is outside [" +
+                  num(static_cast<double>(ch02::min_loss_scale())) +
+                  ", 3e38]: the scale and its inverse must be finite FP32 values");
   check_range(c.grad_clip >= 0 && !std::isnan(c.grad_clip), "--grad-clip must be >= 0 (0 = off)");
   check_range(c.temperature >= 0 && std::isfinite(c.temperature), "--temperature must be >= 0");
   check_range(c.steps >= 1 || !c.init_from.empty() || c.resume,

@@ -4,6 +4,8 @@
 // a flag that does nothing); the table keeps them refused.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -61,6 +63,46 @@ TEST(HostileInput, WholeNumbersAreExactAndErrorsNameTheFlagsGiven) {
       {"--seed 1.00000000000000001", "--seed: '1.00000000000000001' is not a whole number"},
       {"--lr 9007199254740993", "--lr: '9007199254740993' is not exactly a double"},
   });
+}
+
+// fp16's loss scale lives in FP32 and unscaling multiplies by its FP32 inverse: below about
+// 2.9e-39 that inverse is infinite (1e-39 trained NaN weights and exited 0), 1e-320 is 0.
+TEST(HostileInput, ALossScaleWithoutAFiniteInverseIsRefused) {
+  expect_all_refused({
+      {"--dtype fp16 --loss-scale 1e-39 --save m", "--loss-scale 1e-39 is outside [2.93874e-39, 3e38]"},
+      {"--dtype fp16 --loss-scale 1e-320", "the scale and its inverse must be finite FP32 values"},
+      {"--dtype fp16 --loss-scale 2.9e-39", "--loss-scale 2.9e-39 is outside"},
+      {"--dtype fp16 --loss-scale 1e39", "--loss-scale 1e+39 is outside"},
+  });
+}
+
+// Weights that went non-finite are never written: fp16's working copy of weights blown past
+// 65504 skips every step, and the run used to checkpoint and --save them with exit 0. It halts
+// (exit 3, one line) before writing either.
+TEST(HostileInput, NonFiniteWeightsAreNeverCheckpointedNorSaved) {
+  TempDir d;
+  const test::CliRun r =
+      train_gpt(d, kTiny + "--dtype fp16 --lr 1e20 --weight-decay 0 --warmup 0 --steps 4 --save " +
+                       d.file("m") + " --checkpoint-dir " + d.file("ck"));
+  EXPECT_EQ(r.code, 3) << r.err;
+  EXPECT_TRUE(r.err.starts_with("train_gpt: halted: step 4: the weights are not finite, so the "
+                                "final checkpoint is not written"))
+      << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(d.file("m")));
+  EXPECT_FALSE(std::filesystem::exists(d.file("ck") + "/latest"));
+  // Without a checkpoint directory the --save is what is not written.
+  const test::CliRun s = train_gpt(
+      d, kTiny + "--dtype fp16 --lr 1e20 --weight-decay 0 --warmup 0 --steps 3 --save " + d.file("m"));
+  EXPECT_EQ(s.code, 3) << s.err;
+  EXPECT_NE(s.err.find("so --save " + d.file("m") + " is not written"), std::string::npos) << s.err;
+  EXPECT_FALSE(std::filesystem::exists(d.file("m") + "/model.safetensors"));
+  // Two ranks agree and halt alike.
+  const test::CliRun p = train_gpt(d, kTiny + "--ranks 2 --dtype fp16 --lr 1e20 --weight-decay 0 "
+                                              "--warmup 0 --steps 3 --checkpoint-dir " +
+                                              d.file("ck2"));
+  EXPECT_EQ(p.code, 3) << p.err;
+  EXPECT_NE(p.err.find("the weights of rank 0 are not finite"), std::string::npos) << p.err;
 }
 
 }  // namespace
