@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <string>
 
+#include "io/atomic_file.h"
 #include "util/checked_math.h"
 #include "util/errors.h"
 
@@ -31,11 +32,21 @@ void probe_directory(const std::string& flag, const std::string& path, const fs:
   ::unlink(probe.c_str());
 }
 
+// A device node, FIFO or socket (or a link to one) is never replaced, --overwrite or not.
+void check_replaceable_output(const std::string& flag, const std::string& path) {
+  try {
+    check_replaceable(path);
+  } catch (const InputError& e) {
+    throw InputError(flag + " " + e.what());
+  }
+}
+
 // An output file: not a directory, its directory existing and writable.
 void check_output_file(const std::string& flag, const std::string& path) {
   if (path.empty()) return;
   std::error_code ec;
   if (fs::is_directory(path, ec)) throw InputError(flag + " " + path + " is a directory");
+  check_replaceable_output(flag, path);
   fs::path dir = fs::path(path).parent_path();
   if (dir.empty()) dir = ".";
   if (!fs::is_directory(dir, ec)) {
@@ -52,6 +63,10 @@ void check_output_dir(const std::string& flag, const std::string& path) {
   if (fs::exists(path, ec)) {
     if (!fs::is_directory(path, ec)) {
       throw InputError(flag + " " + path + " is a file, not a directory");
+    }
+    // A model directory's files are replaced as the files above are.
+    for (const char* name : {"config.json", "model.safetensors"}) {
+      check_replaceable_output(flag, (fs::path(path) / name).string());
     }
     probe_directory(flag, path, path);
     return;
@@ -93,8 +108,19 @@ void refuse_checkpoint_target(const std::string& flag, const std::string& path) 
 // when it holds anything.
 void refuse_existing(const std::string& flag, const std::string& path, bool overwrite) {
   std::error_code ec;
-  if (path.empty() || overwrite || !fs::exists(path, ec)) return;
+  if (path.empty() || !fs::exists(path, ec)) return;
   if (fs::is_directory(path, ec) && fs::is_empty(path, ec)) return;
+  if (overwrite) {
+    // --overwrite replaces what this project wrote: a model directory (config.json or
+    // model.safetensors in it), never files into any directory that happens to exist.
+    if (fs::is_directory(path, ec) && !fs::exists(fs::path(path) / "config.json", ec) &&
+        !fs::exists(fs::path(path) / "model.safetensors", ec)) {
+      throw InputError(flag + " " + path +
+                       " is a directory that holds no model (no config.json nor "
+                       "model.safetensors): --overwrite replaces a model directory only");
+    }
+    return;
+  }
   throw InputError(flag + " " + path + " exists: pass --overwrite to replace it, or choose another path");
 }
 

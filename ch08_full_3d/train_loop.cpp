@@ -252,8 +252,10 @@ struct RankRun {
 // last checkpoint written stays the run's last good state. Collective when comm is set.
 void halt_if_weights_not_finite(Trainer& t, Communicator* comm, const std::string& output) {
   bool bad = false;
+  // (ZeRO-3 keeps a unit's parameters released between its uses: those are the masters'.)
   for (const NamedTensor& p : t.model().parameters()) {
-    bad = bad || (p.tensor.numel() > 0 && ops::has_inf_or_nan(p.tensor));
+    bad = bad || (p.tensor.defined() && p.tensor.resident() && p.tensor.numel() > 0 &&
+                  ops::has_inf_or_nan(p.tensor));
   }
   // The single device's FP32 masters too (16-bit runs; under ZeRO they are shards).
   if (!t.distributed()) {

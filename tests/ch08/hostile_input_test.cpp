@@ -3,6 +3,8 @@
 // once accepted (a flag swallowing the next one, a seed rounded, a number that cannot train,
 // a flag that does nothing); the table keeps them refused.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -103,6 +105,31 @@ TEST(HostileInput, NonFiniteWeightsAreNeverCheckpointedNorSaved) {
                                               d.file("ck2"));
   EXPECT_EQ(p.code, 3) << p.err;
   EXPECT_NE(p.err.find("the weights of rank 0 are not finite"), std::string::npos) << p.err;
+}
+
+// --overwrite replaces regular files and model directories only: as root, --log-jsonl
+// /dev/full --overwrite turned the device node into a regular file, and a FIFO was replaced
+// the same way. Refused before any work, the node left as it was.
+TEST(HostileInput, OverwriteNeverReplacesADeviceAFifoOrAForeignDirectory) {
+  TempDir d;
+  ASSERT_EQ(::mkfifo(d.file("fifo").c_str(), 0600), 0);
+  ASSERT_EQ(::symlink("/dev/full", d.file("full").c_str()), 0);
+  std::filesystem::create_directories(d.file("home"));
+  test::write_bytes(d.file("home") + "/notes.txt", "mine");
+  expect_all_refused({
+      {"--log-jsonl /dev/full --overwrite", "--log-jsonl /dev/full is a character device, not a regular file"},
+      {"--log-jsonl " + d.file("fifo") + " --overwrite", "is a FIFO, not a regular file"},
+      {"--log-jsonl " + d.file("fifo"), "is a FIFO, not a regular file"},
+      {"--dump-logits " + d.file("full") + " --overwrite", "links to a character device"},
+      {"--ranks 2 --trace " + d.file("fifo") + " --overwrite", "--trace " + d.file("fifo") + " is a FIFO"},
+      {"--save " + d.file("home") + " --overwrite", "holds no model (no config.json nor model.safetensors)"},
+  });
+  struct stat st {};
+  ASSERT_EQ(::stat("/dev/full", &st), 0);
+  EXPECT_TRUE(S_ISCHR(st.st_mode));
+  ASSERT_EQ(::lstat(d.file("fifo").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode));
+  EXPECT_EQ(test::read_bytes(d.file("home") + "/notes.txt"), "mine");
 }
 
 }  // namespace
