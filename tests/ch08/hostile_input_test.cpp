@@ -132,5 +132,45 @@ TEST(HostileInput, OverwriteNeverReplacesADeviceAFifoOrAForeignDirectory) {
   EXPECT_EQ(test::read_bytes(d.file("home") + "/notes.txt"), "mine");
 }
 
+// One output plan per run: every path it writes, resolved, compared with every other and with
+// this run's own checkpoint and model directories. Each case used to exit 0 with one output
+// destroying another (the log becoming the 14-byte `latest`, --save replacing the only
+// checkpoint's model). Refused before any work: nothing is written.
+TEST(HostileInput, ARunsOutputsNeverCollideNorGoIntoItsOwnCheckpoint) {
+  TempDir d;
+  const std::string ck = d.file("ck"), x = d.file("x"), m = d.file("m");
+  expect_all_refused({
+      {"--checkpoint-dir " + ck + " --save " + ck + "/step-00000002",
+       "--save " + ck + "/step-00000002 lies inside --checkpoint-dir " + ck},
+      {"--checkpoint-dir " + ck + " --dump-logits " + ck + "/latest", "lies inside --checkpoint-dir"},
+      {"--checkpoint-dir " + ck + " --log-jsonl " + ck + "/latest",
+       "--log-jsonl " + ck + "/latest lies inside --checkpoint-dir"},
+      {"--ranks 2 --log-jsonl " + x + " --trace " + x, "--log-jsonl " + x + " and --trace " + x + " are the same path"},
+      {"--log-jsonl " + x + " --dump-logits " + d.file(".") + "/x", "are the same path (" + x + ")"},
+      {"--save " + m + " --dump-logits " + m + "/model.safetensors",
+       "--dump-logits " + m + "/model.safetensors lies inside --save " + m},
+      {"--checkpoint-dir " + m + " --save " + m, "are the same path"},
+      {"--checkpoint-dir " + m + " --save " + m + "/", "are the same path"},
+      {"--checkpoint-dir " + ck + " --save " + ck + "/../ck", "are the same path"},
+      {"--save " + m + " --checkpoint-dir " + m + "/ck", "--checkpoint-dir " + m + "/ck lies inside --save"},
+  });
+  EXPECT_FALSE(std::filesystem::exists(ck));
+  EXPECT_FALSE(std::filesystem::exists(x));
+  EXPECT_FALSE(std::filesystem::exists(m));
+  // Existing checkpoints, found through any spelling of the path: a new checkpoint directory in
+  // one's step directory, an output in it through a symbolic link.
+  ASSERT_EQ(train_gpt(d, kTiny + "--steps 2 --checkpoint-dir " + d.file("old")).code, 0);
+  const std::string step = d.file("old") + "/step-00000002";
+  ASSERT_EQ(::symlink(step.c_str(), d.file("link").c_str()), 0);
+  const std::string before = test::read_bytes(step + "/manifest.json");
+  expect_all_refused({
+      {"--checkpoint-dir " + step + "/sub", "lies inside the checkpoint directory " + step},
+      {"--save " + d.file("link") + "/m", "is inside the checkpoint directory " + step},
+      {"--log-jsonl " + d.file("link") + "/log.jsonl", "is inside the checkpoint directory"},
+  });
+  EXPECT_FALSE(std::filesystem::exists(step + "/sub"));
+  EXPECT_EQ(test::read_bytes(step + "/manifest.json"), before);
+}
+
 }  // namespace
 }  // namespace mixpar::ch08
