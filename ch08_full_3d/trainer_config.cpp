@@ -11,6 +11,7 @@
 #include "ch02_loss_scaling/loss_scaler.h"
 #include "ch04_ddp/ring_allreduce.h"
 #include "ch07_pipeline/pipeline_schedule.h"
+#include "comm/communicator.h"
 #include "model/gpt_hf.h"
 #include "report/format.h"
 #include "run_checks.h"
@@ -527,6 +528,13 @@ void validate_single(const TrainerConfig& c) {
                   ", 3e38]: the scale and its inverse must be finite FP32 values");
   check_range(c.grad_clip >= 0 && !std::isnan(c.grad_clip), "--grad-clip must be >= 0 (0 = off)");
   check_range(c.temperature >= 0 && std::isfinite(c.temperature), "--temperature must be >= 0");
+  // The watchdog's limit, range-checked for every backend (1e10 overflowed MPI's deadline).
+  if (c.comm_timeout > kMaxWatchdogSeconds) {
+    char given[32];
+    std::snprintf(given, sizeof given, "%.15g", c.comm_timeout);
+    throw InputError("--comm-timeout " + std::string(given) +
+                     " is out of range: at most 1e6 seconds (about 11.6 days)");
+  }
   check_range(c.steps >= 1 || !c.init_from.empty() || c.resume,
               "--steps 0 trains nothing: it is for evaluating, sampling or dumping a model given "
               "by --init-from");

@@ -32,6 +32,10 @@ int run_main(int argc, char** argv, const std::function<int(int, char**)>& body)
                  prog_name(argv).c_str());
     return kExitInputError;
   } catch (const std::exception& e) {
+    if (dynamic_cast<const WatchdogTimeoutMark*>(&e) != nullptr) {
+      std::fprintf(stderr, "%s: watchdog: %s\n", prog_name(argv).c_str(), e.what());
+      return kExitWatchdog;
+    }
     std::fprintf(stderr, "%s: internal error: %s\n", prog_name(argv).c_str(), e.what());
     return 1;
   }

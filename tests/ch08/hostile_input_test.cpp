@@ -172,5 +172,16 @@ TEST(HostileInput, ARunsOutputsNeverCollideNorGoIntoItsOwnCheckpoint) {
   EXPECT_EQ(test::read_bytes(step + "/manifest.json"), before);
 }
 
+// The watchdog's limit is range-checked on every backend: 1e10 s overflowed the MPI watchdog's
+// deadline, which fired at once ("still blocked after 10000000000.0 s").
+TEST(HostileInput, AWatchdogLimitOutOfRangeIsRefused) {
+  expect_all_refused({
+      {"--comm-timeout 1e10", "--comm-timeout 10000000000 is out of range: at most 1e6 seconds"},
+      {"--comm-timeout 1000001", "--comm-timeout 1000001 is out of range"},
+      {"--comm-timeout inf", "--comm-timeout inf is out of range"},
+      {"--comm-timeout nan", "--comm-timeout must be a positive number of seconds"},
+  });
+}
+
 }  // namespace
 }  // namespace mixpar::ch08
