@@ -183,5 +183,22 @@ TEST(HostileInput, AWatchdogLimitOutOfRangeIsRefused) {
   });
 }
 
+// An HF directory whose config.json asks for a LayerNorm epsilon the model does not use was
+// trained as if it said 1e-5: refused with the field named.
+TEST(HostileInput, AnHfConfigWithAnotherLayerNormEpsilonIsRefused) {
+  TempDir d;
+  ASSERT_EQ(train_gpt(d, kTiny + "--steps 1 --save " + d.file("m")).code, 0);
+  const std::string path = d.file("m") + "/config.json";
+  std::string config = test::read_bytes(path);
+  const std::string from = "\"layer_norm_epsilon\": 1e-05";
+  const std::size_t at = config.find(from);
+  ASSERT_NE(at, std::string::npos) << config;
+  config.replace(at, from.size(), "\"layer_norm_epsilon\": 0.001");
+  test::write_bytes(path, config);
+  expect_one_line_error(d, "--threads 1 --steps 1 --seq 8 --init-from " + d.file("m"),
+                        "config.json: layer_norm_epsilon is 0.001, mixpar's GPT-2 LayerNorms use "
+                        "only 1e-05");
+}
+
 }  // namespace
 }  // namespace mixpar::ch08
