@@ -185,7 +185,7 @@ void print_sample(Trainer& t, std::FILE* out) {
   }
   std::vector<std::int32_t> ids;
   for (unsigned char ch : prompt) ids.push_back(ch);
-  const bool bytes = !c.data.ends_with(".bin");  // a shard holds BPE ids we cannot decode
+  const bool bytes = !is_token_shard_path(c.data);  // a shard holds BPE ids we cannot decode
   const std::vector<std::int32_t> gen =
       generate(t.eval_model(), ids, c.sample, context_of(c),
                bytes ? std::min<std::int64_t>(256, c.model.vocab_size) : c.model.vocab_size,
@@ -485,7 +485,7 @@ bool agree_on_setup(Communicator& comm, const std::string& my_error) {
   if (comm.rank() == first_failed) {
     std::fprintf(stderr, "train_gpt: error: %s%s\n",
                  first_failed > 0 ? ("rank " + std::to_string(first_failed) + ": ").c_str() : "",
-                 my_error.c_str());
+                 one_line(my_error).c_str());
     std::fflush(stderr);
   }
   comm.barrier();  // nobody leaves before the message is out

@@ -41,6 +41,10 @@ class WatchdogTimeoutMark {
 
 inline constexpr int kExitWatchdog = 4;
 
+// `message` on one line: a newline or carriage return (a path may hold one) written as \n or
+// \r, so every error stays the one line the tools promise.
+std::string one_line(const std::string& message);
+
 // Runs body(argc, argv); InputError -> "prog: error: <message>" on stderr and exit code 2;
 // std::bad_alloc -> "prog: error: out of memory ..." and exit code 2 (the input asked for more
 // than the machine has); any other std::exception -> "prog: internal error: <message>" and

@@ -200,5 +200,52 @@ TEST(HostileInput, AnHfConfigWithAnotherLayerNormEpsilonIsRefused) {
                         "only 1e-05");
 }
 
+// Smaller cases of the same promise. A number that cannot train is refused naming the flag the
+// user reaches for; a flag that does nothing in the configuration given is refused naming what
+// it needs (each was accepted silently).
+TEST(HostileInput, NumbersThatCannotTrainAndFlagsThatDoNothingAreRefused) {
+  expect_all_refused({
+      {"--lr 1e30", "--lr 1e+30 with --weight-decay 0.1: lr x weight_decay = 1e+29 must be below 1"},
+      {"--eps 1e30", "--eps 1e+30 is not below 1"},
+      {"--eps 1", "--eps 1 is not below 1"},
+      {"--sample 1e9", "--sample 1000000000 is more than 1000000 tokens"},
+      {"--cp-algo all-to-all", "--cp-algo needs --cp > 1"},
+      {"--schedule 1f1b", "--schedule needs --pp > 1"},
+      {"--loss-scale 1024", "--loss-scale needs --dtype fp16"},
+      {"--dtype bf16 --loss-scale 1024", "--loss-scale needs --dtype fp16"},
+      {"--dtype fp8 --loss-scale 1024", "--loss-scale needs --dtype fp16"},
+      {"--temperature 0.5", "--temperature needs --sample N"},
+      {"--prompt hello", "--prompt needs --sample N or --dump-logits FILE"},
+  });
+  TempDir d;
+  expect_one_line_error(d, "--checkpoint-dir ck --resume --init-from hf",
+                        "--init-from needs a fresh run (without it the flag does nothing)");
+}
+
+// A path with a newline gave a two-line error: every message is one line, the newline written
+// as \n. An uppercase .BIN shard was read as bytes (a vocabulary of 256, no error): it is a
+// shard like .bin, checked as one.
+TEST(HostileInput, ANewlineInAPathStaysOneLineAndAnUppercaseBinIsAShard) {
+  TempDir d;
+  expect_one_line_error(d, kTiny + "--steps 1 --data 'a\nb'", "a\\nb: cannot open");
+  test::write_bytes(d.file("DATA.BIN"), std::string(100, 'x'));
+  expect_one_line_error(d, kTiny + "--steps 1 --data " + d.file("DATA.BIN"),
+                        "shorter than the 1024-byte shard header");
+}
+
+// Disk full under --log-jsonl said "write failed" without the reason: the system's reason is
+// named. (A file size limit stands in for a full disk: the same failed write(2), EFBIG.)
+TEST(HostileInput, AFailedLogWriteNamesTheSystemsReason) {
+  TempDir d;
+  const test::CliRun limited = test::run_shell(
+      d, "trap '' XFSZ; ulimit -f 2; " + std::string(MIXPAR_TRAIN_GPT_PATH) + " " + kTiny +
+             "--steps 200 --log-jsonl " + d.file("limited.jsonl"));
+  EXPECT_EQ(limited.code, 2) << limited.err;
+  EXPECT_NE(limited.err.find(d.file("limited.jsonl") + ": write failed: File too large"),
+            std::string::npos)
+      << limited.err;
+  EXPECT_EQ(std::count(limited.err.begin(), limited.err.end(), '\n'), 1) << limited.err;
+}
+
 }  // namespace
 }  // namespace mixpar::ch08

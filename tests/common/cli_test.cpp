@@ -323,5 +323,16 @@ TEST(ParseDouble, AWholeNumberADoubleCannotHoldIsRefusedNotRounded) {
   EXPECT_EQ(parse_double("x", "9007199254740993.0"), 9007199254740992.0);
 }
 
+// A message holding a newline (a path may) is still the one line the tools promise.
+TEST(RunMain, AMessageWithANewlineStaysOneLine) {
+  EXPECT_EQ(one_line("a\nb\rc"), "a\\nb\\rc");
+  char prog[] = "tool";
+  char* argv[] = {prog, nullptr};
+  testing::internal::CaptureStderr();
+  const int code = run_main(1, argv, [](int, char**) -> int { throw InputError("x\ny: cannot open"); });
+  EXPECT_EQ(code, 2);
+  EXPECT_EQ(testing::internal::GetCapturedStderr(), "tool: error: x\\ny: cannot open\n");
+}
+
 }  // namespace
 }  // namespace mixpar
