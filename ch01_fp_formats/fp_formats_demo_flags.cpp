@@ -39,10 +39,13 @@ FpFormatsDemoFlags parse_fp_formats_demo_flags(int argc, char** argv) {
       .option("acc-count", "10000", "how many times it is summed")
       .option("gemm", "256x256x4096", "the GEMM of section 7, MxNxK")
       .option("gemm-inputs", "positive", "positive ([0,1)) or signed ([-1,1)) GEMM inputs")
-      .option("json", "", "also write the figure's data (formats, FP8 values) to this file");
+      .option("json", "", "also write the figure's data (formats, FP8 values) to this file")
+      .flag("overwrite", "replace an existing --json file (without it, an existing one is refused)");
   args.parse(argc, argv);
   FpFormatsDemoFlags f;
-  f.json_path = args.given("json") ? checked_output_path("--json", args.get("json")) : std::string();
+  f.json_path = args.given("json")
+                    ? checked_output_path("--json", args.get("json"), args.get_flag("overwrite"))
+                    : std::string();
   f.update = args.get_double("update");
   if (!std::isfinite(f.update) || !(f.update > 0)) {
     throw InputError("--update must be a positive finite number, got '" + args.get("update") + "'");

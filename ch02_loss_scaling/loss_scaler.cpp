@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <limits>
 #include <stdexcept>
 #include <string>
 
@@ -56,12 +58,27 @@ LossScalerConfig no_scaling_config() {
   return c;
 }
 
+float min_loss_scale() {
+  return std::nextafter(std::ldexp(1.0f, -128), std::numeric_limits<float>::infinity());
+}
+
+bool has_finite_inverse(float scale) {
+  return std::isfinite(static_cast<float>(1.0 / static_cast<double>(scale)));
+}
+
 void validate(const LossScalerConfig& c) {
   auto fail = [](const std::string& what) { throw InputError("LossScaler: " + what); };
   const double s = c.init_scale;
   // The scale lives in FP32 (GradScaler's _scale): it must stay a finite positive float.
   if (!(s > 0) || !std::isfinite(static_cast<float>(s))) {
     fail("init_scale " + std::to_string(s) + " is not a positive finite FP32 value");
+  }
+  if (!has_finite_inverse(static_cast<float>(s))) {
+    char text[160];
+    std::snprintf(text, sizeof text,
+                  "init_scale %g is below %g: its inverse is not a finite FP32 value", s,
+                  static_cast<double>(min_loss_scale()));
+    fail(text);
   }
   if (c.mode == ScaleMode::kNone && s != 1.0) fail("mode none needs init_scale 1");
   if (!(c.growth_factor > 1.0)) fail("growth_factor must be > 1");  // PyTorch asserts both
@@ -133,8 +150,9 @@ bool LossScaler::unscale_and_check(std::span<const Tensor> grads) {
                                   ", not f32: unscale the FP32 copy on the master weights");
     }
   }
-  // The check reads the scaled values: an inf stays inf whatever we multiply it by.
-  const bool inf = found_inf(grads);
+  // The check reads the unscaled values, the optimizer's: an inf or NaN stays one whatever
+  // it is multiplied by (inv_scale is finite and positive: every scale has a finite
+  // inverse), and a finite value that overflows once unscaled is caught as well.
   const float inv = inv_scale();
   if (inv != 1.0f) {
     for (const Tensor& g : grads) {
@@ -143,7 +161,7 @@ bool LossScaler::unscale_and_check(std::span<const Tensor> grads) {
     }
   }
   unscaled_ = true;
-  return inf;
+  return found_inf(grads);
 }
 
 void LossScaler::backoff() {
@@ -151,8 +169,9 @@ void LossScaler::backoff() {
   const double next =
       std::max(static_cast<double>(state_.scale) * config_.backoff_factor, config_.min_scale);
   const float rounded = static_cast<float>(next);
-  // A product that rounds to 0 in FP32 would stop training for good: keep the smallest float.
-  state_.scale = rounded > 0.0f ? rounded : std::numeric_limits<float>::denorm_min();
+  // Below min_loss_scale() the inverse is infinite and unscaling would turn zeros into NaN:
+  // a long run of overflows stops there.
+  state_.scale = std::max(rounded, min_loss_scale());
 }
 
 void LossScaler::grow() {
@@ -196,8 +215,9 @@ bool LossScaler::update(bool found_inf) {
 }
 
 void LossScaler::load_state(const LossScalerState& s) {
-  if (!(s.scale > 0.0f) || !std::isfinite(s.scale)) {
-    throw InputError("LossScaler::load_state: scale must be finite and positive");
+  if (!(s.scale > 0.0f) || !std::isfinite(s.scale) || !has_finite_inverse(s.scale)) {
+    throw InputError("LossScaler::load_state: scale must be finite, positive and have a finite "
+                     "FP32 inverse");
   }
   if (s.growth_tracker < 0 || s.growth_tracker >= config_.growth_interval) {
     throw InputError("LossScaler::load_state: growth_tracker " + std::to_string(s.growth_tracker) +

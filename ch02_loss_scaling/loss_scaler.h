@@ -62,6 +62,14 @@ struct LossScalerState {
 Json state_to_json(const LossScalerState& s);    // the float scale is exact in a JSON double
 LossScalerState state_from_json(const Json& j);  // InputError on a missing or bad field
 
+// The smallest loss scale whose inverse is a finite FP32 value: unscaling multiplies by
+// 1/scale in FP32 (GradScaler's inv_scale), and below 2^-128 (about 2.9e-39) that inverse is
+// infinite, so 0 x inf = NaN gradients would reach the optimizer. Every scale this scaler
+// holds, given or backed off to, is at least this: the float just above 2^-128.
+float min_loss_scale();
+// Whether 1/scale, computed as inv_scale() computes it, is a finite FP32 value.
+bool has_finite_inverse(float scale);
+
 class LossScaler {
  public:
   explicit LossScaler(LossScalerConfig config = {});  // validates config
@@ -73,8 +81,10 @@ class LossScaler {
   // 1/scale computed in FP64 and rounded to FP32, as GradScaler.unscale_ computes inv_scale.
   float inv_scale() const;
 
-  // GradScaler.unscale_: records whether any gradient holds inf/NaN and multiplies each by
-  // inv_scale() in place (left alone when inv_scale is exactly 1, as the PyTorch kernel does).
+  // GradScaler.unscale_: multiplies each gradient by inv_scale() in place (left alone when
+  // inv_scale is exactly 1, as the PyTorch kernel does) and returns whether any unscaled
+  // gradient holds inf/NaN: the check sees exactly what the optimizer would use (a finite
+  // gradient that overflows once unscaled by a scale below 1 is caught too).
   // grads must be FP32 (PyTorch refuses "Attempting to unscale FP16 gradients": the unscaled
   // values would underflow again). A second call before update() throws std::logic_error,
   // as PyTorch does. In kNone mode it does nothing and returns false.

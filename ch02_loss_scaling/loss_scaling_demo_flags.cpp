@@ -22,7 +22,8 @@ ArgParser make_parser() {
       .option("growth-interval", "5",
               "clean steps before the dynamic scale doubles (PyTorch: 2000)")
       .option("lr", "3e-3", "AdamW learning rate on the FP32 masters")
-      .option("json", "", "also write each row's scale and skipped steps, step by step, here");
+      .option("json", "", "also write each row's scale and skipped steps, step by step, here")
+      .flag("overwrite", "replace an existing --json file (without it, an existing one is refused)");
   return a;
 }
 
@@ -67,8 +68,9 @@ LossScalingDemoFlags parse_loss_scaling_demo_flags(int argc, char** argv) {
   args.parse(argc, argv);
   LossScalingDemoFlags f;
   f.lesson = read_config(args);
-  f.json_path =
-      args.given("json") ? checked_output_path("--json", args.get("json")) : std::string();
+  f.json_path = args.given("json")
+                    ? checked_output_path("--json", args.get("json"), args.get_flag("overwrite"))
+                    : std::string();
   return f;
 }
 

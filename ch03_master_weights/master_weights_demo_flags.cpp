@@ -23,7 +23,8 @@ ArgParser make_parser() {
       .flag("fp8", "the FP8 part instead: accumulation with and without promotion, and the "
                    "scaling recipes' failure modes")
       .option("steps", "100", "training steps per run")
-      .option("json", "", "also write the memory bill and each run's losses to this file");
+      .option("json", "", "also write the memory bill and each run's losses to this file")
+      .flag("overwrite", "replace an existing --json file (without it, an existing one is refused)");
   return a;
 }
 
@@ -53,8 +54,9 @@ MasterWeightsDemoFlags parse_master_weights_demo_flags(int argc, char** argv) {
                      ", 100000] (fewer steps are too few for the lesson's claims), got " +
                      args.get("steps"));
   }
-  f.json_path =
-      args.given("json") ? checked_output_path("--json", args.get("json")) : std::string();
+  f.json_path = args.given("json")
+                    ? checked_output_path("--json", args.get("json"), args.get_flag("overwrite"))
+                    : std::string();
   return f;
 }
 

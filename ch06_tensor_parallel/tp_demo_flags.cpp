@@ -18,6 +18,7 @@ ArgParser make_parser() {
   a.option("json", "",
            "also write the sharding map of block 0 at tp 2 and the cp work and traffic (the "
            "figures' data)");
+  a.flag("overwrite", "replace an existing --json file (without it, an existing one is refused)");
   return a;
 }
 
@@ -40,8 +41,9 @@ TpDemoFlags parse_tp_demo_flags(int argc, char** argv) {
   TpDemoFlags f;
   f.bug = args.get_choice("bug", choices);
   f.steps = static_cast<int>(args.get_int("steps", 2, 200));
-  f.json_path =
-      args.given("json") ? checked_output_path("--json", args.get("json")) : std::string();
+  f.json_path = args.given("json")
+                    ? checked_output_path("--json", args.get("json"), args.get_flag("overwrite"))
+                    : std::string();
   return f;
 }
 

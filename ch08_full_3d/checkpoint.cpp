@@ -400,6 +400,12 @@ CheckpointDirLock::CheckpointDirLock(const std::string& root) {
     throw InputError("--checkpoint-dir " + root + ": cannot write " + path + ": " +
                      std::strerror(errno));
   }
+  // With the lock held no other run writes here: a `latest.tmp.PID.N` is what a run killed
+  // while it wrote `latest` left (write_file_atomic's temporary), removed at this start.
+  for (const fs::directory_entry& e : fs::directory_iterator(root, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.starts_with("latest.tmp.") && e.is_regular_file(ec)) fs::remove(e.path(), ec);
+  }
 }
 
 CheckpointDirLock::~CheckpointDirLock() {

@@ -11,7 +11,10 @@
 #include <cstring>
 #include <filesystem>
 #include <string>
+#include <utility>
+#include <vector>
 
+#include "io/atomic_file.h"
 #include "util/checked_math.h"
 #include "util/errors.h"
 
@@ -31,11 +34,21 @@ void probe_directory(const std::string& flag, const std::string& path, const fs:
   ::unlink(probe.c_str());
 }
 
+// A device node, FIFO or socket (or a link to one) is never replaced, --overwrite or not.
+void check_replaceable_output(const std::string& flag, const std::string& path) {
+  try {
+    check_replaceable(path);
+  } catch (const InputError& e) {
+    throw InputError(flag + " " + e.what());
+  }
+}
+
 // An output file: not a directory, its directory existing and writable.
 void check_output_file(const std::string& flag, const std::string& path) {
   if (path.empty()) return;
   std::error_code ec;
   if (fs::is_directory(path, ec)) throw InputError(flag + " " + path + " is a directory");
+  check_replaceable_output(flag, path);
   fs::path dir = fs::path(path).parent_path();
   if (dir.empty()) dir = ".";
   if (!fs::is_directory(dir, ec)) {
@@ -53,6 +66,10 @@ void check_output_dir(const std::string& flag, const std::string& path) {
     if (!fs::is_directory(path, ec)) {
       throw InputError(flag + " " + path + " is a file, not a directory");
     }
+    // A model directory's files are replaced as the files above are.
+    for (const char* name : {"config.json", "model.safetensors"}) {
+      check_replaceable_output(flag, (fs::path(path) / name).string());
+    }
     probe_directory(flag, path, path);
     return;
   }
@@ -65,13 +82,88 @@ void check_output_dir(const std::string& flag, const std::string& path) {
   probe_directory(flag, path, ancestor);
 }
 
+// An output path as the file system will see it: the realpath of its longest existing prefix
+// (symbolic links and "..", so two spellings of one path compare equal) and the rest
+// normalised, without a trailing separator.
+fs::path resolve_output(const std::string& path) {
+  std::error_code ec;
+  fs::path p = fs::weakly_canonical(fs::absolute(path, ec), ec);
+  if (ec) p = fs::absolute(path, ec).lexically_normal();
+  if (!p.has_filename() && p.has_parent_path()) p = p.parent_path();
+  return p;
+}
+
+// Whether p lies strictly inside dir (both resolved).
+bool lies_inside(const fs::path& p, const fs::path& dir) {
+  auto d = dir.begin();
+  auto q = p.begin();
+  for (; d != dir.end(); ++d, ++q) {
+    if (q == p.end() || *q != *d) return false;
+  }
+  return q != p.end();
+}
+
+struct PlannedOutput {
+  std::string flag, path;
+  fs::path resolved;
+  const char* why_alone;  // a directory's: why nothing else may go inside it; null for a file
+};
+
+// One output plan per run: every path the run writes, resolved and compared with every other
+// before any work. Two outputs on one path destroy each other (--log-jsonl x --trace x); an
+// output inside this run's own checkpoint directory or --save directory would overwrite (or be
+// taken for) one of their files (--log-jsonl ck/latest turned the pointer into a log, --save
+// ck/step-00000002 replaced the checkpoint's model, exit 0 both times).
+void check_output_plan(const TrainerConfig& c) {
+  std::vector<PlannedOutput> plan;
+  const auto add = [&](const char* flag, const std::string& path, const char* why_alone) {
+    if (!path.empty()) plan.push_back({flag, path, resolve_output(path), why_alone});
+  };
+  add("--checkpoint-dir", c.checkpoint_dir, "outputs never go into a checkpoint directory");
+  add("--save", c.save, "--save writes a model directory of its own");
+  add("--log-jsonl", c.log_jsonl, nullptr);
+  add("--trace", c.trace, nullptr);
+  add("--dump-logits", c.dump_logits, nullptr);
+  for (std::size_t i = 0; i < plan.size(); ++i) {
+    for (std::size_t j = i + 1; j < plan.size(); ++j) {
+      const PlannedOutput& a = plan[i];
+      const PlannedOutput& b = plan[j];
+      if (a.resolved == b.resolved) {
+        throw InputError(a.flag + " " + a.path + " and " + b.flag + " " + b.path +
+                         " are the same path (" + a.resolved.string() +
+                         "): each output needs its own");
+      }
+      for (const auto& [outer, inner] : {std::pair{&a, &b}, std::pair{&b, &a}}) {
+        if (outer->why_alone != nullptr && lies_inside(inner->resolved, outer->resolved)) {
+          throw InputError(inner->flag + " " + inner->path + " lies inside " + outer->flag + " " +
+                           outer->path + ": " + outer->why_alone + " (choose another path)");
+        }
+      }
+    }
+  }
+  // A new checkpoint directory inside an existing checkpoint (a step's directory, or another
+  // run's root) would be taken for part of it, or corrupt it.
+  if (!c.checkpoint_dir.empty()) {
+    const fs::path root = resolve_output(c.checkpoint_dir);
+    for (fs::path p = root.parent_path(); !p.empty(); p = p.parent_path()) {
+      std::error_code ec;
+      if (fs::is_regular_file(p / "latest", ec) || fs::is_regular_file(p / "manifest.json", ec)) {
+        throw InputError("--checkpoint-dir " + c.checkpoint_dir +
+                         " lies inside the checkpoint directory " + p.string() +
+                         ": a checkpoint directory never goes into another (choose another path)");
+      }
+      if (p == p.parent_path()) break;
+    }
+  }
+}
+
 // The checkpoint directory `path` is in, if any: a directory holding `latest` (a checkpoint
 // root) or `manifest.json` (one step's checkpoint), the path itself or an ancestor. Writing
 // there would corrupt a checkpoint (a checksum no longer matching its manifest) or be taken
 // for one.
 std::string checkpoint_dir_holding(const std::string& path) {
   std::error_code ec;
-  for (fs::path p = fs::absolute(path, ec); !p.empty(); p = p.parent_path()) {
+  for (fs::path p = resolve_output(path); !p.empty(); p = p.parent_path()) {
     if (fs::is_regular_file(p / "latest", ec) || fs::is_regular_file(p / "manifest.json", ec)) {
       return p.string();
     }
@@ -93,8 +185,19 @@ void refuse_checkpoint_target(const std::string& flag, const std::string& path) 
 // when it holds anything.
 void refuse_existing(const std::string& flag, const std::string& path, bool overwrite) {
   std::error_code ec;
-  if (path.empty() || overwrite || !fs::exists(path, ec)) return;
+  if (path.empty() || !fs::exists(path, ec)) return;
   if (fs::is_directory(path, ec) && fs::is_empty(path, ec)) return;
+  if (overwrite) {
+    // --overwrite replaces what this project wrote: a model directory (config.json or
+    // model.safetensors in it), never files into any directory that happens to exist.
+    if (fs::is_directory(path, ec) && !fs::exists(fs::path(path) / "config.json", ec) &&
+        !fs::exists(fs::path(path) / "model.safetensors", ec)) {
+      throw InputError(flag + " " + path +
+                       " is a directory that holds no model (no config.json nor "
+                       "model.safetensors): --overwrite replaces a model directory only");
+    }
+    return;
+  }
   throw InputError(flag + " " + path + " exists: pass --overwrite to replace it, or choose another path");
 }
 
@@ -132,6 +235,7 @@ void refuse_empty_paths(const ArgParser& a) {
 // One rule for every output path: never into a checkpoint directory, never over an existing
 // output without --overwrite (a resumed run continues its --log-jsonl).
 void check_outputs(const TrainerConfig& c) {
+  check_output_plan(c);
   for (const auto& [flag, path] : {std::pair<const char*, const std::string*>{"--save", &c.save},
                                    {"--log-jsonl", &c.log_jsonl},
                                    {"--trace", &c.trace},
@@ -158,10 +262,17 @@ void check_step_fits_the_data(const TrainerConfig& c, const TrainingData& data) 
   const std::int64_t window = c.dp * c.batch * c.seq;
   const std::int64_t windows = window > 0 ? (tokens - 1) / window : 0;
   if (windows > 0 && c.grad_accum > windows) {
-    throw InputError("--grad-accum " + std::to_string(c.grad_accum) + ": one optimizer step would read " +
-                     std::to_string(c.grad_accum) + " windows of dp x B x T = " +
-                     std::to_string(window) + " tokens, more than the " + std::to_string(windows) +
-                     " the data holds (" + data.description + "); lower --grad-accum or --batch");
+    // Named by the flag the user gave: --global-batch sets the micro-batches itself.
+    const std::string flag = c.global_batch > 0
+                                 ? "--global-batch " + std::to_string(c.global_batch) +
+                                       " (--batch x --dp x " + std::to_string(c.grad_accum) +
+                                       " micro-batches)"
+                                 : "--grad-accum " + std::to_string(c.grad_accum);
+    throw InputError(flag + ": one optimizer step would read " + std::to_string(c.grad_accum) +
+                     " windows of dp x B x T = " + std::to_string(window) +
+                     " tokens, more than the " + std::to_string(windows) + " the data holds (" +
+                     data.description + "); lower " +
+                     (c.global_batch > 0 ? "--global-batch" : "--grad-accum or --batch"));
   }
 }
 

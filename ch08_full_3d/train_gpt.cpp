@@ -77,13 +77,13 @@ int run_mpi_rank(TrainerConfig config, const ArgParser& args, int* argc, char***
       agree_on_setup(*comm, e.what());
       return kExitInputError;
     }
-    std::fprintf(stderr, "train_gpt: rank %d: error: %s\n", rank, e.what());
+    std::fprintf(stderr, "train_gpt: rank %d: error: %s\n", rank, one_line(e.what()).c_str());
     std::fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, kExitInputError);
   } catch (const RunHalted& e) {
     // Every rank halts at the same step (the loss is the global batch's): one message, exit 3.
     if (rank == 0) {
-      std::fprintf(stderr, "train_gpt: halted: %s\n", e.what());
+      std::fprintf(stderr, "train_gpt: halted: %s\n", one_line(e.what()).c_str());
       std::fflush(stderr);
     }
     return kExitRunHalted;
@@ -96,7 +96,8 @@ int run_mpi_rank(TrainerConfig config, const ArgParser& args, int* argc, char***
     std::fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, kExitInputError);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "train_gpt: rank %d: internal error: %s\n", rank, e.what());
+    std::fprintf(stderr, "train_gpt: rank %d: internal error: %s\n", rank,
+                 one_line(e.what()).c_str());
     std::fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, 1);
   }

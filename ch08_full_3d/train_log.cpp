@@ -2,8 +2,10 @@
 // allocation goes through, so the numbers are what the process holds, not an estimate.
 #include "train_log.h"
 
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <sstream>
 
@@ -200,7 +202,8 @@ JsonlLog::JsonlLog(const std::string& path, std::optional<std::int64_t> resume_s
 void JsonlLog::write(const Json& record) {
   out_ << record.dump() << '\n';
   out_.flush();
-  if (!out_) throw InputError(path_ + ": write failed");
+  // The reason, as the system gives it ("No space left on device", "File too large").
+  if (!out_) throw InputError(path_ + ": write failed: " + std::strerror(errno));
 }
 
 }  // namespace mixpar::ch08

@@ -19,6 +19,7 @@
 #include "config_agreement.h"
 #include "io/tokenizer.h"
 #include "ops/compute_threads.h"
+#include "ops/reductions.h"
 #include "gemm_peak.h"
 #include "model_flops.h"
 #include "preflight.h"
@@ -185,7 +186,7 @@ void print_sample(Trainer& t, std::FILE* out) {
   }
   std::vector<std::int32_t> ids;
   for (unsigned char ch : prompt) ids.push_back(ch);
-  const bool bytes = !c.data.ends_with(".bin");  // a shard holds BPE ids we cannot decode
+  const bool bytes = !is_token_shard_path(c.data);  // a shard holds BPE ids we cannot decode
   const std::vector<std::int32_t> gen =
       generate(t.eval_model(), ids, c.sample, context_of(c),
                bytes ? std::min<std::int64_t>(256, c.model.vocab_size) : c.model.vocab_size,
@@ -242,8 +243,32 @@ struct RankRun {
   std::optional<JsonlLog> log;
   std::vector<TraceSpan> spans;  // kept only when --trace asks for them
   GemmPeak peak;                 // rank 0: what MFU is measured against (gemm_peak.h)
+  Communicator* comm = nullptr;  // the world (null: the single device)
   bool lead() const { return out != nullptr; }
 };
+
+// Weights that are no longer finite (an update that overflowed, fp16's working copy past
+// 65504, a step taken on gradients no check saw) are never written as a checkpoint or a
+// model: the run halts (exit 3) before it writes, every rank with the same message, and the
+// last checkpoint written stays the run's last good state. Collective when comm is set.
+void halt_if_weights_not_finite(Trainer& t, Communicator* comm, const std::string& output) {
+  bool bad = false;
+  // (ZeRO-3 keeps a unit's parameters released between its uses: those are the masters'.)
+  for (const NamedTensor& p : t.model().parameters()) {
+    bad = bad || (p.tensor.defined() && p.tensor.resident() && p.tensor.numel() > 0 &&
+                  ops::has_inf_or_nan(p.tensor));
+  }
+  // The single device's FP32 masters too (16-bit runs; under ZeRO they are shards).
+  if (!t.distributed()) {
+    for (const NamedTensor& p : t.master_weights()) bad = bad || ops::has_inf_or_nan(p.tensor);
+  }
+  const int first = comm != nullptr ? lowest_rank_where(*comm, bad) : (bad ? 0 : -1);
+  if (first < 0) return;
+  throw RunHalted("step " + std::to_string(t.step()) + ": the weights" +
+                  (comm != nullptr ? " of rank " + std::to_string(first) : std::string()) +
+                  " are not finite, so " + output +
+                  " is not written (the last checkpoint, if any, holds the last good state)");
+}
 
 // Fault injection for the kill-and-resume tests: MIXPAR_KILL_AFTER_CHECKPOINT=K makes the
 // process SIGKILL itself right after the checkpoint of step K commits, the moment a real kill
@@ -294,6 +319,7 @@ bool train_steps(RankRun& run) {
     // a kill before it resumes from the previous checkpoint and drops the lines after that
     // one (JsonlLog). Either way the log ends with every step exactly once.
     if (due(s.step, c.checkpoint_every)) {
+      halt_if_weights_not_finite(t, run.comm, "the checkpoint of step " + std::to_string(s.step));
       const std::string saved = t.save_checkpoint();
       kill_here_if_asked(s.step);
       if (run.lead()) std::fprintf(run.out, "checkpoint: %s\n", saved.c_str());
@@ -305,12 +331,13 @@ bool train_steps(RankRun& run) {
 // After the last step, on every rank: the final checkpoint, unless it exists already (by the
 // loop on a multiple of checkpoint_every, or, nothing run, the one this run resumed from).
 // start_step: where this run began (0, or the step it resumed at). out: null on silent ranks.
-void final_checkpoint(Trainer& t, std::int64_t start_step, std::FILE* out) {
+void final_checkpoint(Trainer& t, std::int64_t start_step, std::FILE* out, Communicator* comm) {
   const TrainerConfig& c = t.config();
   const bool saved = t.step() == start_step
                          ? c.resume
                          : c.checkpoint_every > 0 && t.step() % c.checkpoint_every == 0;
   if (c.checkpoint_dir.empty() || saved) return;
+  halt_if_weights_not_finite(t, comm, "the final checkpoint");
   const std::string path = t.save_checkpoint();
   if (out != nullptr) std::fprintf(out, "checkpoint: %s\n", path.c_str());
 }
@@ -366,7 +393,7 @@ void run_rank(const TrainerConfig& c, const TrainingData& data, Communicator* co
               std::FILE* out, const GemmPeak& peak, const std::function<void()>& setup_done = {},
               int ranks_here = 1) {
   Trainer t(c, data, comm);
-  RankRun run{t, out, std::nullopt, {}, peak};
+  RankRun run{t, out, std::nullopt, {}, peak, comm};
   if (c.resume) {
     t.resume();
     if (run.lead()) {
@@ -394,7 +421,8 @@ void run_rank(const TrainerConfig& c, const TrainingData& data, Communicator* co
                    c.trace.c_str(), all.size(), comm->size());
     }
   }
-  final_checkpoint(t, start_step, out);
+  final_checkpoint(t, start_step, out, comm);
+  if (!c.save.empty()) halt_if_weights_not_finite(t, comm, "--save " + c.save);
   if ((c.builtin_data() && !evaluated) || !c.save.empty() || c.sample > 0 ||
       !c.dump_logits.empty()) {
     t.prepare_eval_model();  // what finish() reads, gathered by every rank of a tp model
@@ -458,7 +486,7 @@ bool agree_on_setup(Communicator& comm, const std::string& my_error) {
   if (comm.rank() == first_failed) {
     std::fprintf(stderr, "train_gpt: error: %s%s\n",
                  first_failed > 0 ? ("rank " + std::to_string(first_failed) + ": ").c_str() : "",
-                 my_error.c_str());
+                 one_line(my_error).c_str());
     std::fflush(stderr);
   }
   comm.barrier();  // nobody leaves before the message is out

@@ -8,12 +8,15 @@
 #include <cstdio>
 #include <limits>
 
+#include "ch02_loss_scaling/loss_scaler.h"
 #include "ch04_ddp/ring_allreduce.h"
 #include "ch07_pipeline/pipeline_schedule.h"
+#include "comm/communicator.h"
 #include "mesh_rules.h"
 #include "model/gpt_hf.h"
 #include "report/format.h"
 #include "run_checks.h"
+#include "training_data.h"
 #include "util/checked_math.h"
 #include "util/errors.h"
 
@@ -22,9 +25,7 @@ namespace {
 
 using mixpar::num;  // report/format.h: %g for doubles, integers exactly
 
-bool is_shard_path(const std::string& path) {
-  return path.size() > 4 && path.compare(path.size() - 4, 4, ".bin") == 0;
-}
+bool is_shard_path(const std::string& path) { return is_token_shard_path(path); }
 
 void add_model_flags(ArgParser& a, const TrainerConfig& d) {
   a.option("init-from", "",
@@ -187,6 +188,14 @@ std::int64_t non_negative(const ArgParser& a, const char* name) {
 void read_model(const ArgParser& a, TrainerConfig& c) {
   c.init_from = a.given("init-from") ? a.get("init-from") : "";
   if (!c.init_from.empty()) {
+    // Refused before its config.json is read: a resume takes its weights from the checkpoint,
+    // so --init-from would do nothing.
+    if (a.get_flag("resume")) {
+      throw InputError(
+          "--init-from needs a fresh run (without it the flag does nothing): --resume takes the "
+          "weights from the checkpoint; give the model's shape with --n-layer, --n-head, "
+          "--n-embd, --n-positions and --vocab-size");
+    }
     for (const char* flag : {"n-layer", "n-head", "n-embd", "n-positions", "vocab-size"}) {
       if (a.given(flag)) {
         throw InputError(std::string("--") + flag +
@@ -257,6 +266,11 @@ void read_outputs(const ArgParser& a, TrainerConfig& c) {
       a.given("print-every") ? positive(a, "print-every") : std::max<std::int64_t>(1, c.steps / 20);
   c.eval_every = a.given("eval-every") ? non_negative(a, "eval-every") : c.builtin_data() ? 100 : 0;
   c.sample = non_negative(a, "sample");
+  // One forward per byte over the whole context: a million is minutes, 1e9 was days.
+  if (c.sample > kMaxSampleTokens) {
+    throw InputError("--sample " + num(c.sample) + " is more than " + num(kMaxSampleTokens) +
+                     " tokens (each one a forward pass of the model)");
+  }
   c.temperature = a.get_double("temperature");
   c.prompt = a.given("prompt") ? a.get("prompt") : "";
   c.dump_logits = a.given("dump-logits") ? a.get("dump-logits") : "";
@@ -400,6 +414,27 @@ ArgParser make_trainer_args() {
   return a;
 }
 
+namespace {
+
+// A flag that changes nothing in the configuration given is refused, naming what it needs:
+// accepted silently, it let a user believe the run did what it did not.
+void refuse_flags_without_effect(const ArgParser& a, const TrainerConfig& c) {
+  const auto need = [&](const char* flag, bool has_effect, const std::string& what) {
+    if (a.given(flag) && !has_effect) {
+      throw InputError(std::string("--") + flag + " needs " + what + " (without it the flag does "
+                       "nothing)");
+    }
+  };
+  need("cp-algo", c.cp > 1, "--cp > 1: it chooses context parallelism's attention");
+  need("schedule", c.pp > 1, "--pp > 1: it orders a pipeline's micro-batches");
+  need("loss-scale", c.dtype == DType::kF16 && !c.fp8, "--dtype fp16: only fp16 scales the loss");
+  need("temperature", c.sample > 0, "--sample N: it shapes the sampling");
+  need("prompt", c.sample > 0 || !c.dump_logits.empty(),
+       "--sample N or --dump-logits FILE: they read it");
+}
+
+}  // namespace
+
 TrainerConfig trainer_config_from_args(const ArgParser& a) {
   refuse_empty_paths(a);
   TrainerConfig c;
@@ -419,6 +454,7 @@ TrainerConfig trainer_config_from_args(const ArgParser& a) {
   read_optim(a, c);
   read_outputs(a, c);
   read_parallel(a, c);
+  refuse_flags_without_effect(a, c);
   if (c.backend == CommBackend::kMpi) {
     // The world size is mpirun's: set_world_size finishes the parallel part once MPI is up.
     validate_single(c);
@@ -457,15 +493,41 @@ void validate_single(const TrainerConfig& c) {
   check_range(c.schedule.lr > 0 && std::isfinite(c.schedule.lr), "--lr must be positive");
   check_range(c.schedule.min_lr >= 0 && c.schedule.min_lr <= c.schedule.lr,
               "--min-lr-frac must be in [0, 1]");
-  check_range(c.weight_decay >= 0 && c.weight_decay * c.schedule.lr < 1,
-              "--weight-decay must be >= 0 and below 1 / lr");
+  check_range(c.weight_decay >= 0, "--weight-decay must be >= 0");
+  // AdamW's decoupled decay multiplies each weight by 1 - lr x wd: at 1 or more it flips the
+  // weights' signs. Named by --lr first, the flag a user reaches for (--lr 1e30 was reported as
+  // a --weight-decay problem).
+  check_range(c.weight_decay * c.schedule.lr < 1,
+              "--lr " + num(c.schedule.lr) + " with --weight-decay " + num(c.weight_decay) +
+                  ": lr x weight_decay = " + num(c.schedule.lr * c.weight_decay) +
+                  " must be below 1 (each step multiplies the weights by 1 - lr x "
+                  "weight_decay); lower --lr or --weight-decay");
   check_range(c.beta1 >= 0 && c.beta1 < 1, "--beta1 must be in [0, 1)");
   check_range(c.beta2 >= 0 && c.beta2 < 1, "--beta2 must be in [0, 1)");
   // An infinite epsilon turns every Adam update into zero: a run that trains nothing.
   check_range(c.eps > 0 && std::isfinite(c.eps), "--eps must be positive and finite");
-  check_range(c.loss_scale > 0 && c.loss_scale <= 3.0e38, "--loss-scale must be a positive float");
+  // Adam divides by sqrt(v) + eps with sqrt(v) about the gradients' size: an eps of 1 or more
+  // swamps it and the update shrinks to lr x m / eps, a run that barely moves (1e30 trained
+  // nothing, silently).
+  check_range(c.eps < 1, "--eps " + num(c.eps) +
+                             " is not below 1: it would swamp sqrt(v) in Adam's denominator "
+                             "(PyTorch's default is 1e-8)");
+  // FP32 holds the scale, and unscaling multiplies by its FP32 inverse: both must be finite
+  // (below about 2.9e-39 the inverse is infinite and zeros unscale to NaN).
+  check_range(c.loss_scale > 0 && c.loss_scale <= 3.0e38 &&
+                  ch02::has_finite_inverse(static_cast<float>(c.loss_scale)),
+              "--loss-scale " + num(c.loss_scale) + " is outside [" +
+                  num(static_cast<double>(ch02::min_loss_scale())) +
+                  ", 3e38]: the scale and its inverse must be finite FP32 values");
   check_range(c.grad_clip >= 0 && !std::isnan(c.grad_clip), "--grad-clip must be >= 0 (0 = off)");
   check_range(c.temperature >= 0 && std::isfinite(c.temperature), "--temperature must be >= 0");
+  // The watchdog's limit, range-checked for every backend (1e10 overflowed MPI's deadline).
+  if (c.comm_timeout > kMaxWatchdogSeconds) {
+    char given[32];
+    std::snprintf(given, sizeof given, "%.15g", c.comm_timeout);
+    throw InputError("--comm-timeout " + std::string(given) +
+                     " is out of range: at most 1e6 seconds (about 11.6 days)");
+  }
   check_range(c.steps >= 1 || !c.init_from.empty() || c.resume,
               "--steps 0 trains nothing: it is for evaluating, sampling or dumping a model given "
               "by --init-from");

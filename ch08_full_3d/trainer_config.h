@@ -29,6 +29,9 @@ enum class CommBackend : std::uint8_t {
 };
 std::string_view comm_backend_name(CommBackend b);  // "local" | "mpi"
 
+// --sample's bound: each token is a forward pass over the context (1e9 ran for days).
+inline constexpr std::int64_t kMaxSampleTokens = 1000000;
+
 struct TrainerConfig {
   // Model: the shape flags, or the shape of init_from's config.json.
   std::string init_from;  // HF directory to start from ("" = GPT-2 init with `seed`)
@@ -58,7 +61,7 @@ struct TrainerConfig {
   bool resume = false;
   std::string log_jsonl;
   std::int64_t print_every = 1;
-  std::int64_t sample = 0;      // bytes to generate at the end
+  std::int64_t sample = 0;      // bytes to generate at the end (at most kMaxSampleTokens)
   double temperature = 0.0;     // 0: greedy
   std::string prompt;           // sampling prompt ("" = a held-out problem or a newline)
   std::int64_t eval_every = 0;  // held-out accuracy of the built-in dataset every K steps

@@ -464,6 +464,7 @@ void Trainer::resume() {
       const std::string why = e.what();
       throw InputError(why.starts_with(dir) ? why : dir + ": " + why);
     }
+    for (const HeldTensor& t : held) check_finite(dir, t);  // as --init-from checks its weights
   });
   optimizer_.adamw()->set_step_count(st.at("optimizer_steps").as_int());
   optimizer_.scaler().load_state(ch02::state_from_json(st.at("scaler")));

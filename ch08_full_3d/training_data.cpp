@@ -3,12 +3,21 @@
 #include "training_data.h"
 
 #include <algorithm>
+#include <cctype>
 
 #include "io/token_shard.h"
 #include "io/tokenizer.h"
 #include "util/errors.h"
 
 namespace mixpar::ch08 {
+
+bool is_token_shard_path(const std::string& path) {
+  if (path.size() <= 4) return false;
+  std::string ext = path.substr(path.size() - 4);
+  std::transform(ext.begin(), ext.end(), ext.begin(),
+                 [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+  return ext == ".bin";
+}
 namespace {
 
 std::uint64_t fnv1a(const std::vector<std::uint16_t>& tokens) {
@@ -49,7 +58,7 @@ TrainingData load_training_data(const std::string& path, std::int64_t vocab_size
     tokens = std::move(ds.train_tokens);
     d.heldout = std::move(ds.heldout);
     d.description = "built-in addition";
-  } else if (path.size() > 4 && path.ends_with(".bin")) {
+  } else if (is_token_shard_path(path)) {
     tokens = read_token_shard(path, static_cast<int>(vocab_size), min_tokens);
     d.description = "token shard " + path;
   } else {

@@ -19,6 +19,10 @@ struct TrainingData {
   std::uint64_t fingerprint = 0;         // FNV-1a of the tokens: a resume on other data fails
 };
 
+// Whether `path` names an llm.c token shard: it ends in ".bin", in any case (a shard named
+// DATA.BIN was read as bytes, a vocabulary of 256 bytes and no error).
+bool is_token_shard_path(const std::string& path);
+
 // path "" = built-in addition; "*.bin" = llm.c token shard; anything else = bytes. InputError
 // if the file is missing or corrupt, a token is >= vocab_size, or fewer than min_tokens.
 TrainingData load_training_data(const std::string& path, std::int64_t vocab_size,

@@ -309,6 +309,10 @@ def main():
                  [], "is not a test name"),
                 ("a zero --test-timeout", RUBRIC, ["--test-timeout", "0"], "--test-timeout"),
                 ("a zero --jobs", RUBRIC, ["--jobs", "0"], "--jobs"),
+                # The rule of every mixpar tool: a flag missing its value does not take the
+                # next flag as its value.
+                ("a flag missing its value", RUBRIC, ["--hidden-tests", "--bogus"],
+                 "--hidden-tests: expected one argument"),
             ]
             for what, rubric, extra, message in cases:
                 with open(os.path.join(tmp, "rubric.tsv"), "w") as f:

@@ -140,6 +140,8 @@ def main():
                 ("a zero --eval-every", ["--eval-every", "0", "--"], "--eval-every must be at least 1"),
                 ("a flag the leaderboard owns", ["--", "--data", "x.bin"], "--data is not an entry's flag"),
                 ("train_gpt's flags without --", ["--steps", "10"], "unrecognized arguments"),
+                ("a flag missing its value", ["--board", "--name", "x", "--"],
+                 "--board: expected one argument"),
                 ("a configuration train_gpt refuses", ["--", "--n-embd", "32", "--n-head", "3"],
                  "train_gpt refuses the flags"),
                 ("a value train_gpt refuses", ["--", "--dtype", "fp64"], "train_gpt refuses the flags"),

@@ -57,7 +57,8 @@ def run(cmd, timeout=600):
 
 
 def demo_json(bin_dir, tmp, program, args=()):
-    path = os.path.join(tmp, program + ".json")
+    # A fresh file each call: the demos refuse to replace an existing one without --overwrite.
+    path = os.path.join(tmp, "%s-%d.json" % (program, len(os.listdir(tmp))))
     run([os.path.join(bin_dir, program), *args, "--json", path])
     with open(path) as f:
         return json.load(f)

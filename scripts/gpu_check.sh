@@ -41,7 +41,15 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --dry-run) dry_run=1 ;;
     --no-build) do_build=0 ;;
-    --build-dir) build_dir="${2:?--build-dir needs a directory}"; shift ;;
+    # The rule of every mixpar tool: a value that looks like a flag is taken only when
+    # written --build-dir=VALUE (`--build-dir --dry-run` must not build in "--dry-run").
+    --build-dir)
+      case "${2:-}" in
+        ""|--*) echo "gpu_check.sh: --build-dir needs a directory${2:+, but is followed by the flag '$2'}" >&2
+                exit 2 ;;
+      esac
+      build_dir=$2; shift ;;
+    --build-dir=*) build_dir=${1#--build-dir=} ;;
     --prepare) prepare=1 ;;
     -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
     *) echo "gpu_check.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;

@@ -68,5 +68,10 @@ OUT="$work/out2" BUDGET_S=60 GPU_CHECK_SUITES="Skip test_common Skip.* 30" \
 rc2=$?
 grep -qP '^Skip\tFAILED\t.*on a GPU machine' "$work/out2/results.tsv" && [ "$rc2" != 0 ] ||
   { echo "selftest: a skip on a GPU machine was not a failure"; cat "$work/stdout2"; fail=1; }
+# A flag missing its value: exit 2 and one line, the next flag not taken as the directory.
+err=$(bash "$here/gpu_check.sh" --build-dir --dry-run 2>&1 >/dev/null); rc3=$?
+[ "$rc3" = 2 ] && [ "$(printf '%s\n' "$err" | wc -l)" = 1 ] &&
+  [[ "$err" == *"--build-dir needs a directory, but is followed by the flag '--dry-run'"* ]] ||
+  { echo "selftest: --build-dir --dry-run gave $rc3: $err"; fail=1; }
 [ "$fail" = 0 ] && echo "selftest: ok ($secs s)"
 exit $fail

@@ -4,11 +4,22 @@
 #include "comm/communicator.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <stdexcept>
 
 #include "comm/local_kernels.h"
 
 namespace mixpar {
+
+void check_watchdog_seconds(const std::string& what, double seconds) {
+  if (std::isnan(seconds) || seconds > kMaxWatchdogSeconds) {
+    char text[64];
+    std::snprintf(text, sizeof text, "%g", seconds);
+    throw InputError(what + ": a watchdog limit of " + text +
+                     " s is out of range (at most 1e6 s, about 11.6 days; <= 0 turns it off)");
+  }
+}
 
 std::string_view reduce_op_name(ReduceOp op) {
   switch (op) {

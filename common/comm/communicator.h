@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "tensor/tensor.h"
+#include "util/errors.h"
 
 namespace mixpar {
 
@@ -28,6 +29,19 @@ class CommError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
+
+// The CommError of a watchdog that fired: a rank waited in one call longer than its limit.
+// Marked so that run_main exits with kExitWatchdog (util/errors.h), not as an internal error.
+class CommWatchdogTimeout : public CommError, public WatchdogTimeoutMark {
+ public:
+  using CommError::CommError;
+};
+
+// A watchdog's limit in seconds: <= 0 turns it off; otherwise at most kMaxWatchdogSeconds
+// (about 11.6 days; a deadline past 2^63 ns of the steady clock would overflow and fire at
+// once). NaN or a larger limit is an InputError naming `what`.
+inline constexpr double kMaxWatchdogSeconds = 1e6;
+void check_watchdog_seconds(const std::string& what, double seconds);
 
 // Per-rank traffic accounting. Collectives are charged with the per-rank volume of the
 // bandwidth-optimal (ring) algorithm, whatever a backend does internally, so formulas such as

@@ -99,8 +99,9 @@ Fabric::Fabric(int world_size, double watchdog_seconds, bool synchronous_sends,
   std::iota(world.members.begin(), world.members.end(), 0);
   world.calls.assign(world.members.size(), 0);
   groups_.push_back(std::move(world));
-  // Capped at ~30 years so the conversion to clock ticks cannot overflow.
-  const double seconds = std::min(watchdog_seconds, 1e9);
+  // Range-checked as on every backend, so the conversion to clock ticks cannot overflow.
+  check_watchdog_seconds("local communicator", watchdog_seconds);
+  const double seconds = watchdog_seconds;
   watchdog_ = seconds > 0 ? std::chrono::duration_cast<Clock::duration>(
                                 std::chrono::duration<double>(seconds))
                           : Clock::duration::zero();
@@ -169,6 +170,7 @@ void Fabric::block(std::unique_lock<std::mutex>& lock, int me, Ready ready) {
     } else if (cv.wait_until(lock, deadline) == std::cv_status::timeout && !ready() && !aborted_) {
       char limit[32];
       std::snprintf(limit, sizeof limit, "%g", watchdog_seconds_);
+      watchdog_fired_ = true;
       abort("watchdog: rank " + std::to_string(me) + " waited " + limit +
             " s in the communicator; " + report());
     }
@@ -404,12 +406,17 @@ void Fabric::make_split(int group, Slot& slot) {
 // ---- Aborting, and the reports
 
 void Fabric::throw_if_aborted() const {
-  if (aborted_) throw CommError(reason_);
+  if (aborted_) throw_aborted();
+}
+
+void Fabric::throw_aborted() const {
+  if (watchdog_fired_) throw CommWatchdogTimeout(reason_);
+  throw CommError(reason_);
 }
 
 void Fabric::fail(std::string reason) {
   abort(std::move(reason));
-  throw CommError(reason_);  // the first reason, if the world had already failed
+  throw_aborted();  // the first reason, if the world had already failed
 }
 
 void Fabric::abort(std::string reason) {
@@ -521,7 +528,9 @@ std::exception_ptr Fabric::end_run() {
   if (!aborted_ && !mail_.empty()) abort(undelivered());
   if (!aborted_) return nullptr;
   dead_ = true;
-  return first_error_ ? first_error_ : std::make_exception_ptr(CommError(reason_));
+  if (first_error_) return first_error_;
+  return watchdog_fired_ ? std::make_exception_ptr(CommWatchdogTimeout(reason_))
+                         : std::make_exception_ptr(CommError(reason_));
 }
 
 void Fabric::park_busy_ledgers() {

@@ -181,6 +181,7 @@ class Fabric {
   bool spin_until_woken(std::unique_lock<std::mutex>& lock, int me);
   void wake(int rank);  // under mu_: bumps the rank's wake count and notifies its cv
   void throw_if_aborted() const;
+  [[noreturn]] void throw_aborted() const;  // CommError, or CommWatchdogTimeout
   [[noreturn]] void fail(std::string reason);
   void abort(std::string reason);
   void check_deadlock();
@@ -215,6 +216,7 @@ class Fabric {
   bool synchronous_sends_;
   std::size_t eager_limit_bytes_;
   bool aborted_ = false;
+  bool watchdog_fired_ = false;  // the abort was the watchdog's: CommWatchdogTimeout
   bool dead_ = false;  // a failed run leaves the world unusable
   std::string reason_;
   std::exception_ptr first_error_;

@@ -105,6 +105,8 @@ MPI_Op nan_max_op() {
 
 CallWatchdog::CallWatchdog(double seconds, Handler on_timeout)
     : seconds_(seconds), on_timeout_(std::move(on_timeout)) {
+  // 1e10 s overflowed the steady clock's deadline, which then lay in the past: refused.
+  check_watchdog_seconds("mpi communicator", seconds_);
   if (seconds_ > 0) thread_ = std::thread([this] { thread_main(); });
 }
 
@@ -215,7 +217,8 @@ void MpiCommunicator::init() {
     h = [](const std::string& m) {
       std::fprintf(stderr, "mixpar mpi watchdog: %s; aborting the job\n", m.c_str());
       std::fflush(stderr);
-      MPI_Abort(MPI_COMM_WORLD, 3);
+      // Its own exit code (util/errors.h): 3 is a halted run's, 1 an internal error's.
+      MPI_Abort(MPI_COMM_WORLD, kExitWatchdog);
     };
   }
   watchdog_ = std::make_unique<CallWatchdog>(opts_.watchdog_seconds, std::move(h));

@@ -81,8 +81,8 @@ struct MpiOptions {
   // receive is too small, otherwise undefined behaviour (usually a hang: the watchdog's job).
   bool check_calls = true;
   double watchdog_seconds = 120.0;  // <= 0: no watchdog
-  // What a watchdog timeout does. Default: print the message on stderr and MPI_Abort(3), as a
-  // hung collective can only be left by killing the job.
+  // What a watchdog timeout does. Default: print the message on stderr and MPI_Abort with
+  // kExitWatchdog (4, util/errors.h), as a hung collective can only be left by killing the job.
   CallWatchdog::Handler on_watchdog;
   // This process's place in the run, named in every watchdog report after its world rank
   // ("dp 1, tp 0, pp 1"): set by the trainer once its grid is known; split() passes it on.

@@ -140,7 +140,20 @@ void write_file_atomic(const std::string& path, std::string_view bytes) {
   write_file_atomic(path, [&](FileSink& sink) { sink.write(bytes); });
 }
 
+void check_replaceable(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return;  // nothing there (or a dangling link): created
+  if (S_ISREG(st.st_mode)) return;
+  // rename(2) would put a regular file where the device node, FIFO or socket was (as root,
+  // /dev/full became a regular file): never replaced, with or without --overwrite.
+  struct stat link {};
+  const bool via_link = ::lstat(path.c_str(), &link) == 0 && S_ISLNK(link.st_mode);
+  throw InputError(path + (via_link ? " links to " : " is ") + file_kind(st.st_mode) +
+                   ", not a regular file: outputs replace regular files only");
+}
+
 void write_file_atomic(const std::string& path, const std::function<void(FileSink&)>& fill) {
+  check_replaceable(path);
   const std::string tmp = temp_path_for(path);
   // 0666 minus the umask: the file gets the permissions any newly created file would.
   Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666));

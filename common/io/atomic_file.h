@@ -40,7 +40,13 @@ class FileSink {
   std::uint64_t written_ = 0;
 };
 
-// Replaces `path` with `bytes` atomically (the directory must exist).
+// Outputs replace regular files only: an InputError "<path> is a FIFO, not a regular file:
+// ..." when path exists (following symbolic links) and is anything else (a device such as
+// /dev/full, a FIFO, a socket, a directory). A missing path, or a dangling link, is fine.
+// write_file_atomic checks it before it writes; pre-flights call it to refuse early.
+void check_replaceable(const std::string& path);
+
+// Replaces `path` with `bytes` atomically (the directory must exist; check_replaceable).
 void write_file_atomic(const std::string& path, std::string_view bytes);
 
 // Streaming variant: `fill` writes the content into the sink. If `fill` throws, the

@@ -5,6 +5,7 @@
 
 #include <cctype>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <map>
 #include <string_view>
@@ -89,7 +90,17 @@ void check_tied_head(const SafetensorsReader& reader, const std::string& head_na
 
 }  // namespace
 
-GptConfig gpt_config_from_hf(const HfGpt2Config& hf) {
+GptConfig gpt_config_from_hf(const HfGpt2Config& hf, const std::string& source) {
+  // Every field that changes the model is honoured or refused: mixpar's LayerNorms use
+  // kLayerNormEps (GPT-2's 1e-5), so another epsilon (1e-3 was accepted and ignored, and
+  // exported as 1e-5) would compute another model.
+  if (hf.layer_norm_epsilon != layers::kLayerNormEps) {
+    char text[64];
+    std::snprintf(text, sizeof text, "%.17g", hf.layer_norm_epsilon);
+    throw InputError(source + ": layer_norm_epsilon is " + text +
+                     ", mixpar's GPT-2 LayerNorms use only 1e-05 (another epsilon is another "
+                     "model)");
+  }
   return {hf.n_layer, hf.n_head, hf.n_embd, hf.n_positions, hf.vocab_size};
 }
 
@@ -147,7 +158,7 @@ std::string config_difference(const GptConfig& got, const GptConfig& want) {
 
 GptConfig read_gpt_hf_config(const std::string& dir) {
   const std::string file = (std::filesystem::path(dir) / "config.json").string();
-  return gpt_config_from_hf(read_gpt2_config(file));
+  return gpt_config_from_hf(read_gpt2_config(file), file);
 }
 
 namespace {

@@ -12,7 +12,10 @@
 
 namespace mixpar {
 
-GptConfig gpt_config_from_hf(const HfGpt2Config& hf);
+// The model a config.json describes; a field that would change it and that mixpar's GPT does
+// not honour (a layer_norm_epsilon other than GPT-2's 1e-5) is an InputError naming `source`
+// and the field (io/gpt_config.h refuses the others: activation, n_inner, attention scaling...).
+GptConfig gpt_config_from_hf(const HfGpt2Config& hf, const std::string& source = "config.json");
 HfGpt2Config hf_config_from_gpt(const GptConfig& config, DType stored);
 
 struct HfSaveOptions {

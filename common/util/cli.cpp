@@ -1,5 +1,6 @@
 #include "util/cli.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cmath>
@@ -104,6 +105,13 @@ void ArgParser::parse(int argc, char** argv) {
     }
     if (!inline_value) {
       if (i + 1 >= argc) throw InputError("--" + name + " needs a value");
+      // `--save --overwrite` would save into a directory named "--overwrite": a value that
+      // looks like a flag is taken only when written `--save=--overwrite`.
+      const std::string next = argv[i + 1];
+      if (next.rfind("--", 0) == 0) {
+        throw InputError("--" + name + " needs a value, but is followed by the flag '" + next +
+                         "' (write --" + name + "=" + next + " if that is the value)");
+      }
       value = argv[++i];
     }
     values_[name] = value;
@@ -183,7 +191,57 @@ std::string ArgParser::get_choice(const std::string& name,
   throw InputError("--" + name + ": '" + v + "' is not one of " + all);
 }
 
-double parse_double(const std::string& what, const std::string& text) {
+namespace {
+
+// A decimal literal (already accepted by parse_double, so finite, decimal, whole text) as its
+// exact value digits x 10^exponent, with digits free of leading and trailing zeros ("" for 0):
+// the literal's value before strtod rounds it to a double.
+struct ExactDecimal {
+  bool negative = false;
+  std::string digits;
+  std::int64_t exponent = 0;
+};
+
+ExactDecimal exact_decimal(const std::string& text) {
+  ExactDecimal d;
+  std::size_t i = 0;
+  if (i < text.size() && (text[i] == '-' || text[i] == '+')) d.negative = text[i++] == '-';
+  std::int64_t fraction_digits = 0;
+  bool in_fraction = false;
+  for (; i < text.size() && text[i] != 'e' && text[i] != 'E'; ++i) {
+    if (text[i] == '.') {
+      in_fraction = true;
+      continue;
+    }
+    if (!(d.digits.empty() && text[i] == '0')) d.digits += text[i];
+    if (in_fraction) ++fraction_digits;
+  }
+  std::int64_t e = 0;
+  if (i < text.size()) {
+    ++i;
+    const bool negative_e = i < text.size() && text[i] == '-';
+    if (i < text.size() && (text[i] == '-' || text[i] == '+')) ++i;
+    // Capped: an exponent past a million means the same (out of range, or not whole) to us.
+    for (; i < text.size(); ++i) e = std::min<std::int64_t>(e * 10 + (text[i] - '0'), 1000000);
+    if (negative_e) e = -e;
+  }
+  d.exponent = e - fraction_digits;
+  while (!d.digits.empty() && d.digits.back() == '0') {
+    d.digits.pop_back();
+    ++d.exponent;
+  }
+  if (d.digits.empty()) d.exponent = 0;
+  return d;
+}
+
+bool is_plain_integer(const std::string& text) {
+  const std::size_t i = !text.empty() && (text[0] == '-' || text[0] == '+') ? 1 : 0;
+  return text.size() > i && text.find_first_not_of("0123456789", i) == std::string::npos;
+}
+
+// parse_double without the exactness rule for long integers (parse_int checks the literal
+// itself, exactly).
+double parse_rounded_double(const std::string& what, const std::string& text) {
   if (is_hex(text)) {
     throw InputError(what + ": '" + text + "' is hexadecimal; numbers are decimal (e.g. 2, 1e-3)");
   }
@@ -199,15 +257,47 @@ double parse_double(const std::string& what, const std::string& text) {
   return v;
 }
 
+}  // namespace
+
+double parse_double(const std::string& what, const std::string& text) {
+  const double v = parse_rounded_double(what, text);
+  // A whole number written digit by digit means that number: above 2^53 a double may hold
+  // only a neighbour (9007199254740993 becomes ...992), which is refused, never rounded.
+  if (is_plain_integer(text) && std::fabs(v) >= 9007199254740992.0) {
+    char exact[400];
+    std::snprintf(exact, sizeof exact, "%.0f", std::fabs(v));  // glibc prints it exactly
+    const ExactDecimal d = exact_decimal(text);
+    if (exact_decimal(exact).digits != d.digits ||
+        exact_decimal(exact).exponent != d.exponent) {
+      throw InputError(what + ": '" + text +
+                       "' is not exactly a double (whole numbers above 2^53 = "
+                       "9007199254740992 are rounded); give a nearby value such as " +
+                       std::string(v < 0 ? "-" : "") + exact);
+    }
+  }
+  return v;
+}
+
 std::int64_t parse_int(const std::string& what, const std::string& text) {
-  const double v = parse_double(what, text);
-  if (std::isnan(v) || (std::isfinite(v) && v != std::floor(v))) {
-    throw InputError(what + ": '" + text + "' is not a whole number");
+  const double v = parse_rounded_double(what, text);
+  if (std::isnan(v)) throw InputError(what + ": '" + text + "' is not a whole number");
+  const InputError out_of_range(what + ": '" + text +
+                                "' is out of range (whole numbers from -9e18 to 9e18)");
+  if (std::isinf(v)) throw out_of_range;
+  // The literal's exact value, not the double's: "9007199254740993" is that seed, not
+  // ...992, and "1.00000000000000001" is no whole number although strtod rounds it to 1.
+  const ExactDecimal d = exact_decimal(text);
+  if (d.exponent < 0) throw InputError(what + ": '" + text + "' is not a whole number");
+  if (static_cast<std::int64_t>(d.digits.size()) + d.exponent > 19) throw out_of_range;
+  std::uint64_t magnitude = 0;
+  for (char c : d.digits) magnitude = magnitude * 10 + static_cast<std::uint64_t>(c - '0');
+  for (std::int64_t k = 0; k < d.exponent; ++k) {
+    if (magnitude > static_cast<std::uint64_t>(kMaxWholeNumber) / 10) throw out_of_range;
+    magnitude *= 10;
   }
-  if (std::isinf(v) || std::fabs(v) > kMaxWholeNumber) {
-    throw InputError(what + ": '" + text + "' is out of range (whole numbers from -9e18 to 9e18)");
-  }
-  return static_cast<std::int64_t>(v);
+  if (magnitude > static_cast<std::uint64_t>(kMaxWholeNumber)) throw out_of_range;
+  const auto m = static_cast<std::int64_t>(magnitude);
+  return d.negative ? -m : m;
 }
 
 std::int64_t parse_int(const std::string& what, const std::string& text, std::int64_t lo,

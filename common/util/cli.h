@@ -1,5 +1,6 @@
 // ArgParser: the flags of every mixpar tool, with one behaviour for all of them:
-// `--name value` or `--name=value`, `--flag`, `--` ends options (so `fpx -- -2.5` works),
+// `--name value` or `--name=value` (a value starting with "--" only as `--name=--value`: a
+// flag that lost its value must not swallow the next flag), `--flag`, `--` ends options (so `fpx -- -2.5` works),
 // an argument that parses as a number ("-2.5", "-inf") is a positional even before `--`,
 // `--help` prints usage and exits 0, and any bad input is an InputError naming the flag.
 // An option given twice is refused (never "the last one wins"); numbers are decimal (hex such
@@ -69,8 +70,11 @@ class ArgParser {
 // parse_double takes the whole text or nothing ("1.5x" fails), accepts inf/nan and
 // subnormal results, and rejects finite literals that overflow a double ("1e400").
 double parse_double(const std::string& what, const std::string& text);
-// Whole numbers up to kMaxWholeNumber in magnitude (doubles hold every integer to 2^53 and
-// 9e18 is below 2^63); past that "out of range".
+// A whole number written as plain digits above 2^53 that a double cannot hold exactly
+// ("9007199254740993") is refused by parse_double rather than rounded.
+// parse_int takes the literal's exact value ("9007199254740993" stays odd, "7e9" and "1.5e3"
+// are whole, "1.00000000000000001" is not) up to kMaxWholeNumber in magnitude (9e18 is below
+// 2^63); past that "out of range".
 inline constexpr double kMaxWholeNumber = 9.0e18;
 std::int64_t parse_int(const std::string& what, const std::string& text);
 std::int64_t parse_int(const std::string& what, const std::string& text, std::int64_t lo,

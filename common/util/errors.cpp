@@ -14,14 +14,31 @@ std::string prog_name(char** argv) {
 }
 }  // namespace
 
+std::string one_line(const std::string& message) {
+  std::string out;
+  out.reserve(message.size());
+  for (const char ch : message) {
+    if (ch == '\n') {
+      out += "\\n";
+    } else if (ch == '\r') {
+      out += "\\r";
+    } else {
+      out += ch;
+    }
+  }
+  return out;
+}
+
 int run_main(int argc, char** argv, const std::function<int(int, char**)>& body) {
   try {
     return body(argc, argv);
   } catch (const InputError& e) {
-    std::fprintf(stderr, "%s: error: %s\n", prog_name(argv).c_str(), e.what());
+    std::fprintf(stderr, "%s: error: %s\n", prog_name(argv).c_str(),
+                 one_line(e.what()).c_str());
     return kExitInputError;
   } catch (const RunHalted& e) {
-    std::fprintf(stderr, "%s: halted: %s\n", prog_name(argv).c_str(), e.what());
+    std::fprintf(stderr, "%s: halted: %s\n", prog_name(argv).c_str(),
+                 one_line(e.what()).c_str());
     return kExitRunHalted;
   } catch (const std::bad_alloc&) {
     // Not a bug: the input asked for more memory than the machine would give (a model or a
@@ -32,7 +49,13 @@ int run_main(int argc, char** argv, const std::function<int(int, char**)>& body)
                  prog_name(argv).c_str());
     return kExitInputError;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s: internal error: %s\n", prog_name(argv).c_str(), e.what());
+    if (dynamic_cast<const WatchdogTimeoutMark*>(&e) != nullptr) {
+      std::fprintf(stderr, "%s: watchdog: %s\n", prog_name(argv).c_str(),
+                 one_line(e.what()).c_str());
+      return kExitWatchdog;
+    }
+    std::fprintf(stderr, "%s: internal error: %s\n", prog_name(argv).c_str(),
+                 one_line(e.what()).c_str());
     return 1;
   }
 }

@@ -2,11 +2,15 @@
 // inf and nan, rejects non-numbers with exit code 2, and its JSON is well formed with every
 // format; the demo's claims all hold, and a broken claim makes it exit 1.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <utility>
 
 #include "util/json.h"
 
@@ -165,6 +169,46 @@ TEST(Demo, ABrokenClaimExitsWithCode1) {
 TEST(Demo, BadFlagExitsWithCode2) {
   EXPECT_EQ(run(std::string(MIXPAR_CH01_DEMO_PATH) + " --gemm 12x34").exit_code, 2);
   EXPECT_EQ(run(std::string(MIXPAR_CH01_DEMO_PATH) + " --gemm-inputs both").exit_code, 2);
+}
+
+// The demo's --json follows train_gpt's output rules, checked before the lesson runs: a FIFO
+// (the lesson used to run and then block forever on it), a device, an existing file without
+// --overwrite (replaced silently before) and a directory it cannot write in (found only after
+// the whole lesson, without a reason) are each one line and exit code 2, and nothing is written.
+TEST(Demo, JsonOutputsFollowTheTrainersRulesBeforeTheLessonRuns) {
+  char tmpl[] = "/tmp/mixpar-ch01-json-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  ASSERT_EQ(::mkfifo((dir + "/fifo").c_str(), 0600), 0);
+  {
+    FILE* f = std::fopen((dir + "/old.json").c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs("keep", f);
+    std::fclose(f);
+  }
+  const std::string demo = MIXPAR_CH01_DEMO_PATH;
+  const std::pair<std::string, std::string> cases[] = {
+      {" --json " + dir + "/fifo", "is a FIFO: outputs are regular files only"},
+      {" --json /dev/full --overwrite", "'/dev/full' is a character device"},
+      {" --json " + dir + "/old.json", "exists: pass --overwrite to replace it"},
+      {" --json /proc/x.json", "--json: cannot write in '/proc': "},
+  };
+  for (const auto& [args, phrase] : cases) {
+    const CommandResult r = run("cd " + dir + " && " + demo + args);
+    EXPECT_EQ(r.exit_code, 2) << args << ": " << r.output;
+    EXPECT_TRUE(r.output.starts_with("ch01_fp_formats: error: ")) << r.output;
+    EXPECT_TRUE(has(r.output, phrase)) << args << ": " << r.output;
+    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+  }
+  FILE* f = std::fopen((dir + "/old.json").c_str(), "r");
+  ASSERT_NE(f, nullptr);
+  char buf[16] = {};
+  EXPECT_EQ(std::fread(buf, 1, sizeof buf, f), 4u);
+  std::fclose(f);
+  EXPECT_EQ(std::string(buf), "keep");
+  std::remove((dir + "/fifo").c_str());
+  std::remove((dir + "/old.json").c_str());
+  ::rmdir(dir.c_str());
 }
 
 }  // namespace

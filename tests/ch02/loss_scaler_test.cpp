@@ -203,5 +203,42 @@ TEST(LossScaler, GrowthNeverReachesInfinity) {
   EXPECT_EQ(s.scale(), 0x1p127f);  // 2^128 is inf in FP32: PyTorch keeps the old scale
 }
 
+// Unscaling multiplies by 1/scale in FP32: below 2^-128 that is infinite and 0 x inf = NaN
+// reached the optimizer unseen. Such scales are refused, and backoff stops above them.
+TEST(LossScaler, EveryScaleHasAFiniteInverse) {
+  EXPECT_FALSE(has_finite_inverse(0x1p-128f));
+  EXPECT_TRUE(has_finite_inverse(min_loss_scale()));
+  EXPECT_GT(min_loss_scale(), 0x1p-128f);
+  EXPECT_LT(min_loss_scale(), 2.94e-39f);
+  for (double bad : {1e-39, 1e-320, 2.9e-39}) {
+    LossScalerConfig c;
+    c.init_scale = bad;
+    EXPECT_THROW(LossScaler{c}, InputError) << bad;
+  }
+  LossScalerConfig c = small(static_cast<double>(min_loss_scale()) * 4, 1);
+  LossScaler s(c);
+  for (int i = 0; i < 10; ++i) s.update(true);
+  EXPECT_EQ(s.scale(), min_loss_scale());
+  EXPECT_TRUE(std::isfinite(s.inv_scale()));
+  LossScalerState tiny = s.state();
+  tiny.scale = 0x1p-128f;
+  EXPECT_THROW(s.load_state(tiny), InputError);
+}
+
+// The found-inf check reads the unscaled gradients, the optimizer's: a finite scaled gradient
+// that overflows once multiplied by 1/scale (a scale below 1) is found, and zeros stay zeros.
+TEST(LossScaler, TheCheckSeesTheUnscaledGradients) {
+  LossScaler s(static_config(0x1p-10));
+  Tensor g = Tensor::from_floats(std::vector<float>{3e36f, 0.0f}, {2});
+  const Tensor grads[] = {g};
+  EXPECT_TRUE(s.unscale_and_check(grads));
+  s.update(true);
+  LossScaler t(static_config(static_cast<double>(min_loss_scale())));
+  Tensor zeros = Tensor::from_floats(std::vector<float>{0.0f, -0.0f}, {2});
+  const Tensor zero_grads[] = {zeros};
+  EXPECT_FALSE(t.unscale_and_check(zero_grads));
+  EXPECT_EQ(zeros.to_floats(), (std::vector<float>{0.0f, -0.0f}));
+}
+
 }  // namespace
 }  // namespace mixpar::ch02

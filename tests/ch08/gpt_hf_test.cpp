@@ -6,8 +6,10 @@
 #include <gtest/gtest.h>
 
 #include "ch08_test_util.h"
+#include "io/atomic_file.h"
 #include "io/gpt_config.h"
 #include "io/safetensors.h"
+#include "util/json.h"
 
 namespace mixpar::ch08 {
 namespace {
@@ -108,6 +110,24 @@ TEST(GptHf, RefusesADirectoryOfAnotherShape) {
   const std::vector<NamedTensor> dst = other.parameters();
   const std::string msg = input_error_of([&] { load_gpt_hf_into(dir.str(), other.config(), dst); });
   EXPECT_NE(msg.find("n_embd is 16, expected 32"), std::string::npos) << msg;
+}
+
+// Every config field that changes the model is honoured or refused: a layer_norm_epsilon of
+// 1e-3 was accepted, ignored (the model computes with 1e-5) and exported as 1e-5.
+TEST(GptHf, RefusesALayerNormEpsilonTheModelDoesNotUse) {
+  TempDir dir;
+  save_gpt_hf(dir.str(), model_with_seed(1));
+  const std::string path = dir.str() + "/config.json";
+  Json config = Json::parse(read_file(path), path);
+  EXPECT_EQ(config.at("layer_norm_epsilon").as_double(), 1e-5);
+  EXPECT_NO_THROW(read_gpt_hf_config(dir.str()));
+  config.set("layer_norm_epsilon", 1e-3);
+  write_file_atomic(path, config.dump(2));
+  const std::string msg = input_error_of([&] { read_gpt_hf_config(dir.str()); });
+  EXPECT_EQ(msg, path + ": layer_norm_epsilon is 0.001, mixpar's GPT-2 LayerNorms use only 1e-05 "
+                        "(another epsilon is another model)");
+  EXPECT_NE(input_error_of([&] { load_gpt_hf(dir.str()); }).find("layer_norm_epsilon is 0.001"),
+            std::string::npos);
 }
 
 }  // namespace

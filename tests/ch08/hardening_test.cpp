@@ -507,5 +507,40 @@ TEST(TrainGptMpi, ABrokenShardOrWeightIsReportedOnceWithTheFailingProcesssReason
 }
 #endif
 
+// A resume read NaN weights and halted steps later; --init-from refused them at once. The
+// checkpoint's tensors are checked alike, after the manifest: one line naming the tensor.
+TEST(TrainGptResume, NonFiniteWeightsInACheckpointAreRefusedNamingTheTensor) {
+  TempDir d;
+  two_step_run(d);
+  const std::string dir = d.file("ck") + "/step-00000002";
+  const std::string file = dir + "/model.safetensors";
+  NamedTensors all = SafetensorsReader(file).load_all(MemCategory::kOther);
+  bool edited = false;
+  for (auto& [name, t] : all) {
+    if (name.ends_with("h.0.mlp.c_fc.weight")) {
+      t.data_as<float>()[3] = std::numeric_limits<float>::quiet_NaN();
+      edited = true;
+    }
+  }
+  ASSERT_TRUE(edited);
+  write_safetensors(file, all);
+  regenerate_manifest(dir);
+  const std::string resume = kTiny + "--steps 2 --warmup 1 --resume --checkpoint-dir " + d.file("ck");
+  expect_one_line_error(d, resume, "h.0.mlp.c_fc.weight holds a non-finite value (nan at element 3");
+}
+
+// A kill while `latest` was written left `latest.tmp.PID.N` for ever: the next run into the
+// directory (holding its lock, so no other run is writing) removes it.
+TEST(TrainGptCheckpointDir, AStrayTemporaryOfLatestIsCleanedAtTheNextStart) {
+  TempDir d;
+  two_step_run(d);
+  write_bytes(d.file("ck") + "/latest.tmp.99999.0", "step-0000");
+  write_bytes(d.file("ck") + "/notes.txt", "mine");
+  ASSERT_EQ(train_gpt(d, kTiny + "--steps 2 --warmup 1 --resume --checkpoint-dir " + d.file("ck")).code,
+            0);
+  EXPECT_FALSE(fs::exists(d.file("ck") + "/latest.tmp.99999.0"));
+  EXPECT_EQ(read_bytes(d.file("ck") + "/notes.txt"), "mine");
+}
+
 }  // namespace
 }  // namespace mixpar::ch08

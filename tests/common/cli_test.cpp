@@ -275,5 +275,64 @@ TEST(Cli, WholeNumbersOutsideTheirRangeSaySoAndGiveTheRange) {
             "--ranks: 4294967298 is out of range (2 to 8)");
 }
 
+// A flag that lost its value must not swallow the next flag (`--save --overwrite` saved into a
+// directory named "--overwrite"): refused naming both, unless written --flag=value.
+TEST(Cli, AValueThatLooksLikeAFlagIsRefusedUnlessWrittenWithEquals) {
+  ArgParser p = make_parser();
+  EXPECT_EQ(input_error([&] { parse(p, {"--out", "--json"}); }),
+            "--out needs a value, but is followed by the flag '--json' (write --out=--json if "
+            "that is the value)");
+  EXPECT_NE(input_error([&] { parse(p, {"--out", "--nonsense"}); }).find("--out needs a value"),
+            std::string::npos);
+  EXPECT_NE(input_error([&] { parse(p, {"--out", "--"}); }).find("--out needs a value"),
+            std::string::npos);
+  parse(p, {"--out=--json"});
+  EXPECT_EQ(p.get("out"), "--json");
+  EXPECT_FALSE(p.get_flag("json"));
+  parse(p, {"--lr", "-1e-3"});  // one dash: a negative number, still a value
+  EXPECT_EQ(p.get_double("lr"), -1e-3);
+}
+
+// Whole numbers are taken exactly or refused, never rounded: a seed above 2^53 stays itself.
+TEST(ParseInt, TakesTheLiteralsExactValueAbove2To53) {
+  EXPECT_EQ(parse_int("--seed", "9007199254740993"), 9007199254740993);
+  EXPECT_EQ(parse_int("--seed", "8999999999999999999"), 8999999999999999999);
+  EXPECT_EQ(parse_int("n", "1.5e3"), 1500);
+  EXPECT_EQ(parse_int("n", "-2.50e1"), -25);
+  EXPECT_EQ(parse_int("n", "0.0"), 0);
+  EXPECT_EQ(parse_int("n", "1e-0"), 1);
+  EXPECT_EQ(input_error([] { parse_int("n", "1.00000000000000001"); }),
+            "n: '1.00000000000000001' is not a whole number");
+  EXPECT_EQ(input_error([] { parse_int("n", "1e-400"); }), "n: '1e-400' is not a whole number");
+  EXPECT_NE(input_error([] { parse_int("n", "9000000000000000001e0"); }).find("out of range"),
+            std::string::npos);
+  EXPECT_NE(input_error([] { parse_int("n", "1e99999999999"); }).find("out of the range"),
+            std::string::npos);
+}
+
+TEST(ParseDouble, AWholeNumberADoubleCannotHoldIsRefusedNotRounded) {
+  EXPECT_EQ(parse_double("x", "9007199254740992"), 9007199254740992.0);
+  EXPECT_EQ(parse_double("x", "9007199254740994"), 9007199254740994.0);
+  EXPECT_EQ(parse_double("x", "-9007199254740992"), -9007199254740992.0);
+  const std::string e = input_error([] { parse_double("--lr", "9007199254740993"); });
+  EXPECT_NE(e.find("--lr: '9007199254740993' is not exactly a double"), std::string::npos) << e;
+  EXPECT_THROW(parse_double("--lr", "-9007199254740993"), InputError);
+  EXPECT_THROW(parse_double("--lr", "123456789012345678901234567890"), InputError);
+  // Written with an exponent or a point, a number is a magnitude, rounded as any double.
+  EXPECT_EQ(parse_double("x", "1e30"), 1e30);
+  EXPECT_EQ(parse_double("x", "9007199254740993.0"), 9007199254740992.0);
+}
+
+// A message holding a newline (a path may) is still the one line the tools promise.
+TEST(RunMain, AMessageWithANewlineStaysOneLine) {
+  EXPECT_EQ(one_line("a\nb\rc"), "a\\nb\\rc");
+  char prog[] = "tool";
+  char* argv[] = {prog, nullptr};
+  testing::internal::CaptureStderr();
+  const int code = run_main(1, argv, [](int, char**) -> int { throw InputError("x\ny: cannot open"); });
+  EXPECT_EQ(code, 2);
+  EXPECT_EQ(testing::internal::GetCapturedStderr(), "tool: error: x\\ny: cannot open\n");
+}
+
 }  // namespace
 }  // namespace mixpar

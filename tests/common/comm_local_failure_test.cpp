@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cmath>
 #include <future>
 #include <stdexcept>
 #include <string>
@@ -11,6 +12,7 @@
 
 #include "comm/local_backend.h"
 #include "comm_local_test_util.h"
+#include "util/errors.h"
 
 namespace mixpar {
 namespace {
@@ -297,6 +299,57 @@ TEST(LocalComm, BadArgumentsAreRejectedOnTheCallingRank) {
                          }),
                std::invalid_argument);
   EXPECT_THROW(LocalWorld(0), std::invalid_argument);
+}
+
+// A watchdog that fired is its own error, with its own exit code (util/errors.h): not exit 1
+// as an internal error, not 3, a halted run's. Its limit is range-checked on every backend
+// (1e10 s overflowed the MPI watchdog's deadline, which then fired at once).
+TEST(LocalComm, AWatchdogTimeoutHasItsOwnTypeAndExitCode) {
+  LocalOptions opts;
+  opts.watchdog_seconds = 0.2;
+  std::promise<void> failed;
+  std::future<void> released = failed.get_future();
+  std::string what;
+  try {
+    run_local(
+        2,
+        [&](Communicator& c) {
+          if (c.rank() == 1) {
+            released.wait_for(std::chrono::seconds(20));
+            return;
+          }
+          try {
+            c.barrier();
+          } catch (...) {
+            failed.set_value();
+            throw;
+          }
+        },
+        opts);
+  } catch (const CommWatchdogTimeout& e) {
+    what = e.what();
+  }
+  EXPECT_NE(what.find("watchdog: rank 0 waited 0.2 s"), std::string::npos) << what;
+  char prog[] = "tool";
+  char* argv[] = {prog, nullptr};
+  testing::internal::CaptureStderr();
+  const int code = run_main(1, argv, [](int, char**) -> int { throw CommWatchdogTimeout("stuck"); });
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(code, kExitWatchdog);
+  EXPECT_EQ(kExitWatchdog, 4);
+  EXPECT_EQ(err, "tool: watchdog: stuck\n");
+  // A plain CommError (a mismatch) stays an internal error.
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(run_main(1, argv, [](int, char**) -> int { throw CommError("mismatch"); }), 1);
+  testing::internal::GetCapturedStderr();
+  for (double bad : {1e10, 1e6 + 1, std::nan("")}) {
+    LocalOptions o;
+    o.watchdog_seconds = bad;
+    EXPECT_THROW(run_local(2, [](Communicator&) {}, o), InputError) << bad;
+  }
+  EXPECT_NO_THROW(check_watchdog_seconds("x", 1e6));
+  EXPECT_NO_THROW(check_watchdog_seconds("x", 0));
+  EXPECT_NO_THROW(check_watchdog_seconds("x", -1));
 }
 
 }  // namespace

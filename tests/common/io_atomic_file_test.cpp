@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <stdexcept>
 #include <string>
@@ -92,6 +93,35 @@ TEST(AtomicWrite, ReadingAFifoOrADeviceIsRefusedAtOnceByKind) {
     EXPECT_THAT(input_error_of([&] { read_file(dev); }),
                 HasSubstr(std::string(dev) + ": not a regular file (a character device)"));
   }
+}
+
+// rename(2) puts a regular file where anything was: as root, /dev/full became one. Outputs
+// replace regular files only; a FIFO, a device or a link to one is refused and left alone.
+TEST(AtomicWrite, ReplacesRegularFilesOnlyNeverADeviceOrAFifo) {
+  TempDir dir;
+  ASSERT_EQ(::mkfifo(dir.file("fifo").c_str(), 0600), 0);
+  ASSERT_EQ(::symlink("/dev/full", dir.file("full").c_str()), 0);
+  ASSERT_EQ(::symlink(dir.file("fifo").c_str(), dir.file("to_fifo").c_str()), 0);
+  EXPECT_EQ(input_error_of([&] { write_file_atomic(dir.file("fifo"), "x"); }),
+            dir.file("fifo") + " is a FIFO, not a regular file: outputs replace regular files only");
+  EXPECT_THAT(input_error_of([&] { write_file_atomic(dir.file("full"), "x"); }),
+              HasSubstr("full links to a character device, not a regular file"));
+  EXPECT_THAT(input_error_of([&] { write_file_atomic(dir.file("to_fifo"), "x"); }),
+              HasSubstr("links to a FIFO"));
+  EXPECT_THAT(input_error_of([] { check_replaceable("/dev/full"); }),
+              HasSubstr("/dev/full is a character device"));
+  struct stat st {};
+  ASSERT_EQ(::stat("/dev/full", &st), 0);
+  EXPECT_TRUE(S_ISCHR(st.st_mode));
+  ASSERT_EQ(::lstat(dir.file("fifo").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode));
+  EXPECT_THAT(dir.entries(), ElementsAre("fifo", "full", "to_fifo"));  // no temporary left
+  // A regular file, a link to one and a dangling link are replaced as before.
+  write_file_atomic(dir.file("f"), "old");
+  EXPECT_NO_THROW(check_replaceable(dir.file("f")));
+  EXPECT_NO_THROW(check_replaceable(dir.file("missing")));
+  ASSERT_EQ(::symlink(dir.file("gone").c_str(), dir.file("dangling").c_str()), 0);
+  EXPECT_NO_THROW(write_file_atomic(dir.file("dangling"), "x"));
 }
 
 }  // namespace
