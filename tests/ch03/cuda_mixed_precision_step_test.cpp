@@ -1,7 +1,7 @@
 // Chapter 3's mixed_precision_step over the GPU engine (cuda/gpt_gpu.h's GpuAdamWStep), with
-// chapter 2's scaler: the step on the device is the CPU's AdamW on the same gradients, unscaled and clipped;
-// the offloaded step on the host equals the step on the device; an inf gradient skips either
-// and leaves the weights alone. Small model: 2 layers, 2 heads of 64, vocabulary 300, T 33.
+// chapter 2's scaler: the step on the device is the CPU's AdamW on the same gradients, unscaled
+// and clipped; the offloaded step on the host equals the step on the device; an inf gradient
+// skips either and leaves the weights alone. Small model: 2 layers, 2 heads of 64, vocabulary 300, T 33.
 // Compiled wherever the CUDA toolkit is; each test skips, saying why, where no GPU is visible.
 #include <gtest/gtest.h>
 
