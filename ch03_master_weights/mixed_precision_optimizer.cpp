@@ -121,9 +121,11 @@ void MixedPrecisionOptimizer::prepare_fp32_grads() {
   if (copies_grads_) copy_all(grads_, grads32_);
 }
 
-// GradScaler.unscale_ on the FP32 copies: the check reads the scaled values (an inf stays inf
-// whatever it is multiplied by), then one multiply each, skipped by exactly 1.
+// GradScaler.unscale_ on the FP32 copies: chapter 2's LossScaler::unscale_and_check when the
+// step asks for the scaler's own 1/S (the correct step). Any other factor (1: the no-unscale
+// mistake's check alone) is the same check of the scaled values, then the multiply.
 bool MixedPrecisionOptimizer::unscale_and_check(float inv_scale) {
+  if (inv_scale == scaler_.inv_scale()) return scaler_.unscale_and_check(grads32_);
   const bool inf = ch02::LossScaler::found_inf(grads32_);
   if (inv_scale != 1.0f) {
     for (Tensor g : grads32_) ops::scale(g, inv_scale);  // a handle: scaled in place

@@ -85,8 +85,9 @@ class MixedPrecisionOptimizer : private StepEngine {
   // One optimizer step from the gradients backward left in `grads`: mixed_precision_step over
   // engine(), with this config's max_grad_norm and bug and the installed found-inf reducer.
   StepReport step();
-  // The CPU engine step() runs the sequence over: these tensors, unscaled, measured (through
-  // the installed GradNormFn), clipped, stepped and re-cast in place.
+  // The CPU engine step() runs the sequence over: these tensors, unscaled (by scaler()'s
+  // unscale_and_check: run the sequence with scaler()), measured (through the installed
+  // GradNormFn), clipped, stepped and re-cast in place.
   StepEngine& engine() { return *this; }
   // The learning rate of the next step (a schedule sets it before each step).
   void set_lr(double lr);
@@ -118,8 +119,8 @@ class MixedPrecisionOptimizer : private StepEngine {
   const ch02::LossScaler& scaler() const { return scaler_; }
 
  private:
-  // StepEngine, on the CPU: the FP32 copy by ops::convert16, the check by chapter 2's
-  // LossScaler::found_inf, the multiplies by ops::scale in place, the norm by grad_norm_fn_
+  // StepEngine, on the CPU: the FP32 copy by ops::convert16, unscale and check by chapter 2's
+  // LossScaler, the clip's multiply by scale_grads in place, the norm by grad_norm_fn_
   // (default global_grad_norm), AdamW or SGD, the re-cast by ops::convert16.
   void prepare_fp32_grads() override;
   bool unscale_and_check(float inv_scale) override;

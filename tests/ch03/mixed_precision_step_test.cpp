@@ -222,7 +222,7 @@ TEST(MixedPrecisionStep, BothEnginesReceiveTheSameCallsInTheSameOrder) {
     Tensor grad = Tensor::from_floats(scaled(c.grad, c.scaler.init_scale), {4}, DType::kBF16);
     MixedPrecisionOptimizer optimizer({param}, {grad}, config);
     RecordingEngine on_cpu(optimizer.engine());
-    ch02::LossScaler cpu_scaler(c.scaler);
+    ch02::LossScaler& cpu_scaler = optimizer.scaler();
     const StepReport a = mixed_precision_step(on_cpu, cpu_scaler, c.rules);
 
     FusingCpuEngine fusing(w, config.adamw);
