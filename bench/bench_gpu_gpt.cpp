@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "ch02_loss_scaling/loss_scaler.h"
-#include "ch03_master_weights/fused_step.h"
+#include "ch03_master_weights/mixed_precision_step.h"
 #include "cuda/blas.h"
 #include "cuda/check.h"
 #include "cuda/gpt_gpu.h"
@@ -107,7 +107,7 @@ RunResult run_model(GpuAttention attention, bool fuse, std::int64_t B, std::int6
     start.record(s);
     r.loss = model.forward(tokens, targets, B, T);
     model.backward();
-    ch03::fused_step(optimizer, scaler, 1.0);
+    ch03::mixed_precision_step(optimizer, scaler, {.max_grad_norm = 1.0});
     stop.record(s);
     stop.synchronize();
     if (i >= warmup) ms.push_back(Event::elapsed_ms(start, stop));
@@ -118,7 +118,7 @@ RunResult run_model(GpuAttention attention, bool fuse, std::int64_t B, std::int6
     model.set_timer(&timer);
     model.forward(tokens, targets, B, T);
     model.backward();
-    ch03::fused_step(optimizer, scaler, 1.0);
+    ch03::mixed_precision_step(optimizer, scaler, {.max_grad_norm = 1.0});
     const auto totals = timer.report();
     model.set_timer(nullptr);
     std::vector<std::pair<double, std::string>> rows;

@@ -1,7 +1,6 @@
-// MixedPrecisionOptimizer::step is the order of torch.amp's recipe (scaler.unscale_,
-// clip_grad_norm_, scaler.step, scaler.update) and of Megatron's MixedPrecisionOptimizer.step
-// (copy model grads to main grads, unscale and check, clip, step, copy main params to model
-// params), with the bug switches inserted where each mistake happens in real code.
+// MixedPrecisionOptimizer: its buffers, and the CPU's StepEngine over them. The step's order
+// (torch.amp's recipe, Megatron's MixedPrecisionOptimizer.step) and the bug switches are
+// mixed_precision_step's; what is here is each operation done in place on the CPU.
 #include "mixed_precision_optimizer.h"
 
 #include <optional>
@@ -9,7 +8,9 @@
 #include <string>
 #include <utility>
 
+#include "ch03_master_weights/mixed_precision_step.h"
 #include "ops/convert16.h"
+#include "ops/elementwise.h"
 #include "optim/clip.h"
 #include "util/errors.h"
 
@@ -116,14 +117,27 @@ void MixedPrecisionOptimizer::set_lr(double lr) {
     sgd_->set_lr(lr);
 }
 
-double MixedPrecisionOptimizer::grad_norm() const {
+void MixedPrecisionOptimizer::prepare_fp32_grads() {
+  if (copies_grads_) copy_all(grads_, grads32_);
+}
+
+// GradScaler.unscale_ on the FP32 copies: chapter 2's LossScaler::unscale_and_check when the
+// step asks for the scaler's own 1/S (the correct step). Any other factor (1: the no-unscale
+// mistake's check alone) is the same check of the scaled values, then the multiply.
+bool MixedPrecisionOptimizer::unscale_and_check(float inv_scale) {
+  if (inv_scale == scaler_.inv_scale()) return scaler_.unscale_and_check(grads32_);
+  const bool inf = ch02::LossScaler::found_inf(grads32_);
+  if (inv_scale != 1.0f) {
+    for (Tensor g : grads32_) ops::scale(g, inv_scale);  // a handle: scaled in place
+  }
+  return inf;
+}
+
+double MixedPrecisionOptimizer::grad_norm() {
   return grad_norm_fn_ ? grad_norm_fn_(grads32_) : global_grad_norm(grads32_);
 }
 
-void MixedPrecisionOptimizer::clip(StepReport& r) {
-  r.grad_norm = grad_norm();
-  r.clip_coef = clip_to_norm(grads32_, r.grad_norm, config_.max_grad_norm);
-}
+void MixedPrecisionOptimizer::clip(double coef) { scale_grads(grads32_, coef); }
 
 void MixedPrecisionOptimizer::optimizer_step() {
   if (adamw_)
@@ -132,33 +146,13 @@ void MixedPrecisionOptimizer::optimizer_step() {
     sgd_->step(grads32_);
 }
 
-StepReport MixedPrecisionOptimizer::step() {
-  StepReport r;
-  r.scale = scaler_.scale();
-  // 1. The backward's 16-bit gradients into FP32: divided by the scale in 16 bits they would
-  //    underflow again (PyTorch refuses to unscale FP16 gradients for this reason).
-  if (copies_grads_) copy_all(grads_, grads32_);
-  const bool clipping = config_.max_grad_norm > 0.0;
-  if (config_.bug == Bug::kClipBeforeUnscale && clipping) clip(r);  // the mistake: scaled norm
-  // 2. Unscale and check for inf/NaN in one pass.
-  if (config_.bug == Bug::kNoUnscale) {
-    // The mistake: the check still runs (the scaler would otherwise never skip), the
-    // multiplication by 1/scale is forgotten.
-    r.found_inf = scaler_.mode() != ch02::ScaleMode::kNone && ch02::LossScaler::found_inf(grads32_);
-  } else {
-    r.found_inf = scaler_.unscale_and_check(grads32_);
-  }
-  if (found_inf_reducer_) r.found_inf = found_inf_reducer_(r.found_inf);
-  // 3. Clip the unscaled gradients (skipped steps need no clipping: nothing is stepped).
-  if (!r.found_inf && clipping && config_.bug != Bug::kClipBeforeUnscale) clip(r);
-  if (!clipping && !r.found_inf) r.grad_norm = grad_norm();
-  // 4. The scaler decides; a skipped step leaves masters, moments, t and the working copy.
-  r.taken = scaler_.update(r.found_inf);
-  if (!r.taken) return r;
-  optimizer_step();
-  // 5. Re-cast: the working copy is the masters rounded to 16 bits, every step.
+void MixedPrecisionOptimizer::recast() {
   if (has_masters_) copy_all(stepped_, params_);
-  return r;
+}
+
+StepReport MixedPrecisionOptimizer::step() {
+  return mixed_precision_step(engine(), scaler_,
+                              {config_.max_grad_norm, config_.bug, found_inf_reducer_});
 }
 
 }  // namespace mixpar::ch03

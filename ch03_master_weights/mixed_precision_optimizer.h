@@ -1,7 +1,10 @@
 // MixedPrecisionOptimizer: FP32 master weights behind a 16-bit working copy, and the one
 // correct step: unscale -> check inf/NaN (skip) -> clip (global norm) -> step the masters ->
 // re-cast the working copy. FP32 AdamW or SGD moments from common/optim, the scaler from ch02.
-// Bug switches reproduce the three classic mistakes so the lesson can show their symptoms.
+// The step's sequence is mixed_precision_step (mixed_precision_step.h), which the GPU engine
+// runs too; this class is the CPU's StepEngine under it, every multiply in place on its FP32
+// gradients. Bug switches reproduce the three classic mistakes so the lesson can show their
+// symptoms.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +18,7 @@
 #include "ch02_loss_scaling/loss_scaler.h"
 #include "optim/adamw.h"
 #include "optim/sgd.h"
+#include "optim/step_engine.h"
 #include "tensor/tensor.h"
 
 namespace mixpar::ch03 {
@@ -65,7 +69,7 @@ struct StepReport {
   double clip_coef = 1.0;  // what the gradients were multiplied by (1: not clipped)
 };
 
-class MixedPrecisionOptimizer {
+class MixedPrecisionOptimizer : private StepEngine {
  public:
   // params: the model's working copy (f32, f16 or bf16), which forward and backward use;
   // grads: the gradients backward writes, one per parameter, same shapes. With 16-bit params
@@ -78,8 +82,13 @@ class MixedPrecisionOptimizer {
 
   // The factor to multiply the loss by before backward (Mlp::backward's loss_scale).
   float loss_scale() const { return scaler_.scale(); }
-  // One optimizer step from the gradients backward left in `grads`.
+  // One optimizer step from the gradients backward left in `grads`: mixed_precision_step over
+  // engine(), with this config's max_grad_norm and bug and the installed found-inf reducer.
   StepReport step();
+  // The CPU engine step() runs the sequence over: these tensors, unscaled (by scaler()'s
+  // unscale_and_check: run the sequence with scaler()), measured (through the installed
+  // GradNormFn), clipped, stepped and re-cast in place.
+  StepEngine& engine() { return *this; }
   // The learning rate of the next step (a schedule sets it before each step).
   void set_lr(double lr);
 
@@ -110,9 +119,15 @@ class MixedPrecisionOptimizer {
   const ch02::LossScaler& scaler() const { return scaler_; }
 
  private:
-  // Clips grads32_ in place and records norm and coefficient in r.
-  void clip(StepReport& r);
-  void optimizer_step();
+  // StepEngine, on the CPU: the FP32 copy by ops::convert16, unscale and check by chapter 2's
+  // LossScaler, the clip's multiply by scale_grads in place, the norm by grad_norm_fn_
+  // (default global_grad_norm), AdamW or SGD, the re-cast by ops::convert16.
+  void prepare_fp32_grads() override;
+  bool unscale_and_check(float inv_scale) override;
+  double grad_norm() override;
+  void clip(double coef) override;
+  void optimizer_step() override;
+  void recast() override;
   MixedPrecisionConfig config_;
   std::vector<Tensor> params_, grads_;  // the model's working copy and its gradients
   std::vector<Tensor> stepped_;         // what the optimizer updates
@@ -120,7 +135,6 @@ class MixedPrecisionOptimizer {
   bool has_masters_ = false;
   bool copies_grads_ = false;  // grads_ are 16-bit: copied into grads32_ each step
   ch02::LossScaler scaler_;
-  double grad_norm() const;  // grad_norm_fn_, or global_grad_norm
   FoundInfReducer found_inf_reducer_;
   GradNormFn grad_norm_fn_;
   std::unique_ptr<AdamW> adamw_;

@@ -104,7 +104,7 @@ suites=(
   "CudaAttention test_common CudaAttention.* 60"
   "CudaGpt test_common CudaGpt.* 90"
   "CudaFp8 test_ch03 CudaFp8.* 60"
-  "CudaFusedStep test_ch03 CudaFusedStep.* 90"
+  "CudaMixedPrecisionStep test_ch03 CudaMixedPrecisionStep.* 90"
   "Nccl test_ch04 Nccl.* 60"
 )
 # GPU_CHECK_SUITES replaces the list ("name binary filter seconds;..."): the script's own test

@@ -1,7 +1,7 @@
 // GpuGptModel's parameters: the device layout (registry order, each parameter 128-element
 // aligned, wte padded to the vocabulary multiple), transfers to and from CPU models, and the
-// optimizer's two halves (the step's sequence is chapter 3's fused_step). Forward and backward
-// are in gpt_gpu_step.cpp.
+// optimizer's two halves (the step's sequence is chapter 3's mixed_precision_step). Forward
+// and backward are in gpt_gpu_step.cpp.
 #include "cuda/gpt_gpu.h"
 
 #include <stdexcept>

@@ -5,9 +5,11 @@
 // With offload_optimizer the masters and moments live in pinned host memory and the step runs
 // on the CPU (ZeRO-Offload, Ren et al. 2021; docs/REFERENCE.md, ZeRO memory and traffic).
 // The step's sequence (found-inf, unscale, norm, clip, the scaler's verdict) is not here:
-// chapter 3's fused_step runs it over GpuAdamWStep (optim/fused_step.h says why).
+// chapter 3's mixed_precision_step, the CPU optimizer's too, runs it over GpuAdamWStep
+// (optim/step_engine.h says why).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -23,7 +25,7 @@
 #include "cuda/stream.h"
 #include "model/gpt.h"
 #include "optim/adamw.h"
-#include "optim/fused_step.h"
+#include "optim/step_engine.h"
 
 namespace mixpar::cuda {
 
@@ -91,8 +93,8 @@ class GpuGptModel {
   void backward(float loss_scale = 1.0f, bool accumulate = false);
   void zero_grad();
 
-  // The optimizer's two halves, which chapter 3's fused_step drives with chapter 2's loss
-  // scaler (through GpuAdamWStep below: the engine holds no copy of the step's decisions).
+  // The optimizer's two halves, which chapter 3's mixed_precision_step drives with chapter 2's
+  // loss scaler (through GpuAdamWStep below: the engine holds no copy of the step's decisions).
   // grad_sum_of_squares: FP64 sum of g^2 over the gradients as backward left them (scaled);
   // non-finite iff one of them is inf or NaN. offload_optimizer: the gradients are copied to
   // the host first and summed there.
@@ -174,18 +176,49 @@ class GpuGptModel {
   DeviceTensor proj_, dres_, dsmall_, dbig_;  // workspaces (kOther)
 };
 
-// A GpuGptModel's AdamW, with one step's config, as the engine of chapter 3's fused_step.
-class GpuAdamWStep final : public FusedStepEngine {
+// A GpuGptModel's AdamW, with one step's config, as the StepEngine of chapter 3's
+// mixed_precision_step. It fuses: unscale and clip only record their factors, which the AdamW
+// kernel applies as it reads each gradient (g * inv_scale * clip_coef), and the kernel re-casts
+// the working copy. One FP64 sum of squares of the scaled gradients (one 8-byte read back, like
+// GradScaler's found_inf.item()) serves both the check, as FP64 squares of finite floats cannot
+// overflow a sum of any model's size, and the norm, times the factors recorded so far. The
+// CPU's in-place order rounds each multiply before summing: the same step up to those roundings.
+// offload_optimizer: the sum brings the gradients to the host, which the update then reads.
+class GpuAdamWStep final : public StepEngine {
  public:
   GpuAdamWStep(GpuGptModel& model, const AdamWConfig& config) : model_(model), config_(config) {}
-  double scaled_sum_of_squares() override { return model_.grad_sum_of_squares(); }
-  void step(float inv_scale, double clip_coef) override {
-    model_.adamw_step(config_, inv_scale, clip_coef);
+  void prepare_fp32_grads() override {
+    has_sum_ = false;
+    inv_scale_ = 1.0f;
+    clip_coef_ = 1.0;
   }
+  bool unscale_and_check(float inv_scale) override {
+    inv_scale_ *= inv_scale;
+    return !std::isfinite(scaled_sum_of_squares());
+  }
+  double grad_norm() override {
+    return std::sqrt(scaled_sum_of_squares()) * static_cast<double>(inv_scale_) * clip_coef_;
+  }
+  void clip(double coef) override { clip_coef_ *= coef; }
+  void optimizer_step() override {
+    scaled_sum_of_squares();  // offloaded: the update reads the gradients the sum brought down
+    model_.adamw_step(config_, inv_scale_, clip_coef_);
+    prepare_fp32_grads();
+  }
+  void recast() override {}  // done by the AdamW kernel (offloaded: copied up after the update)
 
  private:
+  double scaled_sum_of_squares() {
+    if (!has_sum_) sum_sq_ = model_.grad_sum_of_squares();
+    has_sum_ = true;
+    return sum_sq_;
+  }
   GpuGptModel& model_;
   AdamWConfig config_;
+  bool has_sum_ = false;  // sum_sq_ is of this step's gradients
+  double sum_sq_ = 0.0;
+  float inv_scale_ = 1.0f;  // recorded by unscale_and_check, applied by the update
+  double clip_coef_ = 1.0;  // recorded by clip, applied by the update
 };
 
 }  // namespace mixpar::cuda

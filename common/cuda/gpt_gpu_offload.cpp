@@ -5,10 +5,10 @@
 //   device -> host   the working-dtype gradients, one async copy on the model's stream (pinned
 //                    memory: a DMA at full PCIe/NVLink-C2C bandwidth), then a wait
 //   host             widen to FP32; the FP64 sum of squares of the scaled gradients, as the
-//                    device sums them (chapter 3's fused_step makes found-inf, the norm and
-//                    the clip coefficient of it); unscale by 1/scale and clip by the factors
-//                    it passes; common/optim's AdamW on the masters (the very adamw_element
-//                    the device kernel runs, optim/adamw_math.h)
+//                    device sums them (GpuAdamWStep makes found-inf and the norm of it for
+//                    chapter 3's mixed_precision_step); unscale by 1/scale and clip by the
+//                    factors the step recorded; common/optim's AdamW on the masters (the very
+//                    adamw_element the device kernel runs, optim/adamw_math.h)
 //   host -> device   the masters rounded to the working dtype (or, f32, the masters), one copy
 //
 // The device then holds only the working parameters and gradients, 2P + 2P bytes in 16-bit.

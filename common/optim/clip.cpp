@@ -23,16 +23,19 @@ double clip_coefficient(double total_norm, double max_norm) {
   return coef > 1.0 ? 1.0 : coef;
 }
 
-double clip_to_norm(std::span<const Tensor> grads, double total_norm, double max_norm) {
+void scale_grads(std::span<const Tensor> grads, double coef) {
   const ops::OpTimer timer("grad norm and clip");
-  const double coef = clip_coefficient(total_norm, max_norm);
   // PyTorch always multiplies; by exactly 1 that changes no value, so only the rest run.
-  if (coef != 1.0) {
-    for (const Tensor& g : grads) {
-      Tensor handle = g;  // a handle on the same storage: the grads are scaled in place
-      ops::scale(handle, coef);
-    }
+  if (coef == 1.0) return;
+  for (const Tensor& g : grads) {
+    Tensor handle = g;  // a handle on the same storage: the grads are scaled in place
+    ops::scale(handle, coef);
   }
+}
+
+double clip_to_norm(std::span<const Tensor> grads, double total_norm, double max_norm) {
+  const double coef = clip_coefficient(total_norm, max_norm);
+  scale_grads(grads, coef);
   return coef;
 }
 

@@ -18,6 +18,10 @@ double global_grad_norm(std::span<const Tensor> grads);
 // max_norm / (total_norm + 1e-6), clamped to <= 1. NaN stays NaN (as torch.clamp).
 double clip_coefficient(double total_norm, double max_norm);
 
+// Multiplies every gradient by coef in place; exactly 1 leaves them untouched (PyTorch always
+// multiplies; by 1 that changes no value). The multiply of a clip whose coefficient is known.
+void scale_grads(std::span<const Tensor> grads, double coef);
+
 // Multiplies every gradient by clip_coefficient(total_norm, max_norm): the clipping half of
 // clip_grad_norm, for a norm measured elsewhere (over the shards of many ranks). Returns the
 // coefficient.

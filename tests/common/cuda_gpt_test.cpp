@@ -1,8 +1,8 @@
 // GpuGptModel against GptModel: parameters round-trip bit for bit, forward and backward agree
 // in f32 and bf16 (both attention paths, epilogues on and off), gradients accumulate and repeat
-// exactly (the step, chapter 3's fused_step over this engine, is tested in
-// tests/ch03/cuda_fused_step_test.cpp). Small model: 2 layers, 2 heads of 64, vocabulary 300
-// (384 padded on the device), T 33.
+// exactly (the step, chapter 3's mixed_precision_step over this engine, is tested in
+// tests/ch03/cuda_mixed_precision_step_test.cpp). Small model: 2 layers, 2 heads of 64,
+// vocabulary 300 (384 padded on the device), T 33.
 #include <gtest/gtest.h>
 
 #include "gpu.h"

@@ -1,6 +1,6 @@
 // GpuGptModel with offload_optimizer (ZeRO-Offload): the masters and moments in pinned host
 // memory on the ledger's host side, the device holding only the working parameters and
-// gradients (the host step against the device step: tests/ch03/cuda_fused_step_test.cpp).
+// gradients (the host step against the device step: tests/ch03/cuda_mixed_precision_step_test.cpp).
 // Compiled wherever the CUDA toolkit is; each test skips, saying why, where no GPU is visible.
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
-// Chapter 3's fused_step over the GPU engine (cuda/gpt_gpu.h's GpuAdamWStep), with chapter 2's
-// scaler: the step on the device is the CPU's AdamW on the same gradients, unscaled and clipped;
-// the offloaded step on the host equals the step on the device; an inf gradient skips either
-// and leaves the weights alone. Small model: 2 layers, 2 heads of 64, vocabulary 300, T 33.
+// Chapter 3's mixed_precision_step over the GPU engine (cuda/gpt_gpu.h's GpuAdamWStep), with
+// chapter 2's scaler: the step on the device is the CPU's AdamW on the same gradients, unscaled
+// and clipped; the offloaded step on the host equals the step on the device; an inf gradient
+// skips either and leaves the weights alone. Small model: 2 layers, 2 heads of 64, vocabulary 300, T 33.
 // Compiled wherever the CUDA toolkit is; each test skips, saying why, where no GPU is visible.
 #include <gtest/gtest.h>
 
@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "ch02_loss_scaling/loss_scaler.h"
-#include "ch03_master_weights/fused_step.h"
+#include "ch03_master_weights/mixed_precision_step.h"
 #include "cuda/gpt_gpu.h"
 #include "cuda_test_util.h"
 #include "ops/elementwise.h"
@@ -66,7 +66,7 @@ GpuGptOptions options(DType dt, bool offload) {
 
 // The device step against the CPU's AdamW (two groups: decay and none) fed the GPU's own
 // gradients, unscaled and clipped with FP32 multiplies as LossScaler and clip_grad_norm do.
-TEST(CudaFusedStep, DeviceStepIsTheCpuAdamWOnTheSameGradients) {
+TEST(CudaMixedPrecisionStep, DeviceStepIsTheCpuAdamWOnTheSameGradients) {
   SKIP_WITHOUT_GPU();
   for (DType dt : {DType::kF32, DType::kBF16}) {
     GptOptions cpu_options;
@@ -86,7 +86,7 @@ TEST(CudaFusedStep, DeviceStepIsTheCpuAdamWOnTheSameGradients) {
     cfg.lr = 1e-3;
     cfg.weight_decay = 0.1;
     GpuAdamWStep engine(gpu, cfg);
-    const StepReport r = fused_step(engine, scaler, /*max_grad_norm=*/0.5);
+    const StepReport r = mixed_precision_step(engine, scaler, {.max_grad_norm = 0.5});
     ASSERT_TRUE(r.taken);
     for (Tensor& g : grads) ops::scale(g, scaler.inv_scale());
     EXPECT_NEAR(r.grad_norm, global_grad_norm(grads), 1e-5 * r.grad_norm) << dtype_name(dt);
@@ -121,7 +121,7 @@ TEST(CudaFusedStep, DeviceStepIsTheCpuAdamWOnTheSameGradients) {
 // squares is added (the device's block tree, the host's chunks), so the norms agree to about
 // 1e-12 relative and the clip coefficient to its last FP32 bits. Tolerance: f32 parameters
 // within 1e-6 relative (+1e-7 absolute), bf16 within one bf16 ulp (2^-7 relative).
-TEST(CudaFusedStep, OffloadedStepEqualsTheDeviceStep) {
+TEST(CudaMixedPrecisionStep, OffloadedStepEqualsTheDeviceStep) {
   SKIP_WITHOUT_GPU();
   for (DType dt : {DType::kF32, DType::kBF16}) {
     GpuGptModel device(small_config(), options(dt, false));
@@ -142,8 +142,8 @@ TEST(CudaFusedStep, OffloadedStepEqualsTheDeviceStep) {
       device.backward(device_scaler.scale());
       host.backward(host_scaler.scale());
       GpuAdamWStep on_device(device, cfg), on_host(host, cfg);
-      const StepReport a = fused_step(on_device, device_scaler, 0.5);
-      const StepReport b = fused_step(on_host, host_scaler, 0.5);
+      const StepReport a = mixed_precision_step(on_device, device_scaler, {.max_grad_norm = 0.5});
+      const StepReport b = mixed_precision_step(on_host, host_scaler, {.max_grad_norm = 0.5});
       ASSERT_TRUE(a.taken && b.taken);
       EXPECT_NEAR(b.grad_norm, a.grad_norm, 1e-9 * a.grad_norm) << dtype_name(dt);
       clipped += a.grad_norm > 0.5;
@@ -162,7 +162,7 @@ TEST(CudaFusedStep, OffloadedStepEqualsTheDeviceStep) {
 
 // 1e9 / (B T) on the target logits overflows FP16 (max 65504): the scaler skips the step on
 // the device and on the host alike, backs off, and the weights, moments and t stay.
-TEST(CudaFusedStep, AnInfGradientSkipsTheStepOnTheDeviceAndOnTheHost) {
+TEST(CudaMixedPrecisionStep, AnInfGradientSkipsTheStepOnTheDeviceAndOnTheHost) {
   SKIP_WITHOUT_GPU();
   for (bool offload : {false, true}) {
     GpuGptModel gpu(small_config(), options(DType::kF16, offload));
@@ -174,7 +174,7 @@ TEST(CudaFusedStep, AnInfGradientSkipsTheStepOnTheDeviceAndOnTheHost) {
     gpu.backward(scaler.scale());
     const Tensor before = gpu.param_to_host("h.0.mlp.c_fc.weight");
     GpuAdamWStep engine(gpu, AdamWConfig{});
-    const StepReport r = fused_step(engine, scaler, 1.0);
+    const StepReport r = mixed_precision_step(engine, scaler, {.max_grad_norm = 1.0});
     EXPECT_TRUE(r.found_inf) << "offload " << offload;
     EXPECT_FALSE(r.taken);
     EXPECT_EQ(scaler.scale(), 5e8f) << "the scaler backed off";
