@@ -20,10 +20,14 @@ namespace {
 using testing::to_doubles;
 
 std::string fixture_path() {
-  // This file is tests/common/; the data is tests/data/ (found without any build setting).
-  return (std::filesystem::path(__FILE__).parent_path().parent_path() / "data" / "gpt_fixture" /
-          "fixture.safetensors")
-      .string();
+  // tests/data/, as the build names it (tests/common/CMakeLists.txt); without that setting,
+  // found beside this file (tests/common/ -> tests/data/).
+#ifdef MIXPAR_TEST_DATA_DIR
+  const std::filesystem::path data = MIXPAR_TEST_DATA_DIR;
+#else
+  const std::filesystem::path data = std::filesystem::path(__FILE__).parent_path().parent_path() / "data";
+#endif
+  return (data / "gpt_fixture" / "fixture.safetensors").string();
 }
 
 struct Fixture {
