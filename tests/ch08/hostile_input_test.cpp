@@ -247,5 +247,26 @@ TEST(HostileInput, AFailedLogWriteNamesTheSystemsReason) {
   EXPECT_EQ(std::count(limited.err.begin(), limited.err.end(), '\n'), 1) << limited.err;
 }
 
+// The pre-flight bills any shape in closed form before it names a tensor: --n-layer 1000000
+// took 50 s and 5.7 GB to print its refusal, 100000000 never finished, and a config.json of
+// 2^40 blocks exhausted memory. Each is now refused at once with the memory it would need.
+TEST(HostileInput, AbsurdSizesAreRefusedWithTheirBillBeforeAnythingIsNamed) {
+  TempDir d;
+  for (const std::string layers : {"1000000", "100000000"}) {
+    expect_one_line_error(d, "--dry-run --threads 1 --device-memory 80GiB --n-layer " + layers,
+                          "one rank needs ");
+  }
+  expect_one_line_error(d, "--dry-run --threads 1 --n-layer 1000000 --pp 4 --ranks 4 "
+                           "--grad-accum 4 --device-memory 80GiB",
+                        "over --device-memory ");
+  const std::string model = d.file("huge");
+  std::filesystem::create_directories(model);
+  test::write_bytes(model + "/config.json",
+             R"({"model_type": "gpt2", "n_layer": 1099511627776, "n_head": 12, "n_embd": 768, )"
+             R"("n_positions": 1024, "vocab_size": 50257, "layer_norm_epsilon": 1e-5})");
+  expect_one_line_error(d, "--dry-run --threads 1 --init-from " + model,
+                        "overflows a 64-bit integer");
+}
+
 }  // namespace
 }  // namespace mixpar::ch08
