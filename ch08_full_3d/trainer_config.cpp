@@ -598,7 +598,81 @@ Json run_identity(const TrainerConfig& c) {
   j.set("seed", c.seed);
   // The replicas: a loader's position means another window of tokens under another dp.
   j.set("dp", static_cast<std::int64_t>(c.dp));
+  // AdamW's and the clipping's numbers: another value continues the run with other losses.
+  j.set("weight_decay", c.weight_decay);
+  j.set("beta1", c.beta1);
+  j.set("beta2", c.beta2);
+  j.set("eps", c.eps);
+  j.set("grad_clip", c.grad_clip);
   return j;
+}
+
+std::vector<std::pair<std::string, std::string>> resume_identity_flags() {
+  return {
+      {"--n-layer", "n_layer"},           {"--n-head", "n_head"},
+      {"--n-embd", "n_embd"},             {"--n-positions", "n_positions"},
+      {"--vocab-size", "vocab_size"},     {"--dtype", "dtype"},
+      {"--fp8-recipe", "dtype"},          {"--fp8-amax-history", "dtype"},
+      {"--fp8-margin", "dtype"},          {"--batch", "batch"},
+      {"--seq", "seq"},                   {"--grad-accum", "grad_accum"},
+      {"--global-batch", "grad_accum"},   {"--data-order", "data_order"},
+      {"--seed", "seed"},                 {"--dp", "dp"},
+      {"--weight-decay", "weight_decay"}, {"--beta1", "beta1"},
+      {"--beta2", "beta2"},               {"--eps", "eps"},
+      {"--grad-clip", "grad_clip"},
+      // Held by the state's other checks (trainer_state.cpp): the schedule's rates from the
+      // checkpoint's step on, and the tokens' fingerprint.
+      {"--lr", "lr_schedule"},            {"--min-lr-frac", "lr_schedule"},
+      {"--warmup", "lr_schedule"},        {"--lr-schedule", "lr_schedule"},
+      {"--steps", "lr_schedule"},         {"--data", "data_fingerprint"},
+  };
+}
+
+std::vector<std::pair<std::string, std::string>> resume_free_flags() {
+  const std::string layout = "the layout: a checkpoint's pieces reshard to any grid (README.md, "
+                             "Checkpoints)";
+  const std::string output = "an output or its cadence: it changes what is written, not what "
+                             "is trained";
+  return {
+      {"--init-from", "refused with --resume: the weights come from the checkpoint"},
+      {"--loss-scale", "fp16's initial scale only: a resume continues the checkpoint's scaler"},
+      {"--recompute", "re-runs each block's forward: bit-identical activations, less memory"},
+      {"--offload-optimizer", "where the optimizer state is placed: the step is bit-identical"},
+      {"--init-sync", "how fresh weights reach every rank: a resume reads them"},
+      {"--backend", layout},
+      {"--ranks", layout},
+      {"--tp", layout},
+      {"--pp", layout},
+      {"--cp", layout},
+      {"--sequence-parallel", layout},
+      {"--cp-algo", layout},
+      {"--schedule", layout},
+      {"--virtual-stages", layout},
+      {"--zero-stage", layout},
+      {"--zero3-prefetch", layout},
+      {"--bucket-mb", layout},
+      {"--allreduce", layout},
+      {"--no-overlap", layout},
+      {"--threads", "each process's compute threads: the kernels' sums do not depend on them"},
+      {"--comm-timeout", "the watchdog's limit: it changes no value computed"},
+      {"--check-replicas-every", "a check of the replicas' weights, which changes none of them"},
+      {"--device-memory", "the pre-flight's budget: it refuses a run, never changes one"},
+      {"--dry-run", "prints the pre-flight and trains nothing"},
+      {"--resume", "the flag itself"},
+      {"--save", output},
+      {"--overwrite", output},
+      {"--checkpoint-dir", output},
+      {"--checkpoint-every", output},
+      {"--checkpoint-keep", output},
+      {"--log-jsonl", output},
+      {"--print-every", output},
+      {"--eval-every", output},
+      {"--sample", output},
+      {"--temperature", output},
+      {"--prompt", output},
+      {"--dump-logits", output},
+      {"--trace", output},
+  };
 }
 
 Json to_json(const TrainerConfig& c) {

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "train_gpt_cli.h"
@@ -267,6 +268,49 @@ TEST(HostileInput, AbsurdSizesAreRefusedWithTheirBillBeforeAnythingIsNamed) {
   expect_one_line_error(d, "--dry-run --threads 1 --init-from " + model,
                         "overflows a 64-bit integer");
 }
+
+// A resume that changes the run was accepted: another --grad-clip, --weight-decay, --beta1,
+// --beta2 or --eps continued silently with other losses. Each is refused naming the flag; a
+// flag a resume may change (flag_coverage_test.cpp's list) still resumes.
+TEST(HostileInput, AResumeThatChangesTrainingIsRefusedNamingTheFlag) {
+  TempDir d;
+  const std::string run = kTiny + "--lr-schedule constant --warmup 0 --checkpoint-dir " +
+                          d.file("ck") + " ";
+  ASSERT_EQ(train_gpt(d, run + "--steps 2").code, 0);
+  for (const std::string flag :
+       {"--grad-clip 0.5", "--weight-decay 0.05", "--beta1 0.8", "--beta2 0.9", "--eps 1e-6"}) {
+    expect_one_line_error(d, run + "--steps 3 --resume " + flag,
+                          "checkpoint was written by a run with " + flag.substr(0, flag.find(' ')));
+  }
+  const test::CliRun ok = train_gpt(d, run + "--steps 3 --resume --print-every 1 --checkpoint-keep 3");
+  EXPECT_EQ(ok.code, 0) << ok.err;
+}
+
+#if defined(MIXPAR_MPIEXEC)
+// mpirun's multiple-program form: rank 0's flags, ':', rank 1's. Ranks that differ in a flag
+// the agreement left out (fp8 was recorded as bf16, the fp8 settings and --dry-run were
+// missing) waited in different collectives until the watchdog, which named no flag; now the
+// job exits 2 with one line naming it. `timeout` bounds the test if it regresses.
+TEST(HostileInput, MpiRanksWithDifferentFp8OrDryRunFlagsAreRefusedNamingTheFlag) {
+  TempDir d;
+  const std::string run = std::string(MIXPAR_TRAIN_GPT_PATH) + " --backend mpi " + kTiny +
+                          "--steps 2 --comm-timeout 60 ";
+  for (const auto& [a, b, flag] :
+       {std::tuple<std::string, std::string, std::string>{"--dtype fp8", "--dtype bf16", "--dtype"},
+        {"--dtype fp8 --fp8-recipe tensorwise", "--dtype fp8 --fp8-recipe delayed", "--fp8-recipe"},
+        {"--dtype fp8 --fp8-margin 1", "--dtype fp8", "--fp8-margin"},
+        {"--dry-run", "", "--dry-run"}}) {
+    const std::string cmd = "timeout 120 " + test_support::mpirun_command(1) + run + a +
+                            " : -np 1 " + run + b;
+    const test::CliRun r = test::run_shell(d, cmd);
+    EXPECT_EQ(r.code, 2) << cmd << "\n" << r.err;
+    EXPECT_NE(r.err.find("the ranks were started with different configurations: " + flag +
+                         " differs on rank 1"),
+              std::string::npos)
+        << cmd << "\n" << r.err;
+  }
+}
+#endif
 
 }  // namespace
 }  // namespace mixpar::ch08
