@@ -75,7 +75,8 @@ void add_optim_flags(ArgParser& a, const TrainerConfig& d) {
               "tensorwise (torchao: each tensor's own amax) | blockwise (DeepSeek-V3: 1x128 "
               "and 128x128 tiles, promotion every 128)")
       .option("fp8-amax-history", "16",
-              "with --fp8-recipe delayed: steps of amax history a scale is computed from")
+              "with --fp8-recipe delayed: steps of amax history a scale is computed from (at "
+              "most 1024, Transformer Engine's default)")
       .option("fp8-margin", "0",
               "with --fp8-recipe delayed: scale = fp8_max / amax / 2^margin")
       .option("loss-scale", "65536",
@@ -223,7 +224,18 @@ void read_fp8(const ArgParser& a, bool fp8, TrainerConfig& c) {
   if (!fp8) return;
   fp8::Fp8LinearConfig f;
   f.recipe = fp8::parse_recipe(a.get_choice("fp8-recipe", {"delayed", "tensorwise", "blockwise"}));
-  f.amax_history = static_cast<int>(a.get_int("fp8-amax-history", 1, 1 << 20));
+  // Every FP8 GEMM tensor of every layer keeps this many amaxes on every rank, and every
+  // checkpoint writes them all as JSON numbers: 1048576 was billed at nothing, wrote a 176 MB
+  // trainer_state.json and ran out of memory at the final checkpoint. Transformer Engine's
+  // default history is 1024 steps; longer ones are refused, named with why.
+  const std::int64_t history = a.get_int("fp8-amax-history");
+  if (history < 1 || history > kMaxFp8AmaxHistory) {
+    throw InputError("--fp8-amax-history " + num(history) + " is outside [1, " +
+                     num(kMaxFp8AmaxHistory) + "]: every FP8 tensor of every layer keeps that many "
+                     "amaxes on every rank and each checkpoint writes them all (Transformer "
+                     "Engine's default history is 1024)");
+  }
+  f.amax_history = static_cast<int>(history);
   f.margin = static_cast<int>(a.get_int("fp8-margin", 0, 64));
   if (f.recipe != fp8::Recipe::kDelayed) {
     for (const char* flag : {"fp8-amax-history", "fp8-margin"}) {

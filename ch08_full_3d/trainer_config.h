@@ -23,6 +23,10 @@
 
 namespace mixpar::ch08 {
 
+// The longest --fp8-amax-history accepted: Transformer Engine's default history. Each FP8 GEMM
+// tensor of each layer keeps that many amaxes on every rank, and each checkpoint writes them.
+inline constexpr std::int64_t kMaxFp8AmaxHistory = 1024;
+
 // Where the ranks of a data-parallel run live (chapter 4).
 enum class CommBackend : std::uint8_t {
   kLocal,  // --ranks N threads of this process, talking through shared memory

@@ -286,6 +286,19 @@ TEST(HostileInput, AResumeThatChangesTrainingIsRefusedNamingTheFlag) {
   EXPECT_EQ(ok.code, 0) << ok.err;
 }
 
+// --fp8-amax-history 1048576 was billed at 2.5 MiB, wrote a 176 MB trainer_state.json and ran
+// out of memory at the final checkpoint: a history beyond Transformer Engine's default 1024
+// is refused, saying why; 1024 itself is accepted.
+TEST(HostileInput, AnFp8AmaxHistoryBeyondTransformerEnginesDefaultIsRefused) {
+  expect_all_refused({
+      {"--dtype fp8 --fp8-amax-history 1048576", "--fp8-amax-history 1048576 is outside [1, 1024]"},
+      {"--dtype fp8 --fp8-amax-history 1025", "each checkpoint writes them all"},
+  });
+  TempDir d;
+  const test::CliRun r = train_gpt(d, kTiny + "--dtype fp8 --fp8-amax-history 1024 --dry-run");
+  EXPECT_EQ(r.code, 0) << r.err;
+}
+
 #if defined(MIXPAR_MPIEXEC)
 // mpirun's multiple-program form: rank 0's flags, ':', rank 1's. Ranks that differ in a flag
 // the agreement left out (fp8 was recorded as bf16, the fp8 settings and --dry-run were
