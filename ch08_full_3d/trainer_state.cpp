@@ -78,11 +78,15 @@ void check_identity(const Json& saved, const Json& now, const Json* config,
     const Json* s = saved.find(key);
     if (s == nullptr && config != nullptr) s = config->find(key);
     if (!s || !(*s == value)) {
-      std::string flags;
-      for (const auto& [flag, held_by] : resume_identity_flags()) {
-        if (held_by == key) flags += (flags.empty() ? "" : "/") + flag;
+      // The key's first flag (--dtype's value names fp8's recipe, history and margin).
+      std::string flag = key;
+      for (const auto& [f, held_by] : resume_identity_flags()) {
+        if (held_by == key) {
+          flag = f;
+          break;
+        }
       }
-      throw InputError(dir + ": checkpoint was written by a run with " + flags + " " +
+      throw InputError(dir + ": checkpoint was written by a run with " + flag + " " +
                        (s ? s->dump() : "(absent)") + ", this run has " + value.dump() +
                        " (a resume keeps every flag that changes training; start a new run with "
                        "--init-from instead)");
