@@ -56,10 +56,16 @@ std::vector<std::pair<std::string, std::string>> agreement_fields(const TrainerC
       {"--beta2", g(c.beta2)},
       {"--eps", g(c.eps)},
       {"--grad-clip", g(c.grad_clip)},
-      {"--dtype", std::string(dtype_name(c.dtype))},
+      // fp8 runs a bf16 working copy: named as itself, with every setting of its recipe.
+      {"--dtype", c.fp8 ? std::string("fp8") : std::string(dtype_name(c.dtype))},
+      {"--fp8-recipe", c.fp8 ? std::string(fp8::name(c.fp8->recipe)) : ""},
+      {"--fp8-amax-history", c.fp8 ? i(c.fp8->amax_history) : ""},
+      {"--fp8-margin", c.fp8 ? i(c.fp8->margin) : ""},
       {"--loss-scale", g(c.loss_scale)},
       {"--recompute", on_off(c.recompute)},
       {"--seed", std::to_string(c.seed)},
+      {"--global-batch", i(c.global_batch)},
+      {"--offload-optimizer", on_off(c.offload_optimizer)},
   };
   // Every dimension of the rank mesh, outermost first (--pp, --dp, --cp, --tp, and any other).
   for (const MeshDim& d : mesh_dims(c)) fields.emplace_back("--" + d.name, i(d.size));
@@ -85,9 +91,27 @@ std::vector<std::pair<std::string, std::string>> agreement_fields(const TrainerC
       {"--save (given or not)", on_off(!c.save.empty())},
       {"--sample", i(c.sample)},
       {"--dump-logits (given or not)", on_off(!c.dump_logits.empty())},
+      {"--temperature", g(c.temperature)},
+      {"--prompt", c.prompt},
+      // One rank's --dry-run returned before training while the others waited in its first
+      // collective.
+      {"--dry-run", on_off(c.dry_run)},
+      {"--device-memory", g(c.device_memory)},
+      {"--backend", std::string(comm_backend_name(c.backend))},
+      {"--ranks", i(c.ranks)},
   };
   fields.insert(fields.end(), rest.begin(), rest.end());
   return fields;
+}
+
+std::vector<std::pair<std::string, std::string>> rank_local_flags() {
+  return {
+      {"--threads", "each process's own compute threads: the kernels' sums do not depend on them"},
+      {"--print-every", "read by rank 0 alone, which prints the progress lines"},
+      {"--overwrite", "read by rank 0 alone, which alone writes the outputs it governs (never a "
+                      "checkpoint's files)"},
+      {"--comm-timeout", "each process's own watchdog limit: it changes no value computed"},
+  };
 }
 
 void agree_on_config(Communicator& comm, const TrainerConfig& c, std::uint64_t data_fingerprint) {

@@ -14,6 +14,7 @@
 #include "mesh_rules.h"
 #include "model/gpt_params.h"
 #include "report/format.h"
+#include "util/checked_math.h"
 #include "util/errors.h"
 
 namespace mixpar::ch08 {
@@ -38,11 +39,8 @@ std::vector<GptStage> rank_chunks(const TrainerConfig& c, int stage) {
   return ch07::rank_chunk_stages(c.model, stage, c.pp, c.virtual_stages);
 }
 
-// This rank's elements: the registry of its chunks and tp shard, exactly what it allocates
-// (registered only: nothing is allocated here).
 std::int64_t stage_elements(const TrainerConfig& c, int stage) {
-  return ch07::make_chunks_registry(c.model, rank_chunks(c, stage), TensorShard{0, c.tp})
-      .numel();
+  return rank_parameter_count(c, stage);
 }
 
 // What a pipeline rank's activations peak at, counted on the action list the run executes
@@ -98,7 +96,41 @@ std::string ok(const std::string& item, const std::string& text) {
   return "  ok  " + item + ": " + text;
 }
 
+// One chunk's elements on one tp rank, in closed form: what make_gpt2_registry registers
+// (common/model/gpt_params.cpp) summed without naming a tensor, so that a model of 10^8 blocks
+// is billed in microseconds (naming them took minutes and gigabytes before the bill could
+// refuse it). A block: ln_1 and ln_2 2C each, c_attn 3C^2/t + 3C/t and c_fc 4C^2/t + 4C/t
+// split by columns, the two c_proj weights C^2/t and 4C^2/t split by rows with their C biases
+// whole: 12C^2/t + 7C/t + 6C. The first stage adds wpe (P C), the first and the last wte's
+// padded vocabulary rows (V'/t C), the last ln_f (2C). Checked: an overflow is an InputError.
+std::int64_t chunk_elements(const TrainerConfig& c, const GptStage& st) {
+  const std::int64_t C = c.model.n_embd, t = c.tp;
+  const std::string what = "the parameters of one rank";
+  const std::int64_t block = checked_sum(
+      what, checked_sum(what, checked_product(what, {{"", 12}, {"n_embd", C}, {"n_embd / tp", C / t}}),
+                        checked_product(what, {{"", 7}, {"n_embd / tp", C / t}})),
+      checked_product(what, {{"", 6}, {"n_embd", C}}));
+  std::int64_t n = checked_product(what, {{"blocks", st.blocks(c.model)}, {"elements per block", block}});
+  if (st.is_first() || st.is_last()) {
+    const std::int64_t rows = padded_vocab(c.model.vocab_size, c.tp) / t;
+    n = checked_sum(what, n, checked_product(what, {{"vocab rows", rows}, {"n_embd", C}}));
+  }
+  if (st.is_first()) {
+    n = checked_sum(what, n, checked_product(what, {{"n_positions", c.model.n_positions}, {"n_embd", C}}));
+  }
+  if (st.is_last()) n = checked_sum(what, n, checked_product(what, {{"", 2}, {"n_embd", C}}));
+  return n;
+}
+
 }  // namespace
+
+std::int64_t rank_parameter_count(const TrainerConfig& c, int stage) {
+  std::int64_t n = 0;
+  for (const GptStage& st : rank_chunks(c, stage)) {
+    n = checked_sum("the parameters of one rank", n, chunk_elements(c, st));
+  }
+  return n;
+}
 
 std::string RankBill::text() const {
   const std::string mbs = num(micro_batches_in_flight) + (virtual_stages == 1 ? "" : " chunk") +
@@ -193,7 +225,14 @@ std::vector<RankBill> estimate_rank_bills(const TrainerConfig& c) {
     b.offloaded = c.offload_optimizer;
     b.micro_batches_in_flight = held[static_cast<std::size_t>(s)].micro_batches;
     b.blocks_held = held[static_cast<std::size_t>(s)].blocks;
-    b.activation_bytes = per_layer * b.blocks_held;
+    b.activation_bytes = checked_product("one rank's activations",
+                                         {{"bytes per block", per_layer}, {"blocks held", b.blocks_held}});
+    // Every category fits; their sum must too (total() adds them unchecked).
+    std::int64_t sum = 0;
+    for (const std::int64_t part : {b.param_bytes, b.grad_bytes, b.fp32_grad_bytes, b.master_bytes,
+                                    b.optimizer_bytes, b.activation_bytes}) {
+      sum = checked_sum("the memory bill of one rank", sum, part);
+    }
     out.push_back(b);
   }
   return out;
@@ -302,7 +341,7 @@ std::vector<std::string> preflight_checklist(const TrainerConfig& c, std::int64_
   if (avail >= 0) {
     out.push_back(ok("host memory", num(ranks_here) + " rank" + (ranks_here == 1 ? "" : "s") +
                                         " on this machine x " + bytes(bill.total()) + " = " +
-                                        bytes(ranks_here * bill.total()) +
+                                        bytes(checked_product("the ranks' memory", {{"ranks", ranks_here}, {"bytes per rank", bill.total()}})) +
                                         " of MemAvailable " + bytes(avail)));
   }
   const GroupTraffic t = estimate_group_traffic(c);
@@ -364,7 +403,9 @@ void check_memory(const TrainerConfig& c, int ranks_on_this_machine,
                      (bill.offloaded ? "" : "; --offload-optimizer moves the master weights, the "
                                             "FP32 gradients and optimizer state to host memory"));
   }
-  const std::int64_t all = bill.total() * ranks_on_this_machine;
+  const std::int64_t all = checked_product(
+      "the memory of this machine's ranks",
+      {{"ranks", ranks_on_this_machine}, {"bytes per rank", bill.total()}});
   if (available_bytes >= 0 && all > available_bytes) {
     throw InputError(num(ranks_on_this_machine) + " rank" +
                      (ranks_on_this_machine == 1 ? " on this machine needs " : "s on this machine need ") +

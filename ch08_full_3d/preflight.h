@@ -60,6 +60,11 @@ struct RankBill {
   std::string text() const;
 };
 RankBill estimate_rank_bill(const TrainerConfig& c);
+// The parameter elements pipeline rank `stage` holds (its tp shard of every chunk), in closed
+// form: equal to the numel() of the registry it allocates (ch07::make_chunks_registry), found
+// without naming a tensor, so the bill of any shape costs microseconds. InputError when the
+// count overflows 64 bits.
+std::int64_t rank_parameter_count(const TrainerConfig& c, int stage);
 // Every pipeline rank's bill, by pp rank (one without a pipeline).
 std::vector<RankBill> estimate_rank_bills(const TrainerConfig& c);
 

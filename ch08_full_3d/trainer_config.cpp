@@ -75,7 +75,8 @@ void add_optim_flags(ArgParser& a, const TrainerConfig& d) {
               "tensorwise (torchao: each tensor's own amax) | blockwise (DeepSeek-V3: 1x128 "
               "and 128x128 tiles, promotion every 128)")
       .option("fp8-amax-history", "16",
-              "with --fp8-recipe delayed: steps of amax history a scale is computed from")
+              "with --fp8-recipe delayed: steps of amax history a scale is computed from (at "
+              "most 1024, Transformer Engine's default)")
       .option("fp8-margin", "0",
               "with --fp8-recipe delayed: scale = fp8_max / amax / 2^margin")
       .option("loss-scale", "65536",
@@ -223,7 +224,18 @@ void read_fp8(const ArgParser& a, bool fp8, TrainerConfig& c) {
   if (!fp8) return;
   fp8::Fp8LinearConfig f;
   f.recipe = fp8::parse_recipe(a.get_choice("fp8-recipe", {"delayed", "tensorwise", "blockwise"}));
-  f.amax_history = static_cast<int>(a.get_int("fp8-amax-history", 1, 1 << 20));
+  // Every FP8 GEMM tensor of every layer keeps this many amaxes on every rank, and every
+  // checkpoint writes them all as JSON numbers: 1048576 was billed at nothing, wrote a 176 MB
+  // trainer_state.json and ran out of memory at the final checkpoint. Transformer Engine's
+  // default history is 1024 steps; longer ones are refused, named with why.
+  const std::int64_t history = a.get_int("fp8-amax-history");
+  if (history < 1 || history > kMaxFp8AmaxHistory) {
+    throw InputError("--fp8-amax-history " + num(history) + " is outside [1, " +
+                     num(kMaxFp8AmaxHistory) + "]: every FP8 tensor of every layer keeps that many "
+                     "amaxes on every rank and each checkpoint writes them all (Transformer "
+                     "Engine's default history is 1024)");
+  }
+  f.amax_history = static_cast<int>(history);
   f.margin = static_cast<int>(a.get_int("fp8-margin", 0, 64));
   if (f.recipe != fp8::Recipe::kDelayed) {
     for (const char* flag : {"fp8-amax-history", "fp8-margin"}) {
@@ -598,7 +610,81 @@ Json run_identity(const TrainerConfig& c) {
   j.set("seed", c.seed);
   // The replicas: a loader's position means another window of tokens under another dp.
   j.set("dp", static_cast<std::int64_t>(c.dp));
+  // AdamW's and the clipping's numbers: another value continues the run with other losses.
+  j.set("weight_decay", c.weight_decay);
+  j.set("beta1", c.beta1);
+  j.set("beta2", c.beta2);
+  j.set("eps", c.eps);
+  j.set("grad_clip", c.grad_clip);
   return j;
+}
+
+std::vector<std::pair<std::string, std::string>> resume_identity_flags() {
+  return {
+      {"--n-layer", "n_layer"},           {"--n-head", "n_head"},
+      {"--n-embd", "n_embd"},             {"--n-positions", "n_positions"},
+      {"--vocab-size", "vocab_size"},     {"--dtype", "dtype"},
+      {"--fp8-recipe", "dtype"},          {"--fp8-amax-history", "dtype"},
+      {"--fp8-margin", "dtype"},          {"--batch", "batch"},
+      {"--seq", "seq"},                   {"--grad-accum", "grad_accum"},
+      {"--global-batch", "grad_accum"},   {"--data-order", "data_order"},
+      {"--seed", "seed"},                 {"--dp", "dp"},
+      {"--weight-decay", "weight_decay"}, {"--beta1", "beta1"},
+      {"--beta2", "beta2"},               {"--eps", "eps"},
+      {"--grad-clip", "grad_clip"},
+      // Held by the state's other checks (trainer_state.cpp): the schedule's rates from the
+      // checkpoint's step on, and the tokens' fingerprint.
+      {"--lr", "lr_schedule"},            {"--min-lr-frac", "lr_schedule"},
+      {"--warmup", "lr_schedule"},        {"--lr-schedule", "lr_schedule"},
+      {"--steps", "lr_schedule"},         {"--data", "data_fingerprint"},
+  };
+}
+
+std::vector<std::pair<std::string, std::string>> resume_free_flags() {
+  const std::string layout = "the layout: a checkpoint's pieces reshard to any grid (README.md, "
+                             "Checkpoints)";
+  const std::string output = "an output or its cadence: it changes what is written, not what "
+                             "is trained";
+  return {
+      {"--init-from", "refused with --resume: the weights come from the checkpoint"},
+      {"--loss-scale", "fp16's initial scale only: a resume continues the checkpoint's scaler"},
+      {"--recompute", "re-runs each block's forward: bit-identical activations, less memory"},
+      {"--offload-optimizer", "where the optimizer state is placed: the step is bit-identical"},
+      {"--init-sync", "how fresh weights reach every rank: a resume reads them"},
+      {"--backend", layout},
+      {"--ranks", layout},
+      {"--tp", layout},
+      {"--pp", layout},
+      {"--cp", layout},
+      {"--sequence-parallel", layout},
+      {"--cp-algo", layout},
+      {"--schedule", layout},
+      {"--virtual-stages", layout},
+      {"--zero-stage", layout},
+      {"--zero3-prefetch", layout},
+      {"--bucket-mb", layout},
+      {"--allreduce", layout},
+      {"--no-overlap", layout},
+      {"--threads", "each process's compute threads: the kernels' sums do not depend on them"},
+      {"--comm-timeout", "the watchdog's limit: it changes no value computed"},
+      {"--check-replicas-every", "a check of the replicas' weights, which changes none of them"},
+      {"--device-memory", "the pre-flight's budget: it refuses a run, never changes one"},
+      {"--dry-run", "prints the pre-flight and trains nothing"},
+      {"--resume", "the flag itself"},
+      {"--save", output},
+      {"--overwrite", output},
+      {"--checkpoint-dir", output},
+      {"--checkpoint-every", output},
+      {"--checkpoint-keep", output},
+      {"--log-jsonl", output},
+      {"--print-every", output},
+      {"--eval-every", output},
+      {"--sample", output},
+      {"--temperature", output},
+      {"--prompt", output},
+      {"--dump-logits", output},
+      {"--trace", output},
+  };
 }
 
 Json to_json(const TrainerConfig& c) {

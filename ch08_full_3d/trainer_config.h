@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "ch04_ddp/ddp.h"
@@ -21,6 +22,10 @@
 #include "util/json.h"
 
 namespace mixpar::ch08 {
+
+// The longest --fp8-amax-history accepted: Transformer Engine's default history. Each FP8 GEMM
+// tensor of each layer keeps that many amaxes on every rank, and each checkpoint writes them.
+inline constexpr std::int64_t kMaxFp8AmaxHistory = 1024;
 
 // Where the ranks of a data-parallel run live (chapter 4).
 enum class CommBackend : std::uint8_t {
@@ -146,6 +151,14 @@ void set_world_size(TrainerConfig& c, int world_size, bool dp_given, bool ranks_
 // layout, data order, seed): anything else makes the saved state mean something different.
 // The data itself is compared by fingerprint, so a moved file still resumes.
 Json run_identity(const TrainerConfig& c);
+// Every flag a resume compares with the run that wrote the checkpoint, with what holds it: a
+// key of run_identity(), or "lr_schedule" (the schedule's rates from the checkpoint's step on)
+// or "data_fingerprint" (the tokens), the state's other checks. A difference is refused naming
+// the flag.
+std::vector<std::pair<std::string, std::string>> resume_identity_flags();
+// The flags a resume may change, each with why (the layout, outputs, threads, ...). Every flag
+// of make_trainer_args() is in one of the two lists (flag_coverage_test.cpp enumerates them).
+std::vector<std::pair<std::string, std::string>> resume_free_flags();
 // Every field, for the record in a checkpoint and at the top of a log.
 Json to_json(const TrainerConfig& c);
 

@@ -61,7 +61,10 @@ std::string hex64(std::uint64_t v) {
 // not part of it: a checkpoint resumes on any layout. What the data needs is the rows of each
 // micro-batch's global window, dp x --batch (token_loader.h: the replicas' rows together are
 // one window, whatever dp), so dp and batch are compared as their product.
-void check_identity(const Json& saved, const Json& now, const std::string& dir) {
+// A key the saved identity lacks (a checkpoint written before it was part of it) is read from
+// the state's full "config" record, which has always held it. A difference names the flag.
+void check_identity(const Json& saved, const Json& now, const Json* config,
+                    const std::string& dir) {
   const auto rows = [](const Json& j) { return j.at("dp").as_int() * j.at("batch").as_int(); };
   if (saved.contains("dp") && saved.contains("batch") && rows(saved) != rows(now)) {
     throw InputError(dir + ": checkpoint was written by a run of dp " + saved.at("dp").dump() +
@@ -73,9 +76,20 @@ void check_identity(const Json& saved, const Json& now, const std::string& dir) 
   for (const auto& [key, value] : now.as_object()) {
     if (key == "dp" || key == "batch") continue;
     const Json* s = saved.find(key);
+    if (s == nullptr && config != nullptr) s = config->find(key);
     if (!s || !(*s == value)) {
-      throw InputError(dir + ": checkpoint was written by a run with " + key + " = " +
-                       (s ? s->dump() : "(absent)") + ", this run has " + value.dump());
+      // The key's first flag (--dtype's value names fp8's recipe, history and margin).
+      std::string flag = key;
+      for (const auto& [f, held_by] : resume_identity_flags()) {
+        if (held_by == key) {
+          flag = f;
+          break;
+        }
+      }
+      throw InputError(dir + ": checkpoint was written by a run with " + flag + " " +
+                       (s ? s->dump() : "(absent)") + ", this run has " + value.dump() +
+                       " (a resume keeps every flag that changes training; start a new run with "
+                       "--init-from instead)");
     }
   }
 }
@@ -342,7 +356,7 @@ void check_saved_run(const Json& st, const std::string& dir, const TrainerConfig
     throw InputError(state_path + ": " + e.what());
   }
   (void)state_files(st, dir);  // a layout whose files this build reads
-  check_identity(st.at("run"), run_identity(c), dir);
+  check_identity(st.at("run"), run_identity(c), st.find("config"), dir);
   if (st.at("data_fingerprint").as_string() != hex64(data_fingerprint)) {
     throw InputError(dir + ": checkpoint was trained on other data (token fingerprint " +
                      st.at("data_fingerprint").as_string() + ", this data " +

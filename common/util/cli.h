@@ -46,6 +46,9 @@ class ArgParser {
   // One of `choices`, else InputError "--name: 'x' is not one of a|b|c".
   std::string get_choice(const std::string& name, const std::vector<std::string>& choices) const;
   const std::vector<std::string>& positionals() const { return positional_values_; }
+  // Every flag and option declared, without "--", in the order declared: the flag table that
+  // tests hold a tool's other tables to (which flags its ranks agree on, which a resume keeps).
+  const std::vector<std::string>& names() const { return order_; }
 
  private:
   struct Spec {

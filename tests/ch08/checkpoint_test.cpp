@@ -175,10 +175,10 @@ TEST(Checkpoint, RefusesAnotherModelShapeOrDtype) {
   one_checkpoint(config_in(dir));
   TrainerConfig wider = config_in(dir);
   wider.model.n_embd = 32;
-  EXPECT_TRUE(contains(resume_error(wider), "n_embd = 16, this run has 32")) << resume_error(wider);
+  EXPECT_TRUE(contains(resume_error(wider), "--n-embd 16, this run has 32")) << resume_error(wider);
   TrainerConfig half = config_in(dir);
   half.dtype = DType::kF16;
-  EXPECT_TRUE(contains(resume_error(half), "dtype = \"f32\", this run has \"f16\""));
+  EXPECT_TRUE(contains(resume_error(half), "--dtype \"f32\", this run has \"f16\""));
 }
 
 TEST(Checkpoint, RefusesAConfigJsonOfAnotherShapeEvenWithAMatchingManifest) {

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "train_gpt_cli.h"
@@ -246,6 +247,83 @@ TEST(HostileInput, AFailedLogWriteNamesTheSystemsReason) {
       << limited.err;
   EXPECT_EQ(std::count(limited.err.begin(), limited.err.end(), '\n'), 1) << limited.err;
 }
+
+// The pre-flight bills any shape in closed form before it names a tensor: --n-layer 1000000
+// took 50 s and 5.7 GB to print its refusal, 100000000 never finished, and a config.json of
+// 2^40 blocks exhausted memory. Each is now refused at once with the memory it would need.
+TEST(HostileInput, AbsurdSizesAreRefusedWithTheirBillBeforeAnythingIsNamed) {
+  TempDir d;
+  for (const std::string layers : {"1000000", "100000000"}) {
+    expect_one_line_error(d, "--dry-run --threads 1 --device-memory 80GiB --n-layer " + layers,
+                          "one rank needs ");
+  }
+  expect_one_line_error(d, "--dry-run --threads 1 --n-layer 1000000 --pp 4 --ranks 4 "
+                           "--grad-accum 4 --device-memory 80GiB",
+                        "over --device-memory ");
+  const std::string model = d.file("huge");
+  std::filesystem::create_directories(model);
+  test::write_bytes(model + "/config.json",
+             R"({"model_type": "gpt2", "n_layer": 1099511627776, "n_head": 12, "n_embd": 768, )"
+             R"("n_positions": 1024, "vocab_size": 50257, "layer_norm_epsilon": 1e-5})");
+  expect_one_line_error(d, "--dry-run --threads 1 --init-from " + model,
+                        "overflows a 64-bit integer");
+}
+
+// A resume that changes the run was accepted: another --grad-clip, --weight-decay, --beta1,
+// --beta2 or --eps continued silently with other losses. Each is refused naming the flag; a
+// flag a resume may change (flag_coverage_test.cpp's list) still resumes.
+TEST(HostileInput, AResumeThatChangesTrainingIsRefusedNamingTheFlag) {
+  TempDir d;
+  const std::string run = kTiny + "--lr-schedule constant --warmup 0 --checkpoint-dir " +
+                          d.file("ck") + " ";
+  ASSERT_EQ(train_gpt(d, run + "--steps 2").code, 0);
+  for (const std::string flag :
+       {"--grad-clip 0.5", "--weight-decay 0.05", "--beta1 0.8", "--beta2 0.9", "--eps 1e-6"}) {
+    expect_one_line_error(d, run + "--steps 3 --resume " + flag,
+                          "checkpoint was written by a run with " + flag.substr(0, flag.find(' ')));
+  }
+  const test::CliRun ok = train_gpt(d, run + "--steps 3 --resume --print-every 1 --checkpoint-keep 3");
+  EXPECT_EQ(ok.code, 0) << ok.err;
+}
+
+// --fp8-amax-history 1048576 was billed at 2.5 MiB, wrote a 176 MB trainer_state.json and ran
+// out of memory at the final checkpoint: a history beyond Transformer Engine's default 1024
+// is refused, saying why; 1024 itself is accepted.
+TEST(HostileInput, AnFp8AmaxHistoryBeyondTransformerEnginesDefaultIsRefused) {
+  expect_all_refused({
+      {"--dtype fp8 --fp8-amax-history 1048576", "--fp8-amax-history 1048576 is outside [1, 1024]"},
+      {"--dtype fp8 --fp8-amax-history 1025", "each checkpoint writes them all"},
+  });
+  TempDir d;
+  const test::CliRun r = train_gpt(d, kTiny + "--dtype fp8 --fp8-amax-history 1024 --dry-run");
+  EXPECT_EQ(r.code, 0) << r.err;
+}
+
+#if defined(MIXPAR_MPIEXEC)
+// mpirun's multiple-program form: rank 0's flags, ':', rank 1's. Ranks that differ in a flag
+// the agreement left out (fp8 was recorded as bf16, the fp8 settings and --dry-run were
+// missing) waited in different collectives until the watchdog, which named no flag; now the
+// job exits 2 with one line naming it. `timeout` bounds the test if it regresses.
+TEST(HostileInput, MpiRanksWithDifferentFp8OrDryRunFlagsAreRefusedNamingTheFlag) {
+  TempDir d;
+  const std::string run = std::string(MIXPAR_TRAIN_GPT_PATH) + " --backend mpi " + kTiny +
+                          "--steps 2 --comm-timeout 60 ";
+  for (const auto& [a, b, flag] :
+       {std::tuple<std::string, std::string, std::string>{"--dtype fp8", "--dtype bf16", "--dtype"},
+        {"--dtype fp8 --fp8-recipe tensorwise", "--dtype fp8 --fp8-recipe delayed", "--fp8-recipe"},
+        {"--dtype fp8 --fp8-margin 1", "--dtype fp8", "--fp8-margin"},
+        {"--dry-run", "", "--dry-run"}}) {
+    const std::string cmd = "timeout 120 " + test_support::mpirun_command(1) + run + a +
+                            " : -np 1 " + run + b;
+    const test::CliRun r = test::run_shell(d, cmd);
+    EXPECT_EQ(r.code, 2) << cmd << "\n" << r.err;
+    EXPECT_NE(r.err.find("the ranks were started with different configurations: " + flag +
+                         " differs on rank 1"),
+              std::string::npos)
+        << cmd << "\n" << r.err;
+  }
+}
+#endif
 
 }  // namespace
 }  // namespace mixpar::ch08

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "ch07_pipeline/model_chunks.h"
 #include "ch08_test_util.h"
 #include "preflight.h"
 #include "tensor/ledger.h"
@@ -150,6 +151,45 @@ TEST(PreflightMemory, TheModelStatesAreTheLedgersForEveryDtype) {
       }
     }
   }
+}
+
+// The bill counts a rank's parameters in closed form (no tensor named, so that 10^8 blocks
+// cost microseconds): it must be exactly the registry that rank allocates, on every layout
+// that shapes it: tp shards with a padded vocabulary, uneven pipeline stages, interleaved
+// chunks, the first stage's wpe, the last's ln_f and tied wte copy.
+TEST(PreflightMemory, TheClosedFormParameterCountIsTheRegistrysOnEveryLayout) {
+  struct Case {
+    int tp, pp, v;
+    std::int64_t n_layer, vocab;
+  };
+  int checked = 0;
+  for (const Case k : {Case{1, 1, 1, 3, 256}, Case{2, 1, 1, 2, 257}, Case{4, 1, 1, 1, 50257},
+                       Case{1, 3, 1, 7, 256}, Case{2, 2, 1, 5, 255}, Case{1, 2, 2, 8, 256},
+                       Case{2, 2, 3, 7, 259}}) {
+    TrainerConfig c = tiny_config();
+    c.model = GptConfig{k.n_layer, 4, 32, 24, k.vocab};
+    c.tp = k.tp;
+    c.pp = k.pp;
+    c.virtual_stages = k.v;
+    for (int stage = 0; stage < k.pp; ++stage) {
+      const std::vector<GptStage> chunks =
+          k.pp == 1 ? std::vector<GptStage>{GptStage{}}
+                    : ch07::rank_chunk_stages(c.model, stage, k.pp, k.v);
+      const std::int64_t registry =
+          ch07::make_chunks_registry(c.model, chunks, TensorShard{0, k.tp}).numel();
+      EXPECT_EQ(rank_parameter_count(c, stage), registry)
+          << "tp " << k.tp << " pp " << k.pp << " v " << k.v << " stage " << stage;
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 12);
+}
+
+// A count that does not fit 64 bits is an InputError naming the product, not a wrapped size.
+TEST(PreflightMemory, AParameterCountBeyond64BitsIsRefused) {
+  TrainerConfig c = tiny_config();
+  c.model = GptConfig{std::int64_t{1} << 40, 4, 1 << 20, 24, 256};
+  EXPECT_THROW((void)rank_parameter_count(c, 0), InputError);
 }
 
 }  // namespace
