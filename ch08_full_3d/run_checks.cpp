@@ -109,6 +109,52 @@ struct PlannedOutput {
   const char* why_alone;  // a directory's: why nothing else may go inside it; null for a file
 };
 
+// The checkpoint directory `path` is in, if any: a directory holding `latest` (a checkpoint
+// root) or `manifest.json` (one step's checkpoint), the path itself or an ancestor. Writing
+// there would corrupt a checkpoint (a checksum no longer matching its manifest) or be taken
+// for one.
+std::string checkpoint_dir_holding(const std::string& path) {
+  std::error_code ec;
+  for (fs::path p = resolve_output(path); !p.empty(); p = p.parent_path()) {
+    if (fs::is_regular_file(p / "latest", ec) || fs::is_regular_file(p / "manifest.json", ec)) {
+      return p.string();
+    }
+    if (p == p.parent_path()) break;
+  }
+  return {};
+}
+
+void refuse_checkpoint_target(const std::string& flag, const std::string& path) {
+  if (path.empty()) return;
+  const std::string ck = checkpoint_dir_holding(path);
+  if (!ck.empty()) {
+    throw InputError(flag + " " + path + " is inside the checkpoint directory " + ck +
+                     ": outputs never go into a checkpoint (choose another path)");
+  }
+}
+
+// An existing output is replaced only with --overwrite. A --save directory counts as existing
+// when it holds anything.
+void refuse_existing(const std::string& flag, const std::string& path, bool overwrite) {
+  std::error_code ec;
+  if (path.empty() || !fs::exists(path, ec)) return;
+  if (fs::is_directory(path, ec) && fs::is_empty(path, ec)) return;
+  if (overwrite) {
+    // --overwrite replaces what this project wrote: a model directory (config.json or
+    // model.safetensors in it), never files into any directory that happens to exist.
+    if (fs::is_directory(path, ec) && !fs::exists(fs::path(path) / "config.json", ec) &&
+        !fs::exists(fs::path(path) / "model.safetensors", ec)) {
+      throw InputError(flag + " " + path +
+                       " is a directory that holds no model (no config.json nor "
+                       "model.safetensors): --overwrite replaces a model directory only");
+    }
+    return;
+  }
+  throw InputError(flag + " " + path + " exists: pass --overwrite to replace it, or choose another path");
+}
+
+}  // namespace
+
 // One output plan per run: every path the run writes, resolved and compared with every other
 // before any work. Two outputs on one path destroy each other (--log-jsonl x --trace x); an
 // output inside this run's own checkpoint directory or --save directory would overwrite (or be
@@ -157,51 +203,6 @@ void check_output_plan(const TrainerConfig& c) {
   }
 }
 
-// The checkpoint directory `path` is in, if any: a directory holding `latest` (a checkpoint
-// root) or `manifest.json` (one step's checkpoint), the path itself or an ancestor. Writing
-// there would corrupt a checkpoint (a checksum no longer matching its manifest) or be taken
-// for one.
-std::string checkpoint_dir_holding(const std::string& path) {
-  std::error_code ec;
-  for (fs::path p = resolve_output(path); !p.empty(); p = p.parent_path()) {
-    if (fs::is_regular_file(p / "latest", ec) || fs::is_regular_file(p / "manifest.json", ec)) {
-      return p.string();
-    }
-    if (p == p.parent_path()) break;
-  }
-  return {};
-}
-
-void refuse_checkpoint_target(const std::string& flag, const std::string& path) {
-  if (path.empty()) return;
-  const std::string ck = checkpoint_dir_holding(path);
-  if (!ck.empty()) {
-    throw InputError(flag + " " + path + " is inside the checkpoint directory " + ck +
-                     ": outputs never go into a checkpoint (choose another path)");
-  }
-}
-
-// An existing output is replaced only with --overwrite. A --save directory counts as existing
-// when it holds anything.
-void refuse_existing(const std::string& flag, const std::string& path, bool overwrite) {
-  std::error_code ec;
-  if (path.empty() || !fs::exists(path, ec)) return;
-  if (fs::is_directory(path, ec) && fs::is_empty(path, ec)) return;
-  if (overwrite) {
-    // --overwrite replaces what this project wrote: a model directory (config.json or
-    // model.safetensors in it), never files into any directory that happens to exist.
-    if (fs::is_directory(path, ec) && !fs::exists(fs::path(path) / "config.json", ec) &&
-        !fs::exists(fs::path(path) / "model.safetensors", ec)) {
-      throw InputError(flag + " " + path +
-                       " is a directory that holds no model (no config.json nor "
-                       "model.safetensors): --overwrite replaces a model directory only");
-    }
-    return;
-  }
-  throw InputError(flag + " " + path + " exists: pass --overwrite to replace it, or choose another path");
-}
-
-}  // namespace
 
 void check_derived_sizes(const TrainerConfig& c) {
   const std::int64_t B = c.batch, T = c.seq, dp = c.dp;

@@ -25,6 +25,11 @@ void refuse_empty_paths(const ArgParser& a);
 // read-only file system or under /proc). A fresh run refuses an existing --log-jsonl
 // (--resume appends to it), as it refuses a --checkpoint-dir that holds checkpoints.
 void check_outputs(const TrainerConfig& c);
+// The part of check_outputs that writes nothing: every output path resolved (through links
+// and "..") and compared with every other, with this run's --checkpoint-dir and --save
+// directories, and with the checkpoints above --checkpoint-dir; InputError naming both when
+// two collide or one lies inside a checkpoint (fuzz/fuzz_tool_flags.cpp runs it).
+void check_output_plan(const TrainerConfig& c);
 
 // What evaluation, sampling and --dump-logits will feed the model: --prompt's bytes inside
 // the vocabulary, and the held-out problems of the built-in dataset (with the newline that

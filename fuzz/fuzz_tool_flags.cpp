@@ -11,6 +11,7 @@
 // part, some of them after its first measurement.
 #include <cstdint>
 #include <functional>
+#include <set>
 #include <string>
 
 #include "ch01_fp_formats/fp_formats_demo_flags.h"
@@ -22,6 +23,8 @@
 #include "ch05_zero/zero_demo_flags.h"
 #include "ch06_tensor_parallel/tp_demo_flags.h"
 #include "ch07_pipeline/pipeline_demo_flags.h"
+#include "ch08_full_3d/config_agreement.h"
+#include "ch08_full_3d/run_checks.h"
 #include "ch08_full_3d/trainer_config.h"
 #include "comm/mixpar_grid_flags.h"
 #include "fuzz_util.h"
@@ -44,10 +47,29 @@ void mixpar_grid(int argc, char** argv) {
                 "mixpar-grid accepted a grid that does not fill a world of 1..4096 ranks");
 }
 
+// train_gpt's flags, then what its start-up checks before any work and without writing:
+// the output plan (every output path resolved and compared with every other and with the
+// checkpoints; ch08_full_3d/run_checks.h) and the fields the MPI ranks agree on
+// (config_agreement.h): every field named after its flag, none twice, none of the
+// rank-local flags, and the same fields for the same flags parsed again.
 void train_gpt(int argc, char** argv) {
   ArgParser args = ch08::make_trainer_args();
   args.parse(argc, argv);
-  (void)ch08::trainer_config_from_args(args);
+  const ch08::TrainerConfig c = ch08::trainer_config_from_args(args);
+  ch08::check_output_plan(c);
+  const auto fields = ch08::agreement_fields(c, 0);
+  std::set<std::string> names;
+  for (const auto& [name, value] : fields) {
+    fuzz::require(name.rfind("--", 0) == 0, "an agreement field is not named after its flag");
+    fuzz::require(names.insert(name).second, "an agreement field appears twice");
+  }
+  for (const auto& [flag, why] : ch08::rank_local_flags()) {
+    fuzz::require(names.count(flag) == 0, "a rank-local flag is also agreed");
+  }
+  ArgParser again = ch08::make_trainer_args();
+  again.parse(argc, argv);
+  fuzz::require(ch08::agreement_fields(ch08::trainer_config_from_args(again), 0) == fields,
+                "the same flags gave other agreement fields");
 }
 
 struct Program {
