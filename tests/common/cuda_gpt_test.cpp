@@ -27,27 +27,11 @@ using cuda_testing::all_close;
 using cuda_testing::kExact;
 using cuda_testing::max_abs;
 
-constexpr std::int64_t kB = 2, kT = 33;
+constexpr std::int64_t kB = cuda_testing::kGptBatch, kT = cuda_testing::kGptSeq;
 
-GptConfig small_config() {
-  GptConfig c;
-  c.n_layer = 2;
-  c.n_head = 2;
-  c.n_embd = 128;
-  c.n_positions = 64;
-  c.vocab_size = 300;
-  return c;
-}
+GptConfig small_config() { return cuda_testing::small_gpt_config(); }
 
-std::vector<std::int32_t> ids(std::uint32_t seed) {
-  std::vector<std::int32_t> v(static_cast<std::size_t>(kB * kT));
-  std::uint32_t x = seed * 2654435761u + 1;
-  for (std::int32_t& id : v) {
-    x = x * 1664525u + 1013904223u;
-    id = static_cast<std::int32_t>((x >> 8) % 300);
-  }
-  return v;
-}
+std::vector<std::int32_t> ids(std::uint32_t seed) { return cuda_testing::gpt_token_ids(seed, 1); }
 
 GptModel cpu_model(DType dt, std::uint64_t seed) {
   GptOptions o;

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "model/gpt_params.h"
 #include "ops_test_util.h"
 #include "tensor/tensor.h"
 
@@ -119,6 +120,30 @@ inline ::testing::AssertionResult all_close(const std::vector<float>& got,
 inline Tensor random_host(Shape shape, DType dt, std::uint64_t seed, float lo = -1.0f,
                           float hi = 1.0f) {
   return mixpar::testing::random_tensor(std::move(shape), dt, seed, lo, hi);
+}
+
+// The GPU GPT tests' model and batch: two blocks, small enough for a CPU reference in
+// milliseconds, with a sequence (33) that is not a multiple of any kernel's tile.
+inline constexpr std::int64_t kGptBatch = 2, kGptSeq = 33;
+inline GptConfig small_gpt_config() {
+  GptConfig c;
+  c.n_layer = 2;
+  c.n_head = 2;
+  c.n_embd = 128;
+  c.n_positions = 64;
+  c.vocab_size = 300;
+  return c;
+}
+// kGptBatch x kGptSeq token ids in [0, 300) from a linear congruential sequence: one per
+// (seed, salt), so that each test file draws its own.
+inline std::vector<std::int32_t> gpt_token_ids(std::uint32_t seed, std::uint32_t salt) {
+  std::vector<std::int32_t> v(static_cast<std::size_t>(kGptBatch * kGptSeq));
+  std::uint32_t x = seed * 2654435761u + salt;
+  for (std::int32_t& id : v) {
+    x = x * 1664525u + 1013904223u;
+    id = static_cast<std::int32_t>((x >> 8) % 300);
+  }
+  return v;
 }
 
 }  // namespace mixpar::cuda_testing
