@@ -278,7 +278,7 @@ void read_outputs(const ArgParser& a, TrainerConfig& c) {
       a.given("print-every") ? positive(a, "print-every") : std::max<std::int64_t>(1, c.steps / 20);
   c.eval_every = a.given("eval-every") ? non_negative(a, "eval-every") : c.builtin_data() ? 100 : 0;
   c.sample = non_negative(a, "sample");
-  // One forward per byte over the whole context: a million is minutes, 1e9 was days.
+  // One forward per byte over the whole context (kMaxSampleTokens says how long).
   if (c.sample > kMaxSampleTokens) {
     throw InputError("--sample " + num(c.sample) + " is more than " + num(kMaxSampleTokens) +
                      " tokens (each one a forward pass of the model)");
