@@ -43,6 +43,7 @@ FpFormatsDemoFlags parse_fp_formats_demo_flags(int argc, char** argv) {
       .flag("overwrite", "replace an existing --json file (without it, an existing one is refused)");
   args.parse(argc, argv);
   FpFormatsDemoFlags f;
+  refuse_overwrite_without_output(args.get_flag("overwrite"), args.given("json"), "--json");
   f.json_path = args.given("json")
                     ? checked_output_path("--json", args.get("json"), args.get_flag("overwrite"))
                     : std::string();

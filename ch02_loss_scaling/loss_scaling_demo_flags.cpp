@@ -68,6 +68,7 @@ LossScalingDemoFlags parse_loss_scaling_demo_flags(int argc, char** argv) {
   args.parse(argc, argv);
   LossScalingDemoFlags f;
   f.lesson = read_config(args);
+  refuse_overwrite_without_output(args.get_flag("overwrite"), args.given("json"), "--json");
   f.json_path = args.given("json")
                     ? checked_output_path("--json", args.get("json"), args.get_flag("overwrite"))
                     : std::string();

@@ -54,6 +54,7 @@ MasterWeightsDemoFlags parse_master_weights_demo_flags(int argc, char** argv) {
                      ", 100000] (fewer steps are too few for the lesson's claims), got " +
                      args.get("steps"));
   }
+  refuse_overwrite_without_output(args.get_flag("overwrite"), args.given("json"), "--json");
   f.json_path = args.given("json")
                     ? checked_output_path("--json", args.get("json"), args.get_flag("overwrite"))
                     : std::string();

@@ -39,6 +39,8 @@ DdpDemoFlags parse_ddp_demo_flags(int argc, char** argv) {
   f.ranks = static_cast<int>(args.get_int("ranks", 2, 8));
   f.steps = static_cast<int>(args.get_int("steps", 2, 1000));
   const bool overwrite = args.get_flag("overwrite");
+  refuse_overwrite_without_output(overwrite, args.given("trace") || args.given("json"),
+                                  "--trace or --json");
   f.trace_path =
       args.given("trace") ? checked_output_path("--trace", args.get("trace"), overwrite) : "";
   f.json_path = args.given("json") ? checked_output_path("--json", args.get("json"), overwrite) : "";

@@ -41,6 +41,7 @@ TpDemoFlags parse_tp_demo_flags(int argc, char** argv) {
   TpDemoFlags f;
   f.bug = args.get_choice("bug", choices);
   f.steps = static_cast<int>(args.get_int("steps", 2, 200));
+  refuse_overwrite_without_output(args.get_flag("overwrite"), args.given("json"), "--json");
   f.json_path = args.given("json")
                     ? checked_output_path("--json", args.get("json"), args.get_flag("overwrite"))
                     : std::string();

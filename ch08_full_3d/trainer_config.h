@@ -148,9 +148,10 @@ void validate(const TrainerConfig& c);
 // was given) from it and validates again. InputError when --ranks or --dp disagree with it.
 void set_world_size(TrainerConfig& c, int world_size, bool dp_given, bool ranks_given);
 
-// What a resumed run must share with the run that wrote the checkpoint (shape, dtype, batch
-// layout, data order, seed): anything else makes the saved state mean something different.
-// The data itself is compared by fingerprint, so a moved file still resumes.
+// What a resumed run must share with the run that wrote the checkpoint (resume_identity.cpp:
+// shape, dtype, batch layout, data order, seed, the optimizer's numbers): anything else makes
+// the saved state mean something different. The data itself is compared by fingerprint, so a
+// moved file still resumes.
 Json run_identity(const TrainerConfig& c);
 // Every flag a resume compares with the run that wrote the checkpoint, with what holds it: a
 // key of run_identity(), or "lr_schedule" (the schedule's rates from the checkpoint's step on)

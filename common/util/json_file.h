@@ -33,6 +33,16 @@ inline std::filesystem::file_type output_path_type(const std::string& flag,
   return status.type();
 }
 
+// A demo's --overwrite replaces an existing output file; without one of its outputs given
+// (`outputs` names them: "--json") it would do nothing, so it is refused naming what it needs,
+// as train_gpt refuses flags that have no effect.
+inline void refuse_overwrite_without_output(bool overwrite, bool output_given,
+                                            const std::string& outputs) {
+  if (overwrite && !output_given) {
+    throw InputError("--overwrite replaces an existing output file: it needs " + outputs);
+  }
+}
+
 // The demos' outputs follow train_gpt's rules, checked when the flags are read so that a bad
 // target is one line before the lesson runs (not found after it, or a demo blocked forever on a
 // FIFO): `path` as given to `flag` is refused (InputError) when it is empty, a directory, not a

@@ -192,6 +192,8 @@ TEST(Demo, JsonOutputsFollowTheTrainersRulesBeforeTheLessonRuns) {
       {" --json /dev/full --overwrite", "'/dev/full' is a character device"},
       {" --json " + dir + "/old.json", "exists: pass --overwrite to replace it"},
       {" --json /proc/x.json", "--json: cannot write in '/proc': "},
+      // --overwrite alone has nothing to replace: refused, as train_gpt refuses such flags.
+      {" --overwrite", "--overwrite replaces an existing output file: it needs --json"},
   };
   for (const auto& [args, phrase] : cases) {
     const CommandResult r = run("cd " + dir + " && " + demo + args);
