@@ -58,21 +58,9 @@ Json make_manifest(const fs::path& dir, std::int64_t step) {
   for (const fs::directory_entry& e : fs::directory_iterator(dir)) {
     if (e.is_regular_file()) names.push_back(e.path().filename().string());
   }
-  std::sort(names.begin(), names.end());
   Json files = Json::array();
-  for (const std::string& name : names) {
-    Json f = Json::object();
-    f.set("name", name);
-    f.set("bytes", static_cast<std::int64_t>(file_size((dir / name).string())));
-    f.set("fnv1a64", file_checksum((dir / name).string()));
-    files.push_back(std::move(f));
-  }
-  Json m = Json::object();
-  m.set("format", kFormat);
-  m.set("version", kVersion);
-  m.set("step", step);
-  m.set("files", std::move(files));
-  return m;
+  for (const std::string& name : names) files.push_back(manifest_entry(dir.string(), name));
+  return manifest_of(std::move(files), step);
 }
 
 // step-K directories under root, oldest first.
@@ -169,6 +157,28 @@ std::string checkpoint_name(std::int64_t step) {
   return buf;
 }
 
+Json manifest_entry(const std::string& dir, const std::string& name) {
+  const std::string path = (fs::path(dir) / name).string();
+  Json f = Json::object();
+  f.set("name", name);
+  f.set("bytes", static_cast<std::int64_t>(file_size(path)));
+  f.set("fnv1a64", file_checksum(path));
+  return f;
+}
+
+Json manifest_of(Json files, std::int64_t step) {
+  Json::Array& list = files.as_array();
+  std::sort(list.begin(), list.end(), [](const Json& a, const Json& b) {
+    return a.at("name").as_string() < b.at("name").as_string();
+  });
+  Json m = Json::object();
+  m.set("format", kFormat);
+  m.set("version", kVersion);
+  m.set("step", step);
+  m.set("files", std::move(files));
+  return m;
+}
+
 std::string file_checksum(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(path + ": cannot open");
@@ -221,12 +231,13 @@ void on_every_rank(Communicator* comm, const std::string& what, const std::funct
   throw std::runtime_error(what + " failed on rank " + std::to_string(failed) + ": " + reason);
 }
 
-std::string save_checkpoint(const std::string& root, std::int64_t step,
-                            const std::function<void(const std::string& dir)>& write,
-                            std::int64_t keep, Communicator* comm) {
+std::string partial_checkpoint_dir(const std::string& root, std::int64_t step) {
+  return (fs::path(root) / ("." + checkpoint_name(step) + ".partial")).string();
+}
+
+std::string begin_checkpoint(const std::string& root, std::int64_t step, Communicator* comm) {
   const fs::path r(root);
-  const std::string name = checkpoint_name(step);
-  const fs::path partial = r / ("." + name + ".partial");
+  const fs::path partial = partial_checkpoint_dir(root, step);
   const bool lead = comm == nullptr || comm->rank() == 0;
   on_every_rank(comm, "creating " + partial.string(), [&] {
     if (!lead) return;
@@ -238,13 +249,20 @@ std::string save_checkpoint(const std::string& root, std::int64_t step,
       throw InputError(partial.string() + ": cannot create directory: " + ec.message());
     }
   });
+  return partial.string();
+}
+
+std::string commit_checkpoint(const std::string& root, std::int64_t step, const Json* manifest,
+                              std::int64_t keep, Communicator* comm) {
+  const fs::path r(root);
+  const std::string name = checkpoint_name(step);
+  const fs::path partial = partial_checkpoint_dir(root, step);
+  const bool lead = comm == nullptr || comm->rank() == 0;
   try {
-    // Every rank its own files; then rank 0 the manifest over all of them.
-    on_every_rank(comm, "writing the checkpoint's shards", [&] { write(partial.string()); });
     on_every_rank(comm, "writing " + name + "'s manifest", [&] {
       if (!lead) return;
-      write_file_atomic((partial / kManifest).string(),
-                        make_manifest(partial, step).dump(2) + "\n");
+      const Json m = manifest != nullptr ? *manifest : make_manifest(partial, step);
+      write_file_atomic((partial / kManifest).string(), m.dump(2) + "\n");
       fsync_dir(partial);
     });
   } catch (...) {
@@ -259,6 +277,22 @@ std::string save_checkpoint(const std::string& root, std::int64_t step,
     prune(r, keep, r / name);
   });
   return (r / name).string();
+}
+
+std::string save_checkpoint(const std::string& root, std::int64_t step,
+                            const std::function<void(const std::string& dir)>& write,
+                            std::int64_t keep, Communicator* comm) {
+  const fs::path partial = begin_checkpoint(root, step, comm);
+  const bool lead = comm == nullptr || comm->rank() == 0;
+  try {
+    // Every rank its own files; then rank 0 the manifest over all of them.
+    on_every_rank(comm, "writing the checkpoint's shards", [&] { write(partial.string()); });
+  } catch (...) {
+    std::error_code ec;
+    if (lead) fs::remove_all(partial, ec);
+    throw;
+  }
+  return commit_checkpoint(root, step, nullptr, keep, comm);
 }
 
 std::string latest_checkpoint(const std::string& root) {

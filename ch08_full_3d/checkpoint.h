@@ -29,6 +29,24 @@ std::string save_checkpoint(const std::string& root, std::int64_t step,
                             const std::function<void(const std::string& dir)>& write,
                             std::int64_t keep, Communicator* comm = nullptr);
 
+// save_checkpoint's three parts, for a save whose files are written elsewhere in between (a
+// background writer, async_checkpoint.h); each collective over comm like save_checkpoint.
+// The hidden directory a save of `step` fills (root/.step-K.partial).
+std::string partial_checkpoint_dir(const std::string& root, std::int64_t step);
+// Rank 0 makes a fresh partial directory (removing a stale one) and every rank learns whether
+// it could. Returns its path.
+std::string begin_checkpoint(const std::string& root, std::int64_t step, Communicator* comm);
+// Rank 0 writes the manifest (`manifest`, or one made over the partial directory's files when
+// null), commits the directory as root/checkpoint_name(step), moves `latest` and prunes to
+// `keep`. On a failure the partial directory is removed. Returns the committed path.
+std::string commit_checkpoint(const std::string& root, std::int64_t step, const Json* manifest,
+                              std::int64_t keep, Communicator* comm);
+// One file's line of a manifest: {"name", "bytes", "fnv1a64"} of dir/name as it is on disk.
+Json manifest_entry(const std::string& dir, const std::string& name);
+// The manifest of step over these entries (any order: sorted by name, as the manifest of a
+// directory lists them), the same bytes whoever gathered them.
+Json manifest_of(Json files, std::int64_t step);
+
 // Collective over comm (null: f alone): runs f on this rank. When f failed anywhere, the
 // lowest failing rank rethrows its own error and every other rank throws that rank's reason
 // ("rank 3: ...", an InputError when it was one), so every rank's message is the same. So a checkpoint that one rank cannot read (a

@@ -84,6 +84,8 @@ std::vector<std::pair<std::string, std::string>> agreement_fields(const TrainerC
       {"--checkpoint-dir", c.checkpoint_dir},
       {"--checkpoint-every", i(c.checkpoint_every)},
       {"--checkpoint-keep", i(c.checkpoint_keep)},
+      // Every rank takes part in the collectives that commit a background write.
+      {"--checkpoint-async", on_off(c.checkpoint_async)},
       {"--resume", on_off(c.resume)},
       {"--eval-every", i(c.eval_every)},
       {"--log-jsonl (given or not)", on_off(!c.log_jsonl.empty())},

@@ -38,7 +38,8 @@ Json run_identity(const TrainerConfig& c) {
   j.set("grad_accum", c.grad_accum);
   j.set("data_order", std::string(data_order_name(c.data_order)));
   j.set("seed", c.seed);
-  // The replicas: a loader's position means another window of tokens under another dp.
+  // The replicas: recorded; a resume compares dp x batch x grad_accum, the samples of a step
+  // (the loader's place is a global sample, trainer_state.cpp's check_identity).
   j.set("dp", static_cast<std::int64_t>(c.dp));
   // AdamW's and the clipping's numbers: another value continues the run with other losses.
   j.set("weight_decay", c.weight_decay);
@@ -106,6 +107,7 @@ std::vector<std::pair<std::string, std::string>> resume_free_flags() {
       {"--checkpoint-dir", output},
       {"--checkpoint-every", output},
       {"--checkpoint-keep", output},
+      {"--checkpoint-async", output},
       {"--log-jsonl", output},
       {"--print-every", output},
       {"--eval-every", output},

@@ -174,8 +174,9 @@ double EtaClock::eta(std::int64_t steps_left) const {
 
 namespace {
 
-// The lines of an existing log whose "step" is at most `step` (others, and lines that do not
-// parse, belong to the interrupted run after its checkpoint).
+// The lines of an existing log whose "step" is at most `step`, and the records of background
+// checkpoints ("checkpoint") up to it (others, and lines that do not parse, belong to the
+// interrupted run after its checkpoint).
 std::string lines_up_to(const std::string& path, std::int64_t step) {
   if (!std::filesystem::exists(path)) return {};
   std::istringstream in(read_file(path));
@@ -183,7 +184,8 @@ std::string lines_up_to(const std::string& path, std::int64_t step) {
   while (std::getline(in, line)) {
     try {
       const Json j = Json::parse(line, path);
-      if (j.is_object() && j.contains("step") && j.at("step").as_int() <= step) kept += line + "\n";
+      const char* key = j.is_object() && j.contains("checkpoint") ? "checkpoint" : "step";
+      if (j.is_object() && j.contains(key) && j.at(key).as_int() <= step) kept += line + "\n";
     } catch (const InputError&) {
       // a torn last line from a crash: dropped
     }

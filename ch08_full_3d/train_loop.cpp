@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "async_checkpoint.h"
 #include "checkpoint.h"
 #include "comm/control.h"
 #include "comm/local_backend.h"
@@ -244,6 +245,8 @@ struct RankRun {
   std::vector<TraceSpan> spans;  // kept only when --trace asks for them
   GemmPeak peak;                 // rank 0: what MFU is measured against (gemm_peak.h)
   Communicator* comm = nullptr;  // the world (null: the single device)
+  // --checkpoint-async: the background writer and the checkpoint it is writing.
+  std::optional<AsyncCheckpoints> async;
   bool lead() const { return out != nullptr; }
 };
 
@@ -276,6 +279,56 @@ void halt_if_weights_not_finite(Trainer& t, Communicator* comm, const std::strin
 void kill_here_if_asked(std::int64_t step) {
   static const char* at = std::getenv("MIXPAR_KILL_AFTER_CHECKPOINT");
   if (at != nullptr && std::to_string(step) == at) ::raise(SIGKILL);
+}
+
+std::string ms(double seconds) { return strf("%.1f ms", seconds * 1e3); }
+
+// A background checkpoint that committed: one line for people, one JSONL record (key
+// "checkpoint", not "step": the log's steps stay one record each) with where its time went.
+void report_async(RankRun& run, const std::optional<CheckpointTimes>& done) {
+  if (!done) return;
+  kill_here_if_asked(done->step);
+  if (!run.lead()) return;
+  const CheckpointTimes& c = *done;
+  std::string waited;
+  if (c.waited_for >= 0) {
+    waited = strf("waited %s for step %lld's write, ", ms(c.wait_s).c_str(),
+                  static_cast<long long>(c.waited_for));
+  }
+  std::fprintf(run.out,
+               "checkpoint: %s (the step blocked %s: %sstaged %s in %s, committed in %s; "
+               "written in the background in %s)\n",
+               c.path.c_str(), ms(c.blocked_s()).c_str(), waited.c_str(),
+               format_bytes(c.staged_bytes).c_str(), ms(c.staging_s).c_str(),
+               ms(c.commit_s).c_str(), ms(c.write_s).c_str());
+  std::fflush(run.out);
+  if (!run.log) return;
+  Json j = Json::object();
+  j.set("checkpoint", c.step);
+  j.set("path", c.path);
+  j.set("blocked_ms", c.blocked_s() * 1e3);
+  j.set("wait_ms", c.wait_s * 1e3);
+  if (c.waited_for >= 0) j.set("waited_for", c.waited_for);
+  j.set("staging_ms", c.staging_s * 1e3);
+  j.set("commit_ms", c.commit_s * 1e3);
+  j.set("write_ms", c.write_s * 1e3);
+  j.set("staged_bytes", static_cast<std::int64_t>(c.staged_bytes));
+  run.log->write(j);
+}
+
+// --checkpoint-async's save of the current step: the previous write finished first (the log
+// says when the step has to wait for it), then the state staged and handed to the writer.
+void save_async(RankRun& run) {
+  Trainer& t = run.t;
+  report_async(run, run.async->save(
+                        t.step(), [&] { return t.stage_checkpoint(); },
+                        [&](std::int64_t previous) {
+                          std::fprintf(run.out,
+                                       "checkpoint: step %lld waits for step %lld's write, "
+                                       "still running in the background\n",
+                                       static_cast<long long>(t.step()),
+                                       static_cast<long long>(previous));
+                        }));
 }
 
 // The step loop. Returns whether the last step was evaluated (the final accuracy is then known).
@@ -314,12 +367,18 @@ bool train_steps(RankRun& run) {
       if (evaluated) acc = print_eval(t, run.out);
       if (run.log) run.log->write(step_json(s, memory_snapshot(current_ledger()), acc, by_rank));
     }
+    // A background write that every rank has finished commits here (collective).
+    if (run.async) report_async(run, run.async->poll());
     // The step's record is written before its checkpoint commits: a kill after the commit
     // finds the record in the log (a resume from this checkpoint keeps every line up to it),
     // a kill before it resumes from the previous checkpoint and drops the lines after that
     // one (JsonlLog). Either way the log ends with every step exactly once.
     if (due(s.step, c.checkpoint_every)) {
       halt_if_weights_not_finite(t, run.comm, "the checkpoint of step " + std::to_string(s.step));
+      if (run.async) {
+        save_async(run);
+        continue;
+      }
       const std::string saved = t.save_checkpoint();
       kill_here_if_asked(s.step);
       if (run.lead()) std::fprintf(run.out, "checkpoint: %s\n", saved.c_str());
@@ -330,16 +389,24 @@ bool train_steps(RankRun& run) {
 
 // After the last step, on every rank: the final checkpoint, unless it exists already (by the
 // loop on a multiple of checkpoint_every, or, nothing run, the one this run resumed from).
-// start_step: where this run began (0, or the step it resumed at). out: null on silent ranks.
-void final_checkpoint(Trainer& t, std::int64_t start_step, std::FILE* out, Communicator* comm) {
+// start_step: where this run began (0, or the step it resumed at).
+void final_checkpoint(RankRun& run, std::int64_t start_step) {
+  Trainer& t = run.t;
   const TrainerConfig& c = t.config();
+  // The writer is joined: a write in flight finishes and commits before the run ends.
+  if (run.async) report_async(run, run.async->finish());
   const bool saved = t.step() == start_step
                          ? c.resume
                          : c.checkpoint_every > 0 && t.step() % c.checkpoint_every == 0;
   if (c.checkpoint_dir.empty() || saved) return;
-  halt_if_weights_not_finite(t, comm, "the final checkpoint");
+  halt_if_weights_not_finite(t, run.comm, "the final checkpoint");
+  if (run.async) {
+    save_async(run);
+    report_async(run, run.async->finish());
+    return;
+  }
   const std::string path = t.save_checkpoint();
-  if (out != nullptr) std::fprintf(out, "checkpoint: %s\n", path.c_str());
+  if (run.out != nullptr) std::fprintf(run.out, "checkpoint: %s\n", path.c_str());
 }
 
 // Rank 0, after the last step: accuracy, model, sample and logits asked for.
@@ -393,7 +460,7 @@ void run_rank(const TrainerConfig& c, const TrainingData& data, Communicator* co
               std::FILE* out, const GemmPeak& peak, const std::function<void()>& setup_done = {},
               int ranks_here = 1) {
   Trainer t(c, data, comm);
-  RankRun run{t, out, std::nullopt, {}, peak, comm};
+  RankRun run{t, out, std::nullopt, {}, peak, comm, std::nullopt};
   if (c.resume) {
     t.resume();
     if (run.lead()) {
@@ -411,17 +478,29 @@ void run_rank(const TrainerConfig& c, const TrainingData& data, Communicator* co
     }
   }
   const std::int64_t start_step = t.step();
+  if (c.checkpoint_async) run.async.emplace(c.checkpoint_dir, c.checkpoint_keep, comm);
   if (setup_done) setup_done();
-  const bool evaluated = train_steps(run);
-  if (!c.trace.empty() && comm != nullptr) {
-    const std::vector<TraceSpan> all = gather_spans(*comm, std::move(run.spans));
-    if (run.lead()) {
-      write_chrome_trace(c.trace, all);
-      std::fprintf(out, "trace: %s (%zu spans of %d ranks; open in ui.perfetto.dev)\n",
-                   c.trace.c_str(), all.size(), comm->size());
+  bool evaluated = false;
+  try {
+    evaluated = train_steps(run);
+    if (!c.trace.empty() && comm != nullptr) {
+      const std::vector<TraceSpan> all = gather_spans(*comm, std::move(run.spans));
+      if (run.lead()) {
+        write_chrome_trace(c.trace, all);
+        std::fprintf(out, "trace: %s (%zu spans of %d ranks; open in ui.perfetto.dev)\n",
+                     c.trace.c_str(), all.size(), comm->size());
+      }
     }
+    final_checkpoint(run, start_step);
+  } catch (...) {
+    // A failed run stops its background write: the partial directory removed, and said so
+    // (the error itself is the caller's to print).
+    if (run.async) {
+      const std::string note = run.async->abandon();
+      if (run.lead() && !note.empty()) std::fprintf(out, "%s\n", note.c_str());
+    }
+    throw;
   }
-  final_checkpoint(t, start_step, out, comm);
   if (!c.save.empty()) halt_if_weights_not_finite(t, comm, "--save " + c.save);
   if ((c.builtin_data() && !evaluated) || !c.save.empty() || c.sample > 0 ||
       !c.dump_logits.empty()) {

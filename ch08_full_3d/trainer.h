@@ -23,6 +23,7 @@
 #include "checkpoint_pieces.h"
 #include "comm/communicator.h"
 #include "comm/parallel_grid.h"
+#include "async_checkpoint.h"
 #include "io/token_loader.h"
 #include "model/gpt.h"
 #include "parallel/grad_sync.h"
@@ -153,6 +154,11 @@ class Trainer {
   // config.checkpoint_dir (every rank the shards it holds, rank 0 the manifest); returns its
   // path.
   std::string save_checkpoint();
+  // --checkpoint-async: this rank's part of the checkpoint of the current step, staged: the
+  // tensors it writes copied into host memory (billed to its ledger), rank 0's state and
+  // config as text, each file a function the background writer calls (async_checkpoint.h).
+  // The files are byte for byte those save_checkpoint writes. Not collective.
+  StagedCheckpoint stage_checkpoint() const;
   // Continues from the latest checkpoint in config.checkpoint_dir, written on this layout or any
   // other (each rank reads the pieces it now holds): InputError if it is corrupt, or was
   // written by a run with another shape, dtype, rows per micro-batch (dp x batch), data or
@@ -185,6 +191,9 @@ class Trainer {
   // stores and what a resume on any layout fills.
   std::vector<HeldTensor> held_state() const;
   void write_checkpoint_files(const std::string& dir) const;
+  // The writers of this rank's checkpoint files (stage_checkpoint), over its own tensors
+  // (staged false: for a save that writes them at once) or over copies of them.
+  StagedCheckpoint checkpoint_files(bool staged) const;
   // train_step's parts, in its order. The step's micro-batches under the schedule (the sync
   // told when the last backward starts):
   ScheduleResult run_micro_batches(float loss_scale);

@@ -102,6 +102,9 @@ void add_output_flags(ArgParser& a, const TrainerConfig& d) {
       .option("checkpoint-dir", "", "directory of full training checkpoints")
       .option("checkpoint-every", "0", "save a checkpoint every K steps (0: only at the end)")
       .option("checkpoint-keep", num(d.checkpoint_keep), "checkpoints kept (older ones removed)")
+      .flag("checkpoint-async",
+            "stage each checkpoint in host memory and write it in the background while "
+            "training goes on (the same files, committed as atomically)")
       .flag("resume", "continue from the latest checkpoint in --checkpoint-dir (bit-exact)")
       .option("log-jsonl", "",
               "one JSON object per step (loss, grad_norm, lr, loss_scale, "
@@ -271,6 +274,7 @@ void read_outputs(const ArgParser& a, TrainerConfig& c) {
   c.checkpoint_dir = a.given("checkpoint-dir") ? a.get("checkpoint-dir") : "";
   c.checkpoint_every = non_negative(a, "checkpoint-every");
   c.checkpoint_keep = positive(a, "checkpoint-keep");
+  c.checkpoint_async = a.get_flag("checkpoint-async");
   c.resume = a.get_flag("resume");
   c.log_jsonl = a.given("log-jsonl") ? a.get("log-jsonl") : "";
   // 20 lines or so a run: the default 1,500 steps print every 75th.
@@ -546,6 +550,8 @@ void validate_single(const TrainerConfig& c) {
   check_range(!c.resume || !c.checkpoint_dir.empty(), "--resume needs --checkpoint-dir");
   check_range(c.checkpoint_every == 0 || !c.checkpoint_dir.empty(),
               "--checkpoint-every needs --checkpoint-dir");
+  check_range(!c.checkpoint_async || !c.checkpoint_dir.empty(),
+              "--checkpoint-async needs --checkpoint-dir (it writes checkpoints in the background)");
   check_range(c.eval_every == 0 || c.builtin_data(),
               "--eval-every scores the built-in addition dataset; it cannot be used with --data");
   check_range(!c.builtin_data() || c.model.vocab_size >= 256,

@@ -64,6 +64,8 @@ struct TrainerConfig {
   bool overwrite = false;      // replace existing outputs (--save, --log-jsonl, ...; never a checkpoint)
   std::string checkpoint_dir;  // full training checkpoints
   std::int64_t checkpoint_every = 0, checkpoint_keep = 2;
+  // Checkpoints staged in host memory and written by a background thread (async_checkpoint.h).
+  bool checkpoint_async = false;
   bool resume = false;
   std::string log_jsonl;
   std::int64_t print_every = 1;

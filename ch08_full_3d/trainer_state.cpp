@@ -20,9 +20,11 @@
 // writing rank wrote.
 #include <algorithm>
 #include <bit>
+#include <csignal>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <memory>
 #include <string_view>
 
 #include "checkpoint.h"
@@ -58,15 +60,36 @@ std::string hex64(std::uint64_t v) {
 }
 
 // The saved run identity against this run's, naming the first field that differs. The grid is
-// not part of it: a checkpoint resumes on any layout. What the data needs is the rows of each
-// micro-batch's global window, dp x --batch (token_loader.h: the replicas' rows together are
-// one window, whatever dp), so dp and batch are compared as their product.
+// not part of it: a checkpoint resumes on any layout. What the data needs is the samples of
+// each optimizer step, dp x --batch x --grad-accum: the loader's place is a global sample
+// (token_loader.h), so a run saved at dp 4 resumes at dp 2 with twice the accumulation, or at
+// dp 8 with half the batch, and reads exactly the samples that follow. A state saved before
+// the loader stored its sample (per_sample false) counted micro-batches of dp x batch rows:
+// those two compared as their product, and --grad-accum as it is.
 // A key the saved identity lacks (a checkpoint written before it was part of it) is read from
 // the state's full "config" record, which has always held it. A difference names the flag.
 void check_identity(const Json& saved, const Json& now, const Json* config,
-                    const std::string& dir) {
+                    const std::string& dir, bool per_sample) {
   const auto rows = [](const Json& j) { return j.at("dp").as_int() * j.at("batch").as_int(); };
-  if (saved.contains("dp") && saved.contains("batch") && rows(saved) != rows(now)) {
+  const auto accum = [&](const Json& j, const Json* cfg) {
+    if (const Json* a = j.find("grad_accum")) return a->as_int();
+    if (cfg != nullptr) {
+      if (const Json* a = cfg->find("grad_accum")) return a->as_int();
+    }
+    return std::int64_t{1};
+  };
+  if (per_sample && saved.contains("dp") && saved.contains("batch")) {
+    const std::int64_t was = rows(saved) * accum(saved, config), is = rows(now) * accum(now, nullptr);
+    if (was != is) {
+      throw InputError(dir + ": checkpoint was written by a run of dp " + saved.at("dp").dump() +
+                       " x batch " + saved.at("batch").dump() + " x grad-accum " +
+                       std::to_string(accum(saved, config)) + " = " + std::to_string(was) +
+                       " sequences per step, this run has dp " + now.at("dp").dump() +
+                       " x batch " + now.at("batch").dump() + " x grad-accum " +
+                       now.at("grad_accum").dump() + " = " + std::to_string(is) +
+                       " (another layout keeps --dp x --batch x --grad-accum)");
+    }
+  } else if (saved.contains("dp") && saved.contains("batch") && rows(saved) != rows(now)) {
     throw InputError(dir + ": checkpoint was written by a run of dp " + saved.at("dp").dump() +
                      " x batch " + saved.at("batch").dump() + " = " +
                      std::to_string(rows(saved)) + " sequences per micro-batch, this run has dp " +
@@ -74,7 +97,7 @@ void check_identity(const Json& saved, const Json& now, const Json* config,
                      std::to_string(rows(now)) + " (another layout keeps --dp x --batch)");
   }
   for (const auto& [key, value] : now.as_object()) {
-    if (key == "dp" || key == "batch") continue;
+    if (key == "dp" || key == "batch" || (per_sample && key == "grad_accum")) continue;
     const Json* s = saved.find(key);
     if (s == nullptr && config != nullptr) s = config->find(key);
     if (!s || !(*s == value)) {
@@ -356,7 +379,8 @@ void check_saved_run(const Json& st, const std::string& dir, const TrainerConfig
     throw InputError(state_path + ": " + e.what());
   }
   (void)state_files(st, dir);  // a layout whose files this build reads
-  check_identity(st.at("run"), run_identity(c), st.find("config"), dir);
+  check_identity(st.at("run"), run_identity(c), st.find("config"), dir,
+                 loader_state_from_json(st.at("loader")).samples >= 0);
   if (st.at("data_fingerprint").as_string() != hex64(data_fingerprint)) {
     throw InputError(dir + ": checkpoint was trained on other data (token fingerprint " +
                      st.at("data_fingerprint").as_string() + ", this data " +
@@ -404,20 +428,55 @@ std::vector<HeldTensor> Trainer::held_state() const {
   return out;
 }
 
-void Trainer::write_checkpoint_files(const std::string& dir) const {
+namespace {
+
+// The staging copy of one tensor this rank writes: its elements in host memory, billed to
+// this rank's ledger (host side, "other") until the background write is done with it.
+HeldTensor staged_copy(const HeldTensor& t) {
+  HeldTensor c = t;
+  HostMemoryScope host;
+  const Tensor src = t.data.is_cpu() ? t.data : t.data.to_device(Device::kCPU);
+  c.data = Tensor::empty(src.shape(), DType::kF32, MemCategory::kOther);
+  std::copy_n(src.data_as<float>(), src.numel(), c.data.data_as<float>());
+  return c;
+}
+
+}  // namespace
+
+StagedCheckpoint Trainer::checkpoint_files(bool staged) const {
   const DeviceMesh mesh = mesh_of(config_);
   const Layout layout = layout_of(mesh, sync_->sharding_stage());
   const int me = coord().rank;
+  StagedCheckpoint out;
   if (writes_files(layout, mesh, me)) {
+    const std::size_t billed_before = current_ledger().host_live_total();
+    auto masters = std::make_shared<std::vector<HeldTensor>>();
+    auto moments = std::make_shared<std::vector<HeldTensor>>();
     const std::vector<HeldTensor> held = held_state();
-    std::vector<HeldTensor> masters, moments;
-    for (const HeldTensor& t : held) {
-      (t.key.starts_with("exp_avg") ? moments : masters).push_back(t);
+    for (std::size_t i = 0; i < held.size(); ++i) {
+      const HeldTensor& t = held[i];
+      // A staged copy holds only what this rank writes (a replica's tensors are another's).
+      if (staged && !t.writes) continue;
+      (t.key.starts_with("exp_avg") ? *moments : *masters)
+          .push_back(staged ? staged_copy(t) : t);
+      if (staged && i == held.size() / 2 &&
+          fault_asked("MIXPAR_KILL_DURING_CHECKPOINT_STAGING", step_)) {
+        ::raise(SIGKILL);
+      }
     }
-    write_pieces((fs::path(dir) / piece_file("model", layout, mesh, me)).string(), masters);
-    write_pieces((fs::path(dir) / piece_file("optimizer", layout, mesh, me)).string(), moments);
+    out.bytes = current_ledger().host_live_total() - billed_before;
+    const std::string model = piece_file("model", layout, mesh, me);
+    const std::string optimizer = piece_file("optimizer", layout, mesh, me);
+    out.files.push_back([masters, model](const std::string& dir, const WriteControl&) {
+      write_pieces((fs::path(dir) / model).string(), *masters);
+      return model;
+    });
+    out.files.push_back([moments, optimizer](const std::string& dir, const WriteControl&) {
+      write_pieces((fs::path(dir) / optimizer).string(), *moments);
+      return optimizer;
+    });
   }
-  if (me != 0) return;
+  if (me != 0) return out;
   const AdamW& adam = *optimizer_.adamw();
   Json shards = Json::array();
   for (int r = 0; r < mesh.world(); ++r) {
@@ -433,8 +492,11 @@ void Trainer::write_checkpoint_files(const std::string& dir) const {
   }
   // The model's shape, as a Hugging Face config (with model.safetensors of one writer, a
   // directory transformers loads).
-  write_gpt2_config((fs::path(dir) / "config.json").string(),
-                    hf_config_from_gpt(config_.model, DType::kF32));
+  const HfGpt2Config hf = hf_config_from_gpt(config_.model, DType::kF32);
+  out.files.push_back([hf](const std::string& dir, const WriteControl&) {
+    write_gpt2_config((fs::path(dir) / "config.json").string(), hf);
+    return std::string("config.json");
+  });
   Json st = Json::object();
   st.set("format", kStateFormat);
   st.set("version", kStateVersion);
@@ -452,7 +514,19 @@ void Trainer::write_checkpoint_files(const std::string& dir) const {
   st.set("data_fingerprint", hex64(data_.fingerprint));
   st.set("run", run_identity(config_));
   st.set("config", to_json(config_));
-  write_file_atomic((fs::path(dir) / kStateFile).string(), st.dump(2) + "\n");
+  // The state as text now: the scaler, the loader and the RNG's step move on with the run.
+  out.files.push_back([text = st.dump(2) + "\n"](const std::string& dir, const WriteControl&) {
+    write_file_atomic((fs::path(dir) / kStateFile).string(), text);
+    return std::string(kStateFile);
+  });
+  return out;
+}
+
+StagedCheckpoint Trainer::stage_checkpoint() const { return checkpoint_files(true); }
+
+void Trainer::write_checkpoint_files(const std::string& dir) const {
+  const WriteControl now;
+  for (const CheckpointFileWriter& write : checkpoint_files(false).files) write(dir, now);
 }
 
 std::string Trainer::save_checkpoint() {

@@ -3,6 +3,7 @@
 // order is computed directly, without replaying the epochs before it (exact resume).
 #include "io/token_loader.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -42,6 +43,10 @@ Json loader_state_to_json(const LoaderState& s) {
   Json j = Json::object();
   j.set("step", s.step);
   j.set("epoch", s.epoch);
+  if (s.samples >= 0) {
+    j.set("samples", s.samples);
+    j.set("order_rows", s.order_rows);
+  }
   return j;
 }
 
@@ -49,6 +54,13 @@ LoaderState loader_state_from_json(const Json& json) {
   try {
     LoaderState s{json.at("step").as_int(), json.at("epoch").as_int()};
     if (s.step < 0 || s.epoch < 0) throw InputError("step and epoch must be >= 0");
+    if (json.contains("samples") || json.contains("order_rows")) {
+      s.samples = json.at("samples").as_int();
+      s.order_rows = json.at("order_rows").as_int();
+      if (s.samples < 0 || s.order_rows < 1) {
+        throw InputError("samples must be >= 0 and order_rows >= 1");
+      }
+    }
     return s;
   } catch (const InputError& e) {
     throw InputError(std::string("data loader state: ") + e.what());
@@ -81,7 +93,13 @@ TokenLoader::TokenLoader(Tokens tokens, std::int64_t B, std::int64_t T, DataOrde
                      " one global batch reads (ranks*B*T+1 = " + std::to_string(world) + "*" +
                      std::to_string(B) + "*" + std::to_string(T) + "+1)");
   }
-  windows_ = (n - 1) / global_batch_tokens();
+  set_order_rows(world_ * B_);
+}
+
+void TokenLoader::set_order_rows(std::int64_t rows) {
+  order_rows_ = rows;
+  windows_ = (static_cast<std::int64_t>(tokens_->size()) - 1) / (rows * T_);
+  cached_epoch_ = -1;  // the permutation is over windows of `rows`
 }
 
 TokenLoader::TokenLoader(std::vector<std::uint16_t> tokens, std::int64_t B, std::int64_t T,
@@ -102,39 +120,80 @@ const std::vector<std::int64_t>& TokenLoader::permutation(std::int64_t epoch) co
   return cached_perm_;
 }
 
+std::int64_t TokenLoader::sample_start(std::int64_t g) const {
+  if (g < 0) throw std::invalid_argument("TokenLoader: negative sample " + std::to_string(g));
+  const std::int64_t per_epoch = windows_ * order_rows_;
+  const std::int64_t epoch = g / per_epoch;
+  const std::int64_t in_epoch = g % per_epoch;
+  std::int64_t window = in_epoch / order_rows_;
+  if (order_ == DataOrder::kShuffled) window = permutation(epoch)[static_cast<std::size_t>(window)];
+  return (window * order_rows_ + in_epoch % order_rows_) * T_;
+}
+
 std::int64_t TokenLoader::window_start(std::int64_t step) const {
   if (step < 0) throw std::invalid_argument("TokenLoader: negative step " + std::to_string(step));
-  const std::int64_t epoch = step / windows_;
-  std::int64_t window = step % windows_;
-  if (order_ == DataOrder::kShuffled) window = permutation(epoch)[static_cast<std::size_t>(window)];
-  return window * global_batch_tokens();
+  return sample_start(step * world_ * B_);
 }
 
 TokenBatch TokenLoader::batch_at(std::int64_t step) const {
+  if (step < 0) throw std::invalid_argument("TokenLoader: negative step " + std::to_string(step));
+  return rows_from(step * world_ * B_, step);
+}
+
+TokenBatch TokenLoader::rows_from(std::int64_t first_sample, std::int64_t step) const {
   TokenBatch b;
   b.B = B_;
   b.T = T_;
   b.step = step;
-  b.epoch = step / windows_;
-  b.position = window_start(step) + rank_ * B_ * T_;  // this rank's rows of the window
-  const std::size_t n = static_cast<std::size_t>(B_ * T_);
-  const std::uint16_t* src = tokens_->data() + b.position;
-  b.inputs.assign(src, src + n);
-  b.targets.assign(src + 1, src + n + 1);
+  b.epoch = first_sample / (windows_ * order_rows_);
+  const auto t = static_cast<std::size_t>(T_);
+  b.inputs.resize(static_cast<std::size_t>(B_) * t);
+  b.targets.resize(static_cast<std::size_t>(B_) * t);
+  // This rank's rows of the global batch, each from its own place in the stream: in the order
+  // the batch was first drawn in they are consecutive rows of one window, one copy each.
+  for (std::int64_t row = 0; row < B_; ++row) {
+    const std::int64_t start = sample_start(first_sample + rank_ * B_ + row);
+    if (row == 0) b.position = start;
+    const std::uint16_t* src = tokens_->data() + start;
+    const auto at = static_cast<std::size_t>(row) * t;
+    std::copy(src, src + T_, b.inputs.begin() + static_cast<std::ptrdiff_t>(at));
+    std::copy(src + 1, src + T_ + 1, b.targets.begin() + static_cast<std::ptrdiff_t>(at));
+  }
   return b;
 }
 
-TokenBatch TokenLoader::next() { return batch_at(step_++); }
+TokenBatch TokenLoader::next() {
+  TokenBatch b = rows_from(samples_, step_++);
+  samples_ += world_ * B_;
+  return b;
+}
+
+LoaderState TokenLoader::state() const {
+  return {step_, samples_ / (windows_ * order_rows_), samples_, order_rows_};
+}
 
 void TokenLoader::restore(const LoaderState& s) {
-  if (s.step < 0 || s.epoch != s.step / windows_) {
+  const std::int64_t rows = world_ * B_;
+  const bool has_samples = s.samples >= 0;
+  if (has_samples && s.order_rows != order_rows_) {
+    if (s.order_rows < 1 || (static_cast<std::int64_t>(tokens_->size()) - 1) / T_ < s.order_rows) {
+      throw InputError("data loader state: a window of " + std::to_string(s.order_rows) +
+                       " rows of " + std::to_string(T_) + " tokens does not fit this data");
+    }
+    set_order_rows(s.order_rows);
+  }
+  const std::int64_t samples = has_samples ? s.samples : s.step * rows;
+  if (s.step < 0 || s.epoch != samples / (windows_ * order_rows_)) {
     throw InputError(
         "data loader state (step " + std::to_string(s.step) + ", epoch " + std::to_string(s.epoch) +
         ") does not fit this data: " + std::to_string(windows_) +
         " windows per epoch would put step " + std::to_string(s.step) + " in epoch " +
-        std::to_string(s.step / windows_) + "; did the data, B, T or the ranks change?");
+        std::to_string(samples / (windows_ * order_rows_)) +
+        "; did the data, B, T or the ranks change?");
   }
-  step_ = s.step;
+  // Batches of another N*B count from where this loader's own would have been.
+  step_ = has_samples && s.order_rows != rows ? samples / rows : s.step;
+  samples_ = samples;
 }
 
 }  // namespace mixpar
