@@ -364,7 +364,25 @@ TEST(Reshard, ASameLayoutZeroResumeIsBitExact) {
   }
 }
 
-TEST(Reshard, ALayoutThatChangesTheRowsPerMicroBatchIsRefusedNamingBoth) {
+// The loader's place is a global sample (token_loader.h): a checkpoint of dp 4 resumes at dp 2
+// with twice the micro-batches, or at dp 8 with twice the rows per micro-batch, and reads
+// exactly the samples one device reads (in the shuffled order, which is drawn per window of
+// the saver's rows), so its losses follow one device's.
+TEST(Reshard, ADp4CheckpointResumesAtDp2OrDp8WithTheSameSamplesPerStep) {
+  const auto shuffled = [](TrainerConfig c, std::int64_t accum) {
+    c.data_order = DataOrder::kShuffled;
+    c.grad_accum = accum;
+    return c;
+  };
+  const TrainerConfig from = shuffled(layout(4, 1, 1, 0, 8), 2);  // 4 x 2 rows x 2 = 16
+  const TrainerConfig one = shuffled(layout(1, 1, 1, 0, 8), 2);
+  expect_resume_follows_one_device(from, shuffled(layout(2, 1, 1, 0, 4), 4),
+                                   "dp 4 x batch 2 x accum 2 -> dp 2 x batch 2 x accum 4", one);
+  expect_resume_follows_one_device(from, shuffled(layout(8, 1, 1, 0, 16), 1),
+                                   "dp 4 x batch 2 x accum 2 -> dp 8 x batch 2 x accum 1", one);
+}
+
+TEST(Reshard, ALayoutThatChangesTheSamplesPerStepIsRefusedNamingBoth) {
   const TrainingData data = random_data(1 << 13);
   TempDir dir;
   TrainerConfig from = layout(2, 1, 1, 1, 4);
@@ -374,8 +392,8 @@ TEST(Reshard, ALayoutThatChangesTheRowsPerMicroBatchIsRefusedNamingBoth) {
   TrainerConfig to = layout(1, 1, 1, 0, 2);  // 2 rows instead of 4
   to.checkpoint_dir = dir.str();
   const std::string msg = test::input_error_of([&] { Trainer(to, data).resume(); });
-  EXPECT_NE(msg.find("dp 2 x batch 2 = 4 sequences per micro-batch, this run has dp 1 x batch 2 "
-                     "= 2"),
+  EXPECT_NE(msg.find("dp 2 x batch 2 x grad-accum 2 = 8 sequences per step, this run has dp 1 x "
+                     "batch 2 x grad-accum 2 = 4"),
             std::string::npos)
       << msg;
 }

@@ -278,6 +278,66 @@ TEST(TokenLoader, StateSaveRestoreContinuesIdentically) {
   }
 }
 
+// The global samples (rows of T inputs) that `world` loaders of B rows each read in `steps`
+// batches from `state` (none: from the start), rank 0's rows first.
+std::vector<std::vector<std::int32_t>> global_rows(const std::vector<std::uint16_t>& tokens,
+                                                   std::int64_t B, int world, DataOrder order,
+                                                   const LoaderState* state, int steps) {
+  std::vector<TokenLoader> ranks;
+  for (int r = 0; r < world; ++r) {
+    ranks.emplace_back(tokens, B, 4, order, 5, r, world);
+    if (state != nullptr) ranks.back().restore(*state);
+  }
+  std::vector<std::vector<std::int32_t>> rows;
+  for (int k = 0; k < steps; ++k) {
+    for (TokenLoader& l : ranks) {
+      const TokenBatch b = l.next();
+      for (std::int64_t i = 0; i < B; ++i) {
+        rows.emplace_back(b.inputs.begin() + i * 4, b.inputs.begin() + (i + 1) * 4);
+      }
+    }
+  }
+  return rows;
+}
+
+// The loader's place is a global sample: a state saved by 4 ranks x 2 rows resumes on 2 x 2,
+// 1 x 2 or 8 x 2 (another dp, or the same samples in more micro-batches) and reads exactly the
+// samples the saver would have read next, in both orders and across epoch boundaries (200
+// tokens: 6 windows of 8 rows x 4 tokens per epoch).
+TEST(TokenLoader, AStateResumesOnAnotherRowsPerBatchReadingTheSameSamples) {
+  const auto tokens = ramp(200, 65536);
+  for (DataOrder order : {DataOrder::kSequential, DataOrder::kShuffled}) {
+    SCOPED_TRACE(std::string(data_order_name(order)));
+    const auto straight = global_rows(tokens, 2, 4, order, nullptr, 40);  // 320 samples
+    TokenLoader saver(tokens, 2, 4, order, 5, 0, 4);
+    for (int k = 0; k < 5; ++k) saver.next();  // 40 samples: into the second epoch (48)
+    const LoaderState saved = loader_state_from_json(loader_state_to_json(saver.state()));
+    EXPECT_EQ(saved.samples, 40);
+    EXPECT_EQ(saved.order_rows, 8);
+    for (int world : {2, 1, 8}) {
+      SCOPED_TRACE("resumed on " + std::to_string(world) + " ranks");
+      const int steps = 8 * 32 / (2 * world);  // 256 samples: three more epoch boundaries
+      const auto resumed = global_rows(tokens, 2, world, order, &saved, steps);
+      ASSERT_EQ(resumed.size(), 256u);
+      for (std::size_t i = 0; i < resumed.size(); ++i) {
+        ASSERT_EQ(resumed[i], straight[40 + i]) << "sample " << 40 + i;
+      }
+    }
+  }
+}
+
+// A state written before the loader stored its sample ({step, epoch}) counted batches of the
+// saver's N*B, which a resume then keeps: it continues at step * N*B.
+TEST(TokenLoader, AStateWithoutSamplesContinuesAtItsStepOfThisBatch) {
+  const auto tokens = ramp(3000, 65536);
+  TokenLoader a(tokens, 2, 8, DataOrder::kShuffled, 5);
+  for (int k = 0; k < 250; ++k) a.next();
+  TokenLoader b(tokens, 2, 8, DataOrder::kShuffled, 5);
+  b.restore(loader_state_from_json(Json::parse(R"({"step":250,"epoch":1})")));
+  EXPECT_EQ(b.state(), a.state());
+  EXPECT_EQ(b.next().inputs, a.next().inputs);
+}
+
 TEST(TokenLoader, RestoreRefusesAStateFromOtherData) {
   TokenLoader loader(iota_tokens(1000), 2, 8, DataOrder::kSequential, 0);  // 62 windows
   EXPECT_THAT(input_error_of([&] {
