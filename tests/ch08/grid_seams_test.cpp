@@ -139,7 +139,7 @@ TEST(TrainerGrid, ACheckpointNamesItsLayoutAndTheShardEveryPlaceWrote) {
 
 // Another layout resumes the checkpoint (reshard_test.cpp follows the trajectory) when it
 // reads the same rows per micro-batch, dp x batch; other rows are refused naming both.
-TEST(TrainerGrid, ResumingOnAnotherLayoutNeedsTheSameRowsPerMicroBatch) {
+TEST(TrainerGrid, ResumingOnAnotherLayoutNeedsTheSameSamplesPerStep) {
   TempDir dir;
   TrainerConfig c = grid_config(2);
   c.checkpoint_dir = dir.str();
@@ -149,8 +149,8 @@ TEST(TrainerGrid, ResumingOnAnotherLayoutNeedsTheSameRowsPerMicroBatch) {
   one.checkpoint_dir = dir.str();
   one.steps = 6;
   const std::string error = run_ranks(one, data, true).front();
-  EXPECT_NE(error.find("dp 2 x batch 2 = 4 sequences per micro-batch, this run has dp 1 x batch 2 "
-                       "= 2"),
+  EXPECT_NE(error.find("dp 2 x batch 2 x grad-accum 1 = 4 sequences per step, this run has dp 1 x "
+                       "batch 2 x grad-accum 1 = 2"),
             std::string::npos)
       << error;
   one.batch = 2 * c.batch;
