@@ -133,8 +133,16 @@ void BM_StepWhileWriting(benchmark::State& state) {
   state.counters["overlapped"] = overlapped;
 }
 
-BENCHMARK(BM_CheckpointStallSync)->Arg(2)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(2);
-BENCHMARK(BM_CheckpointStallAsync)->Arg(2)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(2);
+BENCHMARK(BM_CheckpointStallSync)
+    ->Arg(2)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(2);
+BENCHMARK(BM_CheckpointStallAsync)
+    ->Arg(2)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(2);
 BENCHMARK(BM_StepWhileWriting)
     ->Args({2, 0})
     ->Args({2, 1})

@@ -551,7 +551,8 @@ void validate_single(const TrainerConfig& c) {
   check_range(c.checkpoint_every == 0 || !c.checkpoint_dir.empty(),
               "--checkpoint-every needs --checkpoint-dir");
   check_range(!c.checkpoint_async || !c.checkpoint_dir.empty(),
-              "--checkpoint-async needs --checkpoint-dir (it writes checkpoints in the background)");
+              "--checkpoint-async needs --checkpoint-dir (it writes checkpoints in the "
+              "background)");
   check_range(c.eval_every == 0 || c.builtin_data(),
               "--eval-every scores the built-in addition dataset; it cannot be used with --data");
   check_range(!c.builtin_data() || c.model.vocab_size >= 256,

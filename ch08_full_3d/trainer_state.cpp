@@ -79,7 +79,8 @@ void check_identity(const Json& saved, const Json& now, const Json* config,
     return std::int64_t{1};
   };
   if (per_sample && saved.contains("dp") && saved.contains("batch")) {
-    const std::int64_t was = rows(saved) * accum(saved, config), is = rows(now) * accum(now, nullptr);
+    const std::int64_t was = rows(saved) * accum(saved, config);
+    const std::int64_t is = rows(now) * accum(now, nullptr);
     if (was != is) {
       throw InputError(dir + ": checkpoint was written by a run of dp " + saved.at("dp").dump() +
                        " x batch " + saved.at("batch").dump() + " x grad-accum " +

@@ -122,7 +122,8 @@ TEST(TrainGptAsyncCheckpoint, AKillWhileStagingOrWritingResumesBitIdenticalWithE
         EXPECT_EQ(got[i].at("grad_norm").as_double(), want[i].at("grad_norm").as_double());
       }
       // The resumed run's last checkpoint is the uninterrupted run's, byte for byte.
-      for (const char* file : {"model.safetensors", "optimizer.safetensors", "trainer_state.json"}) {
+      for (const char* file :
+           {"model.safetensors", "optimizer.safetensors", "trainer_state.json"}) {
         EXPECT_TRUE(read_bytes(ck + "/step-00000006/" + file) ==
                     read_bytes(d.file("whole") + "/step-00000006/" + file))
             << file;
@@ -211,7 +212,10 @@ TEST(TrainGptAsyncCheckpoint, ATokenShardRunSavedAtDp4ResumesAtDp2ReadingTheSame
   TempDir d;
   std::vector<std::uint16_t> ids(6000);
   std::uint32_t x = 12345;
-  for (std::uint16_t& id : ids) id = static_cast<std::uint16_t>((x = x * 1103515245u + 12345u) >> 24);
+  for (std::uint16_t& id : ids) {
+    x = x * 1103515245u + 12345u;  // a fixed LCG: bytes that do not repeat in a window
+    id = static_cast<std::uint16_t>(x >> 24);
+  }
   write_token_shard(d.file("ids.bin"), ids);
   const std::string base = "--n-layer 1 --n-head 2 --n-embd 16 --seq 8 --batch 2 --threads 1 "
                            "--vocab-size 256 --data " + d.file("ids.bin") +
@@ -224,10 +228,12 @@ TEST(TrainGptAsyncCheckpoint, ATokenShardRunSavedAtDp4ResumesAtDp2ReadingTheSame
   // A constant schedule: the first run's --steps 2 is the same rates as --steps 4's.
   const CliRun first = train_gpt(d, dp4 + "--steps 2 --checkpoint-dir " + d.file("ck"));
   ASSERT_EQ(first.code, 0) << first.err;
-  const CliRun resumed = train_gpt(d, base + "--steps 4 --ranks 2 --grad-accum 4 --resume --checkpoint-dir " +
-                                          d.file("ck") + " --log-jsonl " + d.file("resumed.jsonl"));
+  const CliRun resumed =
+      train_gpt(d, base + "--steps 4 --ranks 2 --grad-accum 4 --resume --checkpoint-dir " +
+                       d.file("ck") + " --log-jsonl " + d.file("resumed.jsonl"));
   ASSERT_EQ(resumed.code, 0) << resumed.err;
-  const std::vector<Json> want = steps_of(d.file("whole.jsonl")), got = steps_of(d.file("resumed.jsonl"));
+  const std::vector<Json> want = steps_of(d.file("whole.jsonl"));
+  const std::vector<Json> got = steps_of(d.file("resumed.jsonl"));
   ASSERT_EQ(want.size(), 4u);
   ASSERT_EQ(got.size(), 2u);
   for (std::size_t i = 0; i < 2; ++i) {
