@@ -31,8 +31,11 @@ void validate(const MoeConfig& c, int ep) {
 
 std::int64_t expert_capacity(const MoeConfig& c, std::int64_t tokens) {
   if (c.capacity_factor == 0) return -1;
-  const double cap = std::ceil(c.capacity_factor * double(tokens) * c.top_k / c.n_experts);
-  if (cap < 1) {
+  // Refused when the fair share itself is under one token: the rounding up would hide a
+  // factor that makes no sense for this many tokens.
+  const double share = c.capacity_factor * double(tokens) * c.top_k / c.n_experts;
+  const double cap = std::ceil(share);
+  if (share < 1) {
     throw InputError("moe: capacity factor " + std::to_string(c.capacity_factor) + " gives " +
                      "experts a capacity below one token for " + std::to_string(tokens) +
                      " tokens");

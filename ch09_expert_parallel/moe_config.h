@@ -37,7 +37,8 @@ struct MoeConfig {
 void validate(const MoeConfig& c, int ep = 1);
 
 // The capacity of each expert for `tokens` tokens: -1 (no limit) with factor 0; otherwise
-// ceil(factor x tokens x k / E), refused with an InputError when under one token.
+// ceil(factor x tokens x k / E), refused with an InputError when factor x tokens x k / E is
+// under one token.
 std::int64_t expert_capacity(const MoeConfig& c, std::int64_t tokens);
 
 }  // namespace mixpar::ch09
