@@ -17,6 +17,7 @@
 #include "comm/local_backend.h"
 #include "model/block_linear.h"
 #include "model/layers.h"
+#include "ops/fixed_order.h"
 #include "ops/linear.h"
 #include "ops/matmul.h"
 #include "random/philox.h"
@@ -181,7 +182,11 @@ Section router_precision() {
   }
   const std::vector<float> f32 = router_forward(x, w).logits.to_floats();
   Tensor b16 = Tensor::empty({T, E}, DType::kBF16);
-  ops::matmul(x.to(DType::kBF16), w.to(DType::kBF16), b16);
+  {
+    // One summation order on every CPU (with or without 16-bit units): the count reproduces.
+    const ops::FixedOrderScope fixed;
+    ops::matmul(x.to(DType::kBF16), w.to(DType::kBF16), b16);
+  }
   const std::vector<float> bf = b16.to_floats();
   const auto top = [&](auto get, std::int64_t t) {
     std::vector<int> idx(static_cast<std::size_t>(E));
@@ -369,7 +374,8 @@ Section expert_parallel_equality() {
   const EpRun ref = run_expert_parallel(c, o);
   TextTable t({"ep", "dispatch", "y, dx", "router grad", "bias", "expert grads vs ep 1",
                "ep bytes sent (rank 0)", "formula"});
-  bool all_bitwise = true, within = true, bytes_ok = true, ag_equal = true;
+  bool all_bitwise = true, bytes_ok = true, ag_equal = true;
+  double worst_expert = 0;
   for (int ep : {1, 2, 4}) {
     std::vector<EpRun> runs;
     for (DispatchKind d : {DispatchKind::kAllToAll, DispatchKind::kAllGather}) {
@@ -380,7 +386,7 @@ Section expert_parallel_equality() {
       const EpRun& run = runs.back();
       const EpComparison k = compare(run, ref);
       all_bitwise = all_bitwise && k.y && k.dx && k.router && k.bias;
-      within = within && k.expert_rel <= kExpertGradBound;
+      worst_expert = std::max(worst_expert, k.expert_rel);
       if (d == DispatchKind::kAllToAll) {
         for (std::size_t r = 0; r < run.sent.size(); ++r) bytes_ok = bytes_ok && run.sent[r] == run.sent_formula[r];
       }
@@ -402,9 +408,8 @@ Section expert_parallel_equality() {
            "The experts' weight gradients sum the same products in another order (over more rows on\n"
            "one rank, over fewer ranks after), hence the bound; every other number is bitwise.\n";
   s.claims.push_back(yes_claim("ep 2 and 4: outputs, input, router gradients and biases equal ep 1's, bit for bit", all_bitwise));
-  s.claims.push_back(tolerance_claim("ep 2 and 4: expert gradients equal ep 1's (max relative)", 0, kExpertGradBound));
-  s.claims.back().measured = within ? "within" : "OUTSIDE";
-  s.claims.back().ok = within;
+  s.claims.push_back(tolerance_claim("ep 2 and 4: expert gradients equal ep 1's (max relative)",
+                                     worst_expert, kExpertGradBound));
   s.claims.push_back(yes_claim("all-gather dispatch equals all-to-all, bit for bit (expert grads too)", ag_equal));
   s.claims.push_back(yes_claim("all-to-all bytes sent equal the formula from the routing on every rank", bytes_ok));
   return s;
