@@ -4,8 +4,9 @@
 // harness calls that function as the program's main does. The first byte of the input picks
 // the program ('a' + its index in kPrograms below: 'a' fpx, 'b' ch01_fp_formats, ...,
 // 'k' train_gpt, 'l' ch09_expert_parallel; any byte picks one), the rest is split at newlines
-// into its argv. Any outcome but success or an InputError is a finding; so is a value accepted outside what the
-// program then relies on. ("--help" prints and exits, by design: such arguments are dropped.)
+// into its argv. Any outcome but success or an InputError is a finding; so is a value accepted
+// outside what the program then relies on. ("--help" prints and exits, by design: such
+// arguments are dropped.)
 //
 // bench_gpu_gpt is not here: it reads its flags only on a machine with a GPU, in its CUDA-only
 // part, some of them after its first measurement.
