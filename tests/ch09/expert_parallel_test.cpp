@@ -63,15 +63,18 @@ TEST(ExpertParallel, WithCapacityDropsEp2StillEqualsEp1) {
   expect_equal_runs(run_expert_parallel(c, o), ref, false);
 }
 
-TEST(ExpertParallel, AllToAllAndAllGatherDispatchAgreeBitwise) {
-  const MoeConfig c = ep_test_config();
-  for (int ep : {2, 4}) {
-    EpRunOptions o;
-    o.ep = ep;
-    const EpRun a2a = run_expert_parallel(c, o);
-    o.dispatch = DispatchKind::kAllGather;
-    SCOPED_TRACE("ep " + std::to_string(ep));
-    expect_equal_runs(run_expert_parallel(c, o), a2a, true);
+TEST(ExpertParallel, AllToAllAndAllGatherDispatchAgreeBitwiseWithAndWithoutDrops) {
+  MoeConfig c = ep_test_config();
+  for (double factor : {0.0, 1.0}) {
+    c.capacity_factor = factor;
+    for (int ep : {2, 4}) {
+      EpRunOptions o;
+      o.ep = ep;
+      const EpRun a2a = run_expert_parallel(c, o);
+      o.dispatch = DispatchKind::kAllGather;
+      SCOPED_TRACE("ep " + std::to_string(ep) + ", capacity factor " + std::to_string(factor));
+      expect_equal_runs(run_expert_parallel(c, o), a2a, true);
+    }
   }
 }
 
