@@ -3,9 +3,10 @@
 // *_flags.cpp, common/comm/mixpar_grid_flags.cpp, and train_gpt's trainer_config.cpp); this
 // harness calls that function as the program's main does. The first byte of the input picks
 // the program ('a' + its index in kPrograms below: 'a' fpx, 'b' ch01_fp_formats, ...,
-// 'k' train_gpt; any byte picks one), the rest is split at newlines into its argv. Any
-// outcome but success or an InputError is a finding; so is a value accepted outside what the
-// program then relies on. ("--help" prints and exits, by design: such arguments are dropped.)
+// 'k' train_gpt, 'l' ch09_expert_parallel; any byte picks one), the rest is split at newlines
+// into its argv. Any outcome but success or an InputError is a finding; so is a value accepted
+// outside what the program then relies on. ("--help" prints and exits, by design: such
+// arguments are dropped.)
 //
 // bench_gpu_gpt is not here: it reads its flags only on a machine with a GPU, in its CUDA-only
 // part, some of them after its first measurement.
@@ -26,6 +27,7 @@
 #include "ch08_full_3d/config_agreement.h"
 #include "ch08_full_3d/run_checks.h"
 #include "ch08_full_3d/trainer_config.h"
+#include "ch09_expert_parallel/moe_demo_flags.h"
 #include "comm/mixpar_grid_flags.h"
 #include "fuzz_util.h"
 
@@ -90,6 +92,7 @@ const Program kPrograms[] = {
     {"ch07_pipeline", [](int c, char** v) { (void)ch07::parse_pipeline_demo_flags(c, v); }},
     {"mixpar-grid", mixpar_grid},
     {"train_gpt", train_gpt},
+    {"ch09_expert_parallel", [](int c, char** v) { (void)ch09::parse_moe_demo_flags(c, v); }},
 };
 
 }  // namespace

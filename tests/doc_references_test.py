@@ -67,7 +67,8 @@ ALLOWED = {
 }
 
 TOP_DIRS = ("ch01_fp_formats", "ch02_loss_scaling", "ch03_master_weights", "ch04_ddp",
-            "ch05_zero", "ch06_tensor_parallel", "ch07_pipeline", "ch08_full_3d", "common",
+            "ch05_zero", "ch06_tensor_parallel", "ch07_pipeline", "ch08_full_3d",
+            "ch09_expert_parallel", "common",
             "docs", "tests", "scripts", "bench", "cmake", "exercises", "fuzz", ".github")
 DOC_NAMES = ("README", "PERFORMANCE", "RUNS", "ARCHITECTURE", "COURSE", "GLOSSARY", "REFERENCE",
              "SOURCES", "LICENSE")

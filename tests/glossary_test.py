@@ -75,6 +75,16 @@ TERMS = {
     "OpenMP": ("openmp", r"\bopenmp\b"),
     "safetensors": ("safetensors", r"\bsafetensors\b"),
     "Philox": ("philox", r"\bphilox\b"),
+    "Mixture of Experts": ("moe", r"\bmixture[- ]of[- ]experts\b|\bmoe\b"),
+    "router": ("router", r"\brouters?\b"),
+    "top-k gating": ("top-k-gating", r"\btop-k\b"),
+    "expert capacity": ("expert-capacity", r"\bcapacity\b"),
+    "aux loss": ("aux-loss", r"\baux(?:iliary)? loss\b"),
+    "router z-loss": ("z-loss", r"\bz-loss\b"),
+    "expert bias": ("expert-bias", r"\bexpert bias\b"),
+    "router collapse": ("router-collapse", r"\brouter collapse\b"),
+    "expert parallelism": ("expert-parallel", r"\bexpert parallel"),
+    "grouped GEMM": ("grouped-gemm", r"\bgrouped gemms?\b"),
 }
 
 

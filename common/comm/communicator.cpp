@@ -58,6 +58,38 @@ TrafficTotals all_reduce_traffic(std::int64_t numel, DType dtype, int size, int 
   return all_reduce_traffic(numel, dtype_size(dtype), size, rank);
 }
 
+TrafficTotals all_to_all_traffic(std::span<const std::int64_t> send_counts,
+                                 std::span<const std::int64_t> recv_counts, std::int64_t in_numel,
+                                 std::int64_t out_numel, DType dtype, int size, int rank) {
+  const auto n = static_cast<std::size_t>(size);
+  if (send_counts.size() != n || recv_counts.size() != n) {
+    throw std::invalid_argument("all_to_all: " + std::to_string(send_counts.size()) +
+                                " send counts and " + std::to_string(recv_counts.size()) +
+                                " receive counts for " + std::to_string(size) + " ranks");
+  }
+  std::int64_t sent = 0, received = 0, in_sum = 0, out_sum = 0;
+  for (std::size_t q = 0; q < n; ++q) {
+    if (send_counts[q] < 0 || recv_counts[q] < 0) {
+      throw std::invalid_argument("all_to_all: a negative count for rank " + std::to_string(q));
+    }
+    in_sum += send_counts[q];
+    out_sum += recv_counts[q];
+    if (static_cast<int>(q) == rank) continue;
+    sent += send_counts[q];
+    received += recv_counts[q];
+  }
+  if (in_sum != in_numel || out_sum != out_numel) {
+    throw std::invalid_argument("all_to_all: counts sum to " + std::to_string(in_sum) + " sent and " +
+                                std::to_string(out_sum) + " received, but the tensors hold " +
+                                std::to_string(in_numel) + " and " + std::to_string(out_numel));
+  }
+  TrafficTotals t;
+  t.calls = 1;
+  t.bytes_sent = static_cast<std::size_t>(sent) * dtype_size(dtype);
+  t.bytes_received = static_cast<std::size_t>(received) * dtype_size(dtype);
+  return t;
+}
+
 void Communicator::check_reduce_hop(const Tensor& recv_t, const Tensor& own, const Tensor& out) {
   for (const Tensor* t : {&recv_t, &own, &out}) {
     if (!t->defined() || !t->is_cpu()) {

@@ -50,6 +50,8 @@ void check_watchdog_seconds(const std::string& what, double seconds);
 //                   received when N divides the element count, 2(N-1) * B summed over ranks
 //   reduce_scatter  sent = received = (N-1)/N * input bytes
 //   all_gather      sent = received = (N-1)/N * output bytes
+//   all_to_all      sent = the bytes of the blocks for the other ranks, received = the bytes of
+//                   the blocks from them (a rank's own block never leaves it)
 //   broadcast       root sends B, every other rank receives B (nothing moves when N = 1)
 //   send / recv     the message bytes on the side that moves them; sendrecv records both
 //                   (and so does sendrecv_reduce, recorded as "sendrecv")
@@ -98,6 +100,14 @@ TrafficTotals all_reduce_traffic(std::int64_t numel, DType dtype, int size, int 
 TrafficTotals all_reduce_traffic(std::int64_t numel, std::size_t element_bytes, int size,
                                  int rank);
 
+// What one all_to_all charges to `rank`: the elements of the blocks to and from the other
+// ranks, times the element size. Also checks the call's shape (every backend calls it first):
+// std::invalid_argument unless both count lists have `size` non-negative entries and in and
+// out hold their sums.
+TrafficTotals all_to_all_traffic(std::span<const std::int64_t> send_counts,
+                                 std::span<const std::int64_t> recv_counts, std::int64_t in_numel,
+                                 std::int64_t out_numel, DType dtype, int size, int rank);
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -144,6 +154,15 @@ class Communicator {
   virtual void reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op = ReduceOp::kSum) = 0;
   // in: k elements, out: size()*k elements, block r coming from rank r.
   virtual void all_gather(const Tensor& in, Tensor& out) = 0;
+  // All-to-all with variable counts (MPI_Alltoallv): in holds, one after the other, the block
+  // for rank 0 (send_counts[0] elements), for rank 1, ...; out receives, in rank order,
+  // recv_counts[p] elements from rank p. Both spans have size() entries; recv_counts[p] must
+  // equal rank p's send_counts[rank()] (expert parallelism exchanges the counts first, with
+  // an all_to_all of one count per rank, then the tokens), else a CommError (local, MPI) or an
+  // undefined result (NCCL, which cannot check). Counts may be zero; in and out have the same
+  // dtype and exactly the counts' sums of elements.
+  virtual void all_to_all(const Tensor& in, std::span<const std::int64_t> send_counts, Tensor& out,
+                          std::span<const std::int64_t> recv_counts) = 0;
 
   // Control collectives: flags and bytes in host memory, with no dtype and no arithmetic but a
   // logical OR, so a flag travels as one byte and a text as its bytes (comm/control.h builds

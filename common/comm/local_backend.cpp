@@ -295,6 +295,45 @@ void LocalCommunicator::all_gather(const Tensor& in, Tensor& out) {
   traffic_.record("all_gather", moved, moved);
 }
 
+void LocalCommunicator::all_to_all(const Tensor& in, std::span<const std::int64_t> send_counts,
+                                   Tensor& out, std::span<const std::int64_t> recv_counts) {
+  require_defined(in, "all_to_all");
+  require_defined(out, "all_to_all");
+  require_same_dtype(in, out, "all_to_all");
+  const TrafficTotals v = all_to_all_traffic(send_counts, recv_counts, in.numel(), out.numel(),
+                                             in.dtype(), size(), rank_);
+  if (!in.is_cpu() || !out.is_cpu()) {
+    const Tensor h_in = host_copy(in);
+    Tensor h_out = host_copy(out);
+    all_to_all(h_in, send_counts, h_out, recv_counts);
+    out.copy_from(h_out);
+    return;
+  }
+  const std::size_t elem = dtype_size(in.dtype());
+  const local::CallDesc d{.op = local::CollOp::kAllToAll, .dtype = in.dtype()};
+  collective({.desc = d, .in = &in, .out = &out, .send_counts = send_counts.data()},
+             [&](const local::Slot& s) {
+               std::int64_t at = 0;  // where rank p's block lands in out
+               for (std::size_t p = 0; p < s.arrivals.size(); ++p) {
+                 const local::Arrival& a = *s.arrivals[p];
+                 std::int64_t from = 0;  // where p's block for this rank starts in p's input
+                 for (int q = 0; q < rank_; ++q) from += a.send_counts[q];
+                 const std::int64_t n = a.send_counts[rank_];
+                 if (n != recv_counts[p]) {
+                   throw CommError("all_to_all: rank " + std::to_string(members_[p]) +
+                                   " sends " + std::to_string(n) + " elements to rank " +
+                                   std::to_string(world_rank()) + ", which expects " +
+                                   std::to_string(recv_counts[p]));
+                 }
+                 if (n > 0) local::copy_bytes(bytes_of(out) + static_cast<std::size_t>(at) * elem,
+                                   bytes_of(*a.in) + static_cast<std::size_t>(from) * elem,
+                                   static_cast<std::size_t>(n) * elem);
+                 at += n;
+               }
+             });
+  traffic_.record("all_to_all", v.bytes_sent, v.bytes_received);
+}
+
 // ---- Control collectives: each rank reads the others' bytes and writes only its own.
 
 bool LocalCommunicator::all_reduce_or(bool flag) {

@@ -67,6 +67,10 @@ class LocalCommunicator final : public Communicator {
   void all_reduce(Tensor& t, ReduceOp op = ReduceOp::kSum) override;
   void reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op = ReduceOp::kSum) override;
   void all_gather(const Tensor& in, Tensor& out) override;
+  // Each rank copies its blocks out of the senders' inputs; a count that disagrees with the
+  // sender's is a CommError naming both ranks.
+  void all_to_all(const Tensor& in, std::span<const std::int64_t> send_counts, Tensor& out,
+                  std::span<const std::int64_t> recv_counts) override;
   bool all_reduce_or(bool flag) override;
   void broadcast_bytes(std::span<std::byte> bytes, int root) override;
   void all_gather_bytes(std::span<const std::byte> in, std::span<std::byte> out) override;

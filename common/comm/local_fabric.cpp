@@ -44,6 +44,7 @@ bool CallDesc::agrees_with(const CallDesc& o) const {
     case CollOp::kSplit: return true;
     case CollOp::kBroadcast: return dtype == o.dtype && count == o.count && root == o.root;
     case CollOp::kAllGather: return dtype == o.dtype && count == o.count;
+    case CollOp::kAllToAll: return dtype == o.dtype;  // counts differ by rank, checked in the call
     case CollOp::kAllReduce:
     case CollOp::kReduceScatter: return dtype == o.dtype && count == o.count && reduce == o.reduce;
     case CollOp::kAllReduceOr:
@@ -70,6 +71,7 @@ std::string CallDesc::str() const {
              std::to_string(root) + ")";
     case CollOp::kAllGatherBytes:
       return "all_gather_bytes(" + std::to_string(count) + " bytes per rank)";
+    case CollOp::kAllToAll: return "all_to_all(" + std::string(dtype_name(dtype)) + ")";
   }
   return "?";
 }

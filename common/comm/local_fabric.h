@@ -26,7 +26,8 @@ namespace mixpar::local {
 
 enum class CollOp : std::uint8_t {
   kBarrier, kBroadcast, kAllReduce, kReduceScatter, kAllGather, kSplit,
-  kAllReduceOr, kBroadcastBytes, kAllGatherBytes  // the control collectives: bytes, no dtype
+  kAllReduceOr, kBroadcastBytes, kAllGatherBytes,  // the control collectives: bytes, no dtype
+  kAllToAll  // counts per rank: Arrival::send_counts
 };
 
 // What one rank asked a collective for. The ranks of a group must agree on all of it except
@@ -52,6 +53,7 @@ struct Arrival {
   Tensor* out = nullptr;
   const std::byte* in_bytes = nullptr;  // the control collectives' buffers
   std::byte* out_bytes = nullptr;
+  const std::int64_t* send_counts = nullptr;  // all_to_all: one count per rank of the group
 };
 
 struct SplitResult {

@@ -18,11 +18,13 @@ namespace {
 
 enum CollOp : std::int64_t {
   kBarrier, kBroadcast, kAllReduce, kReduceScatter, kAllGather, kSplit,
-  kAllReduceOr, kBroadcastBytes, kAllGatherBytes  // the control collectives: bytes, no dtype
+  kAllReduceOr, kBroadcastBytes, kAllGatherBytes,  // the control collectives: bytes, no dtype
+  kAllToAll
 };
 constexpr const char* kOpNames[] = {"barrier",       "broadcast",       "all_reduce",
                                     "reduce_scatter", "all_gather",     "split",
-                                    "all_reduce_or",  "broadcast_bytes", "all_gather_bytes"};
+                                    "all_reduce_or",  "broadcast_bytes", "all_gather_bytes",
+                                    "all_to_all"};
 
 // An MPI type that moves elements of `dt` bit for bit.
 MPI_Datatype mover(DType dt) {
@@ -514,6 +516,53 @@ void MpiCommunicator::all_gather(const Tensor& in, Tensor& out) {
   write_back(out, h_out);
   const std::size_t moved = out.nbytes() - in.nbytes();
   traffic_.record("all_gather", moved, moved);
+}
+
+void MpiCommunicator::all_to_all(const Tensor& in, std::span<const std::int64_t> send_counts,
+                                 Tensor& out, std::span<const std::int64_t> recv_counts) {
+  require_defined(in, "all_to_all");
+  require_defined(out, "all_to_all");
+  if (in.dtype() != out.dtype()) {
+    throw std::invalid_argument("mpi: all_to_all: " + std::string(dtype_name(in.dtype())) +
+                                " in, " + std::string(dtype_name(out.dtype())) + " out");
+  }
+  const TrafficTotals v = all_to_all_traffic(send_counts, recv_counts, in.numel(), out.numel(),
+                                             in.dtype(), size_, rank_);
+  const std::string what = desc(kAllToAll, std::int64_t(in.dtype()), 0, 0);
+  agree(what, kAllToAll, &in, 0, 0);
+  // Each pair's counts, exchanged and compared: a mismatch would otherwise corrupt memory.
+  std::vector<std::int64_t> theirs(static_cast<std::size_t>(size_));
+  {
+    const auto g = watch(what);
+    check(MPI_Alltoall(send_counts.data(), 1, MPI_INT64_T, theirs.data(), 1, MPI_INT64_T, comm_),
+          what);
+  }
+  std::vector<int> sc, sd, rc, rd;
+  std::int64_t s_at = 0, r_at = 0;
+  for (int p = 0; p < size_; ++p) {
+    const auto q = static_cast<std::size_t>(p);
+    if (theirs[q] != recv_counts[q]) {
+      throw CommError("mpi: all_to_all: rank " + std::to_string(p) + " sends " +
+                      std::to_string(theirs[q]) + " elements to rank " + std::to_string(rank_) +
+                      ", which expects " + std::to_string(recv_counts[q]));
+    }
+    sc.push_back(as_int(send_counts[q], what));
+    sd.push_back(as_int(s_at, what));
+    rc.push_back(as_int(recv_counts[q], what));
+    rd.push_back(as_int(r_at, what));
+    s_at += send_counts[q];
+    r_at += recv_counts[q];
+  }
+  const Tensor h_in = host_of(in, true);
+  Tensor h_out = host_of(out, false);
+  {
+    const auto g = watch(what);
+    check(MPI_Alltoallv(h_in.data(), sc.data(), sd.data(), mover(in.dtype()), h_out.data(),
+                        rc.data(), rd.data(), mover(in.dtype()), comm_),
+          what);
+  }
+  write_back(out, h_out);
+  traffic_.record("all_to_all", v.bytes_sent, v.bytes_received);
 }
 
 // ---- Control collectives: bools as MPI_CXX_BOOL, bytes as MPI_BYTE.

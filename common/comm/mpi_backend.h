@@ -128,6 +128,9 @@ class MpiCommunicator final : public Communicator {
   void all_reduce(Tensor& t, ReduceOp op = ReduceOp::kSum) override;
   void reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op = ReduceOp::kSum) override;
   void all_gather(const Tensor& in, Tensor& out) override;
+  // MPI_Alltoallv, after an MPI_Alltoall of the counts that checks each pair agrees.
+  void all_to_all(const Tensor& in, std::span<const std::int64_t> send_counts, Tensor& out,
+                  std::span<const std::int64_t> recv_counts) override;
   // MPI_Allreduce of one MPI_CXX_BOOL with MPI_LOR; MPI_Bcast / MPI_Allgather of MPI_BYTEs.
   bool all_reduce_or(bool flag) override;
   void broadcast_bytes(std::span<std::byte> bytes, int root) override;

@@ -349,6 +349,41 @@ void NcclCommunicator::all_gather(const Tensor& in, Tensor& out) {
   traffic_.record("all_gather", moved, moved);
 }
 
+void NcclCommunicator::all_to_all(const Tensor& in, std::span<const std::int64_t> send_counts,
+                                  Tensor& out, std::span<const std::int64_t> recv_counts) {
+  require_device(in, "all_to_all");
+  require_device(out, "all_to_all");
+  if (in.dtype() != out.dtype()) {
+    throw std::invalid_argument("nccl: all_to_all: in and out must have the same dtype");
+  }
+  const TrafficTotals v = all_to_all_traffic(send_counts, recv_counts, in.numel(), out.numel(),
+                                             in.dtype(), size_, rank_);
+  const std::size_t elem = dtype_size(in.dtype());
+  MIXPAR_COMM_CUDA(cudaSetDevice(impl_->device));
+  impl_->order_after_producers();
+  std::size_t s_at = 0, r_at = 0;
+  MIXPAR_COMM_NCCL(ncclGroupStart());
+  for (int p = 0; p < size_; ++p) {
+    const auto q = static_cast<std::size_t>(p);
+    const auto s_bytes = static_cast<std::size_t>(send_counts[q]) * elem;
+    const auto r_bytes = static_cast<std::size_t>(recv_counts[q]) * elem;
+    if (s_bytes > 0) {
+      MIXPAR_COMM_NCCL(ncclSend(static_cast<const std::byte*>(in.data()) + s_at, s_bytes,
+                                ncclUint8, p, impl_->comm, impl_->stream));
+    }
+    if (r_bytes > 0) {
+      MIXPAR_COMM_NCCL(ncclRecv(static_cast<std::byte*>(out.data()) + r_at, r_bytes, ncclUint8,
+                                p, impl_->comm, impl_->stream));
+    }
+    s_at += s_bytes;
+    r_at += r_bytes;
+  }
+  MIXPAR_COMM_NCCL(ncclGroupEnd());
+  impl_->wait("all_to_all(" + std::to_string(in.numel()) + " out, " +
+              std::to_string(out.numel()) + " in)");
+  traffic_.record("all_to_all", v.bytes_sent, v.bytes_received);
+}
+
 // ---- Control collectives
 
 bool NcclCommunicator::all_reduce_or(bool flag) {

@@ -54,6 +54,10 @@ class NcclCommunicator final : public Communicator {
   void all_reduce(Tensor& t, ReduceOp op = ReduceOp::kSum) override;
   void reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op = ReduceOp::kSum) override;
   void all_gather(const Tensor& in, Tensor& out) override;
+  // One NCCL group of a send and a receive per peer (NCCL has no all-to-all of its own); the
+  // counts cannot be checked against the senders' here (the caller exchanged them first).
+  void all_to_all(const Tensor& in, std::span<const std::int64_t> send_counts, Tensor& out,
+                  std::span<const std::int64_t> recv_counts) override;
   // The control collectives take host bytes: staged through device memory (NCCL moves device
   // memory only) as ncclUint8, the flag reduced with ncclMax (the OR of 0s and 1s).
   bool all_reduce_or(bool flag) override;

@@ -90,6 +90,11 @@ TEST(Nccl, OneRankRunsEveryCollectiveAndSplitOnOneGpu) {
   c->broadcast_bytes(bytes, 0);
   c->all_gather_bytes(bytes, gathered);
   EXPECT_EQ(gathered, bytes);
+  // all_to_all to itself: a copy.
+  Tensor a2a = Tensor::empty({17}, DType::kF32, MemCategory::kOther, Device::kCUDA);
+  const std::int64_t seventeen[] = {17};
+  sub->all_to_all(d, seventeen, a2a, seventeen);
+  EXPECT_TRUE(same_bits(on_cpu(a2a), host));
 }
 
 TEST(Nccl, TwoGpusMatchTheLocalBackend) {
@@ -127,6 +132,15 @@ TEST(Nccl, TwoGpusMatchTheLocalBackend) {
     std::vector<std::byte> text(3, std::byte(local.rank() == 1 ? 0xab : 0));
     c->broadcast_bytes(text, 1);
     EXPECT_EQ(text, std::vector<std::byte>(3, std::byte{0xab}));
+    // all_to_all with variable counts, a zero among them, equals the local backend's.
+    const int r = local.rank();
+    const std::vector<std::int64_t> sc = {r == 0 ? 0 : 3, 2}, rc = {r == 0 ? 0 : 2, r == 0 ? 3 : 2};
+    const Tensor mine = rank_data(r, sc[0] + sc[1], DType::kBF16);
+    Tensor a2a = Tensor::empty({rc[0] + rc[1]}, DType::kBF16, MemCategory::kOther, Device::kCUDA);
+    Tensor a2a_want = Tensor::empty({rc[0] + rc[1]}, DType::kBF16);
+    c->all_to_all(on_gpu(mine), sc, a2a, rc);
+    local.all_to_all(mine, sc, a2a_want, rc);
+    EXPECT_TRUE(same_bits(on_cpu(a2a), a2a_want));
     c->barrier();
   });
 }

@@ -292,6 +292,10 @@ class ReceiveThenAdd final : public Communicator {
     c_.reduce_scatter(in, out, op);
   }
   void all_gather(const Tensor& in, Tensor& out) override { c_.all_gather(in, out); }
+  void all_to_all(const Tensor& in, std::span<const std::int64_t> sc, Tensor& out,
+                  std::span<const std::int64_t> rc) override {
+    c_.all_to_all(in, sc, out, rc);
+  }
   bool all_reduce_or(bool flag) override { return c_.all_reduce_or(flag); }
   void broadcast_bytes(std::span<std::byte> b, int root) override { c_.broadcast_bytes(b, root); }
   void all_gather_bytes(std::span<const std::byte> in, std::span<std::byte> out) override {

@@ -1,0 +1,728 @@
+// Chapter 9's lesson: every number printed is measured on the layer of moe_layer.h.
+#include "ch09_expert_parallel/moe_lesson.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <mutex>
+
+#include "ch09_expert_parallel/aux_loss_scale.h"
+#include "ch09_expert_parallel/capacity.h"
+#include "ch09_expert_parallel/expert_mesh.h"
+#include "ch09_expert_parallel/grouped_gemm.h"
+#include "ch09_expert_parallel/moe_layer.h"
+#include "ch09_expert_parallel/permutation.h"
+#include "ch09_expert_parallel/router.h"
+#include "comm/local_backend.h"
+#include "model/block_linear.h"
+#include "model/layers.h"
+#include "ops/fixed_order.h"
+#include "ops/linear.h"
+#include "ops/matmul.h"
+#include "random/philox.h"
+#include "report/format.h"
+#include "report/text_table.h"
+#include "util/errors.h"
+
+namespace mixpar::ch09 {
+namespace {
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+bool same_bits(const Tensor& a, const Tensor& b) { return same_bits(a.to_floats(), b.to_floats()); }
+
+// max |a - b| / max |b|.
+double rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double d = 0, m = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    d = std::max(d, std::abs(double(a[i]) - b[i]));
+    m = std::max(m, std::abs(double(b[i])));
+  }
+  return m > 0 ? d / m : d;
+}
+
+std::vector<float> concat(const std::vector<Tensor>& ts) {
+  std::vector<float> out;
+  for (const Tensor& t : ts) {
+    const std::vector<float> v = t.to_floats();
+    out.insert(out.end(), v.begin(), v.end());
+  }
+  return out;
+}
+
+Tensor normal(Shape shape, std::uint64_t seed, float std = 1.0f) {
+  Tensor t = Tensor::empty(std::move(shape), DType::kF32);
+  Philox g(seed, 7);
+  fill_normal(t, g, 0.0f, std);
+  return t;
+}
+
+void sgd(Tensor& p, const Tensor& g, float lr) {
+  float* w = p.data_as<float>();
+  const float* d = g.data_as<float>();
+  for (std::int64_t i = 0; i < p.numel(); ++i) w[i] -= lr * d[i];
+}
+
+
+}  // namespace
+
+Tensor lesson_tokens(std::int64_t T, std::int64_t C, std::uint64_t seed, float shared) {
+  Tensor x = normal({T, C}, seed);
+  if (shared != 0) {
+    const Tensor u = normal({C}, 77);
+    const std::vector<float> dir = u.to_floats();
+    double norm = 0;
+    for (float v : dir) norm += double(v) * v;
+    const float s = shared * static_cast<float>(std::sqrt(double(C) / norm));
+    float* p = x.data_as<float>();
+    for (std::int64_t t = 0; t < T; ++t) {
+      for (std::int64_t c = 0; c < C; ++c) p[t * C + c] += s * dir[std::size_t(c)];
+    }
+  }
+  return x;
+}
+
+MoeConfig lesson_config() {
+  MoeConfig c;
+  c.d_model = 16;
+  c.d_hidden = 32;
+  c.n_experts = 4;
+  c.top_k = 2;
+  c.seed = 5;
+  return c;
+}
+
+// ---- Expert parallelism on local ranks.
+
+EpRun run_expert_parallel(const MoeConfig& c, const EpRunOptions& o) {
+  EpRun run;
+  const int n = o.world;
+  run.y.resize(std::size_t(n));
+  run.dx.resize(std::size_t(n));
+  run.bias.resize(std::size_t(n));
+  run.kept.resize(std::size_t(n));
+  run.sent.resize(std::size_t(n));
+  run.sent_formula.resize(std::size_t(n));
+  std::mutex mu;
+  run_local(n, [&](Communicator& world) {
+    const DeviceMesh mesh = DeviceMesh::standard(n, 1, 1, 1);
+    ExpertGroups g = split_expert_groups(world, mesh, o.ep);
+    MoeLayer layer(c, {g.ep.get(), g.dense.get(), o.dispatch});
+    const int r = world.rank();
+    const Tensor x = lesson_tokens(o.tokens, c.d_model, 100 + std::uint64_t(r));
+    const Tensor dy = normal({o.tokens, c.d_model}, 200 + std::uint64_t(r), 0.1f);
+    const Tensor y = layer.forward(x);
+    MoeBackwardOptions b;
+    b.aux_seed = aux_grad_seed(c.aux_loss_coef, {});
+    b.z_seed = aux_grad_seed(c.z_loss_coef, {});
+    const Tensor dx = layer.backward(dy, b);
+    sync_moe_grads(layer, g.dense.get(), o.expert_grads_over_dp ? g.dense.get() : g.edp.get());
+    layer.update_bias(o.bias_counts_reduced);
+    const std::size_t sent = g.ep->traffic().total().bytes_sent;
+    const std::vector<std::int64_t> kept = layer.stats().kept;
+    std::lock_guard lock(mu);
+    const auto R = std::size_t(r);
+    run.y[R] = y.to_floats();
+    run.dx[R] = dx.to_floats();
+    run.bias[R] = layer.expert_bias();
+    run.kept[R] = kept;
+    run.sent[R] = sent;
+    if (r == 0) run.router_grad = layer.router_grad().to_floats();
+    if (g.edp->rank() == 0) {
+      const ExpertWeights& eg = layer.expert_grads();
+      const std::int64_t C = c.d_model, H = c.d_hidden;
+      for (int e = 0; e < eg.count(); ++e) {
+        run.expert_grads[eg.first + e] =
+            concat({eg.fc_w.flat_slice(e * C * H, C * H), eg.fc_b.flat_slice(e * H, H),
+                    eg.proj_w.flat_slice(e * H * C, H * C), eg.proj_b.flat_slice(e * C, C)});
+      }
+    }
+  });
+  // The all-to-all's bytes from the routing: the counts (E/ep per peer, 8 bytes each), then
+  // each row that crosses ranks four times (x there, y back, dy there, dx back), C FP32 each.
+  if (o.dispatch == DispatchKind::kAllToAll && o.ep > 1) {
+    const int El = c.n_experts / o.ep;
+    for (int r = 0; r < n; ++r) {
+      const int base = (r / o.ep) * o.ep, mine = r % o.ep;  // its ep group, its place there
+      std::int64_t out_rows = 0, in_rows = 0;
+      for (int e = 0; e < c.n_experts; ++e) {
+        if (e / El != mine) out_rows += run.kept[std::size_t(r)][std::size_t(e)];
+      }
+      for (int s = base; s < base + o.ep; ++s) {
+        if (s == r) continue;
+        for (int e = mine * El; e < (mine + 1) * El; ++e) in_rows += run.kept[std::size_t(s)][std::size_t(e)];
+      }
+      run.sent_formula[std::size_t(r)] = std::size_t(o.ep - 1) * std::size_t(El) * 8 +
+                                         2 * std::size_t(out_rows + in_rows) * std::size_t(c.d_model) * 4;
+    }
+  }
+  return run;
+}
+
+// ---- Sections.
+
+Section router_precision() {
+  Section s;
+  s.title = "The router in FP32: top-k is a decision on differences BF16 cannot hold";
+  const std::int64_t T = 4096, C = 64, E = 64;
+  const int k = 2;
+  const Tensor x = lesson_tokens(T, C, 11);
+  const Tensor w = normal({C, E}, 3, static_cast<float>(1.0 / std::sqrt(double(C))));
+  // The FP64 reference, then the FP32 router and a BF16 one (operands and result in BF16).
+  const std::vector<float> xv = x.to_floats(), wv = w.to_floats();
+  std::vector<double> ref(static_cast<std::size_t>(T * E));
+  for (std::int64_t t = 0; t < T; ++t) {
+    for (std::int64_t e = 0; e < E; ++e) {
+      double acc = 0;
+      for (std::int64_t c = 0; c < C; ++c) acc += double(xv[std::size_t(t * C + c)]) * wv[std::size_t(c * E + e)];
+      ref[std::size_t(t * E + e)] = acc;
+    }
+  }
+  const std::vector<float> f32 = router_forward(x, w).logits.to_floats();
+  Tensor b16 = Tensor::empty({T, E}, DType::kBF16);
+  {
+    // One summation order on every CPU (with or without 16-bit units): the count reproduces.
+    const ops::FixedOrderScope fixed;
+    ops::matmul(x.to(DType::kBF16), w.to(DType::kBF16), b16);
+  }
+  const std::vector<float> bf = b16.to_floats();
+  const auto top = [&](auto get, std::int64_t t) {
+    std::vector<int> idx(static_cast<std::size_t>(E));
+    for (int e = 0; e < E; ++e) idx[std::size_t(e)] = e;
+    std::stable_sort(idx.begin(), idx.end(), [&](int a, int b) { return get(t, a) > get(t, b); });
+    idx.resize(std::size_t(k));
+    std::sort(idx.begin(), idx.end());
+    return idx;
+  };
+  std::int64_t flips32 = 0, flips16 = 0;
+  for (std::int64_t t = 0; t < T; ++t) {
+    const auto want = top([&](std::int64_t i, int e) { return ref[std::size_t(i * E + e)]; }, t);
+    flips32 += top([&](std::int64_t i, int e) { return double(f32[std::size_t(i * E + e)]); }, t) != want;
+    flips16 += top([&](std::int64_t i, int e) { return double(bf[std::size_t(i * E + e)]); }, t) != want;
+  }
+  TextTable tab({"router", "tokens whose top-2 differs from FP64's", "of " + num(T)});
+  tab.add({"FP32", num(flips32), fmt("%.2f%%", 100.0 * double(flips32) / double(T))});
+  tab.add({"BF16", num(flips16), fmt("%.2f%%", 100.0 * double(flips16) / double(T))});
+  s.text = fmt("%lld tokens, C %lld, E %lld, top-%d: the experts chosen from the logits x w\n",
+               static_cast<long long>(T), static_cast<long long>(C), static_cast<long long>(E), k) +
+           tab.str();
+  s.claims.push_back(yes_claim("a BF16 router sends some tokens to other experts", flips16 > 0));
+  s.claims.push_back({"the FP32 router flips at most a tenth as many as BF16", "<= " + num(flips16 / 10),
+                      num(flips32), flips32 * 10 <= flips16});
+  return s;
+}
+
+Section dense_equality() {
+  Section s;
+  s.title = "One expert, top-1, no capacity limit: the GPT MLP, bit for bit";
+  MoeConfig c = lesson_config();
+  c.n_experts = 1;
+  c.top_k = 1;
+  c.d_hidden = 64;
+  const std::int64_t T = 24, C = c.d_model, H = c.d_hidden;
+  MoeLayer layer(c, {});
+  const Tensor x = lesson_tokens(T, C, 21), dy = normal({T, C}, 22, 0.1f);
+  const Tensor y = layer.forward(x);
+  const Tensor dx = layer.backward(dy);
+  // The dense MLP of a GPT block (model/gpt_block.h): c_fc, GELU, c_proj as DenseLinear layers.
+  const ExpertWeights& w = layer.experts();
+  LinearParams fc{w.fc_w.view({C, H}), w.fc_b.view({H}), Tensor::zeros({C, H}, DType::kF32),
+                  Tensor::zeros({H}, DType::kF32)};
+  LinearParams proj{w.proj_w.view({H, C}), w.proj_b.view({C}), Tensor::zeros({H, C}, DType::kF32),
+                    Tensor::zeros({C}, DType::kF32)};
+  DenseLinear l_fc(fc), l_proj(proj);
+  Tensor h_pre = Tensor::empty({T, H}, DType::kF32), h = Tensor::empty({T, H}, DType::kF32);
+  Tensor y_dense = Tensor::empty({T, C}, DType::kF32);
+  l_fc.forward(x, h_pre);
+  layers::gelu_forward(h_pre, h);
+  l_proj.forward(h, y_dense);
+  Tensor dh = Tensor::empty({T, H}, DType::kF32), dx_dense = Tensor::empty({T, C}, DType::kF32);
+  l_proj.backward_input(dy, dh);
+  l_proj.backward_weight(h, dy, false);
+  layers::gelu_backward(h_pre, dh, dh);
+  l_fc.backward_input(dh, dx_dense);
+  l_fc.backward_weight(x, dh, false);
+  const ExpertWeights& g = layer.expert_grads();
+  const bool grads = same_bits(g.fc_w.view({C, H}), fc.dw) && same_bits(g.fc_b.view({H}), fc.db) &&
+                     same_bits(g.proj_w.view({H, C}), proj.dw) && same_bits(g.proj_b.view({C}), proj.db);
+  const std::vector<float> rg = layer.router_grad().to_floats();
+  const bool router_zero = std::all_of(rg.begin(), rg.end(), [](float v) { return v == 0; });
+  s.text = fmt("T %lld tokens, C %lld, H %lld: the MoE layer (router, top-1, permutation, grouped\n"
+               "GEMMs, combine) against GPT-2's MLP on the same weights (DenseLinear, GELU)\n",
+               static_cast<long long>(T), static_cast<long long>(C), static_cast<long long>(H));
+  s.claims.push_back(yes_claim("output equals the dense MLP's, bit for bit", same_bits(y, y_dense)));
+  s.claims.push_back(yes_claim("input gradient equals the dense MLP's, bit for bit", same_bits(dx, dx_dense)));
+  s.claims.push_back(yes_claim("the four weight gradients equal the dense MLP's, bit for bit", grads));
+  s.claims.push_back(yes_claim("the router's gradient is exactly zero (a gate of 1 has none)", router_zero));
+  return s;
+}
+
+Section grouped_gemm_equality() {
+  Section s;
+  s.title = "The experts as one grouped GEMM: each expert alone, bit for bit";
+  const std::int64_t C = 16, H = 32;
+  const std::vector<std::int64_t> counts = {5, 0, 9, 2};  // expert 1 receives no token
+  std::vector<std::int64_t> off = {0};
+  for (std::int64_t n : counts) off.push_back(off.back() + n);
+  const std::int64_t N = off.back(), G = std::int64_t(counts.size());
+  const Tensor x = normal({N, C}, 31), w = normal({G, C, H}, 32, 0.25f), b = normal({G, H}, 33, 0.1f);
+  const Tensor dy = normal({N, H}, 34);
+  Tensor y = Tensor::empty({N, H}, DType::kF32), dx = Tensor::empty({N, C}, DType::kF32);
+  Tensor dw = Tensor::empty({G, C, H}, DType::kF32), db = Tensor::empty({G, H}, DType::kF32);
+  grouped_linear_forward(x, w, b, off, y);
+  grouped_linear_backward(x, w, dy, &dx, dw, db, off, false);
+  bool fwd = true, bwd = true, empty_zero = true;
+  for (std::int64_t e = 0; e < G; ++e) {
+    const std::int64_t n = counts[std::size_t(e)];
+    const Tensor we = w.flat_slice(e * C * H, C * H).view({C, H}), be = b.flat_slice(e * H, H);
+    if (n == 0) {
+      for (float v : concat({dw.flat_slice(e * C * H, C * H), db.flat_slice(e * H, H)})) empty_zero = empty_zero && v == 0;
+      continue;
+    }
+    Tensor ye = Tensor::empty({n, H}, DType::kF32), dxe = Tensor::empty({n, C}, DType::kF32);
+    Tensor dwe = Tensor::empty({C, H}, DType::kF32), dbe = Tensor::empty({H}, DType::kF32);
+    ops::linear_forward(x.rows(off[std::size_t(e)], n), we, &be, ye);
+    ops::linear_backward(x.rows(off[std::size_t(e)], n), we, dy.rows(off[std::size_t(e)], n), &dxe, dwe, &dbe);
+    fwd = fwd && same_bits(ye, y.rows(off[std::size_t(e)], n));
+    bwd = bwd && same_bits(dxe, dx.rows(off[std::size_t(e)], n)) &&
+          same_bits(dwe, dw.flat_slice(e * C * H, C * H)) && same_bits(dbe, db.flat_slice(e * H, H));
+  }
+  s.text = "4 experts receiving 5, 0, 9 and 2 rows, C 16 -> H 32, against ops::linear_forward and\n"
+           "linear_backward run on each expert's rows alone\n";
+  s.claims.push_back(yes_claim("grouped forward equals each expert alone, bit for bit", fwd));
+  s.claims.push_back(yes_claim("grouped backward (dx, dw, db) equals each expert alone, bit for bit", bwd));
+  s.claims.push_back(yes_claim("the expert with no rows has zero weight gradients", empty_zero));
+  return s;
+}
+
+Section permutation_identity() {
+  Section s;
+  s.title = "Permute, then unpermute: the identity, and so is its gradient";
+  const std::int64_t T = 40, C = 8;
+  const int E = 6;
+  // Router probabilities that never pick experts 2 and 5: two experts get no token.
+  Tensor probs = normal({T, E}, 41);
+  for (float& v : probs.span<float>()) v = std::abs(v);
+  for (std::int64_t t = 0; t < T; ++t) probs.data_as<float>()[t * E + 2] = probs.data_as<float>()[t * E + 5] = 0;
+  const Routing r = select_top_k(probs, {}, 1, true);
+  const Permutation p = make_permutation(r, std::vector<char>(r.expert.size(), 1), E);
+  const Tensor x = normal({T, C}, 42), dz = normal({T, C}, 43);
+  Tensor xp = Tensor::empty({p.rows(), C}, DType::kF32), z = Tensor::empty({T, C}, DType::kF32);
+  permute_rows(x, p, xp);
+  unpermute_rows(xp, p, {}, z);
+  // The gradient of z = unpermute(permute(x)): unpermute's backward, then permute's.
+  Tensor dzp = Tensor::empty({p.rows(), C}, DType::kF32), dx = Tensor::empty({T, C}, DType::kF32);
+  unpermute_backward(dz, p, {}, dzp);
+  unpermute_rows(dzp, p, {}, dx);
+  bool sorted = true;
+  for (std::int64_t row = 1; row < p.rows(); ++row) {
+    sorted = sorted && r.expert[std::size_t(p.source[std::size_t(row)])] >=
+                           r.expert[std::size_t(p.source[std::size_t(row - 1)])];
+  }
+  std::string counts;
+  for (std::int64_t n : p.counts) counts += (counts.empty() ? "" : ", ") + num(n);
+  s.text = fmt("%lld tokens, top-1 over %d experts; rows per expert: %s\n", static_cast<long long>(T),
+               E, counts.c_str());
+  s.claims.push_back(yes_claim("permuted rows are grouped by expert", sorted));
+  s.claims.push_back(yes_claim("experts 2 and 5 receive no rows", p.counts[2] == 0 && p.counts[5] == 0));
+  s.claims.push_back(yes_claim("unpermute(permute(x)) == x, bit for bit", same_bits(z, x)));
+  s.claims.push_back(yes_claim("its gradient is the identity, bit for bit", same_bits(dx, dz)));
+  return s;
+}
+
+namespace {
+
+MoeConfig ep_config() {
+  MoeConfig c = lesson_config();
+  c.aux_loss_coef = 1e-2;
+  c.z_loss_coef = 1e-3;
+  c.bias_update_rate = 1e-3;
+  return c;
+}
+
+struct EpComparison {
+  bool y = true, dx = true, router = true, bias = true;
+  double expert_rel = 0;
+  bool experts_bitwise = true;
+};
+EpComparison compare(const EpRun& a, const EpRun& ref) {
+  EpComparison c;
+  for (std::size_t r = 0; r < ref.y.size(); ++r) {
+    c.y = c.y && same_bits(a.y[r], ref.y[r]);
+    c.dx = c.dx && same_bits(a.dx[r], ref.dx[r]);
+    c.bias = c.bias && same_bits(a.bias[r], ref.bias[r]);
+  }
+  c.router = same_bits(a.router_grad, ref.router_grad);
+  for (const auto& [e, g] : ref.expert_grads) {
+    c.expert_rel = std::max(c.expert_rel, rel_diff(a.expert_grads.at(e), g));
+    c.experts_bitwise = c.experts_bitwise && same_bits(a.expert_grads.at(e), g);
+  }
+  return c;
+}
+
+constexpr double kExpertGradBound = 1e-5;
+
+}  // namespace
+
+Section expert_parallel_equality() {
+  Section s;
+  s.title = "Expert parallelism: ep 1, 2, 4 on dp 4, all-to-all and all-gather";
+  const MoeConfig c = ep_config();
+  EpRunOptions o;
+  const EpRun ref = run_expert_parallel(c, o);
+  TextTable t({"ep", "dispatch", "y, dx", "router grad", "bias", "expert grads vs ep 1",
+               "ep bytes sent (rank 0)", "formula"});
+  bool all_bitwise = true, bytes_ok = true, ag_equal = true;
+  double worst_expert = 0;
+  for (int ep : {1, 2, 4}) {
+    std::vector<EpRun> runs;
+    for (DispatchKind d : {DispatchKind::kAllToAll, DispatchKind::kAllGather}) {
+      if (ep == 1 && d == DispatchKind::kAllGather) continue;
+      o.ep = ep;
+      o.dispatch = d;
+      runs.push_back(ep == 1 ? ref : run_expert_parallel(c, o));
+      const EpRun& run = runs.back();
+      const EpComparison k = compare(run, ref);
+      all_bitwise = all_bitwise && k.y && k.dx && k.router && k.bias;
+      worst_expert = std::max(worst_expert, k.expert_rel);
+      if (d == DispatchKind::kAllToAll) {
+        for (std::size_t r = 0; r < run.sent.size(); ++r) bytes_ok = bytes_ok && run.sent[r] == run.sent_formula[r];
+      }
+      t.add({num(ep), dispatch_name(d), k.y && k.dx ? "bitwise" : "DIFFER", k.router ? "bitwise" : "DIFFER",
+             k.bias ? "bitwise" : "DIFFER", k.experts_bitwise ? "bitwise" : fmt("%.1e rel.", k.expert_rel),
+             num(run.sent[0]), d == DispatchKind::kAllToAll ? num(run.sent_formula[0]) : "-"});
+    }
+    if (runs.size() == 2) {
+      const EpComparison k = compare(runs[1], runs[0]);
+      ag_equal = ag_equal && k.y && k.dx && k.router && k.bias && k.experts_bitwise;
+    }
+  }
+  s.text = fmt("dp 4, %lld tokens per rank, E %d, top-%d, aux %.0e, z %.0e, bias rate %.0e; every\n"
+               "rank's output and input gradient, the router's and the experts' summed gradients and\n"
+               "the expert bias after one update, against ep 1 (each rank all experts)\n",
+               static_cast<long long>(o.tokens), c.n_experts, c.top_k, c.aux_loss_coef, c.z_loss_coef,
+               c.bias_update_rate) +
+           t.str() +
+           "The experts' weight gradients sum the same products in another order (over more rows on\n"
+           "one rank, over fewer ranks after), hence the bound; every other number is bitwise.\n";
+  s.claims.push_back(yes_claim("ep 2 and 4: outputs, input, router gradients and biases equal ep 1's, bit for bit", all_bitwise));
+  s.claims.push_back(tolerance_claim("ep 2 and 4: expert gradients equal ep 1's (max relative)",
+                                     worst_expert, kExpertGradBound));
+  s.claims.push_back(yes_claim("all-gather dispatch equals all-to-all, bit for bit (expert grads too)", ag_equal));
+  s.claims.push_back(yes_claim("all-to-all bytes sent equal the formula from the routing on every rank", bytes_ok));
+  return s;
+}
+
+namespace {
+
+struct CapacityRun {
+  Tensor y;
+  MoeStats stats;
+  std::int64_t passed_through = 0;  // tokens with every choice dropped
+  bool passed_are_zero = true;
+};
+CapacityRun capacity_run(double factor, DropPolicy policy, const Tensor& x) {
+  MoeConfig c = lesson_config();
+  c.top_k = 1;
+  c.capacity_factor = factor;
+  c.drop_policy = policy;
+  MoeLayer layer(c, {});
+  CapacityRun run;
+  run.y = layer.forward(x);
+  run.stats = layer.stats();
+  const std::vector<float> y = run.y.to_floats();
+  const std::int64_t C = c.d_model;
+  for (std::int64_t t = 0; t < x.dim(0); ++t) {
+    bool zero = true;
+    for (std::int64_t i = 0; i < C; ++i) zero = zero && y[std::size_t(t * C + i)] == 0;
+    // With top-1 a dropped assignment is a dropped token.
+    run.passed_through += zero ? 1 : 0;
+  }
+  run.passed_are_zero = run.passed_through == run.stats.dropped;
+  return run;
+}
+
+double rel_l2(const Tensor& a, const Tensor& b) {
+  const std::vector<float> u = a.to_floats(), v = b.to_floats();
+  double d = 0, n = 0;
+  for (std::size_t i = 0; i < u.size(); ++i) d += (double(u[i]) - v[i]) * (double(u[i]) - v[i]), n += double(v[i]) * v[i];
+  return std::sqrt(d / n);
+}
+
+}  // namespace
+
+Section capacity_and_dropping() {
+  Section s;
+  s.title = "Capacity: what overflows is dropped and passes through on the residual";
+  const Tensor x = lesson_tokens(64, 16, 51, 0.5f);  // a shared direction: uneven loads
+  const CapacityRun none = capacity_run(0, DropPolicy::kProbability, x);
+  TextTable t({"capacity factor", "policy", "capacity", "dropped", "tokens passed through",
+               "MoE output error vs no drop"});
+  t.add({"none", "-", "-", "0", num(none.passed_through), "0"});
+  bool grows = true, zero_out = true;
+  std::int64_t last = 0, dropped_at_one = 0;
+  for (double f : {2.0, 1.25, 1.0}) {
+    for (DropPolicy p : {DropPolicy::kProbability, DropPolicy::kPosition}) {
+      const CapacityRun r = capacity_run(f, p, x);
+      zero_out = zero_out && r.passed_are_zero;
+      if (p == DropPolicy::kProbability) grows = grows && r.stats.dropped >= last, last = r.stats.dropped;
+      if (f == 1.0) dropped_at_one = std::max(dropped_at_one, r.stats.dropped);
+      MoeConfig c = lesson_config();
+      c.top_k = 1;
+      c.capacity_factor = f;
+      t.add({fmt("%.2f", f), drop_policy_name(p), num(expert_capacity(c, 64)),
+             fmt("%lld of %lld", static_cast<long long>(r.stats.dropped),
+                 static_cast<long long>(r.stats.assignments)),
+             num(r.passed_through), fmt("%.3f", rel_l2(r.y, none.y))});
+    }
+  }
+  std::string loads;
+  for (std::int64_t n : none.stats.kept) loads += (loads.empty() ? "" : ", ") + num(n);
+  s.text = "64 tokens sharing a direction, E 4, top-1; loads without a limit: " + loads + "\n" + t.str();
+  s.claims.push_back(yes_claim("no-drop mode drops nothing", none.stats.dropped == 0));
+  s.claims.push_back(yes_claim("a smaller capacity factor drops at least as many", grows));
+  s.claims.push_back(yes_claim("dropped tokens leave the layer as exact zeros (residual only)", zero_out));
+  s.claims.push_back(claim_broken_by(
+      "capacity-overflow", {"capacity-overflow run (factor 1.0): no token is dropped", "0",
+                            num(dropped_at_one), dropped_at_one == 0}));
+  return s;
+}
+
+namespace {
+
+// A large alpha and gamma: the toy must balance within its few steps (Switch uses 1e-2 over
+// a whole training run, DeepSeek-V3 1e-3 per step).
+constexpr double kAuxAlpha = 1.0, kBiasGamma = 0.02;
+
+struct LoadShares {
+  double first = 0, last = 0;  // the largest expert's share of the tokens, first and last step
+};
+
+// Trains the layer (top-1, Switch gates) for `steps` SGD steps on y* = x A.
+LoadShares train_max_load(bool aux, bool bias, int steps) {
+  MoeConfig c = lesson_config();
+  c.top_k = 1;
+  c.normalize_gates = false;
+  c.aux_loss_coef = aux ? kAuxAlpha : 0;
+  c.bias_update_rate = bias ? kBiasGamma : 0;
+  MoeLayer layer(c, {});
+  const std::int64_t T = 256, C = c.d_model;
+  const Tensor x = lesson_tokens(T, C, 61, 0.5f);
+  const Tensor a = normal({C, C}, 62, 0.25f);
+  Tensor target = Tensor::empty({T, C}, DType::kF32);
+  ops::matmul(x, a, target);
+  LoadShares shares;
+  const float lr = 0.05f;
+  for (int step = 0; step < steps; ++step) {
+    const Tensor y = layer.forward(x);
+    Tensor dy = Tensor::empty({T, C}, DType::kF32);
+    for (std::int64_t i = 0; i < T * C; ++i) {
+      dy.data_as<float>()[i] = (y.data_as<float>()[i] - target.data_as<float>()[i]) / float(T);
+    }
+    MoeBackwardOptions o;
+    o.aux_seed = aux_grad_seed(c.aux_loss_coef, {});
+    layer.backward(dy, o);
+    if (bias) layer.update_bias();
+    sgd(layer.router_weight(), layer.router_grad(), lr);
+    ExpertWeights& w = layer.experts();
+    const ExpertWeights& g = layer.expert_grads();
+    sgd(w.fc_w, g.fc_w, lr), sgd(w.fc_b, g.fc_b, lr), sgd(w.proj_w, g.proj_w, lr), sgd(w.proj_b, g.proj_b, lr);
+    const std::vector<double>& counts = layer.stats().balance.counts;
+    shares.last = *std::max_element(counts.begin(), counts.end()) / double(T);
+    if (step == 0) shares.first = shares.last;
+  }
+  return shares;
+}
+
+constexpr int kBalanceSteps = 150;
+
+}  // namespace
+
+Section load_balancing() {
+  Section s;
+  s.title = "Load balancing: router collapse, the aux loss, the aux-loss-free bias";
+  const LoadShares n = train_max_load(false, false, kBalanceSteps);
+  const LoadShares a = train_max_load(true, false, kBalanceSteps);
+  const LoadShares b = train_max_load(false, true, kBalanceSteps);
+  const double none = n.last, aux = a.last, bias = b.last;
+  TextTable t({"balancing", "largest share, step 1", "after " + num(kBalanceSteps) + " steps"});
+  t.add({"none", fmt("%.1f%%", 100 * n.first), fmt("%.1f%%", 100 * none)});
+  t.add({fmt("Switch aux loss, alpha %g", kAuxAlpha), fmt("%.1f%%", 100 * a.first), fmt("%.1f%%", 100 * aux)});
+  t.add({fmt("DeepSeek-V3 bias, gamma %g", kBiasGamma), fmt("%.1f%%", 100 * b.first), fmt("%.1f%%", 100 * bias)});
+  s.text = "E 4, top-1 with Switch gates (g = p), 256 tokens sharing a direction, the router and\n"
+           "the experts trained by SGD on y* = x A; balanced is 25%\n" + t.str();
+  s.claims.push_back({"without balancing training sends (nearly) every token to one expert", ">= 90%",
+                      fmt("%.1f%%", 100 * none), none >= 0.9});
+  s.claims.push_back({"with the aux loss the largest share is at most twice the mean", "<= 50%",
+                      fmt("%.1f%%", 100 * aux), aux <= 0.5});
+  s.claims.push_back({"with the expert bias the largest share is at most twice the mean", "<= 50%",
+                      fmt("%.1f%%", 100 * bias), bias <= 0.5});
+  s.claims.push_back(claim_broken_by(
+      "router-collapse", {"router-collapse run (no balancing): the largest share is at most twice the mean",
+                          "<= 50%", fmt("%.1f%%", 100 * none), none <= 0.5}));
+  return s;
+}
+
+namespace {
+
+// The router's input gradient from the aux loss alone (dy = 0) on T tokens split over `tp`
+// sequence-parallel ranks (statistics reduced over them); rows concatenated in rank order.
+std::vector<float> aux_input_grad(int tp, bool local_tokens) {
+  MoeConfig c = lesson_config();
+  c.aux_loss_coef = 1e-2;
+  const std::int64_t T = 32, C = c.d_model;
+  const Tensor x = lesson_tokens(T, C, 71, 1.0f);
+  std::vector<std::vector<float>> parts(static_cast<std::size_t>(tp));
+  run_local(tp, [&](Communicator& comm) {
+    MoeLayer layer(c, {nullptr, &comm, DispatchKind::kAllToAll});
+    const std::int64_t Tl = T / tp;
+    const Tensor xl = x.rows(comm.rank() * Tl, Tl).clone();
+    layer.forward(xl);
+    MoeBackwardOptions o;
+    o.aux_seed = aux_grad_seed(c.aux_loss_coef, {});
+    if (local_tokens) o.aux_tokens = double(Tl);
+    parts[std::size_t(comm.rank())] = layer.backward(Tensor::zeros({Tl, C}, DType::kF32), o).to_floats();
+  });
+  std::vector<float> out;
+  for (const auto& p : parts) out.insert(out.end(), p.begin(), p.end());
+  return out;
+}
+
+// The router's weight gradient from the aux loss of `m` micro-batches of the same tokens,
+// accumulated with the rule's seed (divided by m or not), at loss scale `scale`.
+std::vector<float> aux_router_grad(int m, bool divide, float scale) {
+  MoeConfig c = lesson_config();
+  c.aux_loss_coef = 1e-2;
+  MoeLayer layer(c, {});
+  const Tensor x = lesson_tokens(32, c.d_model, 72, 1.0f);
+  for (int i = 0; i < m; ++i) {
+    layer.forward(x);
+    MoeBackwardOptions o;
+    o.aux_seed = aux_grad_seed(c.aux_loss_coef, {scale, divide ? m : 1});
+    o.accumulate = i > 0;
+    layer.backward(Tensor::zeros({32, c.d_model}, DType::kF32), o);
+  }
+  return layer.router_grad().to_floats();
+}
+
+double ratio(const std::vector<float>& a, const std::vector<float>& b) {
+  double na = 0, nb = 0;
+  for (float v : a) na += double(v) * v;
+  for (float v : b) nb += double(v) * v;
+  return std::sqrt(na / nb);
+}
+
+}  // namespace
+
+Section aux_loss_scaling() {
+  Section s;
+  s.title = "The aux loss's gradient is scaled like the main loss";
+  const std::vector<float> one = aux_router_grad(1, true, 1.0f);
+  const std::vector<float> four = aux_router_grad(4, true, 1.0f);
+  const std::vector<float> four_bug = aux_router_grad(4, false, 1.0f);
+  const std::vector<float> scaled = aux_router_grad(1, true, 1024.0f);
+  std::vector<float> unscaled = scaled;
+  for (float& v : unscaled) v /= 1024.0f;
+  const std::vector<float> tp1 = aux_input_grad(1, false);
+  TextTable t({"case", "aux gradient norm / one batch's, tp 1's"});
+  t.add({"4 micro-batches, seed / 4", fmt("%.6f", ratio(four, one))});
+  t.add({"4 micro-batches, seed not divided", fmt("%.6f", ratio(four_bug, one))});
+  bool tp_equal = true, tp_bug_grows = true;
+  double worst_tp = 1;
+  for (int tp : {2, 4}) {
+    const std::vector<float> good = aux_input_grad(tp, false), bad = aux_input_grad(tp, true);
+    tp_equal = tp_equal && same_bits(good, tp1);
+    tp_bug_grows = tp_bug_grows && std::abs(ratio(bad, tp1) - tp) < 1e-4 * tp;
+    worst_tp = std::max(worst_tp, ratio(bad, tp1));
+    t.add({"tp " + num(tp) + ", the group's T", fmt("%.6f", ratio(good, tp1))});
+    t.add({"tp " + num(tp) + ", the rank's own T", fmt("%.6f", ratio(bad, tp1))});
+  }
+  s.text = "seed = coef x loss_scale / micro_batches, with T the tokens of the ranks that share the\n"
+           "statistics (aux_loss_scale.h); the router's gradients from the aux loss alone:\n" + t.str();
+  const double m_err = rel_diff(four, one);
+  s.claims.push_back(tolerance_claim("4 micro-batches with seed/4 give one batch's aux gradient", m_err, 1e-6));
+  s.claims.push_back(yes_claim("at loss scale 1024 the aux gradient is exactly 1024 x, unscaled bitwise",
+                               same_bits(unscaled, one)));
+  s.claims.push_back(yes_claim("the aux gradient of every token is the same at tp 1, 2, 4, bit for bit", tp_equal));
+  s.claims.push_back(yes_claim("dividing by the rank's own T makes it tp times larger", tp_bug_grows));
+  const double bug_err = rel_diff(four_bug, one);
+  s.claims.push_back(claim_broken_by(
+      "aux-not-divided", {"aux-not-divided run: 4 micro-batches give one batch's aux gradient",
+                          "<= 1e-06", fmt("%.2e", bug_err), bug_err <= 1e-6}));
+  s.claims.push_back(claim_broken_by(
+      "aux-local-tokens", {"aux-local-tokens run: the aux gradient does not grow with tp",
+                           "1.000000 x", fmt("%.6f x", worst_tp), std::abs(worst_tp - 1) <= 1e-6}));
+  return s;
+}
+
+// ---- Failure modes of expert parallelism.
+
+std::vector<std::string> bug_names() {
+  return {"router-collapse", "capacity-overflow", "aux-not-divided", "aux-local-tokens",
+          "bias-counts-local", "expert-grads-wrong-group"};
+}
+
+namespace {
+
+Section bias_counts_local_section() {
+  Section s;
+  s.title = "--bug bias-counts-local: each rank updates its expert bias from its own counts";
+  const MoeConfig c = ep_config();
+  EpRunOptions o;
+  o.ep = 2;
+  const EpRun good = run_expert_parallel(c, o);
+  o.bias_counts_reduced = false;
+  const EpRun bad = run_expert_parallel(c, o);
+  const auto differing = [](const EpRun& r) {
+    int n = 0;
+    for (const auto& b : r.bias) n += same_bits(b, r.bias[0]) ? 0 : 1;
+    return n;
+  };
+  TextTable t({"counts", "ranks whose bias differs from rank 0's"});
+  t.add({"reduced over dp", num(differing(good))});
+  t.add({"local", num(differing(bad))});
+  s.text = "dp 4, ep 2: the bias only chooses experts, but every replica must choose alike\n" + t.str();
+  s.claims.push_back(yes_claim("with reduced counts every rank holds the same bias", differing(good) == 0));
+  s.claims.push_back(claim_broken_by(
+      "bias-counts-local", {"bias-counts-local run: every rank holds the same bias", "0 differ",
+                            num(differing(bad)) + " differ", differing(bad) == 0}));
+  return s;
+}
+
+Section expert_grads_wrong_group_section() {
+  Section s;
+  s.title = "--bug expert-grads-wrong-group: expert gradients summed over dp instead of edp";
+  const MoeConfig c = ep_config();
+  EpRunOptions o;
+  const EpRun ref = run_expert_parallel(c, o);
+  o.ep = 2;
+  const EpRun good = run_expert_parallel(c, o);
+  o.expert_grads_over_dp = true;
+  const EpRun bad = run_expert_parallel(c, o);
+  const double g = compare(good, ref).expert_rel, b = compare(bad, ref).expert_rel;
+  TextTable t({"expert gradients summed over", "max relative difference from ep 1"});
+  t.add({"edp (the ranks holding the same experts)", fmt("%.2e", g)});
+  t.add({"dp (every rank: other experts' gradients added in)", fmt("%.2e", b)});
+  s.text = "dp 4, ep 2, edp 2\n" + t.str();
+  s.claims.push_back(tolerance_claim("summed over edp, expert gradients equal ep 1's", g, kExpertGradBound));
+  s.claims.push_back(claim_broken_by(
+      "expert-grads-wrong-group",
+      tolerance_claim("expert-grads-wrong-group run: expert gradients equal ep 1's", b, kExpertGradBound)));
+  return s;
+}
+
+}  // namespace
+
+Section bug_section(const std::string& name) {
+  if (name == "router-collapse") return load_balancing();
+  if (name == "capacity-overflow") return capacity_and_dropping();
+  if (name == "aux-not-divided" || name == "aux-local-tokens") return aux_loss_scaling();
+  if (name == "bias-counts-local") return bias_counts_local_section();
+  if (name == "expert-grads-wrong-group") return expert_grads_wrong_group_section();
+  throw InputError("--bug: '" + name + "' is not one of all|none|router-collapse|capacity-overflow|"
+                   "aux-not-divided|aux-local-tokens|bias-counts-local|expert-grads-wrong-group");
+}
+
+}  // namespace mixpar::ch09
