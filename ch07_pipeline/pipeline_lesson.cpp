@@ -11,6 +11,7 @@
 #endif
 
 #include "ch07_pipeline/bubble.h"
+#include "ch07_pipeline/model_chunks.h"
 #include "parallel/count_once.h"
 #include "parallel/replicas.h"
 #include "random/philox.h"
@@ -114,15 +115,40 @@ GptPipelineRun run_gpt_pipeline(const GptConfig& c, const PipelinePlan& plan,
   run_local(l.pp, [&](Communicator& world) {
     one_thread();
     const int r = world.rank();
+    const bool v_shape = l.placement == Placement::kV;
+    // The V: the rank's chunks share one registry (make_chunks_registry), so rank 0's
+    // embedding and head use one wte, as one device does; no copy to sum.
+    std::unique_ptr<ParamRegistry> shared;
+    if (v_shape) {
+      shared = std::make_unique<ParamRegistry>(
+          make_chunks_registry(c, rank_chunk_stages(c, r, l.pp, l.virtual_stages, l.placement)));
+      shared->allocate(DType::kF32);
+      shared->initialize(3);
+    }
     std::vector<GptModel> chunks;
+    chunks.reserve(std::size_t(l.virtual_stages));
     for (int ch = 0; ch < l.virtual_stages; ++ch) {
-      chunks.emplace_back(c, options_for(gpt_stage(c, l.stage_of(r, ch), l.stages())));
+      GptOptions o = options_for(gpt_stage(c, l.stage_of(r, ch), l.stages()));
+      if (shared) {
+        o.params = shared.get();
+        o.wte_grad_shared = r == 0;
+      }
+      chunks.emplace_back(c, o);
     }
     std::vector<GptModel*> ptrs;
     for (GptModel& g : chunks) ptrs.push_back(&g);
-    // The tied wte lives on chunk 0 of the first rank and the last chunk of the last rank.
-    std::unique_ptr<Communicator> embedding = world.split(r == 0 || r == l.pp - 1 ? 0 : -1, r);
+    // The tied wte lives on chunk 0 of the first rank and the last chunk of the last rank
+    // (the V: both on rank 0, one tensor).
+    std::unique_ptr<Communicator> embedding =
+        world.split(!v_shape && (r == 0 || r == l.pp - 1) ? 0 : -1, r);
     GptModel& wte_holder = r == 0 ? chunks.front() : chunks.back();
+    // Each parameter once: the V's chunks are views of the shared registry.
+    std::vector<ParamRegistry*> owners;
+    if (shared) {
+      owners.push_back(shared.get());
+    } else {
+      for (GptModel& g : chunks) owners.push_back(&g.registry());
+    }
     MemoryLedger& ledger = current_ledger();
     const std::size_t before = ledger.live(MemCategory::kActivations);
     const float seed = opts.divide_loss_by_m ? 1.0f / float(l.micro_batches) : 1.0f;
@@ -138,11 +164,13 @@ GptPipelineRun run_gpt_pipeline(const GptConfig& c, const PipelinePlan& plan,
       compute_s = execute(plan.ranks[std::size_t(r)], l, world, work, spans, r);
       step_s = seconds_since(t0);
       sent = world.traffic().total().bytes_sent;
-      if (opts.sum_tied_embedding) sum_tied_embedding_grads(wte_holder, embedding.get());
+      if (opts.sum_tied_embedding && !v_shape) {
+        sum_tied_embedding_grads(wte_holder, embedding.get());
+      }
       loss_sum = work.loss_sum();
       if (opts.lr > 0) {
-        for (GptModel& g : chunks) {
-          for (const ParamEntry& e : g.registry().entries()) {
+        for (ParamRegistry* g : owners) {
+          for (const ParamEntry& e : g->entries()) {
             Tensor param = e.param;  // a handle on the registry's storage
             float* p = param.data_as<float>();
             const float* d = e.grad.data_as<float>();
@@ -176,7 +204,9 @@ GptPipelineRun run_gpt_pipeline(const GptConfig& c, const PipelinePlan& plan,
       }
     }
     if (r == 0) out.wte_hash_first = weights_hash(wte_holder.param("wte.weight"));
-    if (r == l.pp - 1) out.wte_hash_last = weights_hash(wte_holder.param("wte.weight"));
+    if (r == (v_shape ? 0 : l.pp - 1)) {
+      out.wte_hash_last = weights_hash(wte_holder.param("wte.weight"));
+    }
   }, opts.local);
   return out;
 }
