@@ -181,8 +181,8 @@ int expected_peak_activations(ScheduleKind kind, const PipelineLayout& l, int ra
     // Qi et al.: every rank holds as many as 1F1B's first rank (its B's in flight plus the
     // W's it delays), so the peak over the ranks is 1F1B's.
     case ScheduleKind::kZbH1: return std::min(p, m);
-    case ScheduleKind::kZbV: return 0;
-    case ScheduleKind::kDualPipeV: return 0;
+    case ScheduleKind::kZbV: return std::min({2 * p, m + rank + 1, 2 * m});
+    case ScheduleKind::kDualPipeV: return 2 * p + 1;
     case ScheduleKind::kInterleaved:
       return std::min(warmup_forwards(kind, l, rank) + 1, m * l.virtual_stages);
   }

@@ -197,7 +197,7 @@ GptPipelineRun run_gpt_pipeline(const GptConfig& c, const PipelinePlan& plan,
     out.step_s = std::max(out.step_s, step_s);
     out.grad_norm = std::sqrt(total.data_as<double>()[0]);
     if (r == 0) out.first_stage_norm = std::sqrt(mine);
-    if (r == l.pp - 1) out.loss_sum = loss_sum;
+    if (r == l.rank_of(l.stages() - 1)) out.loss_sum = loss_sum;
     for (GptModel& g : chunks) {
       for (const ParamEntry& e : g.registry().entries()) {
         if (!e.holding.tied_copy) out.grads[e.name] = values(e.grad);
