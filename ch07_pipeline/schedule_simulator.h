@@ -37,11 +37,11 @@ enum class SendMode : std::uint8_t { kEager, kRendezvous };
 
 // Unit costs of one chunk's compute (a chunk of an interleaved rank counts as a stage: the
 // time unit is then a chunk's forward, T_F / v).
-// overlapped: a kOverlapForwardBackward pair. On a CPU, T_F + T_B. On a GPU the pair's
-// kernels share the device while one micro-batch's communication (the pipeline's sends, an
-// MoE's all-to-all) hides under the other's compute: what DualPipe overlaps; a cost below
-// T_F + T_B models it (the lesson's table uses max(T_F, T_B) = 2: communication fully hidden,
-// the two computations still in sequence... at best, a pair costs its longer half).
+// overlapped: a kOverlapForwardBackward pair (DualPipeV). On a CPU the pair runs in sequence:
+// T_F + T_B. On a GPU its two halves run on streams of their own and one micro-batch's
+// communication (the pipeline's sends, an MoE's all-to-all) hides under the other's compute,
+// which is what DualPipe overlaps: a cost below T_F + T_B models it (the lesson uses
+// max(T_F, T_B) = 2, a pair costing its longer half).
 struct UnitCosts {
   std::int64_t forward = 1, backward = 2, backward_input = 1, backward_weight = 1;
   std::int64_t overlapped = 3;
