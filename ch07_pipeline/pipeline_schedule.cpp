@@ -217,6 +217,10 @@ std::vector<ScheduleKind> all_schedules() {
           ScheduleKind::kZbH1, ScheduleKind::kZbV,      ScheduleKind::kDualPipeV};
 }
 
+bool splits_backward(ScheduleKind k) {
+  return k == ScheduleKind::kZbH1 || k == ScheduleKind::kZbV || k == ScheduleKind::kDualPipeV;
+}
+
 Placement placement_of(ScheduleKind k) {
   return k == ScheduleKind::kZbV || k == ScheduleKind::kDualPipeV ? Placement::kV
                                                                  : Placement::kLoop;

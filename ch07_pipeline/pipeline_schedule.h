@@ -58,6 +58,9 @@ ScheduleKind parse_schedule(const std::string& name);
 std::vector<std::string> schedule_names();
 std::vector<ScheduleKind> all_schedules();  // in the order above
 
+// Some backward of the schedule is split into B and W (zb-h1, zb-v; dualpipev splits some).
+bool splits_backward(ScheduleKind k);
+
 enum class Placement : std::uint8_t { kLoop, kV };
 // The placement a schedule's lists are written for: kV for zb-v and dualpipev.
 Placement placement_of(ScheduleKind k);
@@ -120,11 +123,7 @@ struct PipelinePlan {
   ScheduleKind kind = ScheduleKind::kOneFOneB;
   PipelineLayout layout;
   std::vector<RankProgram> ranks;  // by pp rank
-  // Some backward is split into B and W (zb-h1, zb-v; dualpipev splits some of them).
-  bool split_backward() const {
-    return kind == ScheduleKind::kZbH1 || kind == ScheduleKind::kZbV ||
-           kind == ScheduleKind::kDualPipeV;
-  }
+  bool split_backward() const { return splits_backward(kind); }
 };
 
 // The communicator tag a pipeline message travels on: messages of one tag between a pair of

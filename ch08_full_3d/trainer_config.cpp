@@ -390,7 +390,7 @@ void validate_pipeline(const TrainerConfig& c) {
                      ch07::layout_for(kind, c.pp, static_cast<int>(c.grad_accum), c.virtual_stages));
   // ZB-H1, ZB-V and DualPipeV keep each block's activations from B to W; recompute keeps one
   // shared set.
-  check_range(!ch07::PipelinePlan{kind, {}, {}}.split_backward() || !c.recompute,
+  check_range(!ch07::splits_backward(kind) || !c.recompute,
               "--schedule " + c.pipeline_schedule + " with --recompute: W needs every block's "
               "activations after B, recompute keeps only the blocks' inputs; drop one of them");
 }
