@@ -177,6 +177,11 @@ Trainer::Trainer(TrainerConfig config, TrainingData data, Communicator* world)
       loader_(data_.tokens, config_.batch, config_.seq, config_.data_order, config_.seed,
               coord().dp, shape().dp) {
   model_.set_grad_ready_hook([this](std::size_t entry) { sync_->grad_ready(entry); });
+  // The V (zb-v, dualpipev) runs the last stage, and so the loss, on pp rank 0.
+  if (pipelined()) {
+    const ch07::PipelineLayout l = chunk_layout(config_);
+    reductions_.loss_on_pp_rank(l.rank_of(l.stages() - 1));
+  }
   if (grid_ && optimizer_.scaler().mode() != ch02::ScaleMode::kNone) {
     // One rank's overflow must skip every rank's step, or the replicas and scales part ways.
     optimizer_.set_found_inf_reducer([this](bool found) { return reductions_.found_inf(found); });
