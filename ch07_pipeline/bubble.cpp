@@ -17,9 +17,24 @@ char glyph(Work w) {
     case Work::kBackward:
     case Work::kBackwardInput: return 'B';
     case Work::kBackwardWeight: return 'W';
+    case Work::kOverlapForwardBackward: return 'X';
     case Work::kTransfer: break;
   }
   return '?';
+}
+
+// The (micro-batch, chunk) whose activations the action frees when it ends: a whole backward,
+// a W, or the backward half of an overlapped pair (B of a split backward keeps them for its W).
+bool frees(const Action& a, std::pair<int, int>* which) {
+  switch (a.work) {
+    case Work::kBackward:
+    case Work::kBackwardWeight: *which = {a.micro_batch, a.chunk}; return true;
+    case Work::kOverlapForwardBackward: *which = {a.bwd_micro_batch, a.bwd_chunk}; return true;
+    default: return false;
+  }
+}
+bool holds(const Action& a) {
+  return a.work == Work::kForward || a.work == Work::kOverlapForwardBackward;
 }
 
 }  // namespace
@@ -43,6 +58,8 @@ double bubble_formula(ScheduleKind kind, const PipelineLayout& l) {
     case ScheduleKind::kOneFOneB: return (p - 1) / (m + p - 1);
     case ScheduleKind::kInterleaved: return (p - 1) / (v * m + p - 1);
     case ScheduleKind::kZbH1: return (p - 1) / (3 * m + p - 1);
+    case ScheduleKind::kZbV: return (p - 1) / (6 * m + p - 1);
+    case ScheduleKind::kDualPipeV: return (p - 1) / (3 * m + p - 1);
   }
   return 0.0;
 }
@@ -53,8 +70,61 @@ std::string bubble_formula_text(ScheduleKind kind) {
     case ScheduleKind::kOneFOneB: return "(p-1)/(m+p-1)";
     case ScheduleKind::kInterleaved: return "(p-1)/(v*m+p-1)";
     case ScheduleKind::kZbH1: return "(p-1)(T_F+T_B-T_W)/(m(T_F+T_B+T_W)+(p-1)(T_F+T_B-T_W))";
+    case ScheduleKind::kZbV: return "(p-1)T_B/(2m(T_F+T_B+T_W)+(p-1)T_B)";
+    case ScheduleKind::kDualPipeV: return "(p-1)(F&B+B-3W)/(2m(F+B)+(p-1)(F&B+B-3W))";
   }
   return "";
+}
+
+std::int64_t bubble_time(const Timeline& t) {
+  std::int64_t least = t.makespan;
+  for (const auto& rank : t.ranks) {
+    std::int64_t busy = 0;
+    for (const TimedAction& a : rank) {
+      if (is_compute(a)) busy += a.end - a.start;
+    }
+    least = std::min(least, busy);
+  }
+  return t.makespan - least;
+}
+
+std::int64_t bubble_time_formula(ScheduleKind kind, const PipelineLayout& l, const UnitCosts& c) {
+  const std::int64_t p = l.pp, F = c.forward, W = c.backward_weight;
+  const std::int64_t B = c.backward_input + c.backward_weight;  // DualPipe's B: the whole backward
+  switch (kind) {
+    case ScheduleKind::kAfab:
+    case ScheduleKind::kOneFOneB:
+    case ScheduleKind::kInterleaved: return (p - 1) * (F + c.backward);
+    case ScheduleKind::kZbH1: return (p - 1) * (F + B - 2 * W);
+    case ScheduleKind::kZbV: return (p - 1) * (B - W);
+    case ScheduleKind::kDualPipeV: return (p - 1) * (c.overlapped + B - 3 * W);
+  }
+  return 0;
+}
+
+std::string bubble_time_formula_text(ScheduleKind kind) {
+  switch (kind) {
+    case ScheduleKind::kAfab:
+    case ScheduleKind::kOneFOneB:
+    case ScheduleKind::kInterleaved: return "(p-1)(F+B)";
+    case ScheduleKind::kZbH1: return "(p-1)(F+B-2W)";
+    case ScheduleKind::kZbV: return "(p-1)(B-W)";
+    case ScheduleKind::kDualPipeV: return "(p-1)(F&B+B-3W)";
+  }
+  return "";
+}
+
+bool bubble_time_formula_applies(ScheduleKind kind, const PipelineLayout& l, const UnitCosts& c) {
+  const std::int64_t F = c.forward, Bi = c.backward_input, W = c.backward_weight;
+  switch (kind) {
+    case ScheduleKind::kAfab:
+    case ScheduleKind::kOneFOneB:
+    case ScheduleKind::kInterleaved: return true;
+    case ScheduleKind::kZbH1: return l.micro_batches >= l.pp && W <= F && W <= Bi;
+    case ScheduleKind::kZbV: return l.micro_batches >= 2 * l.pp - 1 && F <= Bi && W <= Bi;
+    case ScheduleKind::kDualPipeV: return F == Bi && W <= Bi;
+  }
+  return false;
 }
 
 std::vector<int> peak_activations(const Timeline& t) {
@@ -62,13 +132,10 @@ std::vector<int> peak_activations(const Timeline& t) {
   for (const auto& rank : t.ranks) {
     // +1 at a forward's start, -1 at the end of the action that frees it.
     std::vector<std::pair<std::int64_t, int>> events;
-    const bool split = std::any_of(rank.begin(), rank.end(), [](const TimedAction& a) {
-      return a.action.work == Work::kBackwardWeight;
-    });
     for (const TimedAction& a : rank) {
-      if (a.action.work == Work::kForward) events.push_back({a.start, +1});
-      const Work frees = split ? Work::kBackwardWeight : Work::kBackward;
-      if (a.action.work == frees) events.push_back({a.end, -1});
+      std::pair<int, int> which;
+      if (holds(a.action)) events.push_back({a.start, +1});
+      if (frees(a.action, &which)) events.push_back({a.end, -1});
     }
     // At equal times the release comes first: a buffer freed at t is free for a start at t.
     std::sort(events.begin(), events.end());
@@ -83,14 +150,10 @@ std::vector<int> peak_activations(const Timeline& t) {
 }
 
 std::int64_t peak_held(const RankProgram& program, std::span<const std::int64_t> chunk_weight) {
-  const bool split = std::any_of(program.begin(), program.end(), [](const Action& a) {
-    return a.work == Work::kBackwardWeight;
-  });
-  const Work frees = split ? Work::kBackwardWeight : Work::kBackward;
-  auto weight = [&](const Action& a) {
-    const auto c = static_cast<std::size_t>(a.chunk);
+  auto weight = [&](int chunk) {
+    const auto c = static_cast<std::size_t>(chunk);
     if (c >= chunk_weight.size()) {
-      throw InputError("peak_held: chunk " + std::to_string(a.chunk) + " of an action but " +
+      throw InputError("peak_held: chunk " + std::to_string(chunk) + " of an action but " +
                        std::to_string(chunk_weight.size()) + " chunk weights");
     }
     return chunk_weight[c];
@@ -99,12 +162,13 @@ std::int64_t peak_held(const RankProgram& program, std::span<const std::int64_t>
   for (const Action& a : program) {
     // A forward's buffers are live from its start; a freeing action releases at its end, so
     // the next forward can reuse them (peak_activations: the release first at equal times).
-    if (a.work == Work::kForward) {
-      held += weight(a);
+    // An overlapped pair holds its forward's and its backward's at once.
+    std::pair<int, int> which;
+    if (holds(a)) {
+      held += weight(a.chunk);
       peak = std::max(peak, held);
-    } else if (a.work == frees) {
-      held -= weight(a);
     }
+    if (frees(a, &which)) held -= weight(which.second);
   }
   return peak;
 }
@@ -117,6 +181,8 @@ int expected_peak_activations(ScheduleKind kind, const PipelineLayout& l, int ra
     // Qi et al.: every rank holds as many as 1F1B's first rank (its B's in flight plus the
     // W's it delays), so the peak over the ranks is 1F1B's.
     case ScheduleKind::kZbH1: return std::min(p, m);
+    case ScheduleKind::kZbV: return std::min({2 * p, m + rank + 1, 2 * m});
+    case ScheduleKind::kDualPipeV: return 2 * p + 1;
     case ScheduleKind::kInterleaved:
       return std::min(warmup_forwards(kind, l, rank) + 1, m * l.virtual_stages);
   }

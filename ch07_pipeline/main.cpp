@@ -1,5 +1,7 @@
-// ch07_pipeline: pipeline schedules as data. Without --schedule: the four schedules side by
-// side, the bubble against m beside the formulas, GPT-2 stages run by the runtime against one
+// ch07_pipeline: pipeline schedules as data. Without --schedule: the four classic schedules
+// side by side, each one's Gantt chart (ZB-V's and DualPipeV's V too), the six schedules'
+// table (bubble, activations, parameters, sends: simulated beside their formulas), DualPipeV's
+// overlapped pair on a CPU and a GPU, the bubble against m beside the formulas, GPT-2 stages run by the runtime against one
 // device, the bubble of real runs, and the failure modes (--bug shows one of them alone).
 // With --schedule NAME --pp P --micro-batches M [--virtual-stages V]: that schedule's unit-cost
 // timeline as a Gantt chart, or as JSON with --json. Every claim is checked: a failed claim
@@ -42,11 +44,15 @@ int body(int argc, char** argv) {
   if (bug == "all" || bug == "none") {
     print(schedules_side_by_side(p, m), checks);
     for (ScheduleKind k : {ScheduleKind::kOneFOneB, ScheduleKind::kInterleaved,
-                           ScheduleKind::kZbH1}) {
-      const PipelineLayout l{p, m, k == ScheduleKind::kInterleaved ? 2 : 1};
+                           ScheduleKind::kZbH1, ScheduleKind::kZbV, ScheduleKind::kDualPipeV}) {
+      const bool chunks = k == ScheduleKind::kInterleaved || placement_of(k) == Placement::kV;
+      const PipelineLayout l{p, m, chunks ? 2 : 1};
       if (k == ScheduleKind::kInterleaved && (m % p != 0 || p < 2)) continue;
+      if (k == ScheduleKind::kDualPipeV && m < 2 * p) continue;
       print(schedule_section(k, l), checks);
     }
+    print(six_schedules(p, m), checks);
+    print(dualpipev_overlap(2), checks);
     print(bubble_sweep(p), checks);
     print(gpt_runs_equal_one_device(), checks);
     print(measured_bubble(2, 8), checks);

@@ -11,21 +11,27 @@
 #include <span>
 #include <vector>
 
+#include "ch07_pipeline/pipeline_schedule.h"
 #include "model/gpt_params.h"
 
 namespace mixpar::ch07 {
 
 // The stages rank `rank` of a `pp`-rank pipeline runs, chunk by chunk: gpt_stage(config,
-// c pp + rank, pp v) for c = 0 .. v - 1. v = 1: the one stage gpt_stage(config, rank, pp).
+// stage_of(rank, c), pp v) for c = 0 .. v - 1 of the placement's layout (loop: c pp + rank; V:
+// rank and 2 pp - 1 - rank). v = 1: the one stage gpt_stage(config, rank, pp).
 // InputError naming the numbers when pp v > n_layer.
 std::vector<GptStage> rank_chunk_stages(const GptConfig& config, int rank, int pp,
-                                        int virtual_stages);
+                                        int virtual_stages,
+                                        Placement placement = Placement::kLoop);
 
 // One registry of the chunks' parameters, in chunk order, each as make_gpt2_registry of its
 // stage registers it: its Hugging Face name (global names: "h.5.mlp.c_fc.weight"), its holding
 // (stage = its virtual stage; the tied wte of the last chunk of rank p - 1 a tied_copy) and the
 // whole model's init offsets, so the registry initialised from a seed holds the very values of
 // the same parameters of one device. Registered, not allocated. One chunk: the stage's registry.
+// A tied copy of a parameter the registry already holds (the V's rank 0: the head's wte, whose
+// owner is the embedding of its chunk 0) is not registered again: both chunks use the one
+// tensor (GptOptions::wte_grad_shared), as one device does.
 ParamRegistry make_chunks_registry(const GptConfig& config, std::span<const GptStage> chunks,
                                    const TensorShard& tp = {});
 

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <mutex>
 
 #if defined(_OPENMP)
@@ -11,6 +12,7 @@
 #endif
 
 #include "ch07_pipeline/bubble.h"
+#include "ch07_pipeline/model_chunks.h"
 #include "parallel/count_once.h"
 #include "parallel/replicas.h"
 #include "random/philox.h"
@@ -114,15 +116,40 @@ GptPipelineRun run_gpt_pipeline(const GptConfig& c, const PipelinePlan& plan,
   run_local(l.pp, [&](Communicator& world) {
     one_thread();
     const int r = world.rank();
+    const bool v_shape = l.placement == Placement::kV;
+    // The V: the rank's chunks share one registry (make_chunks_registry), so rank 0's
+    // embedding and head use one wte, as one device does; no copy to sum.
+    std::unique_ptr<ParamRegistry> shared;
+    if (v_shape) {
+      shared = std::make_unique<ParamRegistry>(
+          make_chunks_registry(c, rank_chunk_stages(c, r, l.pp, l.virtual_stages, l.placement)));
+      shared->allocate(DType::kF32);
+      shared->initialize(3);
+    }
     std::vector<GptModel> chunks;
+    chunks.reserve(std::size_t(l.virtual_stages));
     for (int ch = 0; ch < l.virtual_stages; ++ch) {
-      chunks.emplace_back(c, options_for(gpt_stage(c, l.stage_of(r, ch), l.stages())));
+      GptOptions o = options_for(gpt_stage(c, l.stage_of(r, ch), l.stages()));
+      if (shared) {
+        o.params = shared.get();
+        o.wte_grad_shared = r == 0;
+      }
+      chunks.emplace_back(c, o);
     }
     std::vector<GptModel*> ptrs;
     for (GptModel& g : chunks) ptrs.push_back(&g);
-    // The tied wte lives on chunk 0 of the first rank and the last chunk of the last rank.
-    std::unique_ptr<Communicator> embedding = world.split(r == 0 || r == l.pp - 1 ? 0 : -1, r);
+    // The tied wte lives on chunk 0 of the first rank and the last chunk of the last rank
+    // (the V: both on rank 0, one tensor).
+    std::unique_ptr<Communicator> embedding =
+        world.split(!v_shape && (r == 0 || r == l.pp - 1) ? 0 : -1, r);
     GptModel& wte_holder = r == 0 ? chunks.front() : chunks.back();
+    // Each parameter once: the V's chunks are views of the shared registry.
+    std::vector<ParamRegistry*> owners;
+    if (shared) {
+      owners.push_back(shared.get());
+    } else {
+      for (GptModel& g : chunks) owners.push_back(&g.registry());
+    }
     MemoryLedger& ledger = current_ledger();
     const std::size_t before = ledger.live(MemCategory::kActivations);
     const float seed = opts.divide_loss_by_m ? 1.0f / float(l.micro_batches) : 1.0f;
@@ -138,11 +165,13 @@ GptPipelineRun run_gpt_pipeline(const GptConfig& c, const PipelinePlan& plan,
       compute_s = execute(plan.ranks[std::size_t(r)], l, world, work, spans, r);
       step_s = seconds_since(t0);
       sent = world.traffic().total().bytes_sent;
-      if (opts.sum_tied_embedding) sum_tied_embedding_grads(wte_holder, embedding.get());
+      if (opts.sum_tied_embedding && !v_shape) {
+        sum_tied_embedding_grads(wte_holder, embedding.get());
+      }
       loss_sum = work.loss_sum();
       if (opts.lr > 0) {
-        for (GptModel& g : chunks) {
-          for (const ParamEntry& e : g.registry().entries()) {
+        for (ParamRegistry* g : owners) {
+          for (const ParamEntry& e : g->entries()) {
             Tensor param = e.param;  // a handle on the registry's storage
             float* p = param.data_as<float>();
             const float* d = e.grad.data_as<float>();
@@ -169,14 +198,16 @@ GptPipelineRun run_gpt_pipeline(const GptConfig& c, const PipelinePlan& plan,
     out.step_s = std::max(out.step_s, step_s);
     out.grad_norm = std::sqrt(total.data_as<double>()[0]);
     if (r == 0) out.first_stage_norm = std::sqrt(mine);
-    if (r == l.pp - 1) out.loss_sum = loss_sum;
+    if (r == l.rank_of(l.stages() - 1)) out.loss_sum = loss_sum;
     for (GptModel& g : chunks) {
       for (const ParamEntry& e : g.registry().entries()) {
         if (!e.holding.tied_copy) out.grads[e.name] = values(e.grad);
       }
     }
     if (r == 0) out.wte_hash_first = weights_hash(wte_holder.param("wte.weight"));
-    if (r == l.pp - 1) out.wte_hash_last = weights_hash(wte_holder.param("wte.weight"));
+    if (r == (v_shape ? 0 : l.pp - 1)) {
+      out.wte_hash_last = weights_hash(wte_holder.param("wte.weight"));
+    }
   }, opts.local);
   return out;
 }
@@ -281,10 +312,14 @@ Section gpt_runs_equal_one_device() {
                "norm over all stages / one device", "rank 0's norm alone"});
   bool loss_ok = true, bits_ok = true, norm_ok = true, partial_low = true;
   double worst_wte = 0;
-  for (ScheduleKind k : {ScheduleKind::kAfab, ScheduleKind::kOneFOneB, ScheduleKind::kInterleaved,
-                         ScheduleKind::kZbH1}) {
+  for (ScheduleKind k : all_schedules()) {
     for (int p : {2, 4}) {
-      const int m = 4, v = k == ScheduleKind::kInterleaved ? 2 : 1;
+      // DualPipeV needs m >= 2p; every other schedule runs m = 4.
+      const int m = k == ScheduleKind::kDualPipeV ? 2 * p : 4;
+      const int v = k == ScheduleKind::kAfab || k == ScheduleKind::kOneFOneB ||
+                            k == ScheduleKind::kZbH1
+                        ? 1
+                        : 2;
       const auto bs = lesson_batches(c, m);
       const OneDevice ref = one_device(c, bs);
       const GptPipelineRun run = run_gpt_pipeline(c, make_plan(k, {p, m, v}), bs);
@@ -310,7 +345,8 @@ Section gpt_runs_equal_one_device() {
            "  Every stage accumulates its micro-batches in one device's order (ZB-H1's delayed\n"
            "  W's too: first in, first out): every gradient but wte bit for bit. wte's two halves\n"
            "  (embedding on the first stage, head on the last) are summed once per step, not in\n"
-           "  place per micro-batch: rounding apart.\n";
+           "  place per micro-batch: rounding apart. In the V (zb-v, dualpipev) both halves are\n"
+           "  on rank 0 and add to one tensor, the head's first: rounding apart too.\n";
   s.claims.push_back(yes_claim("the pipeline's loss equals one device's, bit for bit", loss_ok));
   s.claims.push_back(yes_claim("every gradient but the tied wte equals one device's bit for bit", bits_ok));
   s.claims.push_back(tolerance_claim("tied wte gradient (first + last stage) vs one device, "
@@ -324,7 +360,7 @@ Section measured_bubble(int p, int m) {
   Section s;
   // Wider blocks, so compute outweighs the hand-offs between threads.
   const GptConfig c{4, 4, 128, 64, 256};
-  // Rounds over the four schedules, one after the other, so that a change of the machine's
+  // Rounds over the schedules, one after the other, so that a change of the machine's
   // load falls on every schedule alike; the spread of a schedule's rounds says how far one
   // reading can be trusted.
   constexpr int kRounds = 3;
@@ -334,20 +370,24 @@ Section measured_bubble(int p, int m) {
                "unit-cost bubble", "formula"});
   const auto bs = lesson_batches(c, m, 4, 64);
   std::vector<ScheduleKind> kinds;
-  for (ScheduleKind k : {ScheduleKind::kAfab, ScheduleKind::kOneFOneB, ScheduleKind::kInterleaved,
-                         ScheduleKind::kZbH1}) {
-    // Interleaved: 2 chunks of one block each per rank (4 blocks), where m is a multiple of p.
-    if (k == ScheduleKind::kInterleaved && (m % p != 0 || 2 * p > c.n_layer)) continue;
+  const auto chunks = [](ScheduleKind k) {
+    return k == ScheduleKind::kInterleaved || placement_of(k) == Placement::kV ? 2 : 1;
+  };
+  for (ScheduleKind k : all_schedules()) {
+    // Interleaved: 2 chunks of one block each per rank (4 blocks), where m is a multiple of p;
+    // the V the same 2 chunks (DualPipeV where m >= 2p).
+    if (chunks(k) == 2 && 2 * p > c.n_layer) continue;
+    if (k == ScheduleKind::kInterleaved && m % p != 0) continue;
+    if (k == ScheduleKind::kDualPipeV && m < 2 * p) continue;
     kinds.push_back(k);
   }
   std::vector<std::vector<double>> bubbles(kinds.size());
   std::vector<GptPipelineRun> last(kinds.size());
   for (int round = 0; round < kRounds; ++round) {
     for (std::size_t i = 0; i < kinds.size(); ++i) {
-      const bool interleaved = kinds[i] == ScheduleKind::kInterleaved;
       GptPipelineOptions o;
       o.sgd_steps = 2;  // the first step allocates
-      last[i] = run_gpt_pipeline(c, make_plan(kinds[i], {p, m, interleaved ? 2 : 1}), bs, o);
+      last[i] = run_gpt_pipeline(c, make_plan(kinds[i], {p, m, chunks(kinds[i])}), bs, o);
       double busy = 0;
       for (int r = 0; r < p; ++r) busy += last[i].compute_s[std::size_t(r)];
       bubbles[i].push_back(1 - busy / (double(p) * last[i].step_s));
@@ -355,7 +395,7 @@ Section measured_bubble(int p, int m) {
   }
   for (std::size_t i = 0; i < kinds.size(); ++i) {
     const bool interleaved = kinds[i] == ScheduleKind::kInterleaved;
-    const PipelinePlan plan = make_plan(kinds[i], {p, m, interleaved ? 2 : 1});
+    const PipelinePlan plan = make_plan(kinds[i], {p, m, chunks(kinds[i])});
     std::vector<double> b = bubbles[i];
     std::sort(b.begin(), b.end());
     std::string by_rank;
@@ -378,6 +418,140 @@ Section measured_bubble(int p, int m) {
   return s;
 }
 
+int sends_in_plan(const PipelinePlan& plan, int rank) {
+  int n = 0;
+  for (const Action& a : plan.ranks[std::size_t(rank)]) {
+    for (const Transfer& t : a.transfers) n += t.send ? 1 : 0;
+  }
+  return n;
+}
+
+int sends_of_placement(const PipelineLayout& l, int rank) {
+  int n = 0;
+  for (int c = 0; c < l.virtual_stages; ++c) {
+    const int s = l.stage_of(rank, c);
+    if (s + 1 < l.stages() && l.rank_of(s + 1) != rank) n += l.micro_batches;  // activations
+    if (s > 0 && l.rank_of(s - 1) != rank) n += l.micro_batches;               // gradients
+  }
+  return n;
+}
+
+Section six_schedules(int p, int m) {
+  Section s;
+  const GptConfig c = small_gpt();
+  s.title = fmt("The six schedules side by side: p %d, m %d, v 2 where a schedule has chunks "
+                "(GPT-2 8 x 16 for the parameters)", p, m);
+  TextTable t({"schedule", "v", "bubble", "formula", "idle", "formula", "peak act.", "formula",
+               "params/rank", "sends/step", "placement", "rendezvous"});
+  const double whole = double(make_gpt2_registry(c).numel());
+  bool bubbles_ok = true, peaks_ok = true, sends_ok = true;
+  for (ScheduleKind k : all_schedules()) {
+    const int v = k == ScheduleKind::kAfab || k == ScheduleKind::kOneFOneB ||
+                          k == ScheduleKind::kZbH1
+                      ? 1
+                      : 2;
+    if (k == ScheduleKind::kInterleaved && m % p != 0) continue;
+    if (k == ScheduleKind::kDualPipeV && m < 2 * p) continue;
+    const PipelinePlan plan = make_plan(k, {p, m, v});
+    const PipelineLayout& l = plan.layout;
+    const Timeline tl = play(plan, SendMode::kEager).timeline;
+    const double frac = bubble_fraction(tl), frac_f = bubble_formula(k, l);
+    const std::int64_t idle = bubble_time(tl), idle_f = bubble_time_formula(k, l, UnitCosts{});
+    bubbles_ok = bubbles_ok && std::abs(frac - frac_f) < 1e-12 && idle == idle_f;
+    // Peak activations in stage micro-batches (one micro-batch through 1/p of the model): a
+    // chunk's are 1/v of a stage's. The largest over the ranks.
+    int peak = 0, peak_f = 0, sends = 0, sends_f = 0;
+    double params = 0;
+    const std::vector<int> peaks = peak_activations(tl);
+    for (int r = 0; r < p; ++r) {
+      peak = std::max(peak, peaks[std::size_t(r)]);
+      peak_f = std::max(peak_f, expected_peak_activations(k, l, r));
+      sends = std::max(sends, sends_in_plan(plan, r));
+      sends_f = std::max(sends_f, sends_of_placement(l, r));
+      params = std::max(params, double(make_chunks_registry(
+                                           c, rank_chunk_stages(c, r, p, v, l.placement))
+                                           .numel()));
+    }
+    peaks_ok = peaks_ok && peak == peak_f;
+    sends_ok = sends_ok && sends == sends_f;
+    t.add({std::string(schedule_name(k)), num(v), fmt("%.4f", frac), fmt("%.4f", frac_f),
+           num(idle), bubble_time_formula_text(k) + " = " + num(idle_f),
+           fmt("%.1f", double(peak) / v), fmt("%.1f", double(peak_f) / v),
+           fmt("%.2f x", params / (whole / p)), num(sends), num(sends_f),
+           survives_rendezvous_sends(plan) ? "yes" : "no"});
+  }
+  s.text = t.str() +
+           "  bubble: the idle share of p x the step, simulated at unit cost (T_F = 1, T_B = 2,\n"
+           "  B = W = 1 split, F&B = 3: one chunk's, one stage's when v = 1), and its formula;\n"
+           "  idle: the most idle rank's time units, and DualPipe's formula for it (F, B whole\n"
+           "  backward, W, F&B of one chunk). peak act.: the most stage micro-batches' activations\n"
+           "  a rank holds (a chunk's count 1/v), simulated and as tabulated. params/rank: the\n"
+           "  largest rank's parameters over the model's / p, from the registries (1F1B's last\n"
+           "  rank holds the tied wte again; the V's rank 0 holds the embedding and the head, one\n"
+           "  wte; DualPipe's two-way form, not built here, would hold 2x). sends/step: the\n"
+           "  busiest rank's messages in the plan, and m per neighbour stage on another rank.\n";
+  s.claims.push_back(yes_claim(fmt("p %d m %d: every schedule's simulated bubble (share and "
+                                   "idle time) is its formula's", p, m), bubbles_ok));
+  s.claims.push_back(yes_claim("every schedule's peak activations are the tabulated ones",
+                               peaks_ok));
+  s.claims.push_back(yes_claim("every plan sends m messages per neighbour stage on another rank",
+                               sends_ok));
+  return s;
+}
+
+Section dualpipev_overlap(int m_per_rank) {
+  Section s;
+  s.title = fmt("DualPipeV's overlapped pair: a CPU runs F then B (F&B = 3), a GPU hides one "
+                "micro-batch's communication under the other's compute (F&B = max(F, B) = 2); "
+                "m = %d p", m_per_rank);
+  TextTable t({"p", "m", "step, CPU", "step, GPU", "idle, CPU", "idle, GPU",
+               "(p-1)(F&B+B-3W), CPU", "GPU"});
+  bool ok = true, shorter = true;
+  for (int p : {2, 4, 8}) {
+    const int m = m_per_rank * p;
+    const PipelinePlan plan = make_plan(ScheduleKind::kDualPipeV, {p, m, 2});
+    UnitCosts cpu, gpu;
+    gpu.overlapped = 2;
+    const Timeline a = play(plan, SendMode::kEager, cpu).timeline;
+    const Timeline b = play(plan, SendMode::kEager, gpu).timeline;
+    const std::int64_t fa = bubble_time_formula(ScheduleKind::kDualPipeV, plan.layout, cpu);
+    const std::int64_t fb = bubble_time_formula(ScheduleKind::kDualPipeV, plan.layout, gpu);
+    ok = ok && bubble_time(a) == fa && bubble_time(b) == fb;
+    shorter = shorter && b.makespan < a.makespan;
+    t.add({num(p), num(m), num(a.makespan), num(b.makespan), num(bubble_time(a)),
+           num(bubble_time(b)), num(fa), num(fb)});
+  }
+  s.text = t.str() +
+           "  The pair is one action of the list (the runtime runs its forward, then its\n"
+           "  backward, on a CPU's one stream). On a GPU the two run on streams of their own: the\n"
+           "  forward's sends and an MoE's all-to-all hide under the backward's kernels and back,\n"
+           "  which DualPipe was built for; the simulator models it as a pair costing its longer\n"
+           "  half. The step shrinks by the 2m(F + B - F&B) units the pairs save, less what the\n"
+           "  unpaired actions at the ends keep.\n";
+  s.claims.push_back(yes_claim("DualPipeV's idle time is (p-1)(F&B+B-3W) at both pair costs", ok));
+  s.claims.push_back(yes_claim("the overlapped pair shortens the step", shorter));
+  return s;
+}
+
+PipelinePlan v_lists_in_a_loop(ScheduleKind kind, int p, int m) {
+  PipelinePlan plan = make_plan(kind, {p, m, 2});
+  PipelineLayout loop = plan.layout;
+  loop.placement = Placement::kLoop;
+  plan.layout = loop;
+  plan.ranks = with_transfers(compute_order(kind, layout_for(kind, p, m, 2)), loop);
+  return plan;
+}
+
+PipelinePlan last_w_deferred(PipelinePlan plan) {
+  for (RankProgram& prog : plan.ranks) {
+    const auto last = std::find_if(prog.rbegin(), prog.rend(), [](const Action& a) {
+      return a.work == Work::kBackwardWeight;
+    });
+    if (last != prog.rend()) prog.erase(std::next(last).base());
+  }
+  return plan;
+}
+
 PipelinePlan receive_before_send(PipelinePlan plan) {
   for (RankProgram& prog : plan.ranks) {
     RankProgram out;
@@ -396,8 +570,8 @@ PipelinePlan receive_before_send(PipelinePlan plan) {
 }
 
 std::vector<std::string> bug_names() {
-  return {"deadlock", "loss-not-divided", "tied-not-summed", "few-micro-batches",
-          "too-many-stages"};
+  return {"deadlock",        "loss-not-divided", "tied-not-summed", "few-micro-batches",
+          "too-many-stages", "v-placement",      "w-after-step"};
 }
 
 namespace {
@@ -544,6 +718,73 @@ Section too_many_stages_section(const GptConfig& c) {
   return s;
 }
 
+// ZB-V's lists (written for the V: rank r holds stages r and 2p - 1 - r) placed as a loop
+// (rank r holding r and p + r): the stages the lists' data flows between are no longer the
+// neighbours they name, and the pre-flight play refuses the plan before any compute.
+Section v_placement_section() {
+  Section s;
+  s.title = "--bug v-placement: ZB-V's lists with the loop's placement (chunk 1 of rank r on "
+            "stage p + r, not 2p - 1 - r)";
+  std::string refused;
+  try {
+    preflight(v_lists_in_a_loop(ScheduleKind::kZbV, 4, 8));
+  } catch (const ScheduleRefused& e) {
+    refused = e.what();
+  }
+  std::string ok_v;
+  try {
+    preflight(make_plan(ScheduleKind::kZbV, {4, 8, 2}));
+    ok_v = "accepted";
+  } catch (const ScheduleRefused& e) {
+    ok_v = e.what();
+  }
+  s.text = "  the V (p 4, m 8):  " + ok_v + "\n  placed as a loop:  " + refused + "\n";
+  s.claims.push_back(yes_claim("placed as the V, the pre-flight play accepts ZB-V's lists",
+                               ok_v == "accepted"));
+  s.claims.push_back(yes_claim("placed as a loop, the pre-flight play refuses them naming two ranks",
+                               refused.find("rank") != std::string::npos));
+  s.claims.push_back(claim_broken_by(
+      "v-placement", {"v-placement run: every send meets its receive (the pre-flight play passes)",
+                      "passes", refused.empty() ? "passes" : "refused", refused.empty()}));
+  return s;
+}
+
+// Each rank's last W left for after the optimizer step: the pre-flight play finds the weight
+// gradient missing from the step; run unchecked, the gradients are not one device's.
+Section w_after_step_section(const GptConfig& c) {
+  Section s;
+  s.title = "--bug w-after-step: each rank's last W of ZB-V deferred past the optimizer step";
+  const int p = 2, m = 4;
+  const PipelinePlan bad = last_w_deferred(make_plan(ScheduleKind::kZbV, {p, m, 2}));
+  std::string refused;
+  try {
+    preflight(bad);
+  } catch (const ScheduleRefused& e) {
+    refused = e.what();
+  }
+  GptPipelineOptions o;
+  o.preflight = false;
+  const auto bs = lesson_batches(c, m);
+  const OneDevice ref = one_device(c, bs);
+  const GptPipelineRun run = run_gpt_pipeline(c, bad, bs, o);
+  int bitwise = 0, total = 0;
+  for (const auto& [name, g] : ref.grads) {
+    if (name == "wte.weight") continue;
+    ++total;
+    bitwise += bitwise_equal(run.grads.at(name), g) ? 1 : 0;
+  }
+  s.text = "  pre-flight (before any compute):\n    " + refused +
+           fmt("\n  run unchecked (p %d, m %d): %d of %d gradients (wte aside) are one device's\n",
+               p, m, bitwise, total);
+  s.claims.push_back(yes_claim("the pre-flight check refuses it, naming the missing W",
+                               refused.find("weight gradient") != std::string::npos));
+  s.claims.push_back(claim_broken_by(
+      "w-after-step", {"w-after-step run: every gradient but wte is one device's bit for bit",
+                       fmt("%d / %d", total, total), fmt("%d / %d", bitwise, total),
+                       bitwise == total}));
+  return s;
+}
+
 }  // namespace
 
 Section bug_section(const std::string& name) {
@@ -553,8 +794,10 @@ Section bug_section(const std::string& name) {
   if (name == "tied-not-summed") return tied_not_summed_section(c);
   if (name == "few-micro-batches") return few_micro_batches_section(c);
   if (name == "too-many-stages") return too_many_stages_section(c);
+  if (name == "v-placement") return v_placement_section();
+  if (name == "w-after-step") return w_after_step_section(c);
   throw InputError("--bug: '" + name + "' is not one of all|none|deadlock|loss-not-divided|"
-                   "tied-not-summed|few-micro-batches|too-many-stages");
+                   "tied-not-summed|few-micro-batches|too-many-stages|v-placement|w-after-step");
 }
 
 }  // namespace mixpar::ch07

@@ -63,6 +63,13 @@ GptPipelineRun run_gpt_pipeline(const GptConfig& c, const PipelinePlan& plan,
 // Sections of the demo.
 Section schedule_section(ScheduleKind kind, const PipelineLayout& l);
 Section schedules_side_by_side(int p, int m);
+// AFAB, 1F1B, interleaved, ZB-H1, ZB-V, DualPipeV at (p, m) (v 2 where a schedule has chunks):
+// bubble, activation memory, parameters per rank and sends per step, each measured (simulator,
+// registries, the plan's transfers) beside its formula.
+Section six_schedules(int p, int m);
+// DualPipeV's overlapped pair on a CPU (F&B = F + B) and on a GPU that hides one micro-batch's
+// communication under the other's compute (F&B = max(F, B)): the step and the bubble time.
+Section dualpipev_overlap(int m_per_rank);
 Section bubble_sweep(int p);
 Section gpt_runs_equal_one_device();
 Section measured_bubble(int p, int m);
@@ -72,5 +79,13 @@ std::vector<std::string> bug_names();  // deadlock, loss-not-divided, tied-not-s
 Section bug_section(const std::string& name);
 // The deadlocking mutation: every fused send-and-receive split into receive, then send.
 PipelinePlan receive_before_send(PipelinePlan plan);
+// A V schedule's lists placed as a loop (chunk 1 of rank r on stage p + r, not 2p - 1 - r).
+PipelinePlan v_lists_in_a_loop(ScheduleKind kind, int p, int m);
+// Each rank's last W removed from the step (deferred past the optimizer step).
+PipelinePlan last_w_deferred(PipelinePlan plan);
+// Sends a rank posts in a step, counted in its list, and as its placement implies: m per
+// neighbour stage on another rank, per direction.
+int sends_in_plan(const PipelinePlan& plan, int rank);
+int sends_of_placement(const PipelineLayout& l, int rank);
 
 }  // namespace mixpar::ch07

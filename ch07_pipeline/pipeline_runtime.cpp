@@ -9,10 +9,6 @@
 namespace mixpar::ch07 {
 namespace {
 
-// One tag for every pipeline message between a pair of ranks: they then arrive in the order
-// they were sent, the order the pre-flight play matched them in.
-constexpr int kPipelineTag = 7;
-
 int own_chunk(const Transfer& t, const PipelineLayout& l) {
   // A send comes from the producing stage; a receive lands on the stage after (activation)
   // or before (gradient) it.
@@ -33,6 +29,11 @@ double execute(const RankProgram& program, const PipelineLayout& layout, Communi
       case Work::kBackward: work.backward(a.micro_batch, a.chunk); break;
       case Work::kBackwardInput: work.backward_input(a.micro_batch, a.chunk); break;
       case Work::kBackwardWeight: work.backward_weight(a.micro_batch, a.chunk); break;
+      case Work::kOverlapForwardBackward:
+        // DualPipeV's pair, one after the other on a CPU (the simulator's F&B = T_F + T_B).
+        work.forward(a.micro_batch, a.chunk);
+        work.backward(a.bwd_micro_batch, a.bwd_chunk);
+        break;
       case Work::kTransfer: {
         const Transfer* send = nullptr;
         const Transfer* recv = nullptr;
@@ -44,21 +45,21 @@ double execute(const RankProgram& program, const PipelineLayout& layout, Communi
         if (send && recv && pp.sends_wait_for_receiver()) {
           const Tensor& out = work.send_buffer(send->what, send->micro_batch, own_chunk(*send, layout));
           Tensor& in = work.receive_buffer(recv->what, recv->micro_batch, own_chunk(*recv, layout));
-          pp.sendrecv(out, send->peer, in, recv->peer, kPipelineTag);
+          pp.sendrecv(out, send->peer, in, recv->peer, message_tag(send->what, layout));
         } else if (send && recv) {
           // Buffered sends: the send returns at once, then the receive. Not sendrecv, whose
           // send may wait for its receiver (MPI_Sendrecv, the local backend above its eager
           // limit): the pre-flight play, with buffered sends, would not describe it.
           pp.send(work.send_buffer(send->what, send->micro_batch, own_chunk(*send, layout)),
-                  send->peer, kPipelineTag);
+                  send->peer, message_tag(send->what, layout));
           pp.recv(work.receive_buffer(recv->what, recv->micro_batch, own_chunk(*recv, layout)),
-                  recv->peer, kPipelineTag);
+                  recv->peer, message_tag(recv->what, layout));
         } else if (send) {
           pp.send(work.send_buffer(send->what, send->micro_batch, own_chunk(*send, layout)),
-                  send->peer, kPipelineTag);
+                  send->peer, message_tag(send->what, layout));
         } else if (recv) {
           pp.recv(work.receive_buffer(recv->what, recv->micro_batch, own_chunk(*recv, layout)),
-                  recv->peer, kPipelineTag);
+                  recv->peer, message_tag(recv->what, layout));
         }
         for (const Transfer& t : a.transfers) work.transferred(t, own_chunk(t, layout));
         break;
@@ -100,6 +101,18 @@ GptStageWork::GptStageWork(std::vector<GptModel*> chunks, const PipelinePlan& pl
                                 " batches for " + std::to_string(layout_.micro_batches) +
                                 " micro-batches");
   }
+  // The V's rank 0: the embedding and the head add to one wte gradient (wte_grad_shared),
+  // which starts the step at zero.
+  for (GptModel* m : chunks_) {
+    if (m->options().wte_grad_shared) {
+      m->registry().at("wte.weight").grad.zero();
+      break;
+    }
+  }
+}
+
+bool GptStageWork::local(int stage) const {
+  return stage >= 0 && stage < layout_.stages() && layout_.rank_of(stage) == rank_;
 }
 
 void GptStageWork::forward(int mb, int c) {
@@ -110,6 +123,11 @@ void GptStageWork::forward(int mb, int c) {
       st.is_first() ? std::span<const std::int32_t>(b.inputs) : std::span<const std::int32_t>();
   const std::span<const std::int32_t> targets =
       st.is_last() ? std::span<const std::int32_t>(b.targets) : std::span<const std::int32_t>();
+  // Fed by a stage of this rank (the V's p - 1 -> p): its output handed over in memory.
+  if (!st.is_first() && local(st.index - 1)) {
+    model.prepare(b.B, b.T, mb);
+    model.stage_input(mb).copy_from(chunk(layout_.chunk_of(st.index - 1)).stage_output(mb));
+  }
   const double loss = model.forward(tokens, targets, b.B, b.T, mb);
   if (st.is_last()) loss_sum_ += loss;
 }
@@ -118,6 +136,19 @@ void GptStageWork::start_backward(int mb, int c) {
   GptModel& model = chunk(c);
   const TokenBatch& b = batches_[static_cast<std::size_t>(mb)];
   if (model.stage().is_last()) return;  // the loss seeds it
+  const int next = model.stage().index + 1;
+  if (local(next)) {  // the gradient of a stage of this rank, handed over in memory
+    const auto kept = grad_out_.find({mb, layout_.chunk_of(next)});
+    if (kept == grad_out_.end()) {
+      throw std::logic_error("pipeline runtime: backward of micro-batch " + std::to_string(mb) +
+                             " on chunk " + std::to_string(c) + " before stage " +
+                             std::to_string(next) + "'s on this rank");
+    }
+    model.prepare(b.B, b.T, mb);
+    model.output_grad().copy_from(kept->second);
+    grad_out_.erase(kept);
+    return;
+  }
   const auto it = grad_in_.find({mb, c});
   if (it == grad_in_.end()) {
     throw std::logic_error("pipeline runtime: backward of micro-batch " + std::to_string(mb) +
@@ -249,6 +280,8 @@ ScheduleResult PipelineSchedule::run_step(GptModel& model,
 // sum per rank of the embedding group.
 void PipelineSchedule::after_sync(GptModel& model) {
   if (!sums_tied_copies_) return;  // the gradient sync summed them before reducing
+  // The V: rank 0 holds the embedding and the head, one wte; no copy elsewhere to sum.
+  if (plan_.layout.placement == Placement::kV) return;
   for (GptModel* chunk : chunks_of(model)) sum_tied_embedding_grads(*chunk, grid_->embedding());
 }
 

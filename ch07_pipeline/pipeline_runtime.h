@@ -83,6 +83,7 @@ class GptStageWork final : public StageWork {
   GptModel& chunk(int c) { return *chunks_[static_cast<std::size_t>(c)]; }
   void start_backward(int micro_batch, int chunk);  // the received gradient into output_grad()
   void keep_input_grad(int micro_batch, int chunk);  // input_grad() out of the workspace
+  bool local(int stage) const;  // a stage this rank runs (the V: p - 1 and p on rank p - 1)
   std::vector<GptModel*> chunks_;
   PipelineLayout layout_;
   int rank_;
@@ -106,7 +107,8 @@ class PipelineSchedule final : public Schedule {
   // make_plan + preflight (InputError, ScheduleRefused) before any compute. `grid` must
   // outlive the schedule; its pp degree is the plan's.
   PipelineSchedule(ScheduleKind kind, const PipelineLayout& layout, const ParallelGrid& grid);
-  // v > 1 (interleaved): the rank's model chunks, chunk c running virtual stage c p + r
+  // v > 1 (interleaved, zb-v, dualpipev): the rank's model chunks, chunk c running virtual
+  // stage layout.stage_of(r, c) (loop: c p + r; V: r, 2p - 1 - r)
   // (model_chunks.h); chunks[0] is the model run_step and after_sync are handed. They must
   // outlive the schedule. With v = 1 nothing is set: the model handed is the rank's one chunk.
   void set_chunks(std::vector<GptModel*> chunks) { chunks_ = std::move(chunks); }

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <deque>
 #include <map>
+#include <set>
+#include <tuple>
 #include <utility>
 
 namespace mixpar::ch07 {
@@ -38,6 +40,7 @@ std::int64_t UnitCosts::of(Work w) const {
     case Work::kBackward: return backward;
     case Work::kBackwardInput: return backward_input;
     case Work::kBackwardWeight: return backward_weight;
+    case Work::kOverlapForwardBackward: return overlapped;
     case Work::kTransfer: return 0;
   }
   return 0;
@@ -65,6 +68,7 @@ class Player {
     }
     if (!res_.problem_found) find_deadlock();
     if (!res_.problem_found) find_unreceived_sends();
+    if (!res_.problem_found) find_missing_gradients();
     if (res_.problem_found) return std::move(res_.result);
     res_.result.ok = true;
     for (const auto& rank : res_.result.timeline.ranks) {
@@ -85,7 +89,10 @@ class Player {
                        : "'" + describe(action_of(r), plan_.layout) + "'";
   }
   std::string message(const Transfer& t) const {
-    return "'" + describe(Action{Work::kTransfer, -1, 0, {t}}, plan_.layout) + "'";
+    Action a;
+    a.work = Work::kTransfer;
+    a.transfers = {t};
+    return "'" + describe(a, plan_.layout) + "'";
   }
   void fail(std::string what, int a, int b) {
     PlayProblem& q = res_.result.problem;
@@ -108,6 +115,7 @@ class Player {
     while (!finished(r) && !res_.problem_found) {
       const Action& a = action_of(r);
       if (a.work != Work::kTransfer) {
+        if (!local_inputs_ready(r, a)) break;
         const std::int64_t end = s.clock + costs_.of(a.work);
         record(r, a, s.clock, end);
         s.clock = end;
@@ -131,6 +139,73 @@ class Player {
     return moved;
   }
 
+  // A compute action fed by a stage on this rank needs that stage's output already made: the
+  // rank runs one action at a time, so a list with the consumer first can never run.
+  bool local_inputs_ready(int r, const Action& a) {
+    const PipelineLayout& l = plan_.layout;
+    const bool pair = a.work == Work::kOverlapForwardBackward;
+    const int last = l.stages() - 1;
+    auto check = [&](bool needed, int stage, int mb, Payload what, const std::string& feeder) {
+      if (!needed || l.rank_of(stage) != r) return true;
+      if (made_.contains({stage, mb, what})) return true;
+      fail("rank " + std::to_string(r) + " runs " + quoted(r) + " before " + feeder +
+               " that feeds it on the same rank (stages " + std::to_string(stage) +
+               " and its neighbour share rank " + std::to_string(r) + ")",
+           r, r);
+      return false;
+    };
+    const int s = l.stage_of(r, a.chunk);
+    const int sb = pair ? l.stage_of(r, a.bwd_chunk) : s;
+    const int mb_b = pair ? a.bwd_micro_batch : a.micro_batch;
+    const bool fwd = a.work == Work::kForward || pair;
+    const bool bwd = a.work == Work::kBackward || a.work == Work::kBackwardInput || pair;
+    if (!check(fwd && s > 0, s - 1, a.micro_batch, Payload::kActivation,
+               "the forward of stage " + std::to_string(s - 1))) {
+      return false;
+    }
+    if (!check(bwd && sb < last, sb + 1, mb_b, Payload::kGradient,
+               "the backward of stage " + std::to_string(sb + 1))) {
+      return false;
+    }
+    if (fwd) made_.insert({s, a.micro_batch, Payload::kActivation});
+    if (bwd) made_.insert({sb, mb_b, Payload::kGradient});
+    return true;
+  }
+
+  // Every (micro-batch, chunk) run forward has its input and weight gradients on its rank.
+  void find_missing_gradients() {
+    for (int r = 0; r < p_; ++r) {
+      std::map<std::pair<int, int>, int> fwd, input, weight;
+      for (const Action& a : plan_.ranks[std::size_t(r)]) {
+        switch (a.work) {
+          case Work::kForward: ++fwd[{a.micro_batch, a.chunk}]; break;
+          case Work::kBackward:
+            ++input[{a.micro_batch, a.chunk}];
+            ++weight[{a.micro_batch, a.chunk}];
+            break;
+          case Work::kBackwardInput: ++input[{a.micro_batch, a.chunk}]; break;
+          case Work::kBackwardWeight: ++weight[{a.micro_batch, a.chunk}]; break;
+          case Work::kOverlapForwardBackward:
+            ++fwd[{a.micro_batch, a.chunk}];
+            ++input[{a.bwd_micro_batch, a.bwd_chunk}];
+            ++weight[{a.bwd_micro_batch, a.bwd_chunk}];
+            break;
+          case Work::kTransfer: break;
+        }
+      }
+      for (const auto& [key, n] : fwd) {
+        const bool has_input = input[key] == n, has_weight = weight[key] == n;
+        if (has_input && has_weight) continue;
+        return fail("rank " + std::to_string(r) + " runs micro-batch " +
+                        std::to_string(key.first) + " of chunk " + std::to_string(key.second) +
+                        " forward but not its " + (has_input ? "weight" : "input") +
+                        " gradient within the step (a W deferred past the optimizer step "
+                        "misses it)",
+                    r, r);
+      }
+    }
+  }
+
   // The transfer's sends go into their channels, in order; eager ones are done at once.
   bool post_sends(int r, const Action& a) {
     RankState& s = st_[std::size_t(r)];
@@ -146,7 +221,7 @@ class Player {
              r, -1);
         return true;
       }
-      channel_[{r, t.peer}].push_back({t, r, k, s.clock});
+      channel_[{r, t.peer, message_tag(t.what, plan_.layout)}].push_back({t, r, k, s.clock});
       if (mode_ == SendMode::kEager) s.piece_done[k] = true;
     }
     return true;
@@ -160,7 +235,7 @@ class Player {
     for (std::size_t k = 0; k < a.transfers.size(); ++k) {
       const Transfer& t = a.transfers[k];
       if (t.send || s.piece_done[k]) continue;
-      auto& q = channel_[{t.peer, r}];
+      auto& q = channel_[{t.peer, r, message_tag(t.what, plan_.layout)}];
       if (q.empty()) continue;
       const InFlight& head = q.front();
       if (!same_message(head.sent, t)) {
@@ -221,9 +296,10 @@ class Player {
   void find_unreceived_sends() {
     for (const auto& [ends, q] : channel_) {
       if (!q.empty()) {
-        return fail("rank " + std::to_string(ends.first) + " sends " + message(q.front().sent) +
-                        " that rank " + std::to_string(ends.second) + " never receives",
-                    ends.first, ends.second);
+        const auto& [from, to, what] = ends;
+        return fail("rank " + std::to_string(from) + " sends " + message(q.front().sent) +
+                        " that rank " + std::to_string(to) + " never receives",
+                    from, to);
       }
     }
   }
@@ -238,7 +314,9 @@ class Player {
   const UnitCosts& costs_;
   int p_;
   std::vector<RankState> st_;
-  std::map<std::pair<int, int>, std::deque<InFlight>> channel_;  // (from, to) in send order
+  // (from, to, tag) in send order: the runtime's tags (message_tag), each in order.
+  std::map<std::tuple<int, int, int>, std::deque<InFlight>> channel_;
+  std::set<std::tuple<int, int, Payload>> made_;  // (stage, micro-batch, what) run so far
   Outcome res_;
 };
 
@@ -252,6 +330,14 @@ void preflight(const PipelinePlan& plan, SendMode mode) {
   PlayResult r = play(plan, SendMode::kEager);
   if (!r.ok) throw ScheduleRefused(std::move(r.problem));
   if (mode == SendMode::kEager) return;
+  if (plan.layout.placement == Placement::kV) {
+    PlayProblem q;
+    q.what = std::string(schedule_name(plan.kind)) + " sends activations and gradients on "
+             "tags of their own (message_tag), and a send-and-receive pair on two tags is two "
+             "calls: it needs buffered sends, and this backend's sends wait for their receiver "
+             "(NCCL, local synchronous)";
+    throw ScheduleRefused(std::move(q));
+  }
   r = play(plan, SendMode::kRendezvous);
   if (!r.ok) {
     r.problem.what = std::string(schedule_name(plan.kind)) + " needs buffered sends, and this "
@@ -266,6 +352,7 @@ SendMode send_mode_of(const Communicator& comm) {
 }
 
 bool survives_rendezvous_sends(const PipelinePlan& plan) {
+  if (plan.layout.placement == Placement::kV) return false;  // preflight says why
   return play(plan, SendMode::kRendezvous).ok;
 }
 

@@ -11,9 +11,15 @@
 // interleaved with m > p needs buffering (two neighbours send to each other at once).
 //
 // The unit-cost timeline (play with kEager): T_F = 1, T_B = 2, B = W = 1 when the backward is
-// split, transfers free and sends never waiting; each action starts as soon as its rank is
-// free and its data is there. From it: bubble_fraction = idle / (p x makespan) and the
+// split, an overlapped forward-and-backward pair F&B = T_F + T_B = 3 (as a CPU runs it: one
+// after the other), transfers free and sends never waiting; each action starts as soon as its
+// rank is free and its data is there. From it: bubble_fraction = idle / (p x makespan) and the
 // micro-batches each rank holds at once (bubble.h).
+//
+// Two more checks of every play: a stage fed by a stage on the same rank (the V's p - 1 and
+// p) must come after it in the rank's list (nothing is sent, so nothing could be waited for),
+// and every micro-batch a rank runs forward must have its input and weight gradients in the
+// step (a W left out, or deferred past the step, would miss the optimizer step).
 #pragma once
 
 #include <cstdint>
@@ -31,8 +37,14 @@ enum class SendMode : std::uint8_t { kEager, kRendezvous };
 
 // Unit costs of one chunk's compute (a chunk of an interleaved rank counts as a stage: the
 // time unit is then a chunk's forward, T_F / v).
+// overlapped: a kOverlapForwardBackward pair (DualPipeV). On a CPU the pair runs in sequence:
+// T_F + T_B. On a GPU its two halves run on streams of their own and one micro-batch's
+// communication (the pipeline's sends, an MoE's all-to-all) hides under the other's compute,
+// which is what DualPipe overlaps: a cost below T_F + T_B models it (the lesson uses
+// max(T_F, T_B) = 2, a pair costing its longer half).
 struct UnitCosts {
   std::int64_t forward = 1, backward = 2, backward_input = 1, backward_weight = 1;
+  std::int64_t overlapped = 3;
   std::int64_t of(Work w) const;  // 0 for a transfer
 };
 

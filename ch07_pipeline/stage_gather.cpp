@@ -10,7 +10,8 @@ namespace mixpar::ch07 {
 
 std::vector<NamedTensor> gather_stages(Communicator& pp, const GptConfig& config,
                                        const ParamRegistry& registry,
-                                       std::span<const Tensor> values, int virtual_stages) {
+                                       std::span<const Tensor> values, int virtual_stages,
+                                       Placement placement) {
   const auto entries = registry.entries();
   if (values.size() != entries.size()) {
     throw std::invalid_argument("gather_stages: " + std::to_string(values.size()) +
@@ -36,7 +37,8 @@ std::vector<NamedTensor> gather_stages(Communicator& pp, const GptConfig& config
   // Rank s's registry (its chunks') says what it sends, and in which order.
   for (int s = 1; s < stages; ++s) {
     const ParamRegistry theirs =
-        make_chunks_registry(config, rank_chunk_stages(config, s, stages, virtual_stages));
+        make_chunks_registry(config,
+                             rank_chunk_stages(config, s, stages, virtual_stages, placement));
     for (const ParamEntry& e : theirs.entries()) {
       if (e.holding.tied_copy) continue;
       Tensor t = Tensor::empty(e.shape, DType::kF32, MemCategory::kOther);

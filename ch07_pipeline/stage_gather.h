@@ -6,19 +6,21 @@
 #include <span>
 #include <vector>
 
+#include "ch07_pipeline/pipeline_schedule.h"
 #include "comm/communicator.h"
 #include "model/gpt_params.h"
 
 namespace mixpar::ch07 {
 
 // Collective over `pp` (rank s runs the chunks rank_chunk_stages(config, s, pp.size(),
-// virtual_stages): with one chunk, stage s by gpt_stage's rule): each rank sends `values` (one
+// virtual_stages, placement): with one chunk, stage s by gpt_stage's rule): each rank sends `values` (one
 // tensor per entry of its registry, make_chunks_registry's order: its FP32 masters, say) of
 // the parameters it owns (the last stage's tied wte copy stays home), rank by rank to rank 0.
 // Returns, on rank 0, every parameter of `config` in Hugging Face order as contiguous FP32
 // tensors; nothing elsewhere.
 std::vector<NamedTensor> gather_stages(Communicator& pp, const GptConfig& config,
                                        const ParamRegistry& registry,
-                                       std::span<const Tensor> values, int virtual_stages = 1);
+                                       std::span<const Tensor> values, int virtual_stages = 1,
+                                       Placement placement = Placement::kLoop);
 
 }  // namespace mixpar::ch07

@@ -102,6 +102,17 @@ std::string virtual_stages_need_pp(const TrainerConfig& c) {
   return "--virtual-stages " + n(c.virtual_stages) + " needs --pp > 1";
 }
 
+// The V schedules (chapter 7: zb-v, dualpipev) place exactly two chunks on each pp rank, stages
+// r and 2 pp - 1 - r: the mesh's pp dimension holds 2 pp stages, no other count.
+std::string v_schedule_two_chunks(const TrainerConfig& c) {
+  if (c.pp == 1 || (c.pipeline_schedule != "zb-v" && c.pipeline_schedule != "dualpipev")) {
+    return "";
+  }
+  if (c.virtual_stages == 2) return "";
+  return "--schedule " + c.pipeline_schedule + " places two chunks on each pp rank in a V "
+         "(stages r and 2 pp - 1 - r): it needs --virtual-stages 2, got " + n(c.virtual_stages);
+}
+
 // Pipeline parallel (chapter 7): a block for every stage (every chunk).
 std::string pp_has_blocks(const TrainerConfig& c) {
   const std::int64_t stages = static_cast<std::int64_t>(c.pp) * c.virtual_stages;
@@ -168,6 +179,7 @@ const std::vector<MeshRule>& mesh_rules() {
       {"sequence-parallel-needs-tp", sequence_parallel_needs_tp},
       {"sequence-parallel-rows", sequence_parallel_rows},
       {"virtual-stages-need-pp", virtual_stages_need_pp},
+      {"v-schedule-two-chunks", v_schedule_two_chunks},
       {"pp-has-blocks", pp_has_blocks},
       {"pp-whole-activations", pp_whole_activations},
       {"pp-zero-stage", pp_zero_stage},

@@ -32,11 +32,17 @@ mem::Precision precision_of(DType d) {
 
 
 // The model chunks pipeline rank `stage` holds: its stage, or its v chunks of an interleaved
-// pipeline (chunk k = virtual stage k pp + stage, ch07_pipeline/model_chunks.h); the whole
-// model without a pipeline.
+// pipeline (chunk k = virtual stage k pp + stage, ch07_pipeline/model_chunks.h), or the V's two
+// (stages `stage` and 2 pp - 1 - stage: zb-v, dualpipev); the whole model without a pipeline.
+ch07::PipelineLayout pipeline_layout(const TrainerConfig& c) {
+  return ch07::layout_for(ch07::parse_schedule(c.pipeline_schedule), c.pp,
+                          static_cast<int>(c.grad_accum), c.virtual_stages);
+}
+
 std::vector<GptStage> rank_chunks(const TrainerConfig& c, int stage) {
   if (c.pp == 1) return {GptStage{}};
-  return ch07::rank_chunk_stages(c.model, stage, c.pp, c.virtual_stages);
+  return ch07::rank_chunk_stages(c.model, stage, c.pp, c.virtual_stages,
+                                 pipeline_layout(c).placement);
 }
 
 std::int64_t stage_elements(const TrainerConfig& c, int stage) {
@@ -58,8 +64,7 @@ struct HeldActivations {
 std::vector<HeldActivations> held_activations(const TrainerConfig& c) {
   if (c.pp == 1) return {HeldActivations{1, c.model.n_layer}};
   const ch07::PipelinePlan plan =
-      ch07::make_plan(ch07::parse_schedule(c.pipeline_schedule),
-                      {c.pp, static_cast<int>(c.grad_accum), c.virtual_stages});
+      ch07::make_plan(ch07::parse_schedule(c.pipeline_schedule), pipeline_layout(c));
   std::vector<HeldActivations> out;
   for (int r = 0; r < c.pp; ++r) {
     std::vector<std::int64_t> blocks;
@@ -279,11 +284,14 @@ GroupTraffic estimate_group_traffic(const TrainerConfig& c) {
       t.cp = std::max(t.cp, per_block * st.blocks(c.model) * m + 2 * n * w * (k - 1) / k);
     }
     if (c.pp > 1) {
+      // The V sends both ways on both chunks: twice a loop stage's boundaries.
       const bool middle = s > 0 && s < c.pp - 1;
-      t.pp = std::max(t.pp, (middle ? 2 : 1) * m * btc);
+      const std::int64_t v_shape = pipeline_layout(c).placement == ch07::Placement::kV ? 2 : 1;
+      t.pp = std::max(t.pp, v_shape * (middle ? 2 : 1) * m * btc);
     }
   }
-  if (c.pp > 1) {
+  // The V holds the embedding and the head on rank 0: no tied copy to sum.
+  if (c.pp > 1 && pipeline_layout(c).placement == ch07::Placement::kLoop) {
     // The tied wte's gradient, all-reduced between two ranks: its (padded) vocabulary shard.
     t.embedding = padded_vocab(c.model.vocab_size, c.tp) / c.tp * c.model.n_embd * w;
   }
@@ -359,8 +367,7 @@ std::vector<std::string> preflight_checklist(const TrainerConfig& c, std::int64_
   }
   if (c.pp > 1) {
     const ch07::PipelinePlan plan =
-        ch07::make_plan(ch07::parse_schedule(c.pipeline_schedule),
-                        {c.pp, static_cast<int>(c.grad_accum), c.virtual_stages});
+        ch07::make_plan(ch07::parse_schedule(c.pipeline_schedule), pipeline_layout(c));
     out.push_back(ok("pipeline", ch07::preflight_summary(plan)));
   }
   const std::int64_t window = c.dp * c.batch * c.seq;

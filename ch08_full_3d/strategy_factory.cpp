@@ -40,6 +40,10 @@ std::unique_ptr<GradSync> one_replica(const TrainerConfig& c) {
 // (TiedEmbeddingFirst). Otherwise the pipeline schedule sums the copies after the sync
 // (ch07's PipelineSchedule::after_sync). Decided here, for both strategies, once.
 bool tied_copies_meet_in_sync(const ParallelGrid* grid, const TrainerConfig& c) {
+  // The V (zb-v, dualpipev) holds one wte, on rank 0: no copies to meet.
+  if (ch07::placement_of(ch07::parse_schedule(c.pipeline_schedule)) == ch07::Placement::kV) {
+    return false;
+  }
   return grid != nullptr && grid->dp().size() > 1 && c.zero_stage >= 1;
 }
 
@@ -108,12 +112,12 @@ std::unique_ptr<Schedule> make_schedule(const TrainerConfig& c, const ParallelGr
                                         std::vector<GptModel*> chunks) {
   const int m = static_cast<int>(c.grad_accum);
   if (grid == nullptr || grid->shape().pp == 1) return std::make_unique<SingleStage>(m);
+  const ch07::ScheduleKind kind = ch07::parse_schedule(c.pipeline_schedule);
   auto pipeline = std::make_unique<ch07::PipelineSchedule>(
-      ch07::parse_schedule(c.pipeline_schedule), ch07::PipelineLayout{c.pp, m, c.virtual_stages},
-      *grid);
-  // Interleaved: the rank's last backward is chunk 0's (the registry's first entries: its
-  // hook's indices are the registry's); the other chunks' gradients are final before it,
-  // report nothing, and are sent by the sync's finish().
+      kind, ch07::layout_for(kind, c.pp, m, c.virtual_stages), *grid);
+  // Interleaved and the V: the rank's last backward (or W) is chunk 0's (the registry's first
+  // entries: its hook's indices are the registry's); the other chunks' gradients are final
+  // before it, report nothing, and are sent by the sync's finish().
   if (chunks.size() > 1) pipeline->set_chunks(std::move(chunks));
   if (tied_copies_meet_in_sync(grid, c)) pipeline->leave_tied_copies_to_sync();
   return pipeline;

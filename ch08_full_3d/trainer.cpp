@@ -90,11 +90,18 @@ GptOptions with_pipeline_stage(GptOptions o, const GptConfig& model, const Paral
 // chunks (model_chunks.h: chunk k runs virtual stage k pp + coord.pp), allocated and
 // initialised from the whole model's offsets, so each chunk starts as the same blocks of one
 // device. Null otherwise.
+// The chunks' placement: the schedule's (loop; the V for zb-v and dualpipev).
+ch07::PipelineLayout chunk_layout(const TrainerConfig& c) {
+  return ch07::layout_for(ch07::parse_schedule(c.pipeline_schedule), c.pp,
+                          static_cast<int>(c.grad_accum), c.virtual_stages);
+}
+
 std::unique_ptr<ParamRegistry> make_chunk_params(const TrainerConfig& c, const ParallelGrid* grid) {
   if (grid == nullptr || c.virtual_stages == 1) return nullptr;
   const GridCoord at = grid->coord();
   auto r = std::make_unique<ParamRegistry>(ch07::make_chunks_registry(
-      c.model, ch07::rank_chunk_stages(c.model, at.pp, c.pp, c.virtual_stages),
+      c.model,
+      ch07::rank_chunk_stages(c.model, at.pp, c.pp, c.virtual_stages, chunk_layout(c).placement),
       TensorShard{at.tp, c.tp}));
   r->allocate(c.dtype);
   r->initialize(c.seed);
@@ -106,8 +113,11 @@ std::unique_ptr<ParamRegistry> make_chunk_params(const TrainerConfig& c, const P
 GptOptions chunk_options(GptOptions o, const TrainerConfig& c, const ParallelGrid* grid, int k,
                          ParamRegistry* params) {
   if (params == nullptr) return o;
-  o.stage = gpt_stage(c.model, k * c.pp + grid->coord().pp, c.pp * c.virtual_stages);
+  const ch07::PipelineLayout l = chunk_layout(c);
+  o.stage = gpt_stage(c.model, l.stage_of(grid->coord().pp, k), l.stages());
   o.params = params;
+  // The V's rank 0 runs the embedding and the head on the registry's one wte.
+  o.wte_grad_shared = l.placement == ch07::Placement::kV && grid->coord().pp == 0;
   return o;
 }
 
@@ -167,6 +177,11 @@ Trainer::Trainer(TrainerConfig config, TrainingData data, Communicator* world)
       loader_(data_.tokens, config_.batch, config_.seq, config_.data_order, config_.seed,
               coord().dp, shape().dp) {
   model_.set_grad_ready_hook([this](std::size_t entry) { sync_->grad_ready(entry); });
+  // The V (zb-v, dualpipev) runs the last stage, and so the loss, on pp rank 0.
+  if (pipelined()) {
+    const ch07::PipelineLayout l = chunk_layout(config_);
+    reductions_.loss_on_pp_rank(l.rank_of(l.stages() - 1));
+  }
   if (grid_ && optimizer_.scaler().mode() != ch02::ScaleMode::kNone) {
     // One rank's overflow must skip every rank's step, or the replicas and scales part ways.
     optimizer_.set_found_inf_reducer([this](bool found) { return reductions_.found_inf(found); });
@@ -359,11 +374,12 @@ void Trainer::prepare_eval_model() {
   std::vector<NamedTensor> full;
   if (pipelined()) {
     if (coord().dp != 0 || coord().tp != 0 || coord().cp != 0) return;
+    const ch07::Placement placement = chunk_layout(config_).placement;
     const ParamRegistry whole_stage = ch07::make_chunks_registry(
         config_.model, ch07::rank_chunk_stages(config_.model, coord().pp, shape().pp,
-                                               config_.virtual_stages));
+                                               config_.virtual_stages, placement));
     full = ch07::gather_stages(grid_->pp(), config_.model, whole_stage, tensors_of(stage),
-                               config_.virtual_stages);
+                               config_.virtual_stages, placement);
   } else {
     full = std::move(stage);
   }

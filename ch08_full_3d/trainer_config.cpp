@@ -152,10 +152,11 @@ void add_parallel_flags(ArgParser& a, const TrainerConfig& d) {
               "ring|all-to-all: context parallelism's attention (K/V blocks round a ring, or "
               "DeepSpeed-Ulysses' head split: --cp must divide n_head)")
       .option("schedule", d.pipeline_schedule,
-              "afab|1f1b|interleaved|zb-h1: the pipeline schedule of --pp > 1, with "
-              "--grad-accum micro-batches per step")
+              "afab|1f1b|interleaved|zb-h1|zb-v|dualpipev: the pipeline schedule of --pp > 1, "
+              "with --grad-accum micro-batches per step (zb-v, dualpipev: --virtual-stages 2, "
+              "the V; dualpipev: --grad-accum >= 2 x pp)")
       .option("virtual-stages", num(static_cast<std::int64_t>(d.virtual_stages)),
-              "model chunks per rank of an interleaved pipeline")
+              "model chunks per rank of an interleaved or V pipeline")
       .option("bucket-mb", num(d.bucket_mb), "gradient bucket cap in MiB (PyTorch's 25)")
       .option("init-sync", "broadcast",
               "broadcast|seed: rank 0's initial weights broadcast, or one seed trusted and "
@@ -333,7 +334,7 @@ void read_parallel(const ArgParser& a, TrainerConfig& c) {
   }
   c.sequence_parallel = a.get_flag("sequence-parallel");
   c.cp_algo = a.get_choice("cp-algo", {"ring", "all-to-all"});
-  c.pipeline_schedule = a.get_choice("schedule", {"afab", "1f1b", "interleaved", "zb-h1"});
+  c.pipeline_schedule = a.get_choice("schedule", ch07::schedule_names());
   const std::int64_t chunks = positive(a, "virtual-stages");
   check_range(chunks <= 64, "--virtual-stages " + num(chunks) + " is not a chunk count");
   c.virtual_stages = static_cast<int>(chunks);
@@ -388,12 +389,14 @@ void validate_pipeline(const TrainerConfig& c) {
   check_range(c.grad_accum <= 1024, "--grad-accum " + num(c.grad_accum) +
                                         ": more micro-batches than a pipeline step plans");
   // The schedule's own constraints (interleaved: v >= 2, m a multiple of pp), named.
-  ch07::check_layout(ch07::parse_schedule(c.pipeline_schedule),
-                     {c.pp, static_cast<int>(c.grad_accum), c.virtual_stages});
-  // ZB-H1 keeps each block's activations from B to W; recompute keeps one shared set.
-  check_range(c.pipeline_schedule != "zb-h1" || !c.recompute,
-              "--schedule zb-h1 with --recompute: W needs every block's activations after B, "
-              "recompute keeps only the blocks' inputs; drop one of them");
+  const ch07::ScheduleKind kind = ch07::parse_schedule(c.pipeline_schedule);
+  ch07::check_layout(kind,
+                     ch07::layout_for(kind, c.pp, static_cast<int>(c.grad_accum), c.virtual_stages));
+  // ZB-H1, ZB-V and DualPipeV keep each block's activations from B to W; recompute keeps one
+  // shared set.
+  check_range(!ch07::splits_backward(kind) || !c.recompute,
+              "--schedule " + c.pipeline_schedule + " with --recompute: W needs every block's "
+              "activations after B, recompute keeps only the blocks' inputs; drop one of them");
 }
 
 void validate_parallel(const TrainerConfig& c) {

@@ -65,6 +65,8 @@ TERMS = {
     "1F1B": ("1f1b", r"\b1f1b\b"),
     "interleaved": ("interleaved", r"\binterleaved\b"),
     "ZB-H1": ("zb-h1", r"\bzb-h1\b"),
+    "ZB-V": ("zb-v", r"\bzb-v\b"),
+    "DualPipeV": ("dualpipev", r"\bdualpipev\b"),
     "stage": ("stage", r"\bstages?\b"),
     "count-once rule": ("count-once", r"\bcount-once\b"),
     "MFU": ("mfu", r"\bmfu\b"),

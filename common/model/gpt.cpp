@@ -402,8 +402,9 @@ void GptModel::backward_head_weight(bool accumulate) {
   Tensor logits2d = rows2d(cur().logits);
   Tensor lnf2d = rows2d(sp() ? ws_.gathered : cur().lnf);
   Tensor dwte = grad("wte.weight");
+  const bool add = accumulate || options_.wte_grad_shared;
   ops::matmul(logits2d, lnf2d, dwte, true, false, ops::Accumulation::kFP32, 1.0f,
-              accumulate ? 1.0f : 0.0f);  // d(wte) [V, C] (+)= dlogits^T lnf
+              add ? 1.0f : 0.0f);  // d(wte) [V, C] (+)= dlogits^T lnf
   report_ready(entry_index("ln_f.weight"), 2);
   // A last stage without the embedding holds wte only as the head: final already.
   if (!options_.stage.is_first()) report_ready(entry_index("wte.weight"), 1);
@@ -445,7 +446,7 @@ void GptModel::backward_embedding(const Tensor& dx0, bool accumulate) {
   // added. A first stage without the head holds the embedding's share alone (the last stage's
   // head gradient is summed in by the pipeline).
   const bool onto_head = options_.stage.is_last();
-  if (!onto_head && !accumulate) dwte.zero();
+  if (!onto_head && !accumulate && !options_.wte_grad_shared) dwte.zero();
   // Sequence parallel: every row's gradient, gathered (the reduce-scatter's backward).
   if (sp()) tp()->all_gather_rows(dx0, ws_.gathered, "embedding backward");
   if (options_.attention != nullptr) {  // context parallel: each row's gradient to its position

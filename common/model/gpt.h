@@ -52,6 +52,11 @@ struct GptOptions {
   // initialised, holding every entry of this stage under the same name, shape and holding: the
   // model's parameters and gradients are views of its tensors (it must outlive the model).
   ParamRegistry* params = nullptr;
+  // The tied wte's gradient tensor is shared with another model of this rank (chapter 7's V
+  // placement: rank 0 runs both the embedding and the tied head, one wte in the shared
+  // registry): the embedding's and the head's shares are only ever added to it, never written
+  // over, and whoever runs the step zeroes it first.
+  bool wte_grad_shared = false;
   // Context parallel (chapter 6, part 2): the model runs this rank's T rows of each sequence,
   // its attention through the seam (which reaches the other ranks' rows) and its position
   // embedding at the seam's positions. Null: the whole sequence here. It must outlive the model.

@@ -29,7 +29,9 @@ double StepReductions::loss(double local) {
   const double t0 = trace_now_us();
   // Off the last stage the loss is unknown: 0, so that the sum along the pipeline is the
   // last stage's mean.
-  double mean = grid_->is_last_stage() ? local : 0.0;
+  const bool last_stage =
+      loss_pp_rank_ < 0 ? grid_->is_last_stage() : grid_->coord().pp == loss_pp_rank_;
+  double mean = last_stage ? local : 0.0;
   // Over dp x cp (the dp group when cp == 1): each cp rank's loss is its rows' mean.
   if (grid_->dp_cp().size() > 1) {
     mean = all_reduce_sum(grid_->dp_cp(), mean) / grid_->dp_cp().size();

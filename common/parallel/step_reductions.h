@@ -22,8 +22,12 @@ class StepReductions {
   StepReductions() = default;  // a single device
   explicit StepReductions(const ParallelGrid* grid) : grid_(grid) {}
 
-  // local: this rank's mean loss over its micro-batches (ignored off the last stage).
+  // local: this rank's mean loss over its micro-batches (ignored off the stage that computes
+  // it: the last stage, on pp rank p - 1 unless loss_on_pp_rank says another).
   double loss(double local);
+  // The pp rank that runs the last stage, where a placement other than one stage per rank puts
+  // it elsewhere (chapter 7's V: rank 0).
+  void loss_on_pp_rank(int pp_rank) { loss_pp_rank_ = pp_rank; }
   bool found_inf(bool local);
   // local_sum_sq: counted_sum_of_squares of this rank's gradients; returns the global L2 norm.
   double grad_norm(double local_sum_sq);
@@ -35,6 +39,7 @@ class StepReductions {
  private:
   void timed(const char* name, double start_us);
   const ParallelGrid* grid_ = nullptr;
+  int loss_pp_rank_ = -1;  // -1: the last pp rank
   double seconds_ = 0;
   std::vector<TraceSpan> spans_;
 };

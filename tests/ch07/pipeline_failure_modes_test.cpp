@@ -94,6 +94,39 @@ TEST(PipelineFailure, MoreStagesThanBlocksIsAnInputErrorNamingTheNumbers) {
   expect_claims_hold(bug_section("too-many-stages"));
 }
 
+TEST(PipelineFailure, VListsPlacedAsALoopAreRefusedBeforeCompute) {
+  expect_claims_hold(bug_section("v-placement"));
+  // DualPipeV's lists too, at every p the lesson could show.
+  for (int p : {2, 3, 4}) {
+    EXPECT_THROW(preflight(v_lists_in_a_loop(ScheduleKind::kDualPipeV, p, 2 * p)),
+                 ScheduleRefused)
+        << "p " << p;
+  }
+}
+
+TEST(PipelineFailure, AWeightGradientDeferredPastTheStepIsRefusedAndUncheckedMissesGradients) {
+  expect_claims_hold(bug_section("w-after-step"));
+  for (ScheduleKind k : {ScheduleKind::kZbH1, ScheduleKind::kDualPipeV}) {
+    const PipelinePlan bad = last_w_deferred(make_plan(k, {2, 4, k == ScheduleKind::kZbH1 ? 1 : 2}));
+    try {
+      preflight(bad);
+      FAIL() << schedule_name(k) << ": a missing W passed";
+    } catch (const ScheduleRefused& e) {
+      EXPECT_NE(std::string(e.what()).find("not its weight gradient"), std::string::npos)
+          << e.what();
+    }
+  }
+}
+
+// The demo's --bug list is the lesson's, every one with its section.
+TEST(PipelineFailure, EveryBugOfTheListHasItsSection) {
+  EXPECT_EQ(bug_names(), (std::vector<std::string>{"deadlock", "loss-not-divided",
+                                                   "tied-not-summed", "few-micro-batches",
+                                                   "too-many-stages", "v-placement",
+                                                   "w-after-step"}));
+  EXPECT_THROW((void)bug_section("no-such-bug"), InputError);
+}
+
 TEST(PipelineFailure, AMismatchedMessageIsRefusedNamingSenderAndReceiver) {
   PipelinePlan plan = make_plan(ScheduleKind::kAfab, {2, 2, 1});
   // Rank 1 receives micro-batch 1's activation where micro-batch 0's arrives.

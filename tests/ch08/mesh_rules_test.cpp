@@ -78,6 +78,14 @@ const std::vector<Broken>& broken() {
        "--sequence-parallel: --batch x --seq = 6 rows do not split over --tp 4"},
       {"virtual-stages-need-pp", [](TrainerConfig& c) { c.virtual_stages = 2; },
        "--virtual-stages 2 needs --pp > 1"},
+      {"v-schedule-two-chunks",
+       [](TrainerConfig& c) {
+         c.pp = 2;
+         c.ranks = 2;
+         c.pipeline_schedule = "zb-v";
+       },
+       "--schedule zb-v places two chunks on each pp rank in a V (stages r and 2 pp - 1 - r): "
+       "it needs --virtual-stages 2, got 1"},
       {"pp-has-blocks",
        [](TrainerConfig& c) {
          c.pp = 4;
@@ -134,6 +142,9 @@ TEST(MeshRules, LayoutsKeepingEveryRulePass) {
       [](TrainerConfig& c) { c.cp = 2, c.dp = 2, c.ranks = 4, c.cp_algo = "all-to-all"; },
       [](TrainerConfig& c) { c.dp = 2, c.ranks = 2, c.zero_stage = 3; },
       [](TrainerConfig& c) { c.pp = 2, c.ranks = 2, c.virtual_stages = 2; },
+      [](TrainerConfig& c) {
+        c.pp = 2, c.ranks = 2, c.virtual_stages = 2, c.pipeline_schedule = "dualpipev";
+      },
       [](TrainerConfig& c) { c.extra_dims.push_back({{"ep", 1, false}, "cp"}); },
   };
   for (const auto& edit : layouts) {

@@ -77,6 +77,93 @@ TEST(PipelineTrainer, StagesTrainLikeOneDeviceAccumulatingTheSameMicroBatches) {
   }
 }
 
+// The V schedules (two chunks per rank, stages r and 2p - 1 - r): every rank logs one device's
+// losses and norms, to the rounding of the tied wte (rank 0's embedding and head add to one
+// gradient in another order than one device's), and the first step's loss bit for bit.
+TEST(PipelineTrainer, VSchedulesTrainLikeOneDeviceAccumulatingTheSameMicroBatches) {
+  const TrainingData data = random_data(4096);
+  struct Case {
+    const char* schedule;
+    int pp;
+    std::int64_t layers, m;
+  };
+  for (const Case& k : {Case{"zb-v", 2, 4, 3}, Case{"zb-v", 2, 4, 8}, Case{"zb-v", 4, 8, 8},
+                        Case{"dualpipev", 2, 4, 4}, Case{"dualpipev", 4, 8, 8}}) {
+    TrainerConfig one = pipeline_config(1, "1f1b", k.m);
+    one.model.n_layer = k.layers;
+    const auto ref = run(one, data)[0];
+    TrainerConfig v = pipeline_config(k.pp, k.schedule, k.m);
+    v.model.n_layer = k.layers;
+    v.virtual_stages = 2;
+    const auto got = run(v, data);
+    for (std::size_t r = 0; r < got.size(); ++r) {
+      for (std::size_t i = 0; i < ref.size(); ++i) {
+        const std::string at = std::string(k.schedule) + " pp " + std::to_string(k.pp) +
+                               " m " + std::to_string(k.m) + " rank " + std::to_string(r) +
+                               " step " + std::to_string(i + 1);
+        if (i == 0) {
+          EXPECT_EQ(got[r][i].loss, ref[i].loss) << at;
+        }
+        EXPECT_LE(std::abs(got[r][i].loss - ref[i].loss), 1e-6 * std::abs(ref[i].loss)) << at;
+        EXPECT_LE(std::abs(got[r][i].grad_norm - ref[i].grad_norm), 1e-5 * ref[i].grad_norm)
+            << at;
+      }
+    }
+  }
+}
+
+// The V beside the other dimensions: tp 2 x pp 2 ZB-V trains like tp 2 alone, dp 2 x pp 2
+// DualPipeV under ZeRO-1 like dp 2 ZeRO-1 alone.
+TEST(PipelineTrainer, VSchedulesBesideTensorParallelAndZeroTrainLikeTheirReplicas) {
+  const TrainingData data = random_data(4096);
+  TrainerConfig tp2 = pipeline_config(2, "1f1b", 3);
+  tp2.pp = 1;
+  tp2.tp = 2;
+  TrainerConfig tp2pp2 = pipeline_config(4, "zb-v", 3);
+  tp2pp2.pp = 2;
+  tp2pp2.tp = 2;
+  tp2pp2.virtual_stages = 2;
+  TrainerConfig dp2 = pipeline_config(2, "1f1b", 4);
+  dp2.pp = 1;
+  dp2.dp = 2;
+  dp2.zero_stage = 1;
+  TrainerConfig dp2pp2 = pipeline_config(4, "dualpipev", 4);
+  dp2pp2.pp = 2;
+  dp2pp2.dp = 2;
+  dp2pp2.zero_stage = 1;
+  dp2pp2.virtual_stages = 2;
+  for (const auto& [ref_config, config] :
+       {std::pair{tp2, tp2pp2}, std::pair{dp2, dp2pp2}}) {
+    const auto ref = run(ref_config, data)[0];
+    const auto both = run(config, data);
+    for (std::size_t r = 0; r < both.size(); ++r) {
+      for (std::size_t i = 0; i < ref.size(); ++i) {
+        const std::string at = config.pipeline_schedule + " rank " + std::to_string(r) +
+                               " step " + std::to_string(i + 1);
+        EXPECT_LE(std::abs(both[r][i].loss - ref[i].loss), 1e-6 * std::abs(ref[i].loss)) << at;
+        EXPECT_LE(std::abs(both[r][i].grad_norm - ref[i].grad_norm), 1e-5 * ref[i].grad_norm)
+            << at;
+      }
+    }
+  }
+}
+
+// DualPipeV's overlapped pair is one span ("F mb2 c1 & B mb0 c0"), its forward then backward.
+TEST(PipelineTrainer, DualPipeVTracesItsOverlappedPairAsOneAction) {
+  const TrainingData data = random_data(4096);
+  TrainerConfig c = pipeline_config(2, "dualpipev", 4);
+  c.virtual_stages = 2;
+  std::vector<std::vector<std::string>> names(2);
+  test::train_on_each_rank(c, data, [&](Trainer& t, int rank) {
+    t.train_step();
+    for (const TraceSpan& s : t.take_spans()) names[std::size_t(rank)].push_back(s.name);
+  });
+  for (int r = 0; r < 2; ++r) {
+    const auto& v = names[std::size_t(r)];
+    EXPECT_NE(std::find(v.begin(), v.end(), "F mb2 c1 & B mb0 c0"), v.end()) << "rank " << r;
+  }
+}
+
 // dp 2 x pp 2: the pipeline under chapter 4's bucketed all-reduce trains like dp 2 alone.
 TEST(PipelineTrainer, DataParallelPipelinesTrainLikeTheirReplicas) {
   const TrainingData data = random_data(4096);
@@ -153,6 +240,11 @@ TEST(PipelineTrainer, PipelinesThatCannotRunAreOneLineAndExitCode2) {
       {"--ranks 2 --pp 2 --schedule zb-h1 --recompute", "--schedule zb-h1 with --recompute"},
       {"--ranks 2 --pp 2 --virtual-stages 2", "needs --schedule interleaved"},
       {"--ranks 2 --pp 2 --schedule gpipe", "not one of afab|1f1b|interleaved|zb-h1"},
+      {"--ranks 2 --pp 2 --schedule zb-v", "it needs --virtual-stages 2, got 1"},
+      {"--ranks 2 --pp 2 --schedule dualpipev --virtual-stages 2 --grad-accum 3",
+       "dualpipev needs at least 2 x pp micro-batches: 3 micro-batches, pp 2"},
+      {"--ranks 2 --pp 2 --schedule zb-v --virtual-stages 2 --recompute",
+       "--schedule zb-v with --recompute"},
   };
   for (const auto& [args, part] : cases) {
     const test::CliRun r = test::train_gpt(d, tiny + args);

@@ -147,6 +147,19 @@ TEST(StepReductions, EachReductionGoesOverItsGroupAndReachesEveryRank) {
   });
 }
 
+// A placement that runs the last stage on pp rank 0 (chapter 7's V) names it: the loss is then
+// rank 0's, the other stage's ignored.
+TEST(StepReductions, TheLossComesFromThePpRankNamedForTheLastStage) {
+  const GridShape g{2, 1, 2};
+  run_local(4, [&](Communicator& world) {
+    const ParallelGrid grid(world, g);
+    StepReductions red(&grid);
+    red.loss_on_pp_rank(0);
+    const double loss = red.loss(grid.coord().pp == 0 ? 2.0 * (grid.coord().dp + 1) : 99.0);
+    EXPECT_EQ(loss, 3.0) << "rank " << world.rank();
+  });
+}
+
 // One rank's overflow skips every rank's step: on a 2 x 2 x 2 grid, whichever rank alone has
 // an inf, all eight vote "found", through one boolean collective over the world (a byte a
 // rank), never a float all-reduce.
