@@ -24,8 +24,9 @@ MoeDemoFlags parse_moe_demo_flags(int argc, char** argv) {
   MoeDemoFlags f;
   f.bug = a.get_choice("bug", choices);
   refuse_overwrite_without_output(a.get_flag("overwrite"), a.given("json"), "--json");
-  f.json_path = a.given("json") ? checked_output_path("--json", a.get("json"), a.get_flag("overwrite"))
-                                : std::string();
+  f.json_path = a.given("json")
+                    ? checked_output_path("--json", a.get("json"), a.get_flag("overwrite"))
+                    : std::string();
   return f;
 }
 

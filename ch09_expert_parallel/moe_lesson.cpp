@@ -625,8 +625,9 @@ Section load_balancing() {
       "router-collapse", {"router-collapse run (no balancing): the largest share is at most twice the mean",
                           "<= 50%", fmt("%.1f%%", 100 * none), none <= 0.5}));
   Json runs = Json::array();
-  for (const auto& [name, coef, shares] : {std::tuple{"none", 0.0, &n}, std::tuple{"aux loss", kAuxAlpha, &a},
-                                           std::tuple{"expert bias", kBiasGamma, &b}}) {
+  for (const auto& [name, coef, shares] :
+       {std::tuple{"none", 0.0, &n}, std::tuple{"aux loss", kAuxAlpha, &a},
+        std::tuple{"expert bias", kBiasGamma, &b}}) {
     Json per_step = Json::array();
     for (const std::vector<double>& step : shares->counts) {
       Json row = Json::array();

@@ -15,7 +15,8 @@ algorithm's bytes per layer), `ch07_pipeline --schedule S
 --json` (the timelines), a train_gpt JSONL log (chapter 8; a short run is made when
 --ch08-jsonl is not given) and `ch09_expert_parallel --json` (the tokens each expert chose,
 step by step, with and without balancing; the dropped tokens by capacity factor; the ep
-bytes of each dispatch beside their formulas). Each figure is written as DIR/chNN_<name>.svg and .png.
+bytes of each dispatch beside their formulas). Each figure is written as DIR/chNN_<name>.svg
+and .png.
 Matplotlib comes from Debian's python3-matplotlib (scripts/install_deps.sh installs it).
 
 Exit codes: 0 every figure written, 1 a program failed or wrote no data, 2 bad arguments
