@@ -7,7 +7,8 @@
 namespace mixpar::ch09 {
 
 struct MoeDemoFlags {
-  std::string bug;  // "all", "none" or one of bug_names()
+  std::string bug;        // "all", "none" or one of bug_names()
+  std::string json_path;  // "" = no --json (the figures' data, scripts/figures.py)
 };
 
 // Parses argv (--help prints the usage and exits 0) and checks every value.

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <tuple>
 
 #include "ch09_expert_parallel/aux_loss_scale.h"
 #include "ch09_expert_parallel/capacity.h"
@@ -159,6 +160,10 @@ EpRun run_expert_parallel(const MoeConfig& c, const EpRunOptions& o) {
     }
   }
   return run;
+}
+
+std::size_t all_gather_bytes_formula(std::int64_t tokens, std::int64_t d_model, int top_k, int ep) {
+  return 16 * std::size_t(ep - 1) * std::size_t(tokens) * std::size_t(d_model + top_k);
 }
 
 // ---- Sections.
@@ -376,6 +381,7 @@ Section expert_parallel_equality() {
                "ep bytes sent (rank 0)", "formula"});
   bool all_bitwise = true, bytes_ok = true, ag_equal = true;
   double worst_expert = 0;
+  Json figure_runs = Json::array();  // every rank's measured bytes beside each formula's
   for (int ep : {1, 2, 4}) {
     std::vector<EpRun> runs;
     for (DispatchKind d : {DispatchKind::kAllToAll, DispatchKind::kAllGather}) {
@@ -390,6 +396,19 @@ Section expert_parallel_equality() {
       if (d == DispatchKind::kAllToAll) {
         for (std::size_t r = 0; r < run.sent.size(); ++r) bytes_ok = bytes_ok && run.sent[r] == run.sent_formula[r];
       }
+      Json measured = Json::array(), formula = Json::array();
+      for (std::size_t r = 0; r < run.sent.size(); ++r) {
+        measured.push_back(run.sent[r]);
+        formula.push_back(d == DispatchKind::kAllToAll
+                              ? run.sent_formula[r]
+                              : all_gather_bytes_formula(o.tokens, c.d_model, c.top_k, ep));
+      }
+      Json j = Json::object();
+      j.set("ep", ep);
+      j.set("dispatch", dispatch_name(d));
+      j.set("bytes_sent", std::move(measured));
+      j.set("formula_bytes", std::move(formula));
+      figure_runs.push_back(std::move(j));
       t.add({num(ep), dispatch_name(d), k.y && k.dx ? "bitwise" : "DIFFER", k.router ? "bitwise" : "DIFFER",
              k.bias ? "bitwise" : "DIFFER", k.experts_bitwise ? "bitwise" : fmt("%.1e rel.", k.expert_rel),
              num(run.sent[0]), d == DispatchKind::kAllToAll ? num(run.sent_formula[0]) : "-"});
@@ -412,6 +431,15 @@ Section expert_parallel_equality() {
                                      worst_expert, kExpertGradBound));
   s.claims.push_back(yes_claim("all-gather dispatch equals all-to-all, bit for bit (expert grads too)", ag_equal));
   s.claims.push_back(yes_claim("all-to-all bytes sent equal the formula from the routing on every rank", bytes_ok));
+  Json fig = Json::object();
+  fig.set("dp", o.world);
+  fig.set("tokens_per_rank", o.tokens);
+  fig.set("d_model", c.d_model);
+  fig.set("experts", c.n_experts);
+  fig.set("top_k", c.top_k);
+  fig.set("runs", std::move(figure_runs));
+  s.figure = Json::object();
+  s.figure.set("expert_parallel_bytes", std::move(fig));
   return s;
 }
 
@@ -478,8 +506,32 @@ Section capacity_and_dropping() {
              num(r.passed_through), fmt("%.3f", rel_l2(r.y, none.y))});
     }
   }
+  // The figure's sweep: the dropped fraction and the output's error from 1/4 to 2 times the
+  // fair share, on the same tokens (the table's rows are three of its points).
+  Json sweep = Json::array();
+  for (int eighths = 2; eighths <= 16; ++eighths) {
+    const double f = eighths / 8.0;
+    for (DropPolicy p : {DropPolicy::kProbability, DropPolicy::kPosition}) {
+      const CapacityRun r = capacity_run(f, p, x);
+      MoeConfig c = lesson_config();
+      c.top_k = 1;
+      c.capacity_factor = f;
+      Json j = Json::object();
+      j.set("capacity_factor", f);
+      j.set("policy", drop_policy_name(p));
+      j.set("capacity", expert_capacity(c, 64));
+      j.set("dropped", r.stats.dropped);
+      j.set("assignments", r.stats.assignments);
+      j.set("output_error", rel_l2(r.y, none.y));
+      sweep.push_back(std::move(j));
+    }
+  }
   std::string loads;
-  for (std::int64_t n : none.stats.kept) loads += (loads.empty() ? "" : ", ") + num(n);
+  Json load_list = Json::array();
+  for (std::int64_t n : none.stats.kept) {
+    loads += (loads.empty() ? "" : ", ") + num(n);
+    load_list.push_back(n);
+  }
   s.text = "64 tokens sharing a direction, E 4, top-1; loads without a limit: " + loads + "\n" + t.str();
   s.claims.push_back(yes_claim("no-drop mode drops nothing", none.stats.dropped == 0));
   s.claims.push_back(yes_claim("a smaller capacity factor drops at least as many", grows));
@@ -487,6 +539,14 @@ Section capacity_and_dropping() {
   s.claims.push_back(claim_broken_by(
       "capacity-overflow", {"capacity-overflow run (factor 1.0): no token is dropped", "0",
                             num(dropped_at_one), dropped_at_one == 0}));
+  Json fig = Json::object();
+  fig.set("tokens", x.dim(0));
+  fig.set("experts", lesson_config().n_experts);
+  fig.set("top_k", 1);
+  fig.set("loads_without_limit", std::move(load_list));
+  fig.set("sweep", std::move(sweep));
+  s.figure = Json::object();
+  s.figure.set("capacity", std::move(fig));
   return s;
 }
 
@@ -498,6 +558,7 @@ constexpr double kAuxAlpha = 1.0, kBiasGamma = 0.02;
 
 struct LoadShares {
   double first = 0, last = 0;  // the largest expert's share of the tokens, first and last step
+  std::vector<std::vector<double>> counts;  // [step][E] the tokens each expert chose (the figure)
 };
 
 // Trains the layer (top-1, Switch gates) for `steps` SGD steps on y* = x A.
@@ -531,6 +592,7 @@ LoadShares train_max_load(bool aux, bool bias, int steps) {
     sgd(w.fc_w, g.fc_w, lr), sgd(w.fc_b, g.fc_b, lr), sgd(w.proj_w, g.proj_w, lr), sgd(w.proj_b, g.proj_b, lr);
     const std::vector<double>& counts = layer.stats().balance.counts;
     shares.last = *std::max_element(counts.begin(), counts.end()) / double(T);
+    shares.counts.push_back(counts);
     if (step == 0) shares.first = shares.last;
   }
   return shares;
@@ -562,6 +624,28 @@ Section load_balancing() {
   s.claims.push_back(claim_broken_by(
       "router-collapse", {"router-collapse run (no balancing): the largest share is at most twice the mean",
                           "<= 50%", fmt("%.1f%%", 100 * none), none <= 0.5}));
+  Json runs = Json::array();
+  for (const auto& [name, coef, shares] :
+       {std::tuple{"none", 0.0, &n}, std::tuple{"aux loss", kAuxAlpha, &a},
+        std::tuple{"expert bias", kBiasGamma, &b}}) {
+    Json per_step = Json::array();
+    for (const std::vector<double>& step : shares->counts) {
+      Json row = Json::array();
+      for (double v : step) row.push_back(v);
+      per_step.push_back(std::move(row));
+    }
+    Json j = Json::object();
+    j.set("balancing", name);
+    j.set("coefficient", coef);
+    j.set("tokens_per_expert", std::move(per_step));
+    runs.push_back(std::move(j));
+  }
+  Json fig = Json::object();
+  fig.set("experts", lesson_config().n_experts);
+  fig.set("steps", kBalanceSteps);
+  fig.set("runs", std::move(runs));
+  s.figure = Json::object();
+  s.figure.set("load_balancing", std::move(fig));
   return s;
 }
 

@@ -14,12 +14,16 @@
 #include "ch09_expert_parallel/moe_config.h"
 #include "report/claim_table.h"
 #include "tensor/tensor.h"
+#include "util/json.h"
 
 namespace mixpar::ch09 {
 
 struct Section {
   std::string title, text;
   std::vector<Claim> claims;
+  // The figure's data of the sections scripts/figures.py draws (the demo's --json): an object
+  // whose members go into the file's top object; null for the other sections.
+  Json figure;
 };
 
 // Seeded FP32 tokens [T, C] ~ N(0, 1), plus `shared` times one fixed direction in every token
@@ -49,6 +53,13 @@ struct EpRun {
   std::vector<std::size_t> sent, sent_formula;          // by rank: ep bytes, and the formula's
 };
 EpRun run_expert_parallel(const MoeConfig& c, const EpRunOptions& o);
+
+// The bytes one rank sends over the ep group in one forward and backward with all-gather
+// dispatch: ep - 1 of every ring step's blocks, for the routing (expert, kept, gate: 3 T k
+// FP32), x and dy gathered, y and dx reduce-scattered (T C FP32 each), and the gates'
+// gradients reduce-scattered (T k FP32): 16 (ep - 1) T (C + k). It depends on the shapes
+// alone, never on the routing, and grows with ep.
+std::size_t all_gather_bytes_formula(std::int64_t tokens, std::int64_t d_model, int top_k, int ep);
 
 // Sections of the demo.
 Section router_precision();

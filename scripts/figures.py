@@ -12,8 +12,11 @@ the chapter demos' `--json FILE` (chapters 1-4), chapter 5's per-rank memory by 
 activation spike, ch03_fp8_amax), `ch06_tensor_parallel --json` (the sharding map of one block;
 and, for ch06_cp_balance, the ring's measured work per rank under each split and each
 algorithm's bytes per layer), `ch07_pipeline --schedule S
---json` (the timelines) and a train_gpt JSONL log (chapter 8; a short run is made when
---ch08-jsonl is not given). Each figure is written as DIR/chNN_<name>.svg and .png.
+--json` (the timelines), a train_gpt JSONL log (chapter 8; a short run is made when
+--ch08-jsonl is not given) and `ch09_expert_parallel --json` (the tokens each expert chose,
+step by step, with and without balancing; the dropped tokens by capacity factor; the ep
+bytes of each dispatch beside their formulas). Each figure is written as DIR/chNN_<name>.svg
+and .png.
 Matplotlib comes from Debian's python3-matplotlib (scripts/install_deps.sh installs it).
 
 Exit codes: 0 every figure written, 1 a program failed or wrote no data, 2 bad arguments
@@ -28,7 +31,7 @@ import subprocess
 import sys
 import tempfile
 
-CHAPTERS = ["ch01", "ch02", "ch03", "ch04", "ch05", "ch06", "ch07", "ch08"]
+CHAPTERS = ["ch01", "ch02", "ch03", "ch04", "ch05", "ch06", "ch07", "ch08", "ch09"]
 
 # What each chapter's figure is called (the file names the READMEs embed).
 NAMES = {
@@ -40,6 +43,7 @@ NAMES = {
     "ch06": "ch06_sharding_map",
     "ch07": "ch07_schedules",
     "ch08": "ch08_training_run",
+    "ch09": "ch09_load_balance",
 }
 
 
@@ -617,6 +621,142 @@ def fig_ch08(recs):
     return fig
 
 
+# ---- Chapter 9: router collapse against balancing, capacity drops, the ep bytes.
+
+def fig_ch09(data):
+    """The tokens each expert chose at every training step, one panel per balancing."""
+    lb = data["load_balancing"]
+    runs = lb["runs"]
+    E = lb["experts"]
+    titles = {"none": "no balancing",
+              "aux loss": "Switch aux loss, alpha %g",
+              "expert bias": "DeepSeek-V3 expert bias, gamma %g"}
+    fig, axes = plt.subplots(1, len(runs), figsize=(12, 3.9), sharey=True)
+    cmap = plt.get_cmap("tab10")
+    for ax, r in zip(axes, runs):
+        counts = r["tokens_per_expert"]
+        if not counts:
+            raise Failure("no steps in the load-balancing run '%s'" % r["balancing"])
+        tokens = sum(counts[0])
+        steps = list(range(1, len(counts) + 1))
+        for e in range(E):
+            ax.plot(steps, [c[e] for c in counts], color=cmap(e), lw=1.4, label="expert %d" % e)
+        ax.axhline(tokens / E, color="grey", ls=":", lw=1)
+        largest = max(counts[-1]) / tokens
+        name = titles.get(r["balancing"], r["balancing"])
+        if "%g" in name:
+            name = name % r["coefficient"]
+        ax.set_title("%s\nlargest share after %d steps: %.1f%%" % (name, len(counts),
+                                                                    100 * largest), fontsize=9)
+        ax.set_xlabel("training step")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("tokens routed to the expert (of %d)" % tokens)
+    axes[0].text(len(counts), tokens / E, "balanced: %g " % (tokens / E), fontsize=7,
+                 color="grey", ha="right", va="bottom")
+    axes[-1].legend(fontsize=7, loc="upper right")
+    fig.suptitle("Chapter 9: top-1 routing over E = %d experts collapses onto one without "
+                 "balancing (ch09_expert_parallel --json)" % E, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def fig_ch09_capacity(data):
+    """The fraction of assignments dropped, and the output's error, by capacity factor."""
+    cap = data["capacity"]
+    sweep = cap["sweep"]
+    policies = []
+    for p in sweep:
+        if p["policy"] not in policies:
+            policies.append(p["policy"])
+    fig, (drop, err) = plt.subplots(1, 2, figsize=(11, 4))
+    styles = {"probability": ("o-", "#4c72b0"), "position": ("s--", "#dd8452")}
+    for policy in policies:
+        rows = [p for p in sweep if p["policy"] == policy]
+        xs = [p["capacity_factor"] for p in rows]
+        marker, colour = styles.get(policy, ("^-", "k"))
+        drop.plot(xs, [p["dropped"] / p["assignments"] for p in rows], marker, color=colour,
+                  ms=4, label="drops the lowest %s" % policy if policy == "probability"
+                  else "drops the latest tokens (%s)" % policy)
+        err.plot(xs, [p["output_error"] for p in rows], marker, color=colour, ms=4,
+                 label=policy)
+    loads = cap["loads_without_limit"]
+    fair = cap["tokens"] * cap["top_k"] / cap["experts"]
+    # Without a limit the busiest expert gets max(loads): from that factor on, nothing drops.
+    for ax in (drop, err):
+        ax.axvline(max(loads) / fair, color="grey", ls=":", lw=1)
+        ax.set_xlabel("capacity factor (capacity = factor x T k / E, T %d, E %d, k %d)"
+                      % (cap["tokens"], cap["experts"], cap["top_k"]), fontsize=8)
+        ax.grid(alpha=0.3)
+    drop.text(max(loads) / fair, 0.5, " busiest expert's load\n %d = %.2f x the fair share"
+              % (max(loads), max(loads) / fair), fontsize=7, color="grey")
+    drop.set_ylabel("dropped assignments / all (top-1: tokens)")
+    drop.set_title("loads without a limit: %s" % ", ".join(str(n) for n in loads), fontsize=9)
+    drop.legend(fontsize=7)
+    err.set_ylabel("||y - y without drops|| / ||y without drops||")
+    err.set_title("what dropping costs the layer's output, by drop policy", fontsize=9)
+    err.legend(fontsize=7)
+    fig.suptitle("Chapter 9: tokens over an expert's capacity are dropped and pass through on "
+                 "the residual (ch09_expert_parallel --json)", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def ch09_bytes_problems(ep_data):
+    """Where a run's measured bytes differ from its formula (the figure draws both as one)."""
+    problems = []
+    for r in ep_data["runs"]:
+        for rank, (m, f) in enumerate(zip(r["bytes_sent"], r["formula_bytes"])):
+            if m != f:
+                problems.append("ep %d %s rank %d sent %d bytes, the formula says %d"
+                                % (r["ep"], r["dispatch"], rank, m, f))
+    return problems
+
+
+def fig_ch09_dispatch(data):
+    """Bytes each rank sends over the ep group in one forward and backward, by ep size."""
+    ep_data = data["expert_parallel_bytes"]
+    problems = ch09_bytes_problems(ep_data)
+    if problems:
+        raise Failure("; ".join(problems))
+    runs = ep_data["runs"]
+    eps = sorted({r["ep"] for r in runs})
+    dispatches = ["all-to-all", "all-gather"]
+    colours = {"all-to-all": "#4c72b0", "all-gather": "#dd8452"}
+    fig, ax = plt.subplots(figsize=(9, 4.4))
+    group = 0.4  # each dispatch's share of an ep's slot; one thin bar per rank inside it
+    labelled = set()
+    for j, d in enumerate(dispatches):
+        for i, ep in enumerate(eps):
+            r = next((r for r in runs if r["ep"] == ep and r["dispatch"] == d), None)
+            if r is None:
+                continue
+            n = len(r["bytes_sent"])
+            xs = [i + (j - 1) * group + (rank + 0.5) * group / n for rank in range(n)]
+            ax.bar(xs, [b / 1024 for b in r["bytes_sent"]], width=group / n * 0.9,
+                   color=colours[d], label=None if d in labelled else
+                   "%s, measured (one bar per rank)" % d)
+            ax.plot(xs, [b / 1024 for b in r["formula_bytes"]], "_", color="k", ms=9, mew=1.5,
+                    label=None if "formula" in labelled else "its formula")
+            labelled.update((d, "formula"))
+            if all(b == 0 for b in r["bytes_sent"]):
+                ax.text(sum(xs) / n, 0.5, "every expert local:\nnothing sent", ha="center",
+                        fontsize=7)
+    T, C, k = ep_data["tokens_per_rank"], ep_data["d_model"], ep_data["top_k"]
+    ax.set_xticks(range(len(eps)))
+    ax.set_xticklabels(["ep %d" % ep for ep in eps])
+    ax.set_ylabel("KiB each rank sends over the ep group\n(one forward and backward)")
+    ax.set_title("all-to-all: E/ep counts, then each row that crosses ranks 4 times (x, y, dy, dx);"
+                 "\nall-gather: 16 (ep - 1) T (C + k) bytes whatever the routing "
+                 "(T %d, C %d, k %d, E %d, dp %d)" % (T, C, k, ep_data["experts"], ep_data["dp"]),
+                 fontsize=9)
+    ax.legend(fontsize=8, loc="upper left")
+    ax.grid(alpha=0.3, axis="y")
+    fig.suptitle("Chapter 9: the bytes of expert-parallel dispatch, measured by the communicator "
+                 "(ch09_expert_parallel --json)", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True, help="folder the SVG and PNG files go into")
@@ -674,6 +814,13 @@ def main():
                         print("wrote", path)
                 elif c == "ch07":
                     fig = fig_ch07(a.bin_dir)
+                elif c == "ch09":
+                    data = demo_json(a.bin_dir, tmp, "ch09_expert_parallel", ["--bug", "none"])
+                    fig = fig_ch09(data)
+                    for extra, name in ((fig_ch09_capacity, "ch09_capacity_drops"),
+                                        (fig_ch09_dispatch, "ch09_dispatch_bytes")):
+                        for path in save(extra(data), a.out, c, name):
+                            print("wrote", path)
                 else:
                     fig = fig_ch08(ch08_records(a.bin_dir, tmp, a.ch08_jsonl))
                 for path in save(fig, a.out, c):

@@ -7,7 +7,8 @@ if(NOT rc EQUAL 0)
   message(FATAL_ERROR "figures.py exited with ${rc}")
 endif()
 foreach(name ch01_number_lines ch02_loss_scale ch03_memory_bill ch03_fp8_amax ch04_ring_and_overlap
-             ch05_zero_memory ch06_sharding_map ch06_cp_balance ch07_schedules ch08_training_run)
+             ch05_zero_memory ch06_sharding_map ch06_cp_balance ch07_schedules ch08_training_run
+             ch09_load_balance ch09_capacity_drops ch09_dispatch_bytes)
   foreach(ext svg png)
     if(NOT EXISTS ${OUT}/${name}.${ext})
       message(FATAL_ERROR "figures.py did not write ${name}.${ext}")

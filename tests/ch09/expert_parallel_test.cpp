@@ -1,6 +1,6 @@
 // Expert parallelism on local ranks (dp 4, ep borrowed from it): ep 1, 2, 4 give the same
 // outputs and gradients, all-to-all and all-gather dispatch the same bits, the all-to-all's
-// bytes equal the formula, and the two failure modes of the gradient sums and the bias.
+// bytes equal the formula (the all-gather's too), and the two failure modes of the gradient sums and the bias.
 #include <gtest/gtest.h>
 
 #include "ch09_expert_parallel/expert_mesh.h"
@@ -86,6 +86,21 @@ TEST(ExpertParallel, AllToAllBytesEqualTheFormulaFromTheRouting) {
     EXPECT_GT(run.sent[r], 0u);
     EXPECT_EQ(run.sent[r], run.sent_formula[r]) << "rank " << r;
   }
+}
+
+TEST(ExpertParallel, AllGatherBytesEqualTheirFormulaFromTheShapesAlone) {
+  const MoeConfig c = ep_test_config();
+  for (int ep : {2, 4}) {
+    EpRunOptions o;
+    o.ep = ep;
+    o.dispatch = DispatchKind::kAllGather;
+    const EpRun run = run_expert_parallel(c, o);
+    for (std::size_t r = 0; r < run.sent.size(); ++r) {
+      EXPECT_EQ(run.sent[r], all_gather_bytes_formula(o.tokens, c.d_model, c.top_k, ep))
+          << "ep " << ep << ", rank " << r;
+    }
+  }
+  EXPECT_EQ(all_gather_bytes_formula(24, 16, 2, 1), 0u);
 }
 
 TEST(ExpertParallel, ExpertGradsReducedOverDpInsteadOfEdpAreWrong) {
