@@ -1,0 +1,135 @@
+// train_gpt on text (tests/data/text: an excerpt of Hamlet as bytes, and a vocabulary in GPT-2's
+// file format, scripts/text/make_test_fixture.py): the validation loss on held-out text in the
+// log and the JSONL, samples printed through the tokenizer with temperature, top-k and a seed,
+// the same sample from a checkpoint and from a Hugging Face directory as at the end of
+// training, and every hostile text input refused with one line and exit code 2.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "io/token_shard.h"
+#include "train_gpt_cli.h"
+#include "util/json.h"
+
+#ifndef MIXPAR_TEXT_FIXTURE_DIR
+#error "MIXPAR_TEXT_FIXTURE_DIR must name tests/data/text"
+#endif
+
+namespace mixpar::ch08 {
+namespace {
+
+using test::CliRun;
+using test::expect_one_line_error;
+using test::read_jsonl;
+using test::TempDir;
+using test::train_gpt;
+
+const std::string kFixture = MIXPAR_TEXT_FIXTURE_DIR;
+const std::string kText = "--n-layer 1 --n-head 2 --n-embd 16 --seq 16 --batch 4 --threads 1 "
+                          "--data " + kFixture + "/hamlet_train.txt ";
+const std::string kTokenizer = "--tokenizer " + kFixture + "/tiny_tokenizer ";
+
+// The lines after the "sample (" header, to the end of the output.
+std::string sample_of(const std::string& out) {
+  const std::size_t at = out.find("sample (");
+  return at == std::string::npos ? "(no sample)" : out.substr(at);
+}
+
+TEST(TrainGptText, ValidationLossIsLoggedEveryEvalEveryStepsAndAtTheEnd) {
+  TempDir d;
+  const CliRun r = train_gpt(d, kText + "--steps 5 --eval-every 2 --val-batches 3 --val-data " +
+                                    kFixture + "/hamlet_val.txt --log-jsonl " + d.file("l.jsonl"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("validation at step 4: loss "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("validation at step 5: loss "), std::string::npos) << r.out;
+  const std::vector<Json> rows = read_jsonl(d.file("l.jsonl"));
+  ASSERT_EQ(rows.size(), 5u);
+  for (const Json& row : rows) {
+    const std::int64_t step = row.at("step").as_int();
+    EXPECT_EQ(row.contains("val_loss"), step % 2 == 0 || step == 5) << "step " << step;
+    if (row.contains("val_loss")) {
+      // Bytes of English under a barely trained model: about ln 256 = 5.5 nats.
+      EXPECT_GT(row.at("val_loss").as_double(), 3.0);
+      EXPECT_LT(row.at("val_loss").as_double(), 6.5);
+    }
+  }
+}
+
+TEST(TrainGptText, SamplesDecodeThroughTheTokenizerWithTemperatureTopKAndASeed) {
+  TempDir d;
+  const std::string sample = "--vocab-size 261 --sample 24 --temperature 0.9 --sample-top-k 5 ";
+  const CliRun a = train_gpt(d, kText + kTokenizer + sample + "--steps 2 --sample-seed 7 --prompt the");
+  ASSERT_EQ(a.code, 0) << a.err;
+  EXPECT_NE(a.out.find("sample (temperature 0.9, seed 7, top-k 5, prompt \"the\", GPT-2 tokens):\nthe"),
+            std::string::npos)
+      << a.out;
+  const CliRun b = train_gpt(d, kText + kTokenizer + sample + "--steps 2 --sample-seed 7 --prompt the");
+  EXPECT_EQ(sample_of(b.out), sample_of(a.out));  // the seed fixes the draws
+  const CliRun c = train_gpt(d, kText + kTokenizer + sample + "--steps 2 --sample-seed 8 --prompt the");
+  EXPECT_NE(sample_of(c.out), sample_of(a.out));
+  // No prompt: the sample starts where every document starts, after <|endoftext|>.
+  const CliRun e = train_gpt(d, kText + kTokenizer + sample + "--steps 2");
+  ASSERT_EQ(e.code, 0) << e.err;
+  EXPECT_NE(e.out.find("prompt <|endoftext|>, GPT-2 tokens"), std::string::npos) << e.out;
+}
+
+TEST(TrainGptText, ACheckpointAndAHuggingFaceDirectorySampleWhatTheRunSampled) {
+  TempDir d;
+  const std::string sample = "--sample 20 --temperature 0.8 --sample-top-k 8 --prompt 'the ' ";
+  const std::string vocab = "--vocab-size 261 ";
+  const CliRun run = train_gpt(d, kText + kTokenizer + vocab + sample + "--steps 3 --checkpoint-dir " +
+                                      d.file("ck") + " --save " + d.file("hf"));
+  ASSERT_EQ(run.code, 0) << run.err;
+  const CliRun ck = train_gpt(d, kText + kTokenizer + vocab + sample +
+                                     "--steps 3 --resume --checkpoint-dir " + d.file("ck"));
+  ASSERT_EQ(ck.code, 0) << ck.err;
+  EXPECT_EQ(sample_of(ck.out), sample_of(run.out));
+  const CliRun hf = train_gpt(d, "--seq 16 --batch 4 --threads 1 --data " + kFixture +
+                                     "/hamlet_train.txt " + kTokenizer + sample +
+                                     "--steps 0 --init-from " + d.file("hf"));
+  ASSERT_EQ(hf.code, 0) << hf.err;
+  EXPECT_EQ(sample_of(hf.out), sample_of(run.out));
+}
+
+TEST(TrainGptText, HostileTextInputsAreOneLineAndExitCode2) {
+  TempDir d;
+  expect_one_line_error(d, kText + "--steps 1 --sample 4 --tokenizer " + d.file("absent"),
+                        "encoder.json: cannot open the tokenizer file");
+  std::filesystem::create_directories(d.file("bad"));
+  test::write_bytes(d.file("bad") + "/encoder.json", "{\"a\": 0");
+  test::write_bytes(d.file("bad") + "/vocab.bpe", "#version: 0.2\n");
+  expect_one_line_error(d, kText + "--steps 1 --sample 4 --tokenizer " + d.file("bad"),
+                        "bad/encoder.json");
+  // A validation shard tokenized for a larger vocabulary.
+  write_token_shard(d.file("val.bin"), std::vector<std::uint16_t>(200, 300));
+  expect_one_line_error(d, kText + "--steps 1 --val-data " + d.file("val.bin"),
+                        "token 300 at position 0 is outside the vocabulary (vocab_size 256)");
+  // A prompt longer than the model's positions, as bytes and through the tokenizer.
+  expect_one_line_error(d, kText + "--steps 1 --sample 4 --prompt 'To be, or not to be: that is'",
+                        "--prompt encodes to 28 tokens, more than the 16 positions of the model");
+  expect_one_line_error(d, kText + kTokenizer + "--vocab-size 261 --steps 1 --sample 4 "
+                                               "--prompt 'the the the the the the the the the "
+                                               "the the the the the the the'",
+                        "--prompt encodes to 17 tokens, more than the 16 positions");
+  // A prompt the tokenizer encodes to ids the model has no row for.
+  expect_one_line_error(d, kText + kTokenizer + "--steps 1 --sample 4 --prompt ' the'",
+                        "--prompt: token 0 is id 258, outside the model's vocabulary (vocab_size 256)");
+  // Empty corpora.
+  test::write_bytes(d.file("empty.txt"), "");
+  write_token_shard(d.file("empty.bin"), std::vector<std::uint16_t>{});
+  expect_one_line_error(d, kText + "--steps 1 --val-data " + d.file("empty.txt"),
+                        "empty.txt: 0 tokens, fewer than one batch needs");
+  expect_one_line_error(d, "--n-layer 1 --n-head 2 --n-embd 16 --seq 16 --batch 4 --steps 1 "
+                           "--data " + d.file("empty.bin"),
+                        "too few tokens: 0");
+  // Flags that do nothing without the flag they shape.
+  expect_one_line_error(d, kText + "--steps 1 --sample-top-k 5", "--sample-top-k needs --sample N");
+  expect_one_line_error(d, kText + "--steps 1 --sample-seed 5", "--sample-seed needs --sample N");
+  expect_one_line_error(d, kText + "--steps 1 --val-batches 2", "--val-batches needs --val-data");
+  expect_one_line_error(d, kText + kTokenizer + "--steps 1", "--tokenizer needs --sample N");
+  expect_one_line_error(d, kText + "--steps 1 --eval-every 5", "with --data it needs --val-data");
+}
+
+}  // namespace
+}  // namespace mixpar::ch08
