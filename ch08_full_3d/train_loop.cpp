@@ -234,7 +234,7 @@ void print_sample(Trainer& t, std::FILE* out) {
   if (data.tokenizer) {
     std::fprintf(out, "sample (%s, prompt %s, GPT-2 tokens):\n", how.c_str(),
                  prompt.empty() ? "<|endoftext|>" : printable(prompt).c_str());
-    std::fprintf(out, "%s%s\n", prompt.c_str(), data.tokenizer->decode(gen).c_str());
+    std::fprintf(out, "%s%s\n", prompt.c_str(), data.tokenizer->decode_for_display(gen).c_str());
     return;
   }
   std::fprintf(out, "sample (%s, prompt %s):\n", how.c_str(),

@@ -562,9 +562,11 @@ void validate_single(const TrainerConfig& c) {
     throw InputError("--comm-timeout " + std::string(given) +
                      " is out of range: at most 1e6 seconds (about 11.6 days)");
   }
-  check_range(c.steps >= 1 || !c.init_from.empty() || c.resume,
-              "--steps 0 trains nothing: it is for evaluating, sampling or dumping a model given "
-              "by --init-from");
+  check_range(c.steps >= 1 || !c.init_from.empty() || c.resume || c.sample > 0 ||
+                  !c.dump_logits.empty(),
+              "--steps 0 trains nothing: it is for evaluating a model given by --init-from, or "
+              "sampling or dumping one (--sample, --dump-logits: the initialization before "
+              "training)");
   check_range(!c.resume || !c.checkpoint_dir.empty(), "--resume needs --checkpoint-dir");
   check_range(c.checkpoint_every == 0 || !c.checkpoint_dir.empty(),
               "--checkpoint-every needs --checkpoint-dir");

@@ -203,6 +203,17 @@ std::string Gpt2Tokenizer::decode(std::span<const std::int32_t> ids) const {
   return s;
 }
 
+std::string Gpt2Tokenizer::decode_for_display(std::span<const std::int32_t> ids) const {
+  const std::string bytes = decode(ids);
+  std::string out;
+  for (std::size_t i = 0; i < bytes.size();) {
+    const auto [cp, n] = next_code_point(bytes, i);
+    out += cp == kInvalid ? std::string_view("\xEF\xBF\xBD") : std::string_view(bytes).substr(i, n);
+    i += n;
+  }
+  return out;
+}
+
 std::string Gpt2Tokenizer::decode(std::span<const std::uint16_t> ids) const {
   std::string s;
   for (std::uint16_t id : ids) s += token_bytes(id);

@@ -41,6 +41,9 @@ class Gpt2Tokenizer {
   // InputError for an id outside [0, vocab_size()).
   std::string decode(std::span<const std::int32_t> ids) const;
   std::string decode(std::span<const std::uint16_t> ids) const;
+  // decode() for a terminal: every byte that is not part of valid UTF-8 (a sample cut inside
+  // a character, a model that has not learned to finish one) becomes U+FFFD.
+  std::string decode_for_display(std::span<const std::int32_t> ids) const;
   // The bytes of one token.
   const std::string& token_bytes(int id) const;
 

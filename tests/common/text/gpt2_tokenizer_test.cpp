@@ -130,6 +130,12 @@ TEST_F(Gpt2TokenizerTest, AnyBytesRoundTripAndABadIdIsAnInputError) {
   for (int b = 0; b < 256; ++b) all += static_cast<char>(b);
   EXPECT_EQ(gpt2().decode(gpt2().encode(all + all)), all + all);
   EXPECT_TRUE(gpt2().encode("").empty());
+  // For a terminal, the bytes of a cut character become U+FFFD; whole characters stay.
+  const Ids smiley = gpt2().encode("\U0001F600 \u00e9");
+  // The first token holds 3 of the 4 bytes of U+1F600: one U+FFFD each.
+  EXPECT_EQ(gpt2().decode_for_display(Ids(smiley.begin(), smiley.begin() + 1)),
+            "\uFFFD\uFFFD\uFFFD");
+  EXPECT_EQ(gpt2().decode_for_display(smiley), "\U0001F600 \u00e9");
   EXPECT_THROW((void)gpt2().decode(Ids{50257}), InputError);
   EXPECT_THROW((void)gpt2().decode(Ids{-1}), InputError);
 }
