@@ -609,6 +609,8 @@ void validate(const TrainerConfig& c) {
 Json to_json(const TrainerConfig& c) {
   Json j = run_identity(c);
   j.set("data", c.data.empty() ? "built-in addition" : c.data);
+  if (!c.val_data.empty()) j.set("val_data", c.val_data);
+  if (!c.tokenizer.empty()) j.set("tokenizer", c.tokenizer);
   j.set("init_from", c.init_from);
   j.set("steps", c.steps);
   j.set("lr", c.schedule.lr);
