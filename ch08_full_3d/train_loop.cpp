@@ -216,8 +216,10 @@ void print_sample(Trainer& t, std::FILE* out) {
     prompt += data.heldout.front().prompt();
   }
   const std::vector<std::int32_t> ids = encode_prompt(prompt, data);
-  // A shard holds ids only a tokenizer can print; without one they are printed as numbers.
-  const bool bytes = !data.tokenizer && !is_token_shard_path(c.data);
+  // A shard holds ids only a tokenizer can print; without one they are printed as numbers,
+  // unless the model's vocabulary is the 256 bytes (a byte shard, build/text-data/char_*.bin).
+  const bool bytes =
+      !data.tokenizer && (!is_token_shard_path(c.data) || c.model.vocab_size <= 256);
   const std::int64_t limit =
       data.tokenizer ? std::min<std::int64_t>(data.tokenizer->vocab_size(), c.model.vocab_size)
       : bytes        ? std::min<std::int64_t>(256, c.model.vocab_size)

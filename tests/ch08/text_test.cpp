@@ -74,6 +74,24 @@ TEST(TrainGptText, SamplesDecodeThroughTheTokenizerWithTemperatureTopKAndASeed) 
   EXPECT_NE(e.out.find("prompt <|endoftext|>, GPT-2 tokens"), std::string::npos) << e.out;
 }
 
+// A shard of bytes (scripts/prepare_text.sh's char_*.bin) under a 256-token model prints its
+// sample as text; a shard under a larger vocabulary without --tokenizer prints ids.
+TEST(TrainGptText, AByteShardSamplesTextAndAnotherShardSamplesIds) {
+  TempDir d;
+  const std::string text = test::read_bytes(kFixture + "/hamlet_train.txt");
+  write_token_shard(d.file("char.bin"), std::vector<std::uint16_t>(text.begin(), text.end()));
+  const std::string run = "--n-layer 1 --n-head 2 --n-embd 16 --seq 16 --batch 4 --threads 1 "
+                          "--steps 1 --sample 6 --prompt the --data " + d.file("char.bin");
+  const CliRun bytes = train_gpt(d, run + " --vocab-size 256");
+  ASSERT_EQ(bytes.code, 0) << bytes.err;
+  EXPECT_NE(bytes.out.find("sample (greedy, prompt \"the\"):\nthe"), std::string::npos) << bytes.out;
+  const CliRun ids = train_gpt(d, run + " --vocab-size 300");
+  ASSERT_EQ(ids.code, 0) << ids.err;
+  const std::string s = sample_of(ids.out);
+  const std::string body = s.substr(s.find('\n') + 1);
+  EXPECT_EQ(body.find_first_not_of("0123456789 \n"), std::string::npos) << s;
+}
+
 TEST(TrainGptText, ACheckpointAndAHuggingFaceDirectorySampleWhatTheRunSampled) {
   TempDir d;
   const std::string sample = "--sample 20 --temperature 0.8 --sample-top-k 8 --prompt 'the ' ";
