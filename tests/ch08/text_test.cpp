@@ -56,6 +56,30 @@ TEST(TrainGptText, ValidationLossIsLoggedEveryEvalEveryStepsAndAtTheEnd) {
   }
 }
 
+// Text goes through the loader every layout reads: each ZeRO stage, dtype and dimension of the
+// grid trains on it and scores the held-out text (the grid's numbers against one device's:
+// cli_test.cpp, TrainGptCli.AGridOnTextLogsTheLossesAndValidationLossesOfOneDevice).
+TEST(TrainGptText, EveryLayoutZeroStageAndDtypeTrainsAndValidatesOnText) {
+  TempDir d;
+  const std::string run = "--n-layer 2 --n-head 2 --n-embd 16 --seq 16 --batch 2 --threads 1 "
+                          "--steps 2 --eval-every 1 --data " + kFixture + "/hamlet_train.txt "
+                          "--val-data " + kFixture + "/hamlet_val.txt ";
+  for (const std::string layout :
+       {"--ranks 2 --dp 2 --zero-stage 1 --dtype bf16", "--ranks 2 --dp 2 --zero-stage 2 --dtype fp16",
+        "--ranks 2 --dp 2 --zero-stage 3 --dtype fp8", "--ranks 2 --tp 2 --sequence-parallel",
+        "--ranks 2 --pp 2 --grad-accum 2 --schedule zb-h1", "--ranks 2 --cp 2 --cp-algo all-to-all"}) {
+    const CliRun r = train_gpt(d, run + layout + " --log-jsonl " + d.file("l.jsonl") + " --overwrite");
+    ASSERT_EQ(r.code, 0) << layout << "\n" << r.err;
+    const std::vector<Json> rows = read_jsonl(d.file("l.jsonl"));
+    ASSERT_EQ(rows.size(), 2u) << layout;
+    for (const Json& row : rows) {
+      ASSERT_TRUE(row.contains("val_loss")) << layout;
+      EXPECT_GT(row.at("val_loss").as_double(), 3.0) << layout;
+      EXPECT_LT(row.at("val_loss").as_double(), 6.5) << layout;
+    }
+  }
+}
+
 TEST(TrainGptText, SamplesDecodeThroughTheTokenizerWithTemperatureTopKAndASeed) {
   TempDir d;
   const std::string sample = "--vocab-size 261 --sample 24 --temperature 0.9 --sample-top-k 5 ";
