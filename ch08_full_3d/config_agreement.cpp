@@ -88,12 +88,19 @@ std::vector<std::pair<std::string, std::string>> agreement_fields(const TrainerC
       {"--checkpoint-async", on_off(c.checkpoint_async)},
       {"--resume", on_off(c.resume)},
       {"--eval-every", i(c.eval_every)},
+      // Validation and sampling are rank 0's, on a model every rank helps gather: the ranks
+      // must agree on when that happens, not on where the files are.
+      {"--val-data (given or not)", on_off(!c.val_data.empty())},
+      {"--val-batches", i(c.val_batches)},
+      {"--tokenizer (given or not)", on_off(!c.tokenizer.empty())},
       {"--log-jsonl (given or not)", on_off(!c.log_jsonl.empty())},
       {"--trace (given or not)", on_off(!c.trace.empty())},
       {"--save (given or not)", on_off(!c.save.empty())},
       {"--sample", i(c.sample)},
       {"--dump-logits (given or not)", on_off(!c.dump_logits.empty())},
       {"--temperature", g(c.temperature)},
+      {"--sample-top-k", i(c.sample_top_k)},
+      {"--sample-seed", std::to_string(c.sample_seed)},
       {"--prompt", c.prompt},
       // One rank's --dry-run returned before training while the others waited in its first
       // collective.

@@ -224,8 +224,8 @@ void check_derived_sizes(const TrainerConfig& c) {
 }
 
 void refuse_empty_paths(const ArgParser& a) {
-  for (const char* flag : {"init-from", "data", "save", "checkpoint-dir", "log-jsonl",
-                           "dump-logits", "trace"}) {
+  for (const char* flag : {"init-from", "data", "val-data", "tokenizer", "save",
+                           "checkpoint-dir", "log-jsonl", "dump-logits", "trace"}) {
     if (a.given(flag) && a.get(flag).empty()) {
       throw InputError(std::string("--") + flag +
                        " \"\": an empty path (name a file or directory, or leave the flag out)");
@@ -280,7 +280,25 @@ void check_step_fits_the_data(const TrainerConfig& c, const TrainingData& data) 
 void check_prompts(const TrainerConfig& c, const TrainingData& data) {
   const std::int64_t context = std::min(c.seq, c.model.n_positions);
   const bool reads_prompt = c.sample > 0 || !c.dump_logits.empty();
+  if (reads_prompt && data.tokenizer) {
+    const std::vector<std::int32_t> ids = encode_prompt(c.prompt, data);
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      if (ids[i] >= c.model.vocab_size) {
+        throw InputError("--prompt: token " + std::to_string(i) + " is id " +
+                         std::to_string(ids[i]) + ", outside the model's vocabulary (vocab_size " +
+                         std::to_string(c.model.vocab_size) + ")");
+      }
+    }
+  }
   if (reads_prompt) {
+    // The model attends over at most n_positions tokens: a longer prompt cannot be read whole.
+    const auto n = static_cast<std::int64_t>(encode_prompt(c.prompt, data).size());
+    if (n > c.model.n_positions) {
+      throw InputError("--prompt encodes to " + std::to_string(n) + " tokens, more than the " +
+                       std::to_string(c.model.n_positions) + " positions of the model");
+    }
+  }
+  if (reads_prompt && !data.tokenizer) {
     for (std::size_t i = 0; i < c.prompt.size(); ++i) {
       const auto id = static_cast<unsigned char>(c.prompt[i]);
       if (id >= c.model.vocab_size) {

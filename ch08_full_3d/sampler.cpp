@@ -78,7 +78,8 @@ void complete_chunk(GptModel& model, std::span<const std::string> prompts, int m
 
 }  // namespace
 
-int pick_token(std::span<const float> logits, std::int64_t limit, double temperature, Philox& rng) {
+int pick_token(std::span<const float> logits, std::int64_t limit, double temperature, Philox& rng,
+               std::int64_t top_k) {
   const auto n = static_cast<std::size_t>(
       std::min<std::int64_t>(limit, static_cast<std::int64_t>(logits.size())));
   const auto first = logits.begin();
@@ -90,8 +91,23 @@ int pick_token(std::span<const float> logits, std::int64_t limit, double tempera
   double sum = 0.0;
   for (std::size_t i = 0; i < n; ++i) {
     p[i] = std::exp((static_cast<double>(logits[i]) - logits[best]) / temperature);
-    sum += p[i];
   }
+  if (top_k > 0 && static_cast<std::size_t>(top_k) < n) {
+    // The k largest logits, ties to the lower id; every other token's probability is 0.
+    std::vector<std::size_t> order(n);
+    for (std::size_t i = 0; i < n; ++i) order[i] = i;
+    const auto k = static_cast<std::ptrdiff_t>(top_k);
+    std::nth_element(order.begin(), order.begin() + k - 1, order.end(),
+                     [&](std::size_t a, std::size_t b) {
+                       return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+                     });
+    std::vector<bool> keep(n, false);
+    for (std::ptrdiff_t j = 0; j < k; ++j) keep[order[static_cast<std::size_t>(j)]] = true;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (!keep[i]) p[i] = 0.0;
+    }
+  }
+  for (std::size_t i = 0; i < n; ++i) sum += p[i];
   double u = static_cast<double>(rng.next_uniform()) * sum;
   for (std::size_t i = 0; i < n; ++i) {
     if ((u -= p[i]) < 0.0) return static_cast<int>(i);
@@ -101,7 +117,7 @@ int pick_token(std::span<const float> logits, std::int64_t limit, double tempera
 
 std::vector<std::int32_t> generate(GptModel& model, std::span<const std::int32_t> prompt,
                                    std::int64_t n, std::int64_t context, std::int64_t limit,
-                                   double temperature, std::uint64_t seed) {
+                                   double temperature, std::uint64_t seed, std::int64_t top_k) {
   std::vector<std::int32_t> all(prompt.begin(), prompt.end());
   if (all.empty()) all.push_back('\n');
   Philox rng(seed, /*stream=*/1);  // stream 0 draws the initial weights
@@ -110,7 +126,7 @@ std::vector<std::int32_t> generate(GptModel& model, std::span<const std::int32_t
     const std::span<const std::int32_t> window(
         all.data() + all.size() - static_cast<std::size_t>(T), static_cast<std::size_t>(T));
     model.forward(window, {}, 1, T);
-    all.push_back(pick_token(logits_row(model, 0, T, T - 1), limit, temperature, rng));
+    all.push_back(pick_token(logits_row(model, 0, T, T - 1), limit, temperature, rng, top_k));
   }
   return {all.end() - n, all.end()};
 }

@@ -18,12 +18,16 @@ namespace mixpar::ch08 {
 // The next token from one row of logits, among ids [0, limit) (a byte model with a larger
 // vocabulary never emits an id the byte decoder cannot print). temperature 0: the first
 // maximum (greedy); otherwise one uniform draw of rng against softmax(logits / temperature).
-int pick_token(std::span<const float> logits, std::int64_t limit, double temperature, Philox& rng);
+// top_k > 0: the draw is among the top_k largest logits only (ties to the lower id), the rest
+// given probability 0 (Fan et al. 2018, docs/REFERENCE.md); 0 = every token.
+int pick_token(std::span<const float> logits, std::int64_t limit, double temperature, Philox& rng,
+               std::int64_t top_k = 0);
 
-// n tokens after `prompt` (byte tokens), each chosen from the last `context` tokens at most.
+// n tokens after `prompt` (ids; empty: a newline byte), each chosen from the last `context`
+// tokens at most.
 std::vector<std::int32_t> generate(GptModel& model, std::span<const std::int32_t> prompt,
                                    std::int64_t n, std::int64_t context, std::int64_t limit,
-                                   double temperature, std::uint64_t seed);
+                                   double temperature, std::uint64_t seed, std::int64_t top_k = 0);
 
 // Greedy completions of many prompts at once: rows of one batch, right-padded. Causal attention
 // means padding after a position never changes its logits, so each prompt reads its next token

@@ -36,7 +36,8 @@ Json bytes_by_category(const std::array<std::size_t, kNumMemCategories>& live) {
 }  // namespace
 
 Json step_json(const StepStats& s, const MemorySnapshot& mem,
-               std::optional<double> heldout_accuracy, std::span<const RankMetrics> by_rank) {
+               std::optional<double> heldout_accuracy, std::span<const RankMetrics> by_rank,
+               std::optional<double> val_loss) {
   Json j = Json::object();
   j.set("step", s.step);
   j.set("loss", s.loss);
@@ -87,6 +88,7 @@ Json step_json(const StepStats& s, const MemorySnapshot& mem,
     j.set("comm_bytes_by_group", std::move(groups));
   }
   if (heldout_accuracy) j.set("heldout_accuracy", *heldout_accuracy);
+  if (val_loss) j.set("val_loss", *val_loss);
   return j;
 }
 

@@ -30,14 +30,16 @@ MemorySnapshot memory_snapshot(const MemoryLedger& ledger);
 // Keys: step, loss, grad_norm, clip_coef, lr, loss_scale, skipped, tokens_per_s, step_ms,
 // data_position, epoch, and in a distributed run ranks, compute_ms, comm_ms, exposed_comm_ms,
 // mem_bytes {parameters, gradients, master_params, optimizer_state, activations, comm_buffers,
-// other} (this rank's), mem_peak_bytes; heldout_accuracy when the step was evaluated; with
+// other} (this rank's), mem_peak_bytes; heldout_accuracy (built-in data) and val_loss
+// (--val-data) when the step was evaluated; with
 // by_rank (Trainer::gather_rank_metrics) mem_bytes_by_rank (a list by rank of objects like
 // mem_bytes) and comm_bytes_by_rank (a list by rank of the bytes each sent in the step, over
 // all its groups). mem_bytes are the device's; a run that bills bytes to the host
 // (--offload-optimizer) adds host_mem_bytes and host_mem_peak_bytes, and host_mem_bytes_by_rank.
 Json step_json(const StepStats& s, const MemorySnapshot& mem,
                std::optional<double> heldout_accuracy = std::nullopt,
-               std::span<const RankMetrics> by_rank = {});
+               std::span<const RankMetrics> by_rank = {},
+               std::optional<double> val_loss = std::nullopt);
 
 // "step   12/1500 | loss 2.1034 | norm 0.532 | lr 2.00e-03 | 48.1k tok/s | ETA 1m52s", plus
 // "| scale 65536" under fp16, "| compute 65 ms, comm 9.7 ms (3.1 exposed)" when data parallel,

@@ -178,23 +178,68 @@ std::string printable(const std::string& text) {
   return q + "\"";
 }
 
+// The validation loss (--val-data): the mean loss of the eval model over the first
+// val_batches windows of dp x batch rows of seq tokens (fewer when the file is shorter), each
+// row's targets its tokens shifted by one, as training reads them. The windows hold a global
+// batch's rows, so a grid and one device on the same global batch score the same tokens.
+double validation_loss(Trainer& t) {
+  const TrainerConfig& c = t.config();
+  const std::vector<std::uint16_t>& v = *t.data().val_tokens;
+  const std::int64_t rows = c.dp * c.batch, window = rows * c.seq;
+  const std::int64_t windows =
+      std::min(c.val_batches, (static_cast<std::int64_t>(v.size()) - 1) / window);
+  std::vector<std::int32_t> x(static_cast<std::size_t>(window)), y(x.size());
+  double sum = 0.0;
+  for (std::int64_t k = 0; k < windows; ++k) {
+    const auto at = static_cast<std::size_t>(k * window);
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      x[i] = v[at + i];
+      y[i] = v[at + i + 1];
+    }
+    sum += t.eval_model().forward(x, y, rows, c.seq);
+  }
+  return sum / static_cast<double>(windows);
+}
+
+double print_validation(Trainer& t, std::FILE* out) {
+  const double loss = validation_loss(t);
+  std::fprintf(out, "validation at step %lld: loss %.4f on %s\n", static_cast<long long>(t.step()),
+               loss, t.data().val_description.c_str());
+  return loss;
+}
+
 void print_sample(Trainer& t, std::FILE* out) {
   const TrainerConfig& c = t.config();
+  const TrainingData& data = t.data();
   std::string prompt = c.prompt;
-  if (prompt.empty() && !t.data().heldout.empty()) {
+  if (prompt.empty() && !data.heldout.empty() && !data.tokenizer) {
     prompt.push_back('\n');  // a problem starts after a newline, as in training
-    prompt += t.data().heldout.front().prompt();
+    prompt += data.heldout.front().prompt();
   }
-  std::vector<std::int32_t> ids;
-  for (unsigned char ch : prompt) ids.push_back(ch);
-  const bool bytes = !is_token_shard_path(c.data);  // a shard holds BPE ids we cannot decode
-  const std::vector<std::int32_t> gen =
-      generate(t.eval_model(), ids, c.sample, context_of(c),
-               bytes ? std::min<std::int64_t>(256, c.model.vocab_size) : c.model.vocab_size,
-               c.temperature, c.seed);
-  const std::string how = c.temperature > 0 ? strf("temperature %g, seed %llu", c.temperature,
-                                                   static_cast<unsigned long long>(c.seed))
-                                            : std::string("greedy");
+  const std::vector<std::int32_t> ids = encode_prompt(prompt, data);
+  // A shard holds ids only a tokenizer can print; without one they are printed as numbers,
+  // unless the model's vocabulary is the 256 bytes (a byte shard, build/text-data/char_*.bin).
+  const bool bytes =
+      !data.tokenizer && (!is_token_shard_path(c.data) || c.model.vocab_size <= 256);
+  const std::int64_t limit =
+      data.tokenizer ? std::min<std::int64_t>(data.tokenizer->vocab_size(), c.model.vocab_size)
+      : bytes        ? std::min<std::int64_t>(256, c.model.vocab_size)
+                     : c.model.vocab_size;
+  const std::vector<std::int32_t> gen = generate(t.eval_model(), ids, c.sample, context_of(c),
+                                                 limit, c.temperature, c.sample_seed,
+                                                 c.sample_top_k);
+  std::string how = c.temperature > 0 ? strf("temperature %g, seed %llu", c.temperature,
+                                             static_cast<unsigned long long>(c.sample_seed))
+                                      : std::string("greedy");
+  if (c.temperature > 0 && c.sample_top_k > 0) {
+    how += strf(", top-k %lld", static_cast<long long>(c.sample_top_k));
+  }
+  if (data.tokenizer) {
+    std::fprintf(out, "sample (%s, prompt %s, GPT-2 tokens):\n", how.c_str(),
+                 prompt.empty() ? "<|endoftext|>" : printable(prompt).c_str());
+    std::fprintf(out, "%s%s\n", prompt.c_str(), data.tokenizer->decode_for_display(gen).c_str());
+    return;
+  }
   std::fprintf(out, "sample (%s, prompt %s):\n", how.c_str(),
                prompt.empty() ? "a newline" : printable(prompt).c_str());
   if (bytes) {
@@ -213,8 +258,7 @@ std::vector<std::int32_t> probe_tokens(const Trainer& t) {
     text.push_back('\n');  // not "\n" + string: GCC 12's false -Wrestrict (bug 105329)
     text += t.data().heldout.front().prompt();
   }
-  std::vector<std::int32_t> ids(text.begin(), text.end());
-  for (std::int32_t& id : ids) id = static_cast<unsigned char>(id);
+  std::vector<std::int32_t> ids = encode_prompt(text, t.data());
   if (ids.empty()) ids.assign(t.data().tokens->begin(), t.data().tokens->begin() + c.seq);
   const auto context = static_cast<std::size_t>(context_of(c));
   if (ids.size() > context) ids.resize(context);
@@ -352,7 +396,8 @@ bool train_steps(RankRun& run) {
     // Every rank's memory and traffic for the log (the same config on every rank: all call).
     const std::vector<RankMetrics> by_rank =
         c.log_jsonl.empty() ? std::vector<RankMetrics>{} : t.gather_rank_metrics();
-    evaluated = c.builtin_data() && (due(s.step, c.eval_every) || s.step == c.steps);
+    const bool validates = t.data().val_tokens != nullptr;
+    evaluated = (c.builtin_data() || validates) && (due(s.step, c.eval_every) || s.step == c.steps);
     if (evaluated) t.prepare_eval_model();  // collective: a tp model is gathered on rank 0
     if (run.lead()) {
       eta.add(s.seconds);
@@ -363,9 +408,12 @@ bool train_steps(RankRun& run) {
         std::fflush(run.out);
       }
       for (const std::string& w : watch.observe(s)) std::fprintf(run.out, "%s\n", w.c_str());
-      std::optional<double> acc;
-      if (evaluated) acc = print_eval(t, run.out);
-      if (run.log) run.log->write(step_json(s, memory_snapshot(current_ledger()), acc, by_rank));
+      std::optional<double> acc, val;
+      if (evaluated && c.builtin_data()) acc = print_eval(t, run.out);
+      if (evaluated && validates) val = print_validation(t, run.out);
+      if (run.log) {
+        run.log->write(step_json(s, memory_snapshot(current_ledger()), acc, by_rank, val));
+      }
     }
     // A background write that every rank has finished commits here (collective).
     if (run.async) report_async(run, run.async->poll());
@@ -413,6 +461,7 @@ void final_checkpoint(RankRun& run, std::int64_t start_step) {
 void finish(Trainer& t, bool evaluated, std::FILE* out) {
   const TrainerConfig& c = t.config();
   if (c.builtin_data() && !evaluated) print_eval(t, out);
+  if (t.data().val_tokens && !evaluated) print_validation(t, out);
   if (!c.save.empty()) {
     t.save_hf(c.save);
     std::fprintf(out, "saved: %s (Hugging Face GPT-2 directory, float32)\n", c.save.c_str());
@@ -502,7 +551,7 @@ void run_rank(const TrainerConfig& c, const TrainingData& data, Communicator* co
     throw;
   }
   if (!c.save.empty()) halt_if_weights_not_finite(t, comm, "--save " + c.save);
-  if ((c.builtin_data() && !evaluated) || !c.save.empty() || c.sample > 0 ||
+  if (((c.builtin_data() || data.val_tokens) && !evaluated) || !c.save.empty() || c.sample > 0 ||
       !c.dump_logits.empty()) {
     t.prepare_eval_model();  // what finish() reads, gathered by every rank of a tp model
   }
@@ -511,7 +560,10 @@ void run_rank(const TrainerConfig& c, const TrainingData& data, Communicator* co
 
 // The tokens every rank reads: one global batch must fit (dp x B x T + 1).
 TrainingData load_data(const TrainerConfig& c) {
-  return load_training_data(c.data, c.model.vocab_size, c.dp * c.batch * c.seq + 1);
+  const std::int64_t batch_tokens = c.dp * c.batch * c.seq + 1;
+  TrainingData d = load_training_data(c.data, c.model.vocab_size, batch_tokens);
+  load_text_inputs(d, c.val_data, c.tokenizer, c.model.vocab_size, batch_tokens);
+  return d;
 }
 
 // Each rank's OpenMP team: --threads, or the cores shared out among the ranks in this process.

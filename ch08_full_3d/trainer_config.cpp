@@ -42,6 +42,14 @@ void add_data_flags(ArgParser& a, const TrainerConfig& d) {
   a.option("data", "",
            "a .bin token shard (llm.c format) or any other file read as bytes "
            "(default: the built-in addition dataset)")
+      .option("val-data", "",
+              "held-out text (a .bin shard or a file of bytes): its loss every --eval-every "
+              "steps and at the end")
+      .option("val-batches", num(d.val_batches),
+              "windows of --batch x --seq tokens from the start of --val-data per validation")
+      .option("tokenizer", "",
+              "folder with GPT-2's encoder.json and vocab.bpe: --prompt encoded and samples "
+              "printed as text (scripts/prepare_text.sh)")
       .option("data-order", "shuffled", "sequential|shuffled order of the batch windows")
       .option("batch", num(d.batch), "sequences per micro-batch B")
       .option("seq", num(d.seq), "sequence length T (<= --n-positions)")
@@ -113,10 +121,12 @@ void add_output_flags(ArgParser& a, const TrainerConfig& d) {
               "progress line every K steps (default: --steps / 20, at least 1; skipped steps "
               "always)")
       .option("eval-every", "",
-              "built-in dataset: exact-match accuracy on held-out problems "
-              "every K steps (default 100; 0: only at the end)")
-      .option("sample", "0", "generate N bytes of text at the end")
+              "built-in dataset: exact-match accuracy on held-out problems; --val-data: the "
+              "validation loss; every K steps (default 100; 0: only at the end)")
+      .option("sample", "0", "generate N tokens of text at the end")
       .option("temperature", "0", "sampling temperature (0 = greedy)")
+      .option("sample-top-k", "0", "sample among the K likeliest tokens only (0 = all)")
+      .option("sample-seed", "", "seed of the sampling draws (default: --seed)")
       .option("prompt", "",
               "sampling prompt (default: a newline and a held-out problem, or a newline)")
       .option("dump-logits", "",
@@ -281,7 +291,9 @@ void read_outputs(const ArgParser& a, TrainerConfig& c) {
   // 20 lines or so a run: the default 1,500 steps print every 75th.
   c.print_every =
       a.given("print-every") ? positive(a, "print-every") : std::max<std::int64_t>(1, c.steps / 20);
-  c.eval_every = a.given("eval-every") ? non_negative(a, "eval-every") : c.builtin_data() ? 100 : 0;
+  c.eval_every = a.given("eval-every")                    ? non_negative(a, "eval-every")
+                 : c.builtin_data() || !c.val_data.empty() ? 100
+                                                           : 0;
   c.sample = non_negative(a, "sample");
   // One forward per byte over the whole context (kMaxSampleTokens says how long).
   if (c.sample > kMaxSampleTokens) {
@@ -289,6 +301,8 @@ void read_outputs(const ArgParser& a, TrainerConfig& c) {
                      " tokens (each one a forward pass of the model)");
   }
   c.temperature = a.get_double("temperature");
+  c.sample_top_k = non_negative(a, "sample-top-k");
+  c.sample_seed = a.given("sample-seed") ? static_cast<std::uint64_t>(non_negative(a, "sample-seed")) : c.seed;
   c.prompt = a.given("prompt") ? a.get("prompt") : "";
   c.dump_logits = a.given("dump-logits") ? a.get("dump-logits") : "";
   const std::int64_t threads = non_negative(a, "threads");
@@ -448,6 +462,11 @@ void refuse_flags_without_effect(const ArgParser& a, const TrainerConfig& c) {
   need("schedule", c.pp > 1, "--pp > 1: it orders a pipeline's micro-batches");
   need("loss-scale", c.dtype == DType::kF16 && !c.fp8, "--dtype fp16: only fp16 scales the loss");
   need("temperature", c.sample > 0, "--sample N: it shapes the sampling");
+  need("sample-top-k", c.sample > 0, "--sample N: it shapes the sampling");
+  need("sample-seed", c.sample > 0, "--sample N: it seeds the sampling");
+  need("val-batches", !c.val_data.empty(), "--val-data FILE: it sizes the validation");
+  need("tokenizer", c.sample > 0 || !c.dump_logits.empty(),
+       "--sample N or --dump-logits FILE: it encodes the prompt and prints the sample");
   need("prompt", c.sample > 0 || !c.dump_logits.empty(),
        "--sample N or --dump-logits FILE: they read it");
 }
@@ -458,6 +477,9 @@ TrainerConfig trainer_config_from_args(const ArgParser& a) {
   refuse_empty_paths(a);
   TrainerConfig c;
   c.data = a.given("data") ? a.get("data") : "";
+  c.val_data = a.given("val-data") ? a.get("val-data") : "";
+  c.val_batches = positive(a, "val-batches");
+  c.tokenizer = a.given("tokenizer") ? a.get("tokenizer") : "";
   c.data_order = parse_data_order(a.get("data-order"));
   c.batch = positive(a, "batch");
   c.seq = positive(a, "seq");
@@ -547,17 +569,20 @@ void validate_single(const TrainerConfig& c) {
     throw InputError("--comm-timeout " + std::string(given) +
                      " is out of range: at most 1e6 seconds (about 11.6 days)");
   }
-  check_range(c.steps >= 1 || !c.init_from.empty() || c.resume,
-              "--steps 0 trains nothing: it is for evaluating, sampling or dumping a model given "
-              "by --init-from");
+  check_range(c.steps >= 1 || !c.init_from.empty() || c.resume || c.sample > 0 ||
+                  !c.dump_logits.empty(),
+              "--steps 0 trains nothing: it is for evaluating a model given by --init-from, or "
+              "sampling or dumping one (--sample, --dump-logits: the initialization before "
+              "training)");
   check_range(!c.resume || !c.checkpoint_dir.empty(), "--resume needs --checkpoint-dir");
   check_range(c.checkpoint_every == 0 || !c.checkpoint_dir.empty(),
               "--checkpoint-every needs --checkpoint-dir");
   check_range(!c.checkpoint_async || !c.checkpoint_dir.empty(),
               "--checkpoint-async needs --checkpoint-dir (it writes checkpoints in the "
               "background)");
-  check_range(c.eval_every == 0 || c.builtin_data(),
-              "--eval-every scores the built-in addition dataset; it cannot be used with --data");
+  check_range(c.eval_every == 0 || c.builtin_data() || !c.val_data.empty(),
+              "--eval-every scores the built-in addition dataset or --val-data; with --data it "
+              "needs --val-data");
   check_range(!c.builtin_data() || c.model.vocab_size >= 256,
               "the built-in dataset is byte tokens: --vocab-size must be at least 256");
 }
@@ -594,6 +619,8 @@ void validate(const TrainerConfig& c) {
 Json to_json(const TrainerConfig& c) {
   Json j = run_identity(c);
   j.set("data", c.data.empty() ? "built-in addition" : c.data);
+  if (!c.val_data.empty()) j.set("val_data", c.val_data);
+  if (!c.tokenizer.empty()) j.set("tokenizer", c.tokenizer);
   j.set("init_from", c.init_from);
   j.set("steps", c.steps);
   j.set("lr", c.schedule.lr);

@@ -44,6 +44,13 @@ struct TrainerConfig {
   GptConfig model{2, 8, 128, 64, 256};
   // Data: "" = the built-in addition dataset; a .bin token shard; any other file as bytes.
   std::string data;
+  // Held-out text (a shard or a file of bytes, like --data): its loss every eval_every steps
+  // over its first val_batches windows of batch x seq tokens ("" = none).
+  std::string val_data;
+  std::int64_t val_batches = 8;
+  // GPT-2's encoder.json and vocab.bpe (scripts/prepare_text.sh writes them): --prompt encoded
+  // and samples printed as text ("" = bytes, or ids for a shard).
+  std::string tokenizer;
   DataOrder data_order = DataOrder::kShuffled;
   std::int64_t batch = 32, seq = 64, grad_accum = 1, steps = 1500;
   // Sequences per optimizer step over all replicas (0: not given). When given it sets
@@ -71,8 +78,11 @@ struct TrainerConfig {
   std::int64_t print_every = 1;
   std::int64_t sample = 0;      // bytes to generate at the end (at most kMaxSampleTokens)
   double temperature = 0.0;     // 0: greedy
+  std::int64_t sample_top_k = 0;  // sample among the k likeliest tokens only (0: all)
+  std::uint64_t sample_seed = 0;  // the sampling stream's seed (default: seed)
   std::string prompt;           // sampling prompt ("" = a held-out problem or a newline)
-  std::int64_t eval_every = 0;  // held-out accuracy of the built-in dataset every K steps
+  // Every K steps: the built-in dataset's held-out accuracy, and val_data's loss.
+  std::int64_t eval_every = 0;
   std::string dump_logits;      // safetensors of the final model's logits on the prompt
   int threads = 0;              // 0: the OpenMP default (per rank: the cores shared out)
   // Pre-flight (preflight.h): print the checklist and exit 0; one rank's memory budget in

@@ -78,4 +78,27 @@ TrainingData load_training_data(const std::string& path, std::int64_t vocab_size
   return d;
 }
 
+std::vector<std::int32_t> encode_prompt(const std::string& prompt, const TrainingData& d) {
+  if (d.tokenizer) {
+    return prompt.empty() ? std::vector<std::int32_t>{d.tokenizer->end_of_text()}
+                          : d.tokenizer->encode(prompt);
+  }
+  std::vector<std::int32_t> ids;
+  for (unsigned char ch : prompt) ids.push_back(ch);
+  return ids;
+}
+
+void load_text_inputs(TrainingData& d, const std::string& val_path,
+                      const std::string& tokenizer_dir, std::int64_t vocab_size,
+                      std::int64_t min_tokens) {
+  if (!val_path.empty()) {
+    TrainingData v = load_training_data(val_path, vocab_size, min_tokens);
+    d.val_tokens = std::move(v.tokens);
+    d.val_description = std::move(v.description);
+  }
+  if (!tokenizer_dir.empty()) {
+    d.tokenizer = std::make_shared<const Gpt2Tokenizer>(Gpt2Tokenizer::from_dir(tokenizer_dir));
+  }
+}
+
 }  // namespace mixpar::ch08

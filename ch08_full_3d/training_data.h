@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "io/addition_data.h"
+#include "io/gpt2_tokenizer.h"
 
 namespace mixpar::ch08 {
 
@@ -17,6 +18,11 @@ struct TrainingData {
   std::string description;               // "built-in addition (1,048,590 tokens)"
   std::vector<AdditionProblem> heldout;  // built-in dataset only
   std::uint64_t fingerprint = 0;         // FNV-1a of the tokens: a resume on other data fails
+  // --val-data's tokens (null: none), read like the training tokens, and its description.
+  std::shared_ptr<const std::vector<std::uint16_t>> val_tokens;
+  std::string val_description;
+  // --tokenizer's GPT-2 BPE (null: prompts and samples are bytes, or ids for a shard).
+  std::shared_ptr<const Gpt2Tokenizer> tokenizer;
 };
 
 // Whether `path` names an llm.c token shard: it ends in ".bin", in any case (a shard named
@@ -27,5 +33,16 @@ bool is_token_shard_path(const std::string& path);
 // if the file is missing or corrupt, a token is >= vocab_size, or fewer than min_tokens.
 TrainingData load_training_data(const std::string& path, std::int64_t vocab_size,
                                 std::int64_t min_tokens);
+
+// Adds the held-out tokens of `val_path` (read as load_training_data reads --data, at least
+// min_tokens) and the GPT-2 tokenizer of `tokenizer_dir` to d; "" skips either. InputError on
+// a missing or corrupt file, an id >= vocab_size, or a shard shorter than one batch.
+// --prompt as ids: through d.tokenizer when there is one ("" = "<|endoftext|>", where every
+// document of the corpus starts), else its bytes ("" = none).
+std::vector<std::int32_t> encode_prompt(const std::string& prompt, const TrainingData& d);
+
+void load_text_inputs(TrainingData& d, const std::string& val_path,
+                      const std::string& tokenizer_dir, std::int64_t vocab_size,
+                      std::int64_t min_tokens);
 
 }  // namespace mixpar::ch08

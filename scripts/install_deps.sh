@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages mixpar builds with, when they are missing (Debian 12);
 # python3-matplotlib draws the course's figures (scripts/figures.py).
+# python3-venv holds the text runs' reference tokenizer (scripts/prepare_text.sh).
 # python3-torch, with OpenBLAS for its FP32 GEMMs (Debian's reference BLAS otherwise), is the
 # other side of scripts/bench_vs_pytorch.py. libdnnl-dev (oneDNN) runs bf16/fp16 GEMMs on CPUs
 # with 16-bit units (common/ops/onednn_matmul.h); without it they widen to FP32.
@@ -10,7 +11,7 @@
 set -euo pipefail
 
 packages=(cmake ninja-build g++ make libeigen3-dev libgtest-dev libgmock-dev libbenchmark-dev
-          libopenmpi-dev openmpi-bin python3 python3-matplotlib
+          libopenmpi-dev openmpi-bin python3 python3-venv python3-matplotlib
           python3-torch libopenblas0-pthread clang libdnnl-dev)
 missing=()
 for p in "${packages[@]}"; do

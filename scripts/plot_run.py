@@ -50,13 +50,18 @@ def series(rows, key):
 
 
 def loss_figure(plt, rows, label, other=None, other_label=None):
-    """The loss of each run (left axis) and its held-out accuracy when logged (right axis, the
-    same run's colour family), every line named after its run in one legend."""
+    """The loss of each run (left axis), its validation loss when logged (--val-data: the same
+    axis), and its held-out accuracy when logged (right axis, the same run's colour family),
+    every line named after its run in one legend."""
     fig, ax = plt.subplots(figsize=(7, 4.6))
     runs = [(rows, label, "-")] + ([(other, other_label, "--")] if other else [])
     ax2 = None
     for run_rows, name, style in runs:
         ax.plot(*series(run_rows, "loss"), linestyle=style, label=f"loss, {name}")
+        val = series(run_rows, "val_loss")  # --val-data: held-out text, every --eval-every
+        if val[0]:
+            ax.plot(*val, marker="o", linestyle=style, color="tab:red" if style == "-" else "tab:pink",
+                    label=f"validation loss, {name}")
         acc = series(run_rows, "heldout_accuracy")
         if acc[0]:
             ax2 = ax2 or ax.twinx()

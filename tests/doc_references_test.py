@@ -182,11 +182,14 @@ class Repo:
                 self.tools[name] = None
 
     def _read_scripts(self):
-        # scripts/, and the course's scripts in exercises/ (build_one.sh, grade.sh, leaderboard.sh
-        # and the Python they run).
+        # scripts/ (and the folders in it: scripts/text/), and the course's scripts in
+        # exercises/ (build_one.sh, grade.sh, leaderboard.sh and the Python they run).
         for path in glob.glob(os.path.join(self.root, "scripts", "*")) + \
+                glob.glob(os.path.join(self.root, "scripts", "*", "*")) + \
                 glob.glob(os.path.join(self.root, "exercises", "*.sh")) + \
                 glob.glob(os.path.join(self.root, "exercises", "*.py")):
+            if not os.path.isfile(path):
+                continue
             name = os.path.basename(path)
             text = open(path, encoding="utf-8", errors="replace").read()
             if name.endswith(".py"):

@@ -246,6 +246,32 @@ TEST(TrainGptCli, RanksFlagLogsTheLossesOfOneRankWithTheWholeBatch) {
   EXPECT_NE(test::read_bytes(d.file("trace.json")).find("\"pid\":1"), std::string::npos);
 }
 
+// The same on text (tests/data/text: Hamlet as bytes, with held-out text): a dp 2 x tp 2 x
+// pp 2 grid with ZeRO-1 logs one device's losses and validation losses on the same global
+// batch (the validation reads the same rows on both: windows of dp x batch rows).
+TEST(TrainGptCli, AGridOnTextLogsTheLossesAndValidationLossesOfOneDevice) {
+  TempDir d;
+  const std::string text = std::string(MIXPAR_TEXT_FIXTURE_DIR);
+  const std::string run = "--n-layer 2 --n-head 2 --n-embd 16 --seq 16 --threads 1 --steps 6 "
+                          "--data-order sequential --eval-every 3 --data " + text +
+                          "/hamlet_train.txt --val-data " + text + "/hamlet_val.txt ";
+  ASSERT_EQ(train_gpt(d, run + "--batch 4 --log-jsonl " + d.file("one.jsonl")).code, 0);
+  const CliRun r = train_gpt(d, run + "--batch 2 --ranks 8 --dp 2 --tp 2 --pp 2 --zero-stage 1 "
+                                      "--log-jsonl " + d.file("grid.jsonl"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  expect_same_losses(d.file("grid.jsonl"), d.file("one.jsonl"));
+  const std::vector<Json> grid = read_jsonl(d.file("grid.jsonl")), one = read_jsonl(d.file("one.jsonl"));
+  int validated = 0;
+  for (std::size_t i = 0; i < one.size(); ++i) {
+    ASSERT_EQ(grid[i].contains("val_loss"), one[i].contains("val_loss")) << "step " << i + 1;
+    if (!one[i].contains("val_loss")) continue;
+    ++validated;
+    const double u = grid[i].at("val_loss").as_double(), v = one[i].at("val_loss").as_double();
+    EXPECT_LE(std::abs(u - v) / v, 1e-5) << "validation loss, step " << i + 1;
+  }
+  EXPECT_EQ(validated, 2);
+}
+
 #if defined(MIXPAR_MPIEXEC)
 using test::mpirun_train_gpt;
 

@@ -3,7 +3,7 @@
 # threads logs its JSONL; scripts/plot_run.py turns it into five PNGs, each a real image file
 # (and a short --dtype fp8 run into a sixth, its casts); --compare with a one-device run names
 # every line of the loss plot (each run's loss and held-out accuracy) after its run; a
-# malformed log is one line and exit code 2. Skipped (exit 77) where matplotlib is missing.
+# malformed log is one line and exit code 2; a run with --val-data draws its validation loss. Skipped (exit 77) where matplotlib is missing.
 # Usage: plot_run_test.sh TRAIN_GPT PLOT_RUN_PY SCRATCH_DIR
 set -euo pipefail
 train_gpt="$1" script="$2" dir="$3"
@@ -48,6 +48,26 @@ want = sorted(["loss, 2 ranks", "loss, one device",
                "held-out accuracy, 2 ranks", "held-out accuracy, one device"])
 if lines != want or legend != want:
     print("FAIL: the loss plot's lines %s and legend %s should both be %s" % (lines, legend, want))
+    sys.exit(1)
+PY
+  exit 1
+# A run on text with --val-data draws its validation loss on the loss plot.
+text="$(dirname "$script")/../tests/data/text"
+"$train_gpt" --n-layer 1 --n-head 2 --n-embd 16 --seq 16 --batch 2 --steps 4 --threads 1 \
+  --data "$text/hamlet_train.txt" --val-data "$text/hamlet_val.txt" --eval-every 2 \
+  --log-jsonl "$dir/text.jsonl" > "$dir/text.txt"
+"$py" - "$(dirname "$script")" "$dir/text.jsonl" <<'PY' ||
+import sys
+sys.path.insert(0, sys.argv[1])
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import plot_run
+fig = plot_run.loss_figure(plt, plot_run.read_log(sys.argv[2]), "text")
+lines = {line.get_label(): line for ax in fig.axes for line in ax.get_lines()}
+val = lines.get("validation loss, text")
+if val is None or list(val.get_xdata()) != [2, 4]:
+    print("FAIL: the loss plot should draw the validation loss at steps 2 and 4: %s" % sorted(lines))
     sys.exit(1)
 PY
   exit 1
