@@ -87,5 +87,9 @@ PipelinePlan last_w_deferred(PipelinePlan plan);
 // neighbour stage on another rank, per direction.
 int sends_in_plan(const PipelinePlan& plan, int rank);
 int sends_of_placement(const PipelineLayout& l, int rank);
+// 8 blocks, 16 wide, 2 heads, 8 positions, 32 tokens: every layout of the lesson (p v <= 8).
+GptConfig small_gpt();
+// The same floats bit for bit (NaN payloads included), the lesson's bitwise claims.
+bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b);
 
 }  // namespace mixpar::ch07
