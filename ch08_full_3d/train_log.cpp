@@ -52,6 +52,7 @@ Json step_json(const StepStats& s, const MemorySnapshot& mem,
   if (s.mfu > 0) j.set("mfu", s.mfu);
   j.set("epoch", s.epoch);
   if (!s.fp8.is_null()) j.set("fp8", s.fp8);
+  if (!s.moe.is_null()) j.set("moe", s.moe);
   if (s.ranks > 0) {
     // Rank 0's view of the step: compute, all communication, and the part of it compute
     // waited for (the rest overlapped backward).

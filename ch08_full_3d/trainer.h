@@ -26,6 +26,7 @@
 #include "async_checkpoint.h"
 #include "io/token_loader.h"
 #include "model/gpt.h"
+#include "moe_blocks.h"
 #include "parallel/grad_sync.h"
 #include "parallel/schedule.h"
 #include "parallel/step_reductions.h"
@@ -73,6 +74,10 @@ struct StepStats {
   GroupBytes group_bytes;
   // --dtype fp8: this rank's casts of the step by role (fp8_step_json); null otherwise.
   Json fp8;
+  // --n-experts: each MoE block's step (MoeBlocks::step_stats: per-expert token counts,
+  // dropped fraction, max / mean load over the ep ranks, the aux and z losses, the all-to-all
+  // bytes by formula); null otherwise.
+  Json moe;
 };
 
 // Sets the threads of OpenMP loops and Eigen GEMMs (0: leave the default).
@@ -222,6 +227,8 @@ class Trainer {
   std::unique_ptr<AttentionSeam> cp_attention_;
   // tp > 1, pp > 1 or ZeRO, rank 0: the whole model gathered for evaluation, and its FP32
   // masters for --save.
+  // --n-experts, rank 0: every expert gathered for evaluation (before the model using it).
+  std::unique_ptr<MoeBlocks> eval_moe_;
   std::unique_ptr<GptModel> eval_model_;
   std::vector<NamedTensor> eval_masters_;
   // --virtual-stages v > 1 (chapter 7's interleaved pipeline): the parameters of this rank's v
@@ -231,6 +238,9 @@ class Trainer {
   // --dtype fp8: the blocks' FP8 GEMMs (chapter 3's last part), before the models that run
   // through them; null otherwise.
   std::unique_ptr<fp8::Fp8BlockGemms> fp8_;
+  // --n-experts (chapter 9): the MoE blocks' branches, before the models that run them; null
+  // for a dense model. Their tensors follow the registry's in the optimizer.
+  std::unique_ptr<MoeBlocks> moe_;
   GptModel model_;
   std::vector<GptModel> chunks_;
   // Before the optimizer: making the replicas equal must reach the working copy before the
@@ -240,6 +250,7 @@ class Trainer {
   StepReductions reductions_;
   std::unique_ptr<Schedule> schedule_;
   std::vector<bool> norm_counted_;  // by registry entry: this rank counts it in the norm
+  std::size_t dense_tensors_ = 0;   // the optimizer's tensors before the MoE blocks' own
   TokenLoader loader_;
   std::int64_t step_ = 0;
   StepTimes times_;
