@@ -129,6 +129,7 @@ void MoeBlocks::begin_step(float backward_seed, bool sync_averages) {
   // statistics were reduced over (module comment).
   const double group = sync_averages && groups_.dense ? double(groups_.dense->size()) : 1.0;
   const ch09::LossFactors f{backward_seed, 1};
+  ep_bytes_at_step_ = ep_bytes_sent();
   for (auto& b : layers_) {
     b->aux_seed = static_cast<float>(ch09::aux_grad_seed(config_.moe.aux_loss_coef, f) * group);
     b->z_seed = static_cast<float>(ch09::aux_grad_seed(config_.moe.z_loss_coef, f) * group);
@@ -198,6 +199,9 @@ void MoeBlocks::after_step(bool taken) {
 }
 
 Json MoeBlocks::step_stats() {
+  const std::uint64_t a2a = ep_bytes_sent() - ep_bytes_at_step_;  // before the gathers below
+  double formula = 0;
+  for (const auto& b : layers_) formula += b->a2a_formula;
   Json blocks = Json::array();
   for (std::size_t i = 0; i < layers_.size(); ++i) {
     Branch& b = *layers_[i];
@@ -231,10 +235,14 @@ Json MoeBlocks::step_stats() {
     const double m = std::max(1, b.forwards);
     j.set("aux_loss", b.aux_loss / m);
     j.set("z_loss", b.z_loss / m);
-    j.set("a2a_bytes_formula", b.a2a_formula);
     blocks.push_back(std::move(j));
   }
-  return blocks;
+  Json out = Json::object();
+  out.set("blocks", std::move(blocks));
+  out.set("a2a_bytes", static_cast<std::int64_t>(a2a));
+  const bool a2a_dispatch = config_.moe_dispatch == ch09::DispatchKind::kAllToAll;
+  out.set("a2a_bytes_formula", a2a_dispatch ? Json(static_cast<std::int64_t>(formula)) : Json());
+  return out;
 }
 
 std::uint64_t MoeBlocks::ep_bytes_sent() const { return sent(groups_.ep); }

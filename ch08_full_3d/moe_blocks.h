@@ -66,7 +66,13 @@ class MoeBlocks final : public FeedForwardSeam {
   // After an optimizer step that was taken: DeepSeek-V3's bias update from the step's counts
   // (reduced over dp x cp), then the step's statistics reset.
   void after_step(bool taken);
-  // The step's statistics (the same on every rank; collective over ep when distributed).
+  // The step's statistics, collective over dp x cp and ep: "blocks", one object per MoE
+  // block (per-expert token counts of the global batch before drops, dropped fraction, max /
+  // mean of the rows each ep rank's experts ran, the aux and z losses); "a2a_bytes", what this
+  // rank sent over ep in the step's micro-batches (measured by the communicator), and
+  // "a2a_bytes_formula", the same by the formula of the all-to-all dispatch (each row to or
+  // from another ep rank crosses four times: dispatch and return, forward and backward, C
+  // FP32 values; plus El FP64 counts per other rank per forward), null for all-gather.
   Json step_stats();
   // Bytes this rank sent over the ep, edp and dense groups so far (the trainer's by-group log).
   std::uint64_t ep_bytes_sent() const;
@@ -87,6 +93,7 @@ class MoeBlocks final : public FeedForwardSeam {
   std::vector<std::unique_ptr<Branch>> layers_;  // by MoE block, in model order
   std::vector<std::int64_t> layer_of_;           // model block of each
   bool count_router_ = true, count_experts_ = true;
+  std::uint64_t ep_bytes_at_step_ = 0;  // ep_bytes_sent() when the step began
 };
 
 }  // namespace mixpar::ch08

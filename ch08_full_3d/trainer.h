@@ -148,6 +148,10 @@ class Trainer {
   // --dtype fp8: the FP8 GEMMs and their scaling state (null otherwise).
   const fp8::Fp8BlockGemms* fp8_gemms() const { return fp8_.get(); }
   const TokenLoader& loader() const { return loader_; }
+  // --n-experts: this rank's MoE blocks (null for a dense model), and rank 0's evaluation
+  // copy with every expert (after prepare_eval_model; null elsewhere).
+  MoeBlocks* moe() { return moe_.get(); }
+  MoeBlocks* eval_moe() { return eval_moe_.get(); }
 
   // FP32 weights under their HF names: the masters (16-bit runs) or the model itself (fp32).
   std::vector<NamedTensor> master_weights() const;
