@@ -191,6 +191,34 @@ TEST(MoeTrainer, AllToAllBytesEqualTheFormulaAndTheCountsCoverEveryAssignment) {
   EXPECT_TRUE(dropped);  // capacity factor 1 on 16 tokens drops some
 }
 
+// DeepSeek-V3's bias steps on counts reduced over dp x cp: every replica routes with the same
+// bias, the one device's with the whole batch (the counts are whole numbers: exact sums).
+TEST(MoeTrainer, TheExpertBiasStaysReplicatedAndEqualsOneDevicesWholeBatch) {
+  const TrainingData data = random_data(4000);
+  TrainerConfig one = moe_config(1, 8);
+  one.moe.bias_update_rate = 1e-2;
+  TrainerConfig four = one;
+  four.batch = 2;
+  four.ranks = four.dp = 4;
+  four.ep = 2;
+  const auto biases = [&](const TrainerConfig& c) {
+    return test::train_on_each_rank(c, data, [](Trainer& t, int) {
+      std::vector<float> b;
+      for (int s = 0; s < t.config().steps; ++s) t.train_step();
+      for (std::size_t i = 0; i < t.moe()->blocks(); ++i) {
+        const std::vector<float>& v = t.moe()->layer(i).expert_bias();
+        b.insert(b.end(), v.begin(), v.end());
+      }
+      return b;
+    });
+  };
+  const std::vector<float> base = biases(one)[0];
+  bool moved = false;
+  for (float v : base) moved = moved || v != 0;
+  EXPECT_TRUE(moved);
+  for (const std::vector<float>& b : biases(four)) EXPECT_EQ(b, base);
+}
+
 TEST(MoeTrainer, BadLayoutsAreRefusedBeforeAnyWork) {
   const auto refusal = [](TrainerConfig c) { return test::input_error_of([&] { validate(c); }); };
   TrainerConfig c = moe_config(4, 2);
