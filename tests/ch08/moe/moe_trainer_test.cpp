@@ -191,6 +191,27 @@ TEST(MoeTrainer, AllToAllBytesEqualTheFormulaAndTheCountsCoverEveryAssignment) {
   EXPECT_TRUE(dropped);  // capacity factor 1 on 16 tokens drops some
 }
 
+// ZeRO-1 and 2 shard the registry's states over dp; the MoE blocks' tensors stay whole on
+// every rank of their edp group and take the same step: the run is DDP's bit for bit.
+TEST(MoeTrainer, ZeroOneAndTwoTrainBitForBitLikeDdp) {
+  const TrainingData data = random_data(4000);
+  TrainerConfig c = moe_config(2, 2);
+  c.ep = 2;
+  c.moe.aux_loss_coef = 1e-2;
+  const MoeRun ddp = run(c, data);
+  for (int stage : {1, 2}) {
+    SCOPED_TRACE("zero " + std::to_string(stage));
+    c.zero_stage = stage;
+    const MoeRun z = run(c, data);
+    for (std::size_t s = 0; s < z.steps.size(); ++s) {
+      EXPECT_EQ(z.steps[s].loss, ddp.steps[s].loss) << "step " << s;
+      EXPECT_EQ(z.steps[s].grad_norm, ddp.steps[s].grad_norm) << "step " << s;
+    }
+    EXPECT_EQ(z.dense, ddp.dense);
+    EXPECT_EQ(z.experts, ddp.experts);
+  }
+}
+
 // DeepSeek-V3's bias steps on counts reduced over dp x cp: every replica routes with the same
 // bias, the one device's with the whole batch (the counts are whole numbers: exact sums).
 TEST(MoeTrainer, TheExpertBiasStaysReplicatedAndEqualsOneDevicesWholeBatch) {
@@ -237,6 +258,9 @@ TEST(MoeTrainer, BadLayoutsAreRefusedBeforeAnyWork) {
   c.dp = 1;
   c.tp = 2;
   EXPECT_NE(refusal(c).find("mesh rule moe-dimensions: --tp 2"), std::string::npos);
+  c = moe_config(2, 2);
+  c.zero_stage = 3;
+  EXPECT_NE(refusal(c).find("mesh rule moe-dimensions: --zero-stage 3"), std::string::npos);
   c = moe_config(1, 2);
   c.moe.n_experts = 0;
   c.ep = 2;
