@@ -249,6 +249,36 @@ std::uint64_t MoeBlocks::ep_bytes_sent() const { return sent(groups_.ep); }
 std::uint64_t MoeBlocks::edp_bytes_sent() const { return sent(groups_.edp); }
 std::uint64_t MoeBlocks::dense_bytes_sent() const { return sent(groups_.dense); }
 
+std::string MoeBlocks::key(std::size_t j) const {
+  static constexpr const char* kNames[] = {"router.weight", "experts.c_fc.weight",
+                                           "experts.c_fc.bias", "experts.c_proj.weight",
+                                           "experts.c_proj.bias"};
+  return "h." + std::to_string(layer_of_.at(j / 5)) + ".moe." + kNames[j % 5];
+}
+
+Shape MoeBlocks::global_shape(std::size_t j) const {
+  const std::int64_t C = config_.model.n_embd, H = 4 * C, E = config_.moe.n_experts;
+  const Shape shapes[] = {{C, E}, {E, C, H}, {E, H}, {E, H, C}, {E, C}};
+  return shapes[j % 5];
+}
+
+int MoeBlocks::first_expert() const {
+  return groups_.ep ? groups_.ep->rank() * (config_.moe.n_experts / groups_.ep->size()) : 0;
+}
+
+std::string MoeBlocks::bias_key(std::size_t block) const {
+  return "h." + std::to_string(layer_of_.at(block)) + ".moe.expert_bias";
+}
+
+Tensor MoeBlocks::gather_experts(const Tensor& t) const {
+  if (!groups_.ep || groups_.ep->size() == 1) return t;
+  Shape s = t.shape();
+  s[0] *= groups_.ep->size();
+  Tensor all = Tensor::empty(s, DType::kF32, MemCategory::kCommBuffers);
+  groups_.ep->all_gather(t, all);
+  return all;
+}
+
 void MoeBlocks::gather_for_eval(MoeBlocks* into) {
   for (std::size_t i = 0; i < layers_.size(); ++i) {
     ch09::MoeLayer& src = layers_[i]->layer;

@@ -82,6 +82,20 @@ class MoeBlocks final : public FeedForwardSeam {
   // copy), with the router weights and biases; into may be null on ranks that keep none.
   void gather_for_eval(MoeBlocks* into);
 
+  // Checkpoints (chapter 8's pieces): the global name of this rank's tensor j of params(),
+  // "h.<block>.moe.router.weight" or "h.<block>.moe.experts.c_fc.weight" ..., and its global
+  // shape (the experts' [E, ...], every expert by global index); the block of tensor j's
+  // expert bias, "h.<block>.moe.expert_bias" [E]. An expert tensor of this rank holds rows
+  // [first, first + El) of the global one.
+  std::string key(std::size_t j) const;
+  Shape global_shape(std::size_t j) const;
+  bool is_expert_tensor(std::size_t j) const { return j % 5 != 0; }
+  int first_expert() const;
+  std::string bias_key(std::size_t block) const;
+  // Collective over ep: every rank's rows of an expert tensor of this rank (t's shape, dim 0
+  // El), gathered in global order into a new [E, ...] tensor; t itself when ep is 1.
+  Tensor gather_experts(const Tensor& t) const;
+
   int ep() const { return groups_.ep ? groups_.ep->size() : 1; }
   std::size_t blocks() const { return layers_.size(); }
   ch09::MoeLayer& layer(std::size_t i);

@@ -167,7 +167,7 @@ class Trainer {
   // tensors it writes copied into host memory (billed to its ledger), rank 0's state and
   // config as text, each file a function the background writer calls (async_checkpoint.h).
   // The files are byte for byte those save_checkpoint writes. Not collective.
-  StagedCheckpoint stage_checkpoint() const;
+  StagedCheckpoint stage_checkpoint();
   // Continues from the latest checkpoint in config.checkpoint_dir, written on this layout or any
   // other (each rank reads the pieces it now holds): InputError if it is corrupt, or was
   // written by a run with another shape, dtype, rows per micro-batch (dp x batch), data or
@@ -199,6 +199,12 @@ class Trainer {
   // with whether this rank is the one that writes it (checkpoint_pieces.h): what a checkpoint
   // stores and what a resume on any layout fills.
   std::vector<HeldTensor> held_state() const;
+  // --n-experts: the MoE blocks' masters, moments and expert biases as pieces of their global
+  // tensors (moe_blocks.h's keys): this rank's own rows (what a resume fills), or with
+  // moe_whole_ the whole tensors gathered over ep (what a checkpoint writes, once: the dp x cp
+  // rank 0 of each ep place). gather_moe_state() (collective over ep) fills moe_whole_.
+  std::vector<HeldTensor> moe_held_state() const;
+  void gather_moe_state();
   void write_checkpoint_files(const std::string& dir) const;
   // The writers of this rank's checkpoint files (stage_checkpoint), over its own tensors
   // (staged false: for a save that writes them at once) or over copies of them.
@@ -255,6 +261,9 @@ class Trainer {
   std::unique_ptr<Schedule> schedule_;
   std::vector<bool> norm_counted_;  // by registry entry: this rank counts it in the norm
   std::size_t dense_tensors_ = 0;   // the optimizer's tensors before the MoE blocks' own
+  // The MoE blocks' state gathered over ep for the checkpoint being written (gather_moe_state):
+  // masters, exp_avg, exp_avg_sq of each MoE tensor, then each block's expert bias.
+  std::vector<Tensor> moe_whole_;
   TokenLoader loader_;
   std::int64_t step_ = 0;
   StepTimes times_;

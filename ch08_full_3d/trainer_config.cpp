@@ -662,8 +662,6 @@ static void validate_moe(const TrainerConfig& c) {
               "--dtype " + std::string(c.fp8 ? "fp8" : dtype_name(c.dtype)) +
                   " (the MoE blocks train in fp32)");
   unsupported(!c.recompute, "--recompute (a recomputed forward would route again)");
-  unsupported(c.checkpoint_dir.empty() && !c.resume,
-              "--checkpoint-dir / --resume (checkpoints do not hold experts yet)");
   unsupported(c.save.empty(), "--save (a Hugging Face GPT-2 directory has no experts)");
   unsupported(c.init_from.empty(), "--init-from (a GPT-2 directory has no experts)");
   unsupported(!c.offload_optimizer, "--offload-optimizer");
