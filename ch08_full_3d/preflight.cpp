@@ -183,6 +183,20 @@ std::int64_t cp_activation_bytes_per_layer(const TrainerConfig& c, mem::GptShape
 
 }  // namespace
 
+// The MoE blocks' elements on a rank (chapter 9): per MoE block the router [C, E] and the
+// E / ep experts this rank holds, each GPT-2's MLP (c_fc C x 4C + 4C, c_proj 4C x C + C).
+std::int64_t moe_rank_elements(const TrainerConfig& c) {
+  if (!c.uses_moe()) return 0;
+  std::int64_t blocks = 0;
+  for (std::int64_t l = 0; l < c.model.n_layer; ++l) blocks += (l + 1) % c.moe_every == 0;
+  const std::int64_t C = c.model.n_embd, E = c.moe.n_experts, El = E / c.ep;
+  const std::int64_t expert = checked_sum("an expert's parameters", 8 * C * C, 5 * C);
+  const std::int64_t block = checked_sum(
+      "an MoE block's parameters", C * E, checked_product("a rank's experts", {{"experts", El},
+                                                                                {"each", expert}}));
+  return checked_product("a rank's MoE parameters", {{"MoE blocks", blocks}, {"each", block}});
+}
+
 RankBill estimate_rank_bill(const TrainerConfig& c) {
   const std::vector<RankBill> bills = estimate_rank_bills(c);
   RankBill worst = bills.front();
@@ -222,6 +236,13 @@ std::vector<RankBill> estimate_rank_bills(const TrainerConfig& c) {
     b.master_bytes = st.master_params;
     b.optimizer_bytes = st.optimizer_state;
     b.fp32_grad_bytes = c.dtype == DType::kF32 ? 0 : st.master_params;
+    // The MoE blocks' FP32 tensors (validate_moe: an fp32 run): parameters, gradients and
+    // AdamW's two moments, 4 + 4 + 8 bytes each, whole on every rank of their edp group.
+    b.moe_parameters = moe_rank_elements(c);
+    b.parameters = checked_sum("a rank's parameters", b.parameters, b.moe_parameters);
+    b.param_bytes = checked_sum("parameter bytes", b.param_bytes, 4 * b.moe_parameters);
+    b.grad_bytes = checked_sum("gradient bytes", b.grad_bytes, 4 * b.moe_parameters);
+    b.optimizer_bytes = checked_sum("optimizer bytes", b.optimizer_bytes, 8 * b.moe_parameters);
     b.offloaded = c.offload_optimizer;
     b.micro_batches_in_flight = held[static_cast<std::size_t>(s)].micro_batches;
     b.blocks_held = held[static_cast<std::size_t>(s)].blocks;

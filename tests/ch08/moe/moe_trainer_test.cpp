@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -14,6 +15,8 @@
 #include "ch04_ddp/ddp_tolerances.h"
 #include "../ch08_test_util.h"
 #include "mesh_rules.h"
+#include "preflight.h"
+#include "tensor/ledger.h"
 
 namespace mixpar::ch08 {
 namespace {
@@ -286,6 +289,36 @@ TEST(MoeTrainer, ACheckpointHoldsExpertsByGlobalIndexAndResumesOnAnyEp) {
       EXPECT_EQ(resumed.experts, straight.experts);
     } else {
       EXPECT_LE(worst(resumed.experts, straight.experts), ch04::kWeightsTolerance);
+    }
+  }
+}
+
+// The pre-flight bills the MoE blocks' parameters, gradients and moments (the routers and
+// this ep rank's experts) as the ledger counts them after a step, on every ep.
+TEST(MoeTrainer, ThePreflightBillsTheExpertStatesAsTheLedgerCountsThem) {
+  const TrainingData data = random_data(4000);
+  for (int ep : {1, 2}) {
+    SCOPED_TRACE("ep " + std::to_string(ep));
+    TrainerConfig c = moe_config(2, 2);
+    c.ep = ep;
+    c.moe_every = 2;  // block 1 only
+    const RankBill bill = estimate_rank_bill(c);
+    const std::int64_t C = c.model.n_embd;
+    EXPECT_EQ(bill.moe_parameters, C * 4 + (4 / ep) * (8 * C * C + 5 * C));
+    // Each rank thread of the local backend charges its own ledger.
+    const std::vector<std::array<std::int64_t, 3>> live =
+        test::train_on_each_rank(c, data, [](Trainer& t, int) {
+          t.train_step();
+          const MemoryLedger& l = current_ledger();
+          const auto at = [&](MemCategory k) { return static_cast<std::int64_t>(l.live(k)); };
+          return std::array<std::int64_t, 3>{at(MemCategory::kParameters),
+                                             at(MemCategory::kGradients),
+                                             at(MemCategory::kOptimizerState)};
+        });
+    for (const auto& rank : live) {
+      EXPECT_EQ(rank[0], bill.param_bytes);
+      EXPECT_EQ(rank[1], bill.grad_bytes);
+      EXPECT_EQ(rank[2], bill.optimizer_bytes);
     }
   }
 }
