@@ -93,8 +93,12 @@ MoeBlocks::MoeBlocks(const TrainerConfig& c, Communicator* world, const DeviceMe
   if (!c.uses_moe()) throw std::logic_error("MoeBlocks without --n-experts");
   if (world != nullptr && mesh != nullptr) {
     groups_ = ch09::split_expert_groups(*world, *mesh, c.ep);
-    count_router_ = groups_.dense->rank() == 0;
-    count_experts_ = groups_.edp->rank() == 0;
+    // With tp every tp rank of a place runs the same MoE layer on the same tokens (the
+    // blocks' ln_2 output is whole there): its tensors are replicated over tp too, and tp
+    // rank 0 counts them.
+    const bool tp0 = mesh->coord(world->rank(), "tp") == 0;
+    count_router_ = tp0 && groups_.dense->rank() == 0;
+    count_experts_ = tp0 && groups_.edp->rank() == 0;
   }
   const ch09::MoeParallel par{groups_.ep.get(), groups_.dense.get(), c.moe_dispatch};
   for (std::int64_t l = 0; l < c.model.n_layer; ++l) {

@@ -377,7 +377,10 @@ void Trainer::save_hf(const std::string& dir) const {
 std::vector<Tensor> Trainer::place_masters() const {
   // The optimizer's FP32 tensors, one per owned piece, made whole (a sum over dp when they
   // are shards).
-  return sync_->whole_params(rank_params(model_), optimizer_.stepped_params());
+  // The registry's tensors only: the MoE blocks' follow them in the optimizer.
+  return sync_->whole_params(
+      rank_params(model_),
+      std::span<const Tensor>(optimizer_.stepped_params()).first(dense_tensors_));
 }
 
 void Trainer::prepare_eval_model() {

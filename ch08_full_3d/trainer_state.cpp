@@ -552,8 +552,8 @@ std::vector<HeldTensor> Trainer::moe_held_state() const {
   if (!moe_) return out;
   const AdamW& adam = *optimizer_.adamw();
   const bool whole = !moe_whole_.empty();
-  // Written once: by the dp x cp rank 0 of each place (every expert gathered there).
-  const bool writes = whole && coord().dp == 0 && coord().cp == 0;
+  // Written once: by the dp x cp x tp rank 0 of each stage (every expert gathered there).
+  const bool writes = whole && coord().dp == 0 && coord().cp == 0 && coord().tp == 0;
   const std::size_t n = optimizer_.stepped_params().size() - dense_tensors_;
   const auto piece = [&](const std::string& key, const Shape& global, const Tensor& data,
                          std::int64_t first_row) {

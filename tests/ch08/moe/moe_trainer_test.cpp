@@ -145,6 +145,29 @@ TEST(MoeTrainer, ExpertParallelOneTwoFourOverDpFourTrainLikeOneDeviceWithTheWhol
   }
 }
 
+// With tp every tp rank of a place runs the same MoE layer on the same tokens: dp 2 x ep 2
+// beside tp 2 trains like one device with the whole batch, and every expert is counted once
+// in the norm (tp rank 0 of its edp group).
+TEST(MoeTrainer, TensorParallelBesideExpertParallelTrainsLikeOneDevice) {
+  const TrainingData data = random_data(4000);
+  TrainerConfig one = moe_config(1, 4);
+  one.moe.aux_loss_coef = 1e-2;
+  const MoeRun base = run(one, data);
+  TrainerConfig c = one;
+  c.batch = 2;
+  c.ranks = 4;
+  c.dp = c.tp = c.ep = 2;
+  const MoeRun r = run(c, data);
+  ASSERT_EQ(r.steps.size(), base.steps.size());
+  for (std::size_t s = 0; s < r.steps.size(); ++s) {
+    EXPECT_LE(rel(r.steps[s].loss, base.steps[s].loss), ch04::kLossTolerance) << "step " << s;
+    EXPECT_LE(rel(r.steps[s].grad_norm, base.steps[s].grad_norm), ch04::kLossTolerance)
+        << "step " << s;
+  }
+  EXPECT_LE(worst(r.dense, base.dense), ch04::kWeightsTolerance);
+  EXPECT_LE(worst(r.experts, base.experts), ch04::kWeightsTolerance);
+}
+
 TEST(MoeTrainer, AllToAllAndAllGatherDispatchTrainBitForBitAlike) {
   const TrainingData data = random_data(4000);
   TrainerConfig c = moe_config(2, 2);
@@ -339,8 +362,13 @@ TEST(MoeTrainer, BadLayoutsAreRefusedBeforeAnyWork) {
   EXPECT_NE(refusal(c).find("below one token"), std::string::npos);
   c = moe_config(2, 2);
   c.dp = 1;
+  c.cp = 2;
+  EXPECT_NE(refusal(c).find("mesh rule moe-dimensions: --cp 2"), std::string::npos);
+  c = moe_config(2, 2);
+  c.dp = 1;
   c.tp = 2;
-  EXPECT_NE(refusal(c).find("mesh rule moe-dimensions: --tp 2"), std::string::npos);
+  c.sequence_parallel = true;
+  EXPECT_NE(refusal(c).find("mesh rule moe-dimensions: --sequence-parallel"), std::string::npos);
   c = moe_config(2, 2);
   c.zero_stage = 3;
   EXPECT_NE(refusal(c).find("mesh rule moe-dimensions: --zero-stage 3"), std::string::npos);
