@@ -55,13 +55,18 @@ std::string moe_line(const TrainerConfig& c) {
           ? strf("capacity factor %g, dropping by %s", m.capacity_factor,
                  ch09::drop_policy_name(m.drop_policy).c_str())
           : std::string("no capacity limit (nothing dropped)");
+  // Every MoE block's router and experts (the blocks' own MLP tensors, counted above, stay
+  // in the registry unused).
+  const double C = static_cast<double>(c.model.n_embd);
+  const double params = static_cast<double>(blocks) * m.n_experts * (C + 8 * C * C + 5 * C);
   return strf(
-      "\nmoe: %lld of %lld blocks, %d experts of the MLP's shape, top-%d (%s gates), %s | aux "
-      "loss %g, z-loss %g, expert bias rate %g | ep %d (%s), edp %d",
+      "\nmoe: %lld of %lld blocks, %d experts of the MLP's shape (%.2fM parameters with the "
+      "routers), top-%d (%s gates), %s | aux loss %g, z-loss %g, expert bias rate %g | ep %d "
+      "(%s), edp %d",
       static_cast<long long>(blocks), static_cast<long long>(c.model.n_layer), m.n_experts,
-      m.top_k, m.normalize_gates ? "normalized" : "softmax", capacity.c_str(), m.aux_loss_coef,
-      m.z_loss_coef, m.bias_update_rate, c.ep, ch09::dispatch_name(c.moe_dispatch),
-      c.dp * c.cp / c.ep);
+      params / 1e6, m.top_k, m.normalize_gates ? "normalized" : "softmax", capacity.c_str(),
+      m.aux_loss_coef, m.z_loss_coef, m.bias_update_rate, c.ep,
+      ch09::dispatch_name(c.moe_dispatch), c.dp * c.cp / c.ep);
 }
 
 std::string model_line(const TrainerConfig& c) {
