@@ -163,8 +163,8 @@ std::string ep_divides_dp_cp(const TrainerConfig& c) {
 // (a pipeline keeps several micro-batches in flight, the MoE layer one forward's state),
 // sequence parallelism (the layer takes whole rows) and ZeRO-3. Tensor parallelism runs: every
 // tp rank of a place runs the same MoE layer on the same tokens (experts whole, replicated
-// over tp). ZeRO-1 and 2 run: they shard the registry's states over dp, the MoE blocks' stay
-// whole on every rank of their edp group.
+// over tp). ZeRO-1 and 2 run: they shard the registry's states over dp, and the experts'
+// AdamW states over edp (moe_blocks.h).
 std::string moe_dimensions(const TrainerConfig& c) {
   if (!c.uses_moe()) return "";
   if (c.sequence_parallel) {

@@ -97,8 +97,10 @@ MoeBlocks::MoeBlocks(const TrainerConfig& c, Communicator* world, const DeviceMe
     // blocks' ln_2 output is whole there): its tensors are replicated over tp too, and tp
     // rank 0 counts them.
     const bool tp0 = mesh->coord(world->rank(), "tp") == 0;
+    shard_ = c.zero_stage >= 1 && groups_.edp->size() > 1;
     count_router_ = tp0 && groups_.dense->rank() == 0;
-    count_experts_ = tp0 && groups_.edp->rank() == 0;
+    // Sharded, every edp rank counts the range it owns.
+    count_experts_ = tp0 && (shard_ || groups_.edp->rank() == 0);
   }
   const ch09::MoeParallel par{groups_.ep.get(), groups_.dense.get(), c.moe_dispatch};
   for (std::int64_t l = 0; l < c.model.n_layer; ++l) {
@@ -140,7 +142,7 @@ void MoeBlocks::begin_step(float backward_seed, bool sync_averages) {
   }
 }
 
-std::vector<Tensor> MoeBlocks::params() {
+std::vector<Tensor> MoeBlocks::whole_params() {
   std::vector<Tensor> out;
   for (auto& b : layers_) {
     ch09::ExpertWeights& w = b->layer.experts();
@@ -148,6 +150,27 @@ std::vector<Tensor> MoeBlocks::params() {
       out.push_back(*t);
     }
   }
+  return out;
+}
+
+std::pair<std::int64_t, std::int64_t> MoeBlocks::owned_range(std::size_t j) const {
+  const std::int64_t n = local_shape_numel(j);
+  if (!shard_ || !is_expert_tensor(j)) return {0, n};
+  // ring_chunk's split: rank r of edp owns [n r / edp, n (r + 1) / edp).
+  const std::int64_t r = groups_.edp->rank(), size = groups_.edp->size();
+  const std::int64_t begin = n * r / size, end = n * (r + 1) / size;
+  return {begin, end - begin};
+}
+
+namespace {
+Tensor range_of(const Tensor& t, std::pair<std::int64_t, std::int64_t> r) {
+  return t.view({t.numel()}).flat_slice(r.first, r.second);
+}
+}  // namespace
+
+std::vector<Tensor> MoeBlocks::params() {
+  std::vector<Tensor> out = whole_params();
+  for (std::size_t j = 0; j < out.size(); ++j) out[j] = range_of(out[j], owned_range(j));
   return out;
 }
 
@@ -159,7 +182,41 @@ std::vector<Tensor> MoeBlocks::grads() {
       out.push_back(*t);
     }
   }
+  for (std::size_t j = 0; j < out.size(); ++j) out[j] = range_of(out[j], owned_range(j));
   return out;
+}
+
+Tensor MoeBlocks::gather_over_edp(const Tensor& range, std::size_t j) const {
+  Shape shape = global_shape(j);
+  if (is_expert_tensor(j)) shape[0] /= ep();
+  Tensor whole = Tensor::empty(shape, DType::kF32, MemCategory::kCommBuffers);
+  if (!shard_ || !is_expert_tensor(j)) {
+    whole.copy_from(range.view(shape));
+    return whole;
+  }
+  // Equal blocks for the all-gather: each rank's range padded to the largest.
+  const std::int64_t n = whole.numel(), size = groups_.edp->size();
+  const std::int64_t block = (n + size - 1) / size;
+  Tensor padded = Tensor::zeros({block}, DType::kF32, MemCategory::kCommBuffers);
+  padded.flat_slice(0, range.numel()).copy_from(range.view({range.numel()}));
+  Tensor all = Tensor::empty({block * size}, DType::kF32, MemCategory::kCommBuffers);
+  groups_.edp->all_gather(padded, all);
+  Tensor flat = whole.view({n});
+  for (std::int64_t r = 0; r < size; ++r) {
+    const std::int64_t begin = n * r / size, end = n * (r + 1) / size;
+    flat.flat_slice(begin, end - begin).copy_from(all.flat_slice(r * block, end - begin));
+  }
+  return whole;
+}
+
+void MoeBlocks::gather_sharded() {
+  if (!shard_) return;
+  std::vector<Tensor> whole = whole_params();
+  for (std::size_t j = 0; j < whole.size(); ++j) {
+    if (!is_expert_tensor(j)) continue;
+    const Tensor full = gather_over_edp(range_of(whole[j], owned_range(j)), j);
+    whole[j].copy_from(full);
+  }
 }
 
 std::vector<bool> MoeBlocks::weight_decay() const {
@@ -264,6 +321,11 @@ Shape MoeBlocks::global_shape(std::size_t j) const {
   const std::int64_t C = config_.model.n_embd, H = 4 * C, E = config_.moe.n_experts;
   const Shape shapes[] = {{C, E}, {E, C, H}, {E, H}, {E, H, C}, {E, C}};
   return shapes[j % 5];
+}
+
+std::int64_t MoeBlocks::local_shape_numel(std::size_t j) const {
+  const std::int64_t n = shape_numel(global_shape(j));
+  return is_expert_tensor(j) ? n / ep() : n;
 }
 
 int MoeBlocks::first_expert() const {

@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "ch09_expert_parallel/expert_mesh.h"
@@ -53,9 +54,23 @@ class MoeBlocks final : public FeedForwardSeam {
   void begin_step(float backward_seed, bool sync_averages);
   // This rank's tensors, in the optimizer's order: per MoE block the router weight, then
   // the experts' c_fc weight and bias, c_proj weight and bias. Their gradients in the same
-  // order, and whether AdamW decays each (2-D weights only, as the dense ones).
+  // order, and whether AdamW decays each (2-D weights only, as the dense ones). Under ZeRO
+  // (zero_stage >= 1) with edp > 1 the experts' optimizer states are sharded over edp, as
+  // ZeRO-1 shards the dense ones over dp: params() and grads() are then this edp rank's flat
+  // range of each expert tensor (owned_range), which alone it steps; gather_sharded() makes
+  // the experts whole again after the step. whole_params() are the tensors themselves.
   std::vector<Tensor> params();
   std::vector<Tensor> grads();
+  std::vector<Tensor> whole_params();
+  bool shards_experts() const { return shard_; }
+  // [begin, begin + count) of tensor j's flat elements this rank steps (all of a router, or
+  // unsharded).
+  std::pair<std::int64_t, std::int64_t> owned_range(std::size_t j) const;
+  // Collective over edp: every edp rank's range of each expert tensor gathered into it.
+  void gather_sharded();
+  // Collective over edp: a tensor of tensor j's owned range (a moment) made whole, shaped as
+  // this rank's tensor j; a copy of it when unsharded.
+  Tensor gather_over_edp(const Tensor& range, std::size_t j) const;
   std::vector<bool> weight_decay() const;
   // Of grads() (FP32, this order): the squares this rank counts in the global norm, every
   // element once over the world: the router on dp x cp rank 0, an expert on edp rank 0.
@@ -91,6 +106,7 @@ class MoeBlocks final : public FeedForwardSeam {
   Shape global_shape(std::size_t j) const;
   bool is_expert_tensor(std::size_t j) const { return j % 5 != 0; }
   int first_expert() const;
+  std::int64_t local_shape_numel(std::size_t j) const;  // elements of this rank's tensor j
   std::string bias_key(std::size_t block) const;
   // Collective over ep: every rank's rows of an expert tensor of this rank (t's shape, dim 0
   // El), gathered in global order into a new [E, ...] tensor; t itself when ep is 1.
@@ -107,6 +123,7 @@ class MoeBlocks final : public FeedForwardSeam {
   std::vector<std::unique_ptr<Branch>> layers_;  // by MoE block, in model order
   std::vector<std::int64_t> layer_of_;           // model block of each
   bool count_router_ = true, count_experts_ = true;
+  bool shard_ = false;  // the experts' optimizer states sharded over edp (ZeRO)
   std::uint64_t ep_bytes_at_step_ = 0;  // ep_bytes_sent() when the step began
 };
 

@@ -467,7 +467,10 @@ ch03::StepReport Trainer::optimizer_step(double lr) {
   optimizer_.set_lr(lr);
   const ch03::StepReport rep = optimizer_.step();
   // Every rank skipped or every rank stepped (the found-inf vote is the world's).
-  if (rep.taken) sync_->gather_params();
+  if (rep.taken) {
+    sync_->gather_params();
+    if (moe_) moe_->gather_sharded();  // ZeRO over edp: the experts whole again
+  }
   return rep;
 }
 

@@ -534,10 +534,14 @@ void Trainer::gather_moe_state() {
   if (!moe_) return;
   const AdamW& adam = *optimizer_.adamw();
   const std::size_t n = optimizer_.stepped_params().size() - dense_tensors_;
+  const std::vector<Tensor> whole = moe_->whole_params();
   for (std::size_t j = 0; j < n; ++j) {
     const std::size_t k = dense_tensors_ + j;
-    for (const Tensor* t : {&optimizer_.stepped_params()[k], &adam.exp_avg(k), &adam.exp_avg_sq(k)}) {
-      moe_whole_.push_back(moe_->is_expert_tensor(j) ? moe_->gather_experts(*t) : *t);
+    // Whole on this rank (the moments from their edp ranges, ZeRO), then every ep rank's.
+    const Tensor mine[] = {whole[j], moe_->gather_over_edp(adam.exp_avg(k), j),
+                           moe_->gather_over_edp(adam.exp_avg_sq(k), j)};
+    for (const Tensor& t : mine) {
+      moe_whole_.push_back(moe_->is_expert_tensor(j) ? moe_->gather_experts(t) : t);
     }
   }
   for (std::size_t b = 0; b < moe_->blocks(); ++b) {
@@ -555,33 +559,44 @@ std::vector<HeldTensor> Trainer::moe_held_state() const {
   // Written once: by the dp x cp x tp rank 0 of each stage (every expert gathered there).
   const bool writes = whole && coord().dp == 0 && coord().cp == 0 && coord().tp == 0;
   const std::size_t n = optimizer_.stepped_params().size() - dense_tensors_;
+  // Rows [first_row, first_row + rows) of the global tensor, of which the flat range
+  // [begin, begin + data's elements) (a ZeRO range over edp, or all of them).
   const auto piece = [&](const std::string& key, const Shape& global, const Tensor& data,
-                         std::int64_t first_row) {
+                         std::int64_t first_row, std::int64_t rows, std::int64_t begin) {
     Shape offset(global.size(), 0), shape = global;
     offset[0] = first_row;
-    shape[0] = data.dim(0);
+    shape[0] = rows;
     const std::int64_t per_row = shape_numel(global) / global[0];
     const std::int64_t count = data.numel();
-    out.push_back({key, global, {PieceBox{offset, shape, 0, count}},
-                   {PieceRun{first_row * per_row, 0, count}}, data, writes});
+    out.push_back({key, global, {PieceBox{offset, shape, begin, count}},
+                   {PieceRun{first_row * per_row + begin, 0, count}}, data, writes});
   };
+  const std::vector<Tensor> params = moe_->whole_params();
   for (std::size_t j = 0; j < n; ++j) {
     const std::size_t k = dense_tensors_ + j;
     const std::string key = moe_->key(j);
     const Shape global = moe_->global_shape(j);
-    const bool rows = moe_->is_expert_tensor(j) && !whole;
-    const std::int64_t first = rows ? moe_->first_expert() : 0;
-    const Tensor* mine[] = {&optimizer_.stepped_params()[k], &adam.exp_avg(k), &adam.exp_avg_sq(k)};
-    const char* prefix[] = {"", "exp_avg.", "exp_avg_sq."};
-    for (std::size_t m = 0; m < 3; ++m) {
-      piece(prefix[m] + key, global, whole ? moe_whole_[3 * j + m] : *mine[m], first);
+    if (whole) {
+      for (std::size_t m = 0; m < 3; ++m) {
+        const char* prefix[] = {"", "exp_avg.", "exp_avg_sq."};
+        piece(prefix[m] + key, global, moe_whole_[3 * j + m], 0, global[0], 0);
+      }
+      continue;
     }
+    // A resume fills this rank's own rows of the masters, and its own range of the moments.
+    const bool experts = moe_->is_expert_tensor(j);
+    const std::int64_t first = experts ? moe_->first_expert() : 0;
+    const std::int64_t rows = experts ? global[0] / moe_->ep() : global[0];
+    piece(key, global, params[j], first, rows, 0);
+    const std::int64_t begin = moe_->owned_range(j).first;
+    piece("exp_avg." + key, global, adam.exp_avg(k), first, rows, begin);
+    piece("exp_avg_sq." + key, global, adam.exp_avg_sq(k), first, rows, begin);
   }
   for (std::size_t b = 0; b < moe_->blocks(); ++b) {
     const std::int64_t E = config_.moe.n_experts;
     const Tensor bias = whole ? moe_whole_[3 * n + b]
                               : Tensor::zeros({E}, DType::kF32, MemCategory::kOther);
-    piece(moe_->bias_key(b), {E}, bias, 0);
+    piece(moe_->bias_key(b), {E}, bias, 0, E, 0);
   }
   return out;
 }

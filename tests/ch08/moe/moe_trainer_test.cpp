@@ -219,10 +219,14 @@ TEST(MoeTrainer, AllToAllBytesEqualTheFormulaAndTheCountsCoverEveryAssignment) {
 
 // ZeRO-1 and 2 shard the registry's states over dp; the MoE blocks' tensors stay whole on
 // every rank of their edp group and take the same step: the run is DDP's bit for bit.
+// ZeRO over ep 1 (edp 2): the experts' AdamW states are sharded over edp too, each edp rank
+// stepping its range and the ranges gathered after the step: still DDP's bits. The global
+// norm sums the same squares in another order (each rank's ranges, then the world): equal to
+// rounding.
 TEST(MoeTrainer, ZeroOneAndTwoTrainBitForBitLikeDdp) {
   const TrainingData data = random_data(4000);
   TrainerConfig c = moe_config(2, 2);
-  c.ep = 2;
+  c.ep = 1;
   c.moe.aux_loss_coef = 1e-2;
   const MoeRun ddp = run(c, data);
   for (int stage : {1, 2}) {
@@ -231,7 +235,7 @@ TEST(MoeTrainer, ZeroOneAndTwoTrainBitForBitLikeDdp) {
     const MoeRun z = run(c, data);
     for (std::size_t s = 0; s < z.steps.size(); ++s) {
       EXPECT_EQ(z.steps[s].loss, ddp.steps[s].loss) << "step " << s;
-      EXPECT_EQ(z.steps[s].grad_norm, ddp.steps[s].grad_norm) << "step " << s;
+      EXPECT_LE(rel(z.steps[s].grad_norm, ddp.steps[s].grad_norm), 1e-12) << "step " << s;
     }
     EXPECT_EQ(z.dense, ddp.dense);
     EXPECT_EQ(z.experts, ddp.experts);
@@ -286,7 +290,7 @@ TEST(MoeTrainer, ACheckpointHoldsExpertsByGlobalIndexAndResumesOnAnyEp) {
   struct Layout {
     int ep, zero;
   };
-  for (const Layout l : {Layout{4, 0}, Layout{2, 0}, Layout{1, 0}, Layout{2, 2}}) {
+  for (const Layout l : {Layout{4, 0}, Layout{2, 0}, Layout{1, 0}, Layout{2, 2}, Layout{1, 1}}) {
     SCOPED_TRACE("ep " + std::to_string(l.ep) + ", zero " + std::to_string(l.zero));
     TrainerConfig again = c;
     again.ep = l.ep;
@@ -320,10 +324,15 @@ TEST(MoeTrainer, ACheckpointHoldsExpertsByGlobalIndexAndResumesOnAnyEp) {
 // this ep rank's experts) as the ledger counts them after a step, on every ep.
 TEST(MoeTrainer, ThePreflightBillsTheExpertStatesAsTheLedgerCountsThem) {
   const TrainingData data = random_data(4000);
-  for (int ep : {1, 2}) {
-    SCOPED_TRACE("ep " + std::to_string(ep));
+  struct Case {
+    int ep, zero;
+  };
+  for (const Case run_case : {Case{1, 0}, Case{2, 0}, Case{1, 1}}) {
+    SCOPED_TRACE("ep " + std::to_string(run_case.ep) + ", zero " + std::to_string(run_case.zero));
+    const int ep = run_case.ep;
     TrainerConfig c = moe_config(2, 2);
     c.ep = ep;
+    c.zero_stage = run_case.zero;
     c.moe_every = 2;  // block 1 only
     const RankBill bill = estimate_rank_bill(c);
     const std::int64_t C = c.model.n_embd;
