@@ -17,11 +17,17 @@
 // group's gradients sum to the loss's gradient; the averaging sync divides that sum by
 // dp x cp, which the aux seed multiplies back (aux_loss_scale.h's rule: the main loss's
 // factors, loss scale and micro-batches, and nothing for tp).
+//
+// Beside tp every tp rank of a place runs the same layer on the same tokens (the blocks' ln_2
+// output is whole there), so the MoE tensors are replicated over tp and tp rank 0 counts them.
+// Under ZeRO-1/2 the experts' AdamW states are sharded over edp (each edp rank steps a flat
+// range of each expert tensor, the ranges all-gathered after the step), the routers' are not.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <utility>
 #include <vector>
 
