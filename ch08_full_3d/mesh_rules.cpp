@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <limits>
 #include <stdexcept>
+#include <string>
+#include <utility>
 
 #include "report/format.h"
 #include "util/errors.h"
@@ -150,6 +152,50 @@ std::string pp_zero_stage(const TrainerConfig& c) {
 // (stage 2) and gathers its parameters block by block (stage 3), while the block's tp
 // collectives stay on the tp group.
 
+// Expert parallelism (chapter 9) borrows its ranks from dp x cp (ch09_expert_parallel/
+// expert_mesh.h): the ep ranks of a dp x cp group hold different experts, so ep must divide
+// both the experts (each rank the same number) and dp x cp (whole ep groups).
+std::string ep_needs_experts(const TrainerConfig& c) {
+  if (c.ep == 1 || c.uses_moe()) return "";
+  return "--ep " + n(c.ep) + " shards the experts of MoE blocks: it needs --n-experts > 0";
+}
+std::string ep_divides_experts(const TrainerConfig& c) {
+  if (!c.uses_moe() || c.moe.n_experts % c.ep == 0) return "";
+  return "--ep " + n(c.ep) + " does not divide --n-experts " + n(c.moe.n_experts) +
+         ": each ep rank holds the same number of whole experts";
+}
+std::string ep_divides_dp_cp(const TrainerConfig& c) {
+  const std::int64_t dp_cp = static_cast<std::int64_t>(c.dp) * c.cp;
+  if (!c.uses_moe() || dp_cp % c.ep == 0) return "";
+  return "--ep " + n(c.ep) + " does not divide --dp x --cp = " + num(dp_cp) +
+         ": the ep ranks are borrowed from the data-parallel ranks (dp x cp = edp x ep)";
+}
+// What the trainer does not run beside MoE blocks yet: context and pipeline parallelism
+// (a pipeline keeps several micro-batches in flight, the MoE layer one forward's state),
+// sequence parallelism (the layer takes whole rows) and ZeRO-3. Tensor parallelism runs: every
+// tp rank of a place runs the same MoE layer on the same tokens (experts whole, replicated
+// over tp). ZeRO-1 and 2 run: they shard the registry's states over dp, and the experts'
+// AdamW states over edp (moe_blocks.h).
+std::string moe_dimensions(const TrainerConfig& c) {
+  if (!c.uses_moe()) return "";
+  if (c.sequence_parallel) {
+    return "--sequence-parallel with --n-experts: not supported with MoE blocks yet (the MoE "
+           "layer takes whole rows)";
+  }
+  const std::pair<const char*, int> dims[] = {{"cp", c.cp}, {"pp", c.pp}};
+  for (const auto& [flag, v] : dims) {
+    if (v != 1) {
+      return std::string("--") + flag + " " + n(v) +
+             " with --n-experts: not supported with MoE blocks yet (MoE runs over dp, ep and tp)";
+    }
+  }
+  if (c.zero_stage == 3) {
+    return "--zero-stage 3 with --n-experts: not supported with MoE blocks yet (its parameter "
+           "gathers and the blocks' token exchange are not ordered yet); use --zero-stage 1 or 2";
+  }
+  return "";
+}
+
 }  // namespace
 
 std::vector<MeshDim> mesh_dims(const TrainerConfig& c) {
@@ -183,6 +229,10 @@ const std::vector<MeshRule>& mesh_rules() {
       {"pp-has-blocks", pp_has_blocks},
       {"pp-whole-activations", pp_whole_activations},
       {"pp-zero-stage", pp_zero_stage},
+      {"ep-needs-experts", ep_needs_experts},
+      {"ep-divides-experts", ep_divides_experts},
+      {"ep-divides-dp-cp", ep_divides_dp_cp},
+      {"moe-dimensions", moe_dimensions},
   };
   return rules;
 }

@@ -34,6 +34,9 @@ struct RankBill {
   int stage = 0;                 // the worst stage (its pp rank)
   int virtual_stages = 1;        // the model chunks the rank holds (interleaved: v)
   std::int64_t parameters = 0;   // its rank's parameter elements (its tp shard, every chunk)
+  // Of them, the MoE blocks' (--n-experts): the routers and this ep rank's experts, FP32
+  // parameters, gradients and AdamW moments, not sharded by ZeRO (moe_blocks.h).
+  std::int64_t moe_parameters = 0;
   std::int64_t micro_batches_in_flight = 1;  // (chunk) micro-batches held at once, at most
   std::int64_t blocks_held = 0;  // the peak of their blocks (a chunk: 1/v of the rank's)
   std::int64_t param_bytes = 0, grad_bytes = 0, master_bytes = 0, optimizer_bytes = 0;

@@ -47,6 +47,20 @@ Json run_identity(const TrainerConfig& c) {
   j.set("beta2", c.beta2);
   j.set("eps", c.eps);
   j.set("grad_clip", c.grad_clip);
+  // Chapter 9's MoE blocks (absent from a dense run's identity).
+  if (c.uses_moe()) {
+    Json m = Json::object();
+    m.set("n_experts", static_cast<std::int64_t>(c.moe.n_experts));
+    m.set("top_k", static_cast<std::int64_t>(c.moe.top_k));
+    m.set("moe_every", static_cast<std::int64_t>(c.moe_every));
+    m.set("capacity_factor", c.moe.capacity_factor);
+    m.set("drop_policy", ch09::drop_policy_name(c.moe.drop_policy));
+    m.set("gates", std::string(c.moe.normalize_gates ? "normalized" : "softmax"));
+    m.set("aux_loss_coef", c.moe.aux_loss_coef);
+    m.set("z_loss_coef", c.moe.z_loss_coef);
+    m.set("expert_bias_rate", c.moe.bias_update_rate);
+    j.set("moe", std::move(m));
+  }
   return j;
 }
 
@@ -68,6 +82,12 @@ std::vector<std::pair<std::string, std::string>> resume_identity_flags() {
       {"--lr", "lr_schedule"},            {"--min-lr-frac", "lr_schedule"},
       {"--warmup", "lr_schedule"},        {"--lr-schedule", "lr_schedule"},
       {"--steps", "lr_schedule"},         {"--data", "data_fingerprint"},
+      // The MoE blocks' shape and balancing: another value is another model.
+      {"--n-experts", "moe"},             {"--top-k", "moe"},
+      {"--moe-every", "moe"},             {"--capacity-factor", "moe"},
+      {"--drop-policy", "moe"},           {"--moe-gates", "moe"},
+      {"--aux-loss-coef", "moe"},         {"--z-loss-coef", "moe"},
+      {"--expert-bias-rate", "moe"},
   };
 }
 
@@ -96,6 +116,8 @@ std::vector<std::pair<std::string, std::string>> resume_free_flags() {
       {"--bucket-mb", layout},
       {"--allreduce", layout},
       {"--no-overlap", layout},
+      {"--ep", layout},
+      {"--moe-dispatch", "how tokens reach their experts: the same rows and sums either way"},
       {"--threads", "each process's compute threads: the kernels' sums do not depend on them"},
       {"--comm-timeout", "the watchdog's limit: it changes no value computed"},
       {"--check-replicas-every", "a check of the replicas' weights, which changes none of them"},

@@ -2,6 +2,7 @@
 // allocation goes through, so the numbers are what the process holds, not an estimate.
 #include "train_log.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -53,6 +54,7 @@ Json step_json(const StepStats& s, const MemorySnapshot& mem,
   if (s.mfu > 0) j.set("mfu", s.mfu);
   j.set("epoch", s.epoch);
   if (!s.fp8.is_null()) j.set("fp8", s.fp8);
+  if (!s.moe.is_null()) j.set("moe", s.moe);
   if (s.ranks > 0) {
     // Rank 0's view of the step: compute, all communication, and the part of it compute
     // waited for (the rest overlapped backward).
@@ -158,6 +160,18 @@ std::string progress_line(const StepStats& s, std::int64_t total_steps, bool sho
   if (s.ranks > 0) {
     std::snprintf(buf, sizeof buf, " | compute %.0f ms, comm %.1f ms (%.1f exposed)",
                   s.times.compute_s * 1e3, s.times.comm_s * 1e3, s.times.exposed_s * 1e3);
+    line += buf;
+  }
+  if (!s.moe.is_null()) {
+    // The MoE blocks' worst: the largest dropped fraction and max / mean load of the step.
+    double dropped = 0, load = 0;
+    const Json& blocks = s.moe.at("blocks");
+    for (std::size_t b = 0; b < blocks.size(); ++b) {
+      dropped = std::max(dropped, blocks.at(b).at("dropped_frac").as_double());
+      load = std::max(load, blocks.at(b).at("load_max_over_mean").as_double());
+    }
+    std::snprintf(buf, sizeof buf, " | moe dropped %.1f%%, load max/mean %.2f", 100.0 * dropped,
+                  load);
     line += buf;
   }
   if (s.skipped) line += " | SKIPPED (inf/nan)";

@@ -136,6 +136,26 @@ std::vector<GptModel> later_chunks(const TrainerConfig& c, const ParallelGrid* g
   return out;
 }
 
+// Chapter 9's MoE blocks (null for a dense model): collective over the world, which their
+// expert groups are split from.
+std::unique_ptr<MoeBlocks> make_moe(const TrainerConfig& c, Communicator* world,
+                                    const ParallelGrid* grid) {
+  if (!c.uses_moe()) return nullptr;
+  return std::make_unique<MoeBlocks>(c, grid ? world : nullptr, grid ? &grid->mesh() : nullptr);
+}
+
+GptOptions with_moe(GptOptions o, MoeBlocks* moe) {
+  o.feed_forward = moe;
+  return o;
+}
+
+// The optimizer's tensors: the registry's (as the sync owns them), then the MoE blocks'.
+template <class T>
+std::vector<T> then(std::vector<T> a, std::vector<T> b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
 }  // namespace
 
 void set_cpu_threads(int threads) {
@@ -156,19 +176,27 @@ Trainer::Trainer(TrainerConfig config, TrainingData data, Communicator* world)
       chunk_params_(make_chunk_params(config_, grid_.get())),
       fp8_(config_.fp8 ? std::make_unique<fp8::Fp8BlockGemms>(*config_.fp8, config_.model.n_layer)
                        : nullptr),
+      moe_(make_moe(config_, world_, grid_.get())),
       model_(config_.model,
-             chunk_options(stage_options(with_pipeline_stage(model_options(config_, fp8_.get()),
-                                                             config_.model, grid_.get()),
-                                         grid_.get(), tp_ops_.get(), config_.sequence_parallel,
-                                         cp_attention_.get()),
-                           config_, grid_.get(), 0, chunk_params_.get())),
+             with_moe(chunk_options(stage_options(with_pipeline_stage(
+                                                      model_options(config_, fp8_.get()),
+                                                      config_.model, grid_.get()),
+                                                  grid_.get(), tp_ops_.get(),
+                                                  config_.sequence_parallel, cp_attention_.get()),
+                                    config_, grid_.get(), 0, chunk_params_.get()),
+                      moe_.get())),
       chunks_(later_chunks(config_, grid_.get(), tp_ops_.get(), chunk_params_.get(),
                            cp_attention_.get(), fp8_.get())),
       sync_(make_grad_sync(model_, grid_.get(), config_)),
       // What the optimizer steps is what the sync says this rank owns: every parameter, or
       // (sharded over dp) its pieces, so its masters and moments are 1/dp of them.
-      optimizer_(sync_->owned_params(rank_params(model_)), sync_->owned_grads(rank_params(model_)),
-                 optimizer_config(config_, sync_->owned_weight_decay(rank_params(model_)))),
+      optimizer_(then(sync_->owned_params(rank_params(model_)),
+                      moe_ ? moe_->params() : std::vector<Tensor>{}),
+                 then(sync_->owned_grads(rank_params(model_)),
+                      moe_ ? moe_->grads() : std::vector<Tensor>{}),
+                 optimizer_config(config_,
+                                  then(sync_->owned_weight_decay(rank_params(model_)),
+                                       moe_ ? moe_->weight_decay() : std::vector<bool>{}))),
       reductions_(grid_.get()),
       schedule_(make_schedule(config_, grid_.get(), model_chunks())),
       norm_counted_(sync_->norm_counted(rank_params(model_), coord())),
@@ -187,8 +215,12 @@ Trainer::Trainer(TrainerConfig config, TrainingData data, Communicator* world)
     optimizer_.set_found_inf_reducer([this](bool found) { return reductions_.found_inf(found); });
   }
   // Every element once, over the world: on a single device exactly global_grad_norm.
+  dense_tensors_ = sync_->owned_params(rank_params(model_)).size();
   optimizer_.set_grad_norm_fn([this](std::span<const Tensor> grads32) {
-    return reductions_.grad_norm(sync_->counted_sum_of_squares(grads32, norm_counted_));
+    // The MoE blocks' squares after the registry's, each counted once (moe_blocks.h).
+    double sq = sync_->counted_sum_of_squares(grads32.first(dense_tensors_), norm_counted_);
+    if (moe_) sq += moe_->counted_sum_of_squares(grads32.subspan(dense_tensors_));
+    return reductions_.grad_norm(sq);
   });
   if (fp8_ && grid_ && grid_->tp().size() > 1) {
     // Each tp rank casts its shard: a tensorwise scale is the whole tensor's, its amax the
@@ -263,6 +295,11 @@ GroupBytes Trainer::group_bytes_so_far() const {
     out.add(name == "dp_cp" ? "dp" : name, comm ? comm->traffic().total().bytes_sent : 0);
   }
   if (sync_) out.add("dp", sync_->own_bytes_sent());  // ZeRO-3's parameter gathers: dp's too
+  if (moe_) {  // the MoE blocks' groups: their balance sums and router gradients are dp's
+    out.add("dp", moe_->dense_bytes_sent());
+    out.add("ep", moe_->ep_bytes_sent());
+    out.add("edp", moe_->edp_bytes_sent());
+  }
   return out;
 }
 
@@ -341,7 +378,8 @@ std::vector<NamedTensor> Trainer::master_weights() const {
 bool Trainer::sharded() const { return sync_->sharding_stage() != 0; }
 
 bool Trainer::gathers_for_eval() const {
-  return tp_ops_ || cp_attention_ || pipelined() || sharded();
+  // MoE: the experts are gathered over ep, and the copy routes alone (no balance group).
+  return tp_ops_ || cp_attention_ || pipelined() || sharded() || moe_;
 }
 
 void Trainer::save_hf(const std::string& dir) const {
@@ -354,11 +392,24 @@ void Trainer::save_hf(const std::string& dir) const {
 std::vector<Tensor> Trainer::place_masters() const {
   // The optimizer's FP32 tensors, one per owned piece, made whole (a sum over dp when they
   // are shards).
-  return sync_->whole_params(rank_params(model_), optimizer_.stepped_params());
+  // The registry's tensors only: the MoE blocks' follow them in the optimizer.
+  return sync_->whole_params(
+      rank_params(model_),
+      std::span<const Tensor>(optimizer_.stepped_params()).first(dense_tensors_));
 }
 
 void Trainer::prepare_eval_model() {
   if (!gathers_for_eval()) return;
+  if (moe_) {
+    // Every expert of every MoE block onto rank 0's copy (collective over ep). The copy has no
+    // capacity limit: evaluation and sampling drop no token, whatever their batch.
+    if (rank() == 0 && !eval_moe_) {
+      TrainerConfig whole = config_;
+      whole.moe.capacity_factor = 0;
+      eval_moe_ = std::make_unique<MoeBlocks>(whole);
+    }
+    moe_->gather_for_eval(rank() == 0 ? eval_moe_.get() : nullptr);
+  }
   // 1. The FP32 masters of this rank's (tp, pp) place, whole (ZeRO: over dp).
   const std::vector<Tensor> mine = place_masters();
   // 2. Chapter 6: the tp shards of this stage into its full, unpadded tensors.
@@ -388,7 +439,8 @@ void Trainer::prepare_eval_model() {
   // working copy holds them.
   // The gathered copy evaluates with bf16 GEMMs: its casts must not enter the FP8 scaling state.
   if (!eval_model_) {
-    eval_model_ = std::make_unique<GptModel>(config_.model, model_options(config_, nullptr));
+    eval_model_ = std::make_unique<GptModel>(
+        config_.model, with_moe(model_options(config_, nullptr), eval_moe_.get()));
   }
   for (const NamedTensor& w : full) {
     Tensor p = eval_model_->param(w.name);
@@ -431,7 +483,10 @@ ch03::StepReport Trainer::optimizer_step(double lr) {
   optimizer_.set_lr(lr);
   const ch03::StepReport rep = optimizer_.step();
   // Every rank skipped or every rank stepped (the found-inf vote is the world's).
-  if (rep.taken) sync_->gather_params();
+  if (rep.taken) {
+    sync_->gather_params();
+    if (moe_) moe_->gather_sharded();  // ZeRO over edp: the experts whole again
+  }
   return rep;
 }
 
@@ -551,6 +606,10 @@ ScheduleResult Trainer::run_micro_batches(float loss_scale) {
   const std::vector<std::int64_t> rows =
       cp_attention_ ? cp_attention_->positions(config_.seq / config_.cp)
                     : std::vector<std::int64_t>();
+  if (moe_) {
+    moe_->begin_step(backward_seed(*sync_, loss_scale, schedule_->micro_batches()),
+                     sync_->averages());
+  }
   return schedule_->run_step(
       model_, [&] { return rows.empty() ? loader_.next() : cp_rows(loader_.next(), rows); },
       *sync_, loss_scale, rank(), spans_);
@@ -559,6 +618,11 @@ ScheduleResult Trainer::run_micro_batches(float loss_scale) {
 void Trainer::synchronise_gradients() {
   const double w0 = trace_now_us();
   const double waited = sync_->finish();  // every gradient of this rank synchronised
+  if (moe_) {
+    // The MoE blocks' gradients divided as the dense ones (moe_blocks.h).
+    const double dense = grid_ ? double(grid_->shape().dp) * grid_->shape().cp : 1.0;
+    moe_->sync_grads(sync_->averages() ? dense * schedule_->micro_batches() : 1.0);
+  }
   // What the schedule still combines across its stages (a pipeline's tied wte copies, unless
   // the factory left them to the sync: strategy_factory.cpp).
   schedule_->after_sync(model_);
@@ -581,6 +645,10 @@ void Trainer::step_optimizer(StepStats& s) {
   s.lr = config_.schedule.at(step_);
   const ch03::StepReport rep = optimizer_step(s.lr);
   if (fp8_) s.fp8 = end_fp8_step();
+  if (moe_) {
+    s.moe = moe_->step_stats();
+    moe_->after_step(rep.taken);
+  }
   s.skipped = !rep.taken;
   s.grad_norm = rep.grad_norm;
   s.clip_coef = rep.clip_coef;

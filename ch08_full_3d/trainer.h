@@ -26,6 +26,7 @@
 #include "async_checkpoint.h"
 #include "io/token_loader.h"
 #include "model/gpt.h"
+#include "moe_blocks.h"
 #include "parallel/grad_sync.h"
 #include "parallel/schedule.h"
 #include "parallel/step_reductions.h"
@@ -73,6 +74,10 @@ struct StepStats {
   GroupBytes group_bytes;
   // --dtype fp8: this rank's casts of the step by role (fp8_step_json); null otherwise.
   Json fp8;
+  // --n-experts: each MoE block's step (MoeBlocks::step_stats: per-expert token counts,
+  // dropped fraction, max / mean load over the ep ranks, the aux and z losses, the all-to-all
+  // bytes by formula); null otherwise.
+  Json moe;
 };
 
 // Sets the threads of OpenMP loops and Eigen GEMMs (0: leave the default).
@@ -143,6 +148,10 @@ class Trainer {
   // --dtype fp8: the FP8 GEMMs and their scaling state (null otherwise).
   const fp8::Fp8BlockGemms* fp8_gemms() const { return fp8_.get(); }
   const TokenLoader& loader() const { return loader_; }
+  // --n-experts: this rank's MoE blocks (null for a dense model), and rank 0's evaluation
+  // copy with every expert (after prepare_eval_model; null elsewhere).
+  MoeBlocks* moe() { return moe_.get(); }
+  MoeBlocks* eval_moe() { return eval_moe_.get(); }
 
   // FP32 weights under their HF names: the masters (16-bit runs) or the model itself (fp32).
   std::vector<NamedTensor> master_weights() const;
@@ -158,7 +167,7 @@ class Trainer {
   // tensors it writes copied into host memory (billed to its ledger), rank 0's state and
   // config as text, each file a function the background writer calls (async_checkpoint.h).
   // The files are byte for byte those save_checkpoint writes. Not collective.
-  StagedCheckpoint stage_checkpoint() const;
+  StagedCheckpoint stage_checkpoint();
   // Continues from the latest checkpoint in config.checkpoint_dir, written on this layout or any
   // other (each rank reads the pieces it now holds): InputError if it is corrupt, or was
   // written by a run with another shape, dtype, rows per micro-batch (dp x batch), data or
@@ -190,6 +199,12 @@ class Trainer {
   // with whether this rank is the one that writes it (checkpoint_pieces.h): what a checkpoint
   // stores and what a resume on any layout fills.
   std::vector<HeldTensor> held_state() const;
+  // --n-experts: the MoE blocks' masters, moments and expert biases as pieces of their global
+  // tensors (moe_blocks.h's keys): this rank's own rows (what a resume fills), or with
+  // moe_whole_ the whole tensors gathered over ep (what a checkpoint writes, once: the dp x cp
+  // rank 0 of each ep place). gather_moe_state() (collective over ep) fills moe_whole_.
+  std::vector<HeldTensor> moe_held_state() const;
+  void gather_moe_state();
   void write_checkpoint_files(const std::string& dir) const;
   // The writers of this rank's checkpoint files (stage_checkpoint), over its own tensors
   // (staged false: for a save that writes them at once) or over copies of them.
@@ -222,6 +237,8 @@ class Trainer {
   std::unique_ptr<AttentionSeam> cp_attention_;
   // tp > 1, pp > 1 or ZeRO, rank 0: the whole model gathered for evaluation, and its FP32
   // masters for --save.
+  // --n-experts, rank 0: every expert gathered for evaluation (before the model using it).
+  std::unique_ptr<MoeBlocks> eval_moe_;
   std::unique_ptr<GptModel> eval_model_;
   std::vector<NamedTensor> eval_masters_;
   // --virtual-stages v > 1 (chapter 7's interleaved pipeline): the parameters of this rank's v
@@ -231,6 +248,9 @@ class Trainer {
   // --dtype fp8: the blocks' FP8 GEMMs (chapter 3's last part), before the models that run
   // through them; null otherwise.
   std::unique_ptr<fp8::Fp8BlockGemms> fp8_;
+  // --n-experts (chapter 9): the MoE blocks' branches, before the models that run them; null
+  // for a dense model. Their tensors follow the registry's in the optimizer.
+  std::unique_ptr<MoeBlocks> moe_;
   GptModel model_;
   std::vector<GptModel> chunks_;
   // Before the optimizer: making the replicas equal must reach the working copy before the
@@ -240,6 +260,10 @@ class Trainer {
   StepReductions reductions_;
   std::unique_ptr<Schedule> schedule_;
   std::vector<bool> norm_counted_;  // by registry entry: this rank counts it in the norm
+  std::size_t dense_tensors_ = 0;   // the optimizer's tensors before the MoE blocks' own
+  // The MoE blocks' state gathered over ep for the checkpoint being written (gather_moe_state):
+  // masters, exp_avg, exp_avg_sq of each MoE tensor, then each block's expert bias.
+  std::vector<Tensor> moe_whole_;
   TokenLoader loader_;
   std::int64_t step_ = 0;
   StepTimes times_;

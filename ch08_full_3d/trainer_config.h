@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "ch04_ddp/ddp.h"
+#include "ch09_expert_parallel/expert_dispatch.h"
+#include "ch09_expert_parallel/moe_config.h"
 #include "io/token_loader.h"
 #include "lr_schedule.h"
 #include "model/gpt_params.h"
@@ -137,6 +139,18 @@ struct TrainerConfig {
   // and --device-memory is compared with those. On this CPU engine the step's arithmetic is
   // unchanged (bit-identical): offload is where the bytes are billed and placed.
   bool offload_optimizer = false;
+  // Mixture of Experts (chapter 9): n_experts 0 is the dense model. Otherwise every
+  // moe_every-th block (blocks moe_every - 1, 2 moe_every - 1, ...) runs chapter 9's MoE layer
+  // in place of its MLP: moe.n_experts experts of GPT-2's MLP shape, moe.top_k per token,
+  // the capacity, drop policy, gate normalisation and balancing coefficients of moe (its
+  // d_model, d_hidden and seed are the model's, set when the layer is built). The experts are
+  // sharded over ep ranks borrowed from dp x cp (ch09_expert_parallel/expert_mesh.h), their
+  // tokens sent there by all-to-all or all-gather.
+  ch09::MoeConfig moe{.n_experts = 0};
+  int moe_every = 1;
+  int ep = 1;
+  ch09::DispatchKind moe_dispatch = ch09::DispatchKind::kAllToAll;
+  bool uses_moe() const { return moe.n_experts > 0; }
   std::string trace;          // Chrome trace JSON of every rank's spans, written at the end
   std::int64_t check_replicas_every = 100;  // compare every rank's weights hash (0: at start)
   double comm_timeout = 300;  // a rank blocked this long in one call aborts the run

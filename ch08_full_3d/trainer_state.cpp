@@ -453,7 +453,8 @@ StagedCheckpoint Trainer::checkpoint_files(bool staged) const {
     const std::size_t billed_before = current_ledger().host_live_total();
     auto masters = std::make_shared<std::vector<HeldTensor>>();
     auto moments = std::make_shared<std::vector<HeldTensor>>();
-    const std::vector<HeldTensor> held = held_state();
+    std::vector<HeldTensor> held = held_state();
+    for (HeldTensor& t : moe_held_state()) held.push_back(std::move(t));
     for (std::size_t i = 0; i < held.size(); ++i) {
       const HeldTensor& t = held[i];
       // A staged copy holds only what this rank writes (a replica's tensors are another's).
@@ -523,7 +524,82 @@ StagedCheckpoint Trainer::checkpoint_files(bool staged) const {
   return out;
 }
 
-StagedCheckpoint Trainer::stage_checkpoint() const { return checkpoint_files(true); }
+StagedCheckpoint Trainer::stage_checkpoint() {
+  gather_moe_state();
+  return checkpoint_files(true);
+}
+
+void Trainer::gather_moe_state() {
+  moe_whole_.clear();
+  if (!moe_) return;
+  const AdamW& adam = *optimizer_.adamw();
+  const std::size_t n = optimizer_.stepped_params().size() - dense_tensors_;
+  const std::vector<Tensor> whole = moe_->whole_params();
+  for (std::size_t j = 0; j < n; ++j) {
+    const std::size_t k = dense_tensors_ + j;
+    // Whole on this rank (the moments from their edp ranges, ZeRO), then every ep rank's.
+    const Tensor mine[] = {whole[j], moe_->gather_over_edp(adam.exp_avg(k), j),
+                           moe_->gather_over_edp(adam.exp_avg_sq(k), j)};
+    for (const Tensor& t : mine) {
+      moe_whole_.push_back(moe_->is_expert_tensor(j) ? moe_->gather_experts(t) : t);
+    }
+  }
+  for (std::size_t b = 0; b < moe_->blocks(); ++b) {
+    const std::vector<float>& bias = moe_->layer(b).expert_bias();
+    moe_whole_.push_back(
+        Tensor::from_floats(bias, {static_cast<std::int64_t>(bias.size())}));
+  }
+}
+
+std::vector<HeldTensor> Trainer::moe_held_state() const {
+  std::vector<HeldTensor> out;
+  if (!moe_) return out;
+  const AdamW& adam = *optimizer_.adamw();
+  const bool whole = !moe_whole_.empty();
+  // Written once: by the dp x cp x tp rank 0 of each stage (every expert gathered there).
+  const bool writes = whole && coord().dp == 0 && coord().cp == 0 && coord().tp == 0;
+  const std::size_t n = optimizer_.stepped_params().size() - dense_tensors_;
+  // Rows [first_row, first_row + rows) of the global tensor, of which the flat range
+  // [begin, begin + data's elements) (a ZeRO range over edp, or all of them).
+  const auto piece = [&](const std::string& key, const Shape& global, const Tensor& data,
+                         std::int64_t first_row, std::int64_t rows, std::int64_t begin) {
+    Shape offset(global.size(), 0), shape = global;
+    offset[0] = first_row;
+    shape[0] = rows;
+    const std::int64_t per_row = shape_numel(global) / global[0];
+    const std::int64_t count = data.numel();
+    out.push_back({key, global, {PieceBox{offset, shape, begin, count}},
+                   {PieceRun{first_row * per_row + begin, 0, count}}, data, writes});
+  };
+  const std::vector<Tensor> params = moe_->whole_params();
+  for (std::size_t j = 0; j < n; ++j) {
+    const std::size_t k = dense_tensors_ + j;
+    const std::string key = moe_->key(j);
+    const Shape global = moe_->global_shape(j);
+    if (whole) {
+      for (std::size_t m = 0; m < 3; ++m) {
+        const char* prefix[] = {"", "exp_avg.", "exp_avg_sq."};
+        piece(prefix[m] + key, global, moe_whole_[3 * j + m], 0, global[0], 0);
+      }
+      continue;
+    }
+    // A resume fills this rank's own rows of the masters, and its own range of the moments.
+    const bool experts = moe_->is_expert_tensor(j);
+    const std::int64_t first = experts ? moe_->first_expert() : 0;
+    const std::int64_t rows = experts ? global[0] / moe_->ep() : global[0];
+    piece(key, global, params[j], first, rows, 0);
+    const std::int64_t begin = moe_->owned_range(j).first;
+    piece("exp_avg." + key, global, adam.exp_avg(k), first, rows, begin);
+    piece("exp_avg_sq." + key, global, adam.exp_avg_sq(k), first, rows, begin);
+  }
+  for (std::size_t b = 0; b < moe_->blocks(); ++b) {
+    const std::int64_t E = config_.moe.n_experts;
+    const Tensor bias = whole ? moe_whole_[3 * n + b]
+                              : Tensor::zeros({E}, DType::kF32, MemCategory::kOther);
+    piece(moe_->bias_key(b), {E}, bias, 0, E, 0);
+  }
+  return out;
+}
 
 void Trainer::write_checkpoint_files(const std::string& dir) const {
   const WriteControl now;
@@ -531,6 +607,7 @@ void Trainer::write_checkpoint_files(const std::string& dir) const {
 }
 
 std::string Trainer::save_checkpoint() {
+  gather_moe_state();  // collective over ep, on every rank
   return ch08::save_checkpoint(
       config_.checkpoint_dir, step_,
       [this](const std::string& dir) { write_checkpoint_files(dir); }, config_.checkpoint_keep,
@@ -544,6 +621,8 @@ void Trainer::resume() {
   check_config_json(dir, config_.model);
   // Every rank reads the pieces that overlap its own, whatever layout wrote them.
   std::vector<HeldTensor> held = held_state();
+  moe_whole_.clear();  // this rank's own rows of the MoE blocks' tensors
+  for (HeldTensor& t : moe_held_state()) held.push_back(std::move(t));
   on_every_rank(world_, "reading " + dir, [&] {
     try {
       read_pieces(state_files(st, dir), held);
@@ -561,6 +640,12 @@ void Trainer::resume() {
     const Json* f = st.find("fp8_scaling");
     if (f == nullptr) throw InputError(dir + ": the checkpoint holds no FP8 scaling state");
     fp8_->restore(fp8_state_from_json(*f, dir));
+  }
+  if (moe_) {  // the expert biases, read into tensors of their own: back into the layers
+    const std::size_t bias_first = held.size() - moe_->blocks();
+    for (std::size_t b = 0; b < moe_->blocks(); ++b) {
+      moe_->layer(b).expert_bias() = held[bias_first + b].data.to_floats();
+    }
   }
   loader_.restore(loader_state_from_json(st.at("loader")));
   step_ = st.at("step").as_int();

@@ -106,7 +106,12 @@ GptModel::GptModel(GptConfig config, GptOptions options)
       e.grad = shared.grad;
     }
   }
+  if (options_.feed_forward != nullptr && (options_.recompute || sp())) {
+    throw std::invalid_argument("GptModel: a feed-forward branch (GptOptions::feed_forward) "
+                                "with recompute or sequence parallelism");
+  }
   for (std::int64_t l = first_block(); l < options_.stage.end_block; ++l) {
+    ffn_.push_back(options_.feed_forward ? options_.feed_forward->at(l) : nullptr);
     w_.push_back(gpt_block_params(registry_, l));
     dw_.push_back(gpt_block_grads(registry_, l));
     if (sp()) {
@@ -142,8 +147,10 @@ void GptModel::ensure_buffers(std::int64_t B, std::int64_t T) {
   cur().resid.resize(n + 1);
   for (Tensor& t : cur().resid) ensure_tensor(t, rows, dt, kAct);
   cur().acts.resize(options_.recompute ? std::min<std::size_t>(n, 1) : n);
-  for (GptBlockActs& a : cur().acts) {
+  for (std::size_t i = 0; i < cur().acts.size(); ++i) {
+    GptBlockActs& a = cur().acts[i];
     a.seam = options_.attention;
+    a.ffn = ffn_[i];
     a.ensure(B, T, C, H, dt, tp, sp());
   }
   if (options_.stage.is_last()) {  // the head's buffers: the last stage's only

@@ -64,6 +64,11 @@ struct GptOptions {
   // The blocks' GEMMs (model/block_gemms.h; chapter 3's FP8): null, common/ops'. With tp > 1
   // chapter 6's split layers run their local products through it; it must outlive the model.
   BlockGemms* gemms = nullptr;
+  // The blocks whose MLP branch runs through a BlockFeedForward (block_feed_forward.h;
+  // chapter 9's MoE layer): null, every block's own MLP. Not with recompute or sequence
+  // parallelism (std::invalid_argument): a branch holds one forward's state, and takes whole
+  // rows. It must outlive the model.
+  FeedForwardSeam* feed_forward = nullptr;
 };
 
 // Chapter 5's ZeRO-3 (Rajbhandari et al. 2020; docs/REFERENCE.md, ZeRO): each rank keeps only
@@ -228,6 +233,8 @@ class GptModel {
   // Per layer: its four linear layers, built once (sequence parallel: sp_linears_ instead).
   std::vector<BlockLinears> linears_;
   std::vector<SpBlockLinears> sp_linears_;
+  // Per layer: the branch in place of its MLP, or null (GptOptions::feed_forward).
+  std::vector<BlockFeedForward*> ffn_;
   // What one micro-batch's backward needs (kActivations), one set per slot. resid[i]
   // [B, T, C] is the input of the stage's block i (block first_block + i of the model),
   // resid[n] the last block's output. acts has one set per block, or a single shared set under

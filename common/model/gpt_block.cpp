@@ -131,8 +131,10 @@ void GptBlockActs::ensure(std::int64_t B, std::int64_t T, std::int64_t C, std::i
 
 void GptBlockActs::release() {
   AttentionSeam* keep = seam;
+  BlockFeedForward* branch = ffn;
   *this = GptBlockActs{};
   seam = keep;
+  ffn = branch;
 }
 
 std::size_t GptBlockActs::bytes(std::int64_t B, std::int64_t T, std::int64_t C, std::int64_t H,
@@ -186,6 +188,12 @@ void gpt_block_forward(const GptBlockWeights& w, const BlockLinears& l, std::int
   layers::residual_forward(x, proj, a.res2);
   // MLP branch: out = res2 + c_proj(gelu(c_fc(ln_2(res2)))).
   layers::layernorm_forward(a.res2, w.ln2_w, w.ln2_b, a.ln2, a.ln2_mean, a.ln2_rstd);
+  if (a.ffn != nullptr) {  // the branch in place of the MLP: out = res2 + branch(ln_2(res2))
+    if (out == nullptr) return;
+    a.ffn->forward(rows2d(a.ln2), proj2d);
+    layers::residual_forward(a.res2, proj, *out);
+    return;
+  }
   l.fc->forward(rows2d(a.ln2), fch2d);  // [B*T, 4C / tp]
   layers::gelu_forward(a.fch, a.fch_gelu);
   if (out == nullptr) return;
@@ -275,13 +283,18 @@ void gpt_block_backward_input(const GptBlockWeights& w, GptBlockWeights& g,
   Tensor datty = ws.dsmall.flat_slice(0, a.atty.numel()).view(a.atty.shape());
   Tensor datty2d = rows2d(datty);
   // MLP branch. dres = d(out) flows to res2 unchanged (skip path); ln_2 adds its share.
-  out_grad.copy_from(ws.dres);  // W's dy of mlp.c_proj
-  // d(fch_gelu) = d(out) w^T (g's backward: the identity).
-  l.fc_proj->backward_input(dres, dbig);
-  layers::gelu_backward(a.fch, ws.dbig, ws.dbig);  // d(fch) [B, T, 4C]
-  a.fch.copy_from(ws.dbig);                        // W's dy of mlp.c_fc
-  // d(ln2); with tp f's backward sums each rank's share (its c_fc columns gave a partial one).
-  l.fc->backward_input(dbig, dsmall);
+  if (a.ffn != nullptr) {
+    // The branch's backward is whole (its weight gradients too): W has no MLP products left.
+    a.ffn->backward(dres, dsmall, accumulate);
+  } else {
+    out_grad.copy_from(ws.dres);  // W's dy of mlp.c_proj
+    // d(fch_gelu) = d(out) w^T (g's backward: the identity).
+    l.fc_proj->backward_input(dres, dbig);
+    layers::gelu_backward(a.fch, ws.dbig, ws.dbig);  // d(fch) [B, T, 4C]
+    a.fch.copy_from(ws.dbig);                        // W's dy of mlp.c_fc
+    // d(ln2); with tp f's backward sums each rank's share (its c_fc columns gave a partial one).
+    l.fc->backward_input(dbig, dsmall);
+  }
   // The LayerNorms' weight gradients (2 C each, O(B T C)) are taken here, where their inputs
   // are: W keeps the GEMMs' weight gradients, the work that fills the bubble.
   layers::layernorm_backward(ws.dsmall, a.res2, w.ln2_w, a.ln2_mean, a.ln2_rstd, ws.dres, g.ln2_w,
@@ -303,8 +316,11 @@ void gpt_block_backward_input(const GptBlockWeights& w, GptBlockWeights& g,
 void gpt_block_backward_weight(BlockLinears& l, const GptBlockActs& a, const Tensor& out_grad,
                                bool accumulate) {
   // mlp.c_proj: dy = d(out); mlp.c_fc: d(fch); attn.c_proj: d(res2); attn.c_attn: d(qkv).
-  l.fc_proj->backward_weight(rows2d(a.fch_gelu), rows2d(out_grad), accumulate);
-  l.fc->backward_weight(rows2d(a.ln2), rows2d(a.fch), accumulate);
+  // A block whose branch replaced the MLP has no MLP products (the branch's ran in B).
+  if (a.ffn == nullptr) {
+    l.fc_proj->backward_weight(rows2d(a.fch_gelu), rows2d(out_grad), accumulate);
+    l.fc->backward_weight(rows2d(a.ln2), rows2d(a.fch), accumulate);
+  }
   l.attn_proj->backward_weight(rows2d(a.atty), rows2d(a.res2), accumulate);
   l.attn->backward_weight(rows2d(a.ln1), rows2d(a.qkv), accumulate);
 }

@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "model/attention_seam.h"
+#include "model/block_feed_forward.h"
 #include "model/block_gemms.h"
 #include "model/block_linear.h"
 #include "model/gpt_params.h"
@@ -79,6 +80,9 @@ struct GptBlockActs {
   // Not null: attention runs through it (context parallelism), and att holds what its
   // forward keeps (saved_shape) instead of the probabilities. Set before ensure().
   AttentionSeam* seam = nullptr;
+  // Not null: the MLP branch runs through it (block_feed_forward.h; chapter 9's MoE layer):
+  // fch and fch_gelu are not read, d(out) reaches it whole. Set before forward.
+  BlockFeedForward* ffn = nullptr;
 
   // (Re)allocates unless already of this shape and dtype.
   void ensure(std::int64_t B, std::int64_t T, std::int64_t C, std::int64_t H, DType dtype,

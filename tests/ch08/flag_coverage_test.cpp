@@ -37,6 +37,7 @@ TrainerConfig everything_on() {
   c.fp8 = fp8::Fp8LinearConfig{};
   c.cp = 2;
   c.zero_stage = 3;
+  c.moe.n_experts = 4;  // chapter 9: the MoE flags in the identity
   return c;
 }
 

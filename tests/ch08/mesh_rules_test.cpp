@@ -113,6 +113,36 @@ const std::vector<Broken>& broken() {
        "--pp 2 with --zero-stage 2: ZeRO-2/3 would reduce-scatter or gather a stage's gradients "
        "or parameters at every micro-batch (DeepSpeed refuses them with pipelines too); use "
        "--zero-stage 1 or 0"},
+      // Chapter 9: expert parallelism borrowed from dp x cp.
+      {"ep-needs-experts",
+       [](TrainerConfig& c) {
+         c.dp = c.ranks = 2;
+         c.ep = 2;
+       },
+       "--ep 2 shards the experts of MoE blocks: it needs --n-experts > 0"},
+      {"ep-divides-experts",
+       [](TrainerConfig& c) {
+         c.dp = c.ranks = 2;
+         c.moe.n_experts = 3;
+         c.ep = 2;
+       },
+       "--ep 2 does not divide --n-experts 3: each ep rank holds the same number of whole "
+       "experts"},
+      {"ep-divides-dp-cp",
+       [](TrainerConfig& c) {
+         c.dp = c.ranks = 2;
+         c.moe.n_experts = 4;
+         c.ep = 4;
+       },
+       "--ep 4 does not divide --dp x --cp = 2: the ep ranks are borrowed from the "
+       "data-parallel ranks (dp x cp = edp x ep)"},
+      {"moe-dimensions",
+       [](TrainerConfig& c) {
+         c.pp = c.ranks = 2;
+         c.moe.n_experts = 4;
+       },
+       "--pp 2 with --n-experts: not supported with MoE blocks yet (MoE runs over dp, ep and "
+       "tp)"},
   };
   return cases;
 }
@@ -146,6 +176,7 @@ TEST(MeshRules, LayoutsKeepingEveryRulePass) {
         c.pp = 2, c.ranks = 2, c.virtual_stages = 2, c.pipeline_schedule = "dualpipev";
       },
       [](TrainerConfig& c) { c.extra_dims.push_back({{"ep", 1, false}, "cp"}); },
+      [](TrainerConfig& c) { c.dp = 4, c.ranks = 4, c.moe.n_experts = 8, c.ep = 4; },
   };
   for (const auto& edit : layouts) {
     TrainerConfig c = valid();

@@ -1,0 +1,392 @@
+// train_gpt's MoE blocks (chapter 9 in chapter 8's trainer): one expert, top-1, no capacity
+// limit is the dense model bit for bit; ep 1, 2 and 4 over dp 4 train like one device with
+// the whole batch (aux loss and z-loss on: their statistics are the global batch's); the
+// all-to-all and the all-gather dispatch train bit for bit alike; the all-to-all's bytes are
+// the formula's; the statistics count every assignment; bad layouts are refused before any
+// work.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "ch04_ddp/ddp_tolerances.h"
+#include "../ch08_test_util.h"
+#include "mesh_rules.h"
+#include "preflight.h"
+#include "tensor/ledger.h"
+
+namespace mixpar::ch08 {
+namespace {
+
+using test::random_data;
+using test::tiny_config;
+
+TrainerConfig moe_config(int ranks, std::int64_t batch) {
+  TrainerConfig c = tiny_config();
+  c.data_order = DataOrder::kSequential;
+  c.steps = 6;
+  c.batch = batch;
+  c.ranks = c.dp = ranks;
+  c.threads = 1;
+  c.moe.n_experts = 4;
+  c.moe.top_k = 2;
+  return c;
+}
+
+struct MoeRun {
+  std::vector<StepStats> steps;
+  std::vector<float> dense;    // the registry's FP32 weights after the last step, flat
+  std::vector<float> experts;  // every expert of every MoE block by global index (rank 0)
+};
+
+std::vector<float> flat(const std::vector<Tensor>& ts) {
+  std::vector<float> out;
+  for (const Tensor& t : ts) {
+    const std::vector<float> v = t.to_floats();
+    out.insert(out.end(), v.begin(), v.end());
+  }
+  return out;
+}
+
+MoeRun train(Trainer& t) {
+  MoeRun r;
+  while (t.step() < t.config().steps) r.steps.push_back(t.train_step());
+  t.prepare_eval_model();  // collective: the experts gathered onto rank 0's copy
+  if (t.rank() == 0) {
+    std::vector<Tensor> dense;
+    for (const NamedTensor& w : t.eval_model().parameters()) dense.push_back(w.tensor);
+    r.dense = flat(dense);
+    if (t.eval_moe() != nullptr) r.experts = flat(t.eval_moe()->params());
+  }
+  return r;
+}
+
+MoeRun run(const TrainerConfig& c, const TrainingData& data) {
+  return test::train_on_each_rank(c, data, [](Trainer& t, int) { return train(t); })[0];
+}
+
+double rel(double a, double b) { return std::abs(a - b) / std::max(1.0, std::abs(b)); }
+double worst(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double w = 0;
+  for (std::size_t i = 0; i < std::min(a.size(), b.size()); ++i) w = std::max(w, rel(a[i], b[i]));
+  return w;
+}
+
+TEST(MoeTrainer, OneExpertTopOneWithoutCapacityTrainsBitForBitLikeTheDenseModel) {
+  const TrainingData data = random_data(4000);
+  TrainerConfig dense = moe_config(1, 2);
+  dense.moe.n_experts = 0;
+  // The global norm sums the same squares in another order (the experts' after the
+  // registry's): without clipping it is only reported, and the step is the dense one's.
+  dense.grad_clip = 0;
+  TrainerConfig moe = dense;
+  moe.moe.n_experts = 1;
+  moe.moe.top_k = 1;
+  Trainer d(dense, data), m(moe, data);
+  ASSERT_NE(m.moe(), nullptr);
+  ASSERT_EQ(m.moe()->blocks(), 2u);
+  // Expert 0 of each block starts from the block's own MLP weights.
+  const std::int64_t C = moe.model.n_embd;
+  for (std::size_t i = 0; i < 2; ++i) {
+    const std::string h = "h." + std::to_string(i) + ".mlp.";
+    ch09::ExpertWeights& e = m.moe()->layer(i).experts();
+    e.fc_w.view({C, 4 * C}).copy_from(d.model().param(h + "c_fc.weight"));
+    e.fc_b.view({4 * C}).copy_from(d.model().param(h + "c_fc.bias"));
+    e.proj_w.view({4 * C, C}).copy_from(d.model().param(h + "c_proj.weight"));
+    e.proj_b.view({C}).copy_from(d.model().param(h + "c_proj.bias"));
+  }
+  for (int s = 0; s < moe.steps; ++s) {
+    const StepStats a = d.train_step(), b = m.train_step();
+    EXPECT_EQ(a.loss, b.loss) << "step " << s;
+    EXPECT_LE(rel(a.grad_norm, b.grad_norm), 1e-12) << "step " << s;
+  }
+  for (std::size_t i = 0; i < 2; ++i) {
+    const std::string h = "h." + std::to_string(i) + ".mlp.";
+    ch09::ExpertWeights& e = m.moe()->layer(i).experts();
+    EXPECT_EQ(test::bytes_of(e.fc_w), test::bytes_of(d.model().param(h + "c_fc.weight")));
+    EXPECT_EQ(test::bytes_of(e.proj_b), test::bytes_of(d.model().param(h + "c_proj.bias")));
+  }
+  EXPECT_EQ(test::bytes_of(d.model().param("h.1.attn.c_attn.weight")),
+            test::bytes_of(m.model().param("h.1.attn.c_attn.weight")));
+}
+
+// Every sum but the experts' is the same; an expert's gradient over 4 ranks' tokens is one
+// GEMM with ep 4 and a sum of 4 GEMMs with ep 1: the same terms in another order, so the
+// runs agree to rounding (chapter 4's tolerances of N ranks against one device).
+TEST(MoeTrainer, ExpertParallelOneTwoFourOverDpFourTrainLikeOneDeviceWithTheWholeBatch) {
+  const TrainingData data = random_data(4000);
+  TrainerConfig one = moe_config(1, 8);
+  one.moe.aux_loss_coef = 1e-2;
+  one.moe.z_loss_coef = 1e-3;
+  const MoeRun base = run(one, data);
+  for (int ep : {1, 2, 4}) {
+    SCOPED_TRACE("ep " + std::to_string(ep));
+    TrainerConfig c = one;
+    c.batch = 2;
+    c.ranks = c.dp = 4;
+    c.ep = ep;
+    const MoeRun r = run(c, data);
+    ASSERT_EQ(r.steps.size(), base.steps.size());
+    for (std::size_t s = 0; s < r.steps.size(); ++s) {
+      EXPECT_LE(rel(r.steps[s].loss, base.steps[s].loss), ch04::kLossTolerance) << "step " << s;
+      EXPECT_LE(rel(r.steps[s].grad_norm, base.steps[s].grad_norm), ch04::kLossTolerance)
+          << "step " << s;
+      const Json& b0 = r.steps[s].moe.at("blocks").at(0);
+      const Json& o0 = base.steps[s].moe.at("blocks").at(0);
+      EXPECT_LE(rel(b0.at("aux_loss").as_double(), o0.at("aux_loss").as_double()),
+                ch04::kLossTolerance);
+    }
+    EXPECT_LE(worst(r.dense, base.dense), ch04::kWeightsTolerance);
+    EXPECT_LE(worst(r.experts, base.experts), ch04::kWeightsTolerance);
+  }
+}
+
+// With tp every tp rank of a place runs the same MoE layer on the same tokens: dp 2 x ep 2
+// beside tp 2 trains like one device with the whole batch, and every expert is counted once
+// in the norm (tp rank 0 of its edp group).
+TEST(MoeTrainer, TensorParallelBesideExpertParallelTrainsLikeOneDevice) {
+  const TrainingData data = random_data(4000);
+  TrainerConfig one = moe_config(1, 4);
+  one.moe.aux_loss_coef = 1e-2;
+  const MoeRun base = run(one, data);
+  TrainerConfig c = one;
+  c.batch = 2;
+  c.ranks = 4;
+  c.dp = c.tp = c.ep = 2;
+  const MoeRun r = run(c, data);
+  ASSERT_EQ(r.steps.size(), base.steps.size());
+  for (std::size_t s = 0; s < r.steps.size(); ++s) {
+    EXPECT_LE(rel(r.steps[s].loss, base.steps[s].loss), ch04::kLossTolerance) << "step " << s;
+    EXPECT_LE(rel(r.steps[s].grad_norm, base.steps[s].grad_norm), ch04::kLossTolerance)
+        << "step " << s;
+  }
+  EXPECT_LE(worst(r.dense, base.dense), ch04::kWeightsTolerance);
+  EXPECT_LE(worst(r.experts, base.experts), ch04::kWeightsTolerance);
+}
+
+TEST(MoeTrainer, AllToAllAndAllGatherDispatchTrainBitForBitAlike) {
+  const TrainingData data = random_data(4000);
+  TrainerConfig c = moe_config(2, 2);
+  c.ep = 2;
+  c.moe.capacity_factor = 1.0;  // with drops too
+  const MoeRun a2a = run(c, data);
+  c.moe_dispatch = ch09::DispatchKind::kAllGather;
+  const MoeRun ag = run(c, data);
+  for (std::size_t s = 0; s < a2a.steps.size(); ++s) {
+    EXPECT_EQ(a2a.steps[s].loss, ag.steps[s].loss) << "step " << s;
+    EXPECT_EQ(a2a.steps[s].grad_norm, ag.steps[s].grad_norm) << "step " << s;
+  }
+  EXPECT_EQ(a2a.dense, ag.dense);
+  EXPECT_EQ(a2a.experts, ag.experts);
+}
+
+TEST(MoeTrainer, AllToAllBytesEqualTheFormulaAndTheCountsCoverEveryAssignment) {
+  const TrainingData data = random_data(4000);
+  TrainerConfig c = moe_config(4, 2);
+  c.ep = 2;
+  c.grad_accum = 2;
+  c.moe.capacity_factor = 1.0;
+  const std::vector<std::vector<StepStats>> logs = test::train_on_each_rank(
+      c, data, [](Trainer& t, int) {
+        std::vector<StepStats> out;
+        for (int s = 0; s < 3; ++s) out.push_back(t.train_step());
+        return out;
+      });
+  bool dropped = false;
+  for (const auto& log : logs) {
+    for (const StepStats& s : log) {
+      EXPECT_GT(s.moe.at("a2a_bytes").as_double(), 0);
+      EXPECT_EQ(s.moe.at("a2a_bytes").as_double(), s.moe.at("a2a_bytes_formula").as_double());
+      for (std::size_t b = 0; b < s.moe.at("blocks").size(); ++b) {
+        const Json& blk = s.moe.at("blocks").at(b);
+        double total = 0;
+        for (std::size_t e = 0; e < blk.at("expert_tokens").size(); ++e) {
+          total += blk.at("expert_tokens").at(e).as_double();
+        }
+        // The global batch's tokens x top-k, before drops.
+        EXPECT_EQ(total, double(c.tokens_per_step() * c.moe.top_k));
+        EXPECT_GE(blk.at("load_max_over_mean").as_double(), 1.0);
+        dropped = dropped || blk.at("dropped_frac").as_double() > 0;
+      }
+    }
+  }
+  EXPECT_TRUE(dropped);  // capacity factor 1 on 16 tokens drops some
+}
+
+// ZeRO-1 and 2 shard the registry's states over dp; the MoE blocks' tensors stay whole on
+// every rank of their edp group and take the same step: the run is DDP's bit for bit.
+// ZeRO over ep 1 (edp 2): the experts' AdamW states are sharded over edp too, each edp rank
+// stepping its range and the ranges gathered after the step: still DDP's bits. The global
+// norm sums the same squares in another order (each rank's ranges, then the world): equal to
+// rounding.
+TEST(MoeTrainer, ZeroOneAndTwoTrainBitForBitLikeDdp) {
+  const TrainingData data = random_data(4000);
+  TrainerConfig c = moe_config(2, 2);
+  c.ep = 1;
+  c.moe.aux_loss_coef = 1e-2;
+  const MoeRun ddp = run(c, data);
+  for (int stage : {1, 2}) {
+    SCOPED_TRACE("zero " + std::to_string(stage));
+    c.zero_stage = stage;
+    const MoeRun z = run(c, data);
+    for (std::size_t s = 0; s < z.steps.size(); ++s) {
+      EXPECT_EQ(z.steps[s].loss, ddp.steps[s].loss) << "step " << s;
+      EXPECT_LE(rel(z.steps[s].grad_norm, ddp.steps[s].grad_norm), 1e-12) << "step " << s;
+    }
+    EXPECT_EQ(z.dense, ddp.dense);
+    EXPECT_EQ(z.experts, ddp.experts);
+  }
+}
+
+// DeepSeek-V3's bias steps on counts reduced over dp x cp: every replica routes with the same
+// bias, the one device's with the whole batch (the counts are whole numbers: exact sums).
+TEST(MoeTrainer, TheExpertBiasStaysReplicatedAndEqualsOneDevicesWholeBatch) {
+  const TrainingData data = random_data(4000);
+  TrainerConfig one = moe_config(1, 8);
+  one.moe.bias_update_rate = 1e-2;
+  TrainerConfig four = one;
+  four.batch = 2;
+  four.ranks = four.dp = 4;
+  four.ep = 2;
+  const auto biases = [&](const TrainerConfig& c) {
+    return test::train_on_each_rank(c, data, [](Trainer& t, int) {
+      std::vector<float> b;
+      for (int s = 0; s < t.config().steps; ++s) t.train_step();
+      for (std::size_t i = 0; i < t.moe()->blocks(); ++i) {
+        const std::vector<float>& v = t.moe()->layer(i).expert_bias();
+        b.insert(b.end(), v.begin(), v.end());
+      }
+      return b;
+    });
+  };
+  const std::vector<float> base = biases(one)[0];
+  bool moved = false;
+  for (float v : base) moved = moved || v != 0;
+  EXPECT_TRUE(moved);
+  for (const std::vector<float>& b : biases(four)) EXPECT_EQ(b, base);
+}
+
+// A checkpoint stores every expert by global index (and the routers, moments and expert
+// biases): resumed on the layout that wrote it the run continues bit for bit; on ep 2 and 1,
+// or under ZeRO-2, each rank reads its own experts and the run continues within chapter 4's
+// tolerances (an expert's gradient is summed in another order on another ep).
+TEST(MoeTrainer, ACheckpointHoldsExpertsByGlobalIndexAndResumesOnAnyEp) {
+  test::TempDir dir;
+  const TrainingData data = random_data(4000);
+  TrainerConfig c = moe_config(4, 2);
+  c.ep = 4;
+  c.moe.aux_loss_coef = 1e-2;
+  c.moe.bias_update_rate = 1e-2;
+  c.checkpoint_dir = dir.file("ckpt");
+  const MoeRun straight = run(c, data);
+  test::train_on_each_rank(c, data, [&](Trainer& t, int) {
+    for (int i = 0; i < 3; ++i) t.train_step();
+    t.save_checkpoint();
+  });
+  struct Layout {
+    int ep, zero;
+  };
+  for (const Layout l : {Layout{4, 0}, Layout{2, 0}, Layout{1, 0}, Layout{2, 2}, Layout{1, 1}}) {
+    SCOPED_TRACE("ep " + std::to_string(l.ep) + ", zero " + std::to_string(l.zero));
+    TrainerConfig again = c;
+    again.ep = l.ep;
+    again.zero_stage = l.zero;
+    again.resume = true;
+    const MoeRun resumed = test::train_on_each_rank(again, data, [](Trainer& t, int) {
+      t.resume();
+      EXPECT_EQ(t.step(), 3);
+      return train(t);
+    })[0];
+    ASSERT_EQ(resumed.steps.size(), 3u);
+    for (std::size_t i = 0; i < 3; ++i) {
+      const StepStats& a = resumed.steps[i];
+      const StepStats& b = straight.steps[i + 3];
+      if (l.ep == c.ep && l.zero == 0) {
+        EXPECT_EQ(a.loss, b.loss) << "step " << i + 4;
+      } else {
+        EXPECT_LE(rel(a.loss, b.loss), ch04::kLossTolerance) << "step " << i + 4;
+      }
+    }
+    if (l.ep == c.ep && l.zero == 0) {
+      EXPECT_EQ(resumed.dense, straight.dense);
+      EXPECT_EQ(resumed.experts, straight.experts);
+    } else {
+      EXPECT_LE(worst(resumed.experts, straight.experts), ch04::kWeightsTolerance);
+    }
+  }
+}
+
+// The pre-flight bills the MoE blocks' parameters, gradients and moments (the routers and
+// this ep rank's experts) as the ledger counts them after a step, on every ep.
+TEST(MoeTrainer, ThePreflightBillsTheExpertStatesAsTheLedgerCountsThem) {
+  const TrainingData data = random_data(4000);
+  struct Case {
+    int ep, zero;
+  };
+  for (const Case run_case : {Case{1, 0}, Case{2, 0}, Case{1, 1}}) {
+    SCOPED_TRACE("ep " + std::to_string(run_case.ep) + ", zero " + std::to_string(run_case.zero));
+    const int ep = run_case.ep;
+    TrainerConfig c = moe_config(2, 2);
+    c.ep = ep;
+    c.zero_stage = run_case.zero;
+    c.moe_every = 2;  // block 1 only
+    const RankBill bill = estimate_rank_bill(c);
+    const std::int64_t C = c.model.n_embd;
+    EXPECT_EQ(bill.moe_parameters, C * 4 + (4 / ep) * (8 * C * C + 5 * C));
+    // Each rank thread of the local backend charges its own ledger.
+    const std::vector<std::array<std::int64_t, 3>> live =
+        test::train_on_each_rank(c, data, [](Trainer& t, int) {
+          t.train_step();
+          const MemoryLedger& l = current_ledger();
+          const auto at = [&](MemCategory k) { return static_cast<std::int64_t>(l.live(k)); };
+          return std::array<std::int64_t, 3>{at(MemCategory::kParameters),
+                                             at(MemCategory::kGradients),
+                                             at(MemCategory::kOptimizerState)};
+        });
+    for (const auto& rank : live) {
+      EXPECT_EQ(rank[0], bill.param_bytes);
+      EXPECT_EQ(rank[1], bill.grad_bytes);
+      EXPECT_EQ(rank[2], bill.optimizer_bytes);
+    }
+  }
+}
+
+TEST(MoeTrainer, BadLayoutsAreRefusedBeforeAnyWork) {
+  const auto refusal = [](TrainerConfig c) { return test::input_error_of([&] { validate(c); }); };
+  TrainerConfig c = moe_config(4, 2);
+  c.ep = 3;
+  EXPECT_NE(refusal(c).find("mesh rule ep-divides-experts"), std::string::npos);
+  c = moe_config(2, 2);
+  c.ep = 4;
+  EXPECT_NE(refusal(c).find("mesh rule ep-divides-dp-cp"), std::string::npos);
+  c = moe_config(1, 2);
+  c.moe.top_k = 5;
+  EXPECT_NE(refusal(c).find("--top-k 5 is above --n-experts 4"), std::string::npos);
+  c = moe_config(1, 2);
+  c.moe.capacity_factor = 0.1;  // 0.1 x 16 tokens x 2 / 4 = 0.8 tokens
+  EXPECT_NE(refusal(c).find("below one token"), std::string::npos);
+  c = moe_config(2, 2);
+  c.dp = 1;
+  c.cp = 2;
+  EXPECT_NE(refusal(c).find("mesh rule moe-dimensions: --cp 2"), std::string::npos);
+  c = moe_config(2, 2);
+  c.dp = 1;
+  c.tp = 2;
+  c.sequence_parallel = true;
+  EXPECT_NE(refusal(c).find("mesh rule moe-dimensions: --sequence-parallel"), std::string::npos);
+  c = moe_config(2, 2);
+  c.zero_stage = 3;
+  EXPECT_NE(refusal(c).find("mesh rule moe-dimensions: --zero-stage 3"), std::string::npos);
+  c = moe_config(1, 2);
+  c.moe.n_experts = 0;
+  c.ep = 2;
+  c.ranks = c.dp = 2;
+  EXPECT_NE(refusal(c).find("mesh rule ep-needs-experts"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace mixpar::ch08
