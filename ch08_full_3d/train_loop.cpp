@@ -208,12 +208,18 @@ std::string printable(const std::string& text) {
 // val_batches windows of dp x batch rows of seq tokens (fewer when the file is shorter), each
 // row's targets its tokens shifted by one, as training reads them. The windows hold a global
 // batch's rows, so a grid and one device on the same global batch score the same tokens.
+std::int64_t validation_windows(const Trainer& t) {
+  const TrainerConfig& c = t.config();
+  const std::int64_t window = c.dp * c.batch * c.seq;
+  return std::min(c.val_batches,
+                  (static_cast<std::int64_t>(t.data().val_tokens->size()) - 1) / window);
+}
+
 double validation_loss(Trainer& t) {
   const TrainerConfig& c = t.config();
   const std::vector<std::uint16_t>& v = *t.data().val_tokens;
   const std::int64_t rows = c.dp * c.batch, window = rows * c.seq;
-  const std::int64_t windows =
-      std::min(c.val_batches, (static_cast<std::int64_t>(v.size()) - 1) / window);
+  const std::int64_t windows = validation_windows(t);
   std::vector<std::int32_t> x(static_cast<std::size_t>(window)), y(x.size());
   double sum = 0.0;
   for (std::int64_t k = 0; k < windows; ++k) {
@@ -229,8 +235,11 @@ double validation_loss(Trainer& t) {
 
 double print_validation(Trainer& t, std::FILE* out) {
   const double loss = validation_loss(t);
-  std::fprintf(out, "validation at step %lld: loss %.4f on %s\n", static_cast<long long>(t.step()),
-               loss, t.data().val_description.c_str());
+  const TrainerConfig& c = t.config();
+  const std::int64_t scored = validation_windows(t) * c.dp * c.batch * c.seq;
+  std::fprintf(out, "validation at step %lld: loss %.4f on the first %lld tokens of %s\n",
+               static_cast<long long>(t.step()), loss, static_cast<long long>(scored),
+               t.data().val_description.c_str());
   return loss;
 }
 
