@@ -12,16 +12,26 @@
 #include "tied_embedding_sync.h"
 
 namespace mixpar::ch08 {
+
+// Only when the compute thread talks to no other group during backward: the local backend
+// keeps one call per rank (chapter 5's ZeRO-3 says why), and with two threads of a rank in it
+// at once its deadlock check reads the rank by its one status and can call a live rank stuck (seen as
+// a "deadlock" between a dp reduce-scatter and a tp all-reduce under load). Context parallel
+// talks to the cp group all through backward (the ring's hops, the gradients' sums over cp),
+// tensor parallel to the tp group (Megatron's all-reduces), a pipeline to its neighbours
+// (the last micro-batch's sends), MoE blocks to the ep group (the all-to-alls): there the
+// buckets are reduced after backward, on the compute thread, with the same bits.
+bool buckets_overlap_backward(const TrainerConfig& c) {
+  return c.overlap && c.cp == 1 && c.tp == 1 && c.pp == 1 && c.moe.n_experts == 0;
+}
+
 namespace {
 
 ch04::ReducerConfig reducer_config(const TrainerConfig& c) {
   ch04::ReducerConfig r;
   r.bucket_cap_bytes = static_cast<std::size_t>(c.bucket_mb * 1024.0 * 1024.0);
   r.algo = c.allreduce;
-  // Context parallel: the compute thread talks to the cp group all through backward (the
-  // ring's hops, the gradients' sums over cp), and the local backend keeps one call per rank
-  // (chapter 5's ZeRO-3 says why): the buckets are reduced after backward, on that thread.
-  r.overlap = c.overlap && c.cp == 1;
+  r.overlap = buckets_overlap_backward(c);
   return r;
 }
 
@@ -51,7 +61,7 @@ bool tied_copies_meet_in_sync(const ParallelGrid* grid, const TrainerConfig& c) 
 std::unique_ptr<GradSync> make_zero(Communicator& dp, GptModel& model, const TrainerConfig& c) {
   ch05::ZeroConfig z;
   z.bucket_cap_bytes = reducer_config(c).bucket_cap_bytes;
-  z.overlap = c.overlap && c.cp == 1;  // as reducer_config says
+  z.overlap = buckets_overlap_backward(c);
   if (c.zero_stage == 3) {
     verify_replicas(dp, rank_params(model).flat_params());  // before the copy is split
     ch05::Zero3Options o;

@@ -24,6 +24,12 @@ namespace mixpar::ch08 {
 ParamRegistry& rank_params(GptModel& m);
 const ParamRegistry& rank_params(const GptModel& m);
 
+// Whether the gradient sync reduces its buckets on a communication thread while backward runs
+// (--overlap): only on a pure data-parallel layout (no tp, cp, pp or MoE blocks, whose
+// collectives the compute thread calls during backward); otherwise after backward, on the
+// compute thread, with the same bits.
+bool buckets_overlap_backward(const TrainerConfig& c);
+
 // --zero-stage, --allreduce, --bucket-mb, --overlap, --init-sync over the grid's dp group. The
 // dp replicas are made equal first (rank 0's weights broadcast, or one seed) and checked.
 std::unique_ptr<GradSync> make_grad_sync(GptModel& model, const ParallelGrid* grid,
