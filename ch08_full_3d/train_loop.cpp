@@ -23,6 +23,7 @@
 #include "ops/reductions.h"
 #include "gemm_peak.h"
 #include "model_flops.h"
+#include "moe_flags.h"
 #include "preflight.h"
 #include "run_watch.h"
 #include "run_checks.h"
@@ -43,31 +44,6 @@ std::string strf(const char* format, Args... args) {
   return buf;
 }
 
-// --n-experts (chapter 9): the MoE blocks, their balancing and their expert parallelism, as a
-// second line of the model's.
-std::string moe_line(const TrainerConfig& c) {
-  if (!c.uses_moe()) return "";
-  std::int64_t blocks = 0;
-  for (std::int64_t l = 0; l < c.model.n_layer; ++l) blocks += MoeBlocks::is_moe_block(c, l);
-  const ch09::MoeConfig& m = c.moe;
-  const std::string capacity =
-      m.capacity_factor > 0
-          ? strf("capacity factor %g, dropping by %s", m.capacity_factor,
-                 ch09::drop_policy_name(m.drop_policy).c_str())
-          : std::string("no capacity limit (nothing dropped)");
-  // Every MoE block's router and experts (the blocks' own MLP tensors, counted above, stay
-  // in the registry unused).
-  const double C = static_cast<double>(c.model.n_embd);
-  const double params = static_cast<double>(blocks) * m.n_experts * (C + 8 * C * C + 5 * C);
-  return strf(
-      "\nmoe: %lld of %lld blocks, %d experts of the MLP's shape (%.2fM parameters with the "
-      "routers), top-%d (%s gates), %s | aux loss %g, z-loss %g, expert bias rate %g | ep %d "
-      "(%s), edp %d",
-      static_cast<long long>(blocks), static_cast<long long>(c.model.n_layer), m.n_experts,
-      params / 1e6, m.top_k, m.normalize_gates ? "normalized" : "softmax", capacity.c_str(),
-      m.aux_loss_coef, m.z_loss_coef, m.bias_update_rate, c.ep,
-      ch09::dispatch_name(c.moe_dispatch), c.dp * c.cp / c.ep);
-}
 
 std::string model_line(const TrainerConfig& c) {
   const GptConfig& m = c.model;
@@ -80,7 +56,7 @@ std::string model_line(const TrainerConfig& c) {
       static_cast<long long>(m.n_layer), static_cast<long long>(m.n_head),
       static_cast<long long>(m.n_embd), static_cast<long long>(m.n_positions),
       static_cast<long long>(m.vocab_size), static_cast<double>(m.num_parameters()) / 1e6,
-      origin.c_str()) + moe_line(c);
+      origin.c_str()) + moe_log_line(c);
 }
 
 std::string data_line(const Trainer& t) {

@@ -18,14 +18,7 @@
 #   MIXPAR_TRAIN_GPT (default: build it): a train_gpt already built; no set-up, no build
 set -euo pipefail
 cd "$(dirname "$0")/.."
-train_gpt="${MIXPAR_TRAIN_GPT:-}"
-if [ -z "$train_gpt" ]; then
-  bash scripts/install_deps.sh
-  export PATH="/usr/local/cuda/bin:$PATH"
-  cmake --preset default >/dev/null
-  cmake --build --preset default --target train_gpt -j "$(nproc)"
-  train_gpt=./build/bin/train_gpt
-fi
+. scripts/train_gpt_binary.sh
 data=build/text-data
 bash scripts/prepare_text.sh "$data"
 out="${MIXPAR_DEMO_OUT:-build/demo-text}"
