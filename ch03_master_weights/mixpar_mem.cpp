@@ -123,8 +123,8 @@ void print_moe(const TrainingSetup& t, const MoeBill& m) {
               static_cast<long long>(s.n_experts), static_cast<long long>(s.top_k),
               static_cast<long long>(s.ep), static_cast<long long>(m.experts_per_rank),
               static_cast<long long>(m.edp));
-  std::printf("  rows         per block and micro-batch: %s tokens; it sends %s rows, its "
-              "experts run %s\n",
+  std::printf("  rows         per block and micro-batch: %s tokens; it sends %s rows,\n"
+              "               its experts run %s\n",
               grouped(m.tokens).c_str(), grouped(m.rows_sent).c_str(), grouped(m.rows_run).c_str());
   if (m.capacity >= 0) {
     std::printf("               (at most: capacity %s of a rank's tokens per expert)\n",
@@ -141,10 +141,10 @@ void print_moe(const TrainingSetup& t, const MoeBill& m) {
   const auto per = [n](std::int64_t bytes) { return static_cast<double>(bytes) / n; };
   std::printf("  %-34s %8s %20s %12s\n", "of which MoE (router + experts)", "B/param", "bytes",
               "GB");
-  std::printf("  %-34s %s + %s\n", "  parameters (elements)", grouped(m.router_params).c_str(),
+  std::printf("    elements: routers %s + experts %s\n", grouped(m.router_params).c_str(),
               grouped(m.expert_params).c_str());
-  print_row("  parameters (router fp32, experts " + std::string(name(t.precision)) + ")",
-            per(m.states.parameters), true, m.states.parameters);
+  print_row("  parameters (routers in fp32)", per(m.states.parameters), true,
+            m.states.parameters);
   print_row("  gradients", per(m.states.gradients), true, m.states.gradients);
   print_row("  master params (experts)", per(m.states.master_params), true,
             m.states.master_params);
@@ -178,7 +178,7 @@ void print_table(const TrainingSetup& t, const MemoryBill& b,
     std::printf("  %-34s %8s %20s %12s\n", "activations", "-", "-", "(no shape)");
   }
   if (b.moe && b.moe->dispatch() > 0) {
-    print_row("all-to-all buffers (MoE, one block)", 0, false, b.moe->dispatch());
+    print_row("all-to-all buffers (one MoE block)", 0, false, b.moe->dispatch());
   }
   if (t.offload_optimizer) {
     print_row("device total", per(b.total_bytes), !b.activations, b.total_bytes);
