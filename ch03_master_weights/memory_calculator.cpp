@@ -301,9 +301,12 @@ MemoryBill stage_bill(const TrainingSetup& setup, std::int64_t stage) {
     b.states.master_params = add(b.states.master_params, m.states.master_params);
     b.states.optimizer_state = add(b.states.optimizer_state, m.states.optimizer_state);
     b.activations = add(*b.activations, m.activations);
-    b.model_params = add(b.model_params, mul(moe_blocks_in(0, setup.shape->n_layer, l.moe.moe_every),
-                                             add(moe_router_params(setup.shape->n_embd, l.moe),
-                                                 mul(l.moe.ep, moe_expert_params(setup.shape->n_embd, l.moe)))));
+    // The whole model: every MoE block's router and all its E = ep x El experts.
+    const std::int64_t C = setup.shape->n_embd;
+    const std::int64_t block =
+        add(moe_router_params(C, l.moe), mul(l.moe.ep, moe_expert_params(C, l.moe)));
+    b.model_params =
+        add(b.model_params, mul(moe_blocks_in(0, setup.shape->n_layer, l.moe.moe_every), block));
   }
   b.total_bytes = add(b.states.total(), b.activations.value_or(0));
   if (b.moe) b.total_bytes = add(b.total_bytes, b.moe->dispatch());
@@ -343,7 +346,8 @@ std::string zero_saving_note(const TrainingSetup& setup, const MemoryBill& bill)
   const ModelStates base = model_states(params, setup.precision, setup.optimizer);
   const double ratio = static_cast<double>(base.total()) / static_cast<double>(states);
   std::string note = "ZeRO-" + std::to_string(l.zero_stage) + " over dp " + num(l.dp) +
-                     " cuts " + std::string(bill.moe ? "the dense model states " : "model states ") + fmt("%.3g", ratio) + "x exactly";
+                     " cuts " + (bill.moe ? "the dense model states " : "model states ") +
+                     fmt("%.3g", ratio) + "x exactly";
   const bool mixed_adam =
       setup.precision != Precision::kFp32 && setup.optimizer == Optimizer::kAdamW;
   if (mixed_adam && l.zero_stage <= 2) {

@@ -109,6 +109,9 @@ std::int64_t moe_capacity(const MoeShape& m, std::int64_t tokens) {
     throw InputError("--capacity-factor " + num(m.capacity_factor) + " gives each expert " +
                      num(share) + " of a rank's " + num(tokens) + " tokens: below one token");
   }
+  // An expert takes each token at most once: a capacity of T or more limits nothing (and a
+  // huge factor must not overflow the conversion).
+  if (share >= double(tokens)) return tokens;
   return static_cast<std::int64_t>(std::ceil(share));
 }
 

@@ -50,7 +50,7 @@ ModelStates moe_model_states(std::int64_t n_embd, const MoeShape& m, std::int64_
                              Precision p, Optimizer o, int zero_stage, std::int64_t edp);
 
 // The capacity of each expert for `tokens` of a rank (chapter 9's expert_capacity): -1
-// without a factor.
+// without a factor; at most `tokens` (an expert takes each token once at most).
 std::int64_t moe_capacity(const MoeShape& m, std::int64_t tokens);
 
 // Activation bytes one MoE block keeps for backward, for `tokens` tokens of which this rank

@@ -189,14 +189,12 @@ std::int64_t cp_activation_bytes_per_layer(const TrainerConfig& c, mem::GptShape
   return rows + 4 * B * heads * (S / c.cp);
 }
 
-}  // namespace
-
 // The MoE blocks of pipeline rank `stage` (chapter 9), billed by chapter 3's calculator
 // (moe_memory.h: mixpar-mem --n-experts bills the same): the routers and this ep rank's
-// experts, their states (the experts' sharded over edp = dp x cp / ep under ZeRO), their
-// activations for the micro-batches the rank holds, one block's all-to-all buffers.
-mem::MoeBill moe_rank_bill(const TrainerConfig& c, int stage, std::int64_t held,
-                           const mem::GptShape& shape, mem::Precision p) {
+// experts, their states (the experts' sharded over edp = dp x cp / ep under ZeRO), one
+// micro-batch's activations of each block, one block's all-to-all buffers.
+mem::MoeBill moe_rank_bill(const TrainerConfig& c, int stage, const mem::GptShape& shape,
+                           mem::Precision p) {
   mem::MoeShape m;
   m.n_experts = c.moe.n_experts;
   m.top_k = c.moe.top_k;
@@ -213,8 +211,10 @@ mem::MoeBill moe_rank_bill(const TrainerConfig& c, int stage, std::int64_t held,
   l.tp = c.tp;
   mem::GptShape tokens = shape;
   tokens.seq = shape.seq / c.cp;  // a rank's rows of each sequence
-  return mem::moe_bill(tokens, m, blocks, held, p, mem::Optimizer::kAdamW, l);
+  return mem::moe_bill(tokens, m, blocks, 1, p, mem::Optimizer::kAdamW, l);
 }
+
+}  // namespace
 
 RankBill estimate_rank_bill(const TrainerConfig& c) {
   const std::vector<RankBill> bills = estimate_rank_bills(c);
@@ -265,7 +265,7 @@ std::vector<RankBill> estimate_rank_bills(const TrainerConfig& c) {
       const std::vector<GptStage> chunks = rank_chunks(c, s);
       std::int64_t blocks = 0;
       for (const GptStage& chunk : chunks) blocks += chunk.blocks(c.model);
-      const mem::MoeBill m = moe_rank_bill(c, s, 1, shape, p);
+      const mem::MoeBill m = moe_rank_bill(c, s, shape, p);
       const std::int64_t held_moe =
           m.blocks == 0 ? 0 : (b.blocks_held * m.blocks + blocks - 1) / blocks;
       b.moe_parameters = m.router_params + m.expert_params;

@@ -141,7 +141,7 @@ TEST(MoeMemory, ToolPrintsTheLibrarysBill) {
   EXPECT_EQ(moe.at("rows_bound").as_string(), "worst case");
   const test_support::CliRun t = tool(d, flags);
   ASSERT_EQ(t.code, 0) << t.err;
-  EXPECT_NE(t.out.find("all-to-all buffers (MoE, one block)"), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("all-to-all buffers (one MoE block)"), std::string::npos) << t.out;
   EXPECT_NE(t.out.find("worst case"), std::string::npos) << t.out;
 }
 
@@ -150,7 +150,8 @@ TEST(MoeMemory, ToolRefusesBadMoeFlagsWithOneLine) {
   for (const std::string& flags :
        {kShape + " --top-k 2", kShape + " --ep 2 --dp 2", kShape + " --n-experts 4 --ep 3",
         kShape + " --n-experts 4 --ep 4 --dp 2", kShape + " --n-experts 4 --top-k 5",
-        kShape + " --n-experts 4 --capacity-factor 0.1", std::string(" --params 7e9 --n-experts 8")}) {
+        kShape + " --n-experts 4 --capacity-factor 0.1",
+        std::string(" --params 7e9 --n-experts 8")}) {
     test_support::expect_one_line_error(tool(d, flags), "mixpar-mem", "", flags);
   }
 }
