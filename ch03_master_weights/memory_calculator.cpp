@@ -6,6 +6,7 @@
 
 #include <algorithm>
 
+#include "ch03_master_weights/moe_memory.h"
 #include "report/format.h"
 #include "util/errors.h"
 
@@ -247,7 +248,12 @@ void validate(const TrainingSetup& setup) {
   if (setup.shape) {
     if (setup.params != 0) throw InputError("give either a parameter count or a shape, not both");
     validate_shape(*setup.shape, l);
+    validate_moe(l.moe, *setup.shape, l);
     return;
+  }
+  if (l.moe.any() || l.moe.ep != 1) {
+    throw InputError("MoE blocks (--n-experts, --ep) need a GPT shape (--n-layer --n-embd ...), "
+                     "not --params");
   }
   if (setup.params == 0) throw InputError("give a parameter count or a GPT shape");
   require_positive("parameter count", setup.params);
@@ -273,13 +279,37 @@ MemoryBill stage_bill(const TrainingSetup& setup, std::int64_t stage) {
     b.activations_per_layer =
         activation_bytes_per_layer(s, setup.precision, l.tp, l.sequence_parallel, l.recompute);
     b.activations = mul(mul(b.layers_on_stage, b.micro_batches_in_flight), b.activations_per_layer);
+    if (l.moe.any()) {
+      const std::int64_t first = stage * b.layers_on_stage;
+      b.moe = moe_bill(s, l.moe, moe_blocks_in(first, first + b.layers_on_stage, l.moe.moe_every),
+                       b.micro_batches_in_flight, setup.precision, setup.optimizer, l);
+    }
   } else {
     // Simplifying assumption without a shape: tp x pp split the model evenly.
     b.model_params = setup.params;
     b.device_params = ceil_div(setup.params, mul(l.tp, l.pp));
   }
   b.states = model_states(b.device_params, setup.precision, setup.optimizer, l.zero_stage, l.dp);
+  if (b.moe) {
+    // The MoE blocks' tensors live beside the dense ones (which keep their own MLP tensors):
+    // their parameters, states and activations join this device's, and one block's dispatch
+    // buffers the total.
+    const MoeBill& m = *b.moe;
+    b.device_params = add(b.device_params, add(m.router_params, m.expert_params));
+    b.states.parameters = add(b.states.parameters, m.states.parameters);
+    b.states.gradients = add(b.states.gradients, m.states.gradients);
+    b.states.master_params = add(b.states.master_params, m.states.master_params);
+    b.states.optimizer_state = add(b.states.optimizer_state, m.states.optimizer_state);
+    b.activations = add(*b.activations, m.activations);
+    // The whole model: every MoE block's router and all its E = ep x El experts.
+    const std::int64_t C = setup.shape->n_embd;
+    const std::int64_t block =
+        add(moe_router_params(C, l.moe), mul(l.moe.ep, moe_expert_params(C, l.moe)));
+    b.model_params =
+        add(b.model_params, mul(moe_blocks_in(0, setup.shape->n_layer, l.moe.moe_every), block));
+  }
   b.total_bytes = add(b.states.total(), b.activations.value_or(0));
+  if (b.moe) b.total_bytes = add(b.total_bytes, b.moe->dispatch());
   if (setup.offload_optimizer) {
     // ZeRO-Offload: the device keeps (2 + 2) P (divided by the ZeRO stage as before), the
     // host the K P / N_d of masters and moments (K = 12 for mixed AdamW).
@@ -307,10 +337,17 @@ namespace {
 // The exact ZeRO saving against stage 0, next to the paper's asymptotic 4x / 8x / N.
 std::string zero_saving_note(const TrainingSetup& setup, const MemoryBill& bill) {
   const Layout& l = setup.layout;
-  const ModelStates base = model_states(bill.device_params, setup.precision, setup.optimizer);
-  const double ratio = static_cast<double>(base.total()) / static_cast<double>(bill.states.total());
+  // The dense part's (the MoE blocks' states shard over edp, by their own rule).
+  std::int64_t params = bill.device_params, states = bill.states.total();
+  if (bill.moe) {
+    params -= bill.moe->router_params + bill.moe->expert_params;
+    states -= bill.moe->states.total();
+  }
+  const ModelStates base = model_states(params, setup.precision, setup.optimizer);
+  const double ratio = static_cast<double>(base.total()) / static_cast<double>(states);
   std::string note = "ZeRO-" + std::to_string(l.zero_stage) + " over dp " + num(l.dp) +
-                     " cuts model states " + fmt("%.3g", ratio) + "x exactly";
+                     " cuts " + (bill.moe ? "the dense model states " : "model states ") +
+                     fmt("%.3g", ratio) + "x exactly";
   const bool mixed_adam =
       setup.precision != Precision::kFp32 && setup.optimizer == Optimizer::kAdamW;
   if (mixed_adam && l.zero_stage <= 2) {
@@ -344,6 +381,12 @@ std::vector<std::string> bill_notes(const TrainingSetup& setup, const MemoryBill
         "14 + 14 + 84/8 = 38.5 GB");
   }
   if (l.zero_stage > 0 && l.dp > 1) notes.push_back(zero_saving_note(setup, bill));
+  if (bill.moe) {
+    notes.push_back(
+        "MoE blocks: their own dense MLP tensors and buffers stay billed (train_gpt's GPT-2 "
+        "registry keeps them, unused); the router and its states are FP32 and whole on every "
+        "rank; ZeRO-1/2 shard the experts' masters and moments over edp, not their gradients");
+  }
   if (setup.shape && setup.precision == Precision::kFp32) {
     notes.push_back(
         "fp32 activations: Korthikanti et al. count 2-byte values and 1-byte dropout masks; "

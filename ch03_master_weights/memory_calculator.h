@@ -40,6 +40,16 @@ struct GptShape {
   std::int64_t positions() const { return n_positions > 0 ? n_positions : seq; }
 };
 
+// Mixture-of-Experts blocks (chapter 9; the flags train_gpt takes): every moe_every-th block
+// (blocks moe_every - 1, 2 moe_every - 1, ...) runs n_experts experts of GPT-2's MLP shape,
+// top_k per token, sharded over ep ranks borrowed from dp. capacity_factor 0: no capacity
+// limit. n_experts 0: a dense model. The arithmetic is moe_memory.h's.
+struct MoeShape {
+  std::int64_t n_experts = 0, top_k = 2, moe_every = 1, ep = 1;
+  double capacity_factor = 0;
+  bool any() const { return n_experts > 0; }
+};
+
 // How the job is laid out over devices: dp x tp x pp devices, ZeRO inside each dp group.
 struct Layout {
   // ZeRO stage: 0 = plain data parallel, 1 = optimizer state (with the fp32 masters),
@@ -48,6 +58,7 @@ struct Layout {
   std::int64_t dp = 1, tp = 1, pp = 1;
   bool sequence_parallel = false;  // Megatron SP: norms/dropouts split along the sequence
   Recompute recompute = Recompute::kNone;
+  MoeShape moe;  // needs a shape
 };
 
 // One training configuration. Give either `params` (model states only) or `shape`.
@@ -107,6 +118,27 @@ std::int64_t activation_bytes_per_layer(const GptShape& s, Precision p, std::int
 // (assumes at least pp micro-batches per step). Without pipelining, one.
 std::int64_t micro_batches_in_flight(std::int64_t pp, std::int64_t stage);
 
+// The MoE blocks' part of one device's bill (moe_memory.h says how each term is counted).
+struct MoeBill {
+  std::int64_t blocks = 0;             // MoE blocks on the billed stage
+  std::int64_t experts_per_rank = 0;   // E / ep
+  std::int64_t edp = 1;                // dp / ep: the ranks that hold the same experts
+  std::int64_t router_params = 0, expert_params = 0;  // on this device, all its MoE blocks
+  ModelStates states;                  // of those parameters
+  // Rows of one block and micro-batch: T tokens of this rank, the assignments it sends
+  // (kept ones: T k without a capacity) and the rows its experts run; the last two are bounds
+  // (capacity: E x capacity and ep El x capacity; none: T k and ep T min(k, El)) unless ep is
+  // 1 and there is no capacity, where they are exact.
+  std::int64_t tokens = 0, rows_sent = 0, rows_run = 0;
+  std::int64_t capacity = -1;          // per expert and rank; -1: no limit (worst case billed)
+  std::int64_t activations_per_block = 0;  // one micro-batch, FP32
+  std::int64_t activations = 0;            // every MoE block's activations in flight
+  // One block's all-to-all send and receive buffers (FP32 rows), transient: one block's at a
+  // time, counted once in the total. 0 with ep 1 (no dispatch).
+  std::int64_t dispatch_send = 0, dispatch_receive = 0;
+  std::int64_t dispatch() const { return dispatch_send + dispatch_receive; }
+};
+
 // The bill of one device: the pipeline stage with the largest total.
 struct MemoryBill {
   std::int64_t model_params = 0;   // P, the whole model
@@ -116,6 +148,9 @@ struct MemoryBill {
   std::int64_t activations_per_layer = 0;  // one micro-batch; 0 without a shape
   ModelStates states;
   std::optional<std::int64_t> activations;  // present only when a shape was given
+  // --n-experts: the MoE blocks' part, already inside device_params, states, activations and
+  // total_bytes (its dispatch buffers too).
+  std::optional<MoeBill> moe;
   // The device's bytes: model states and activations, less host_bytes when offloaded.
   std::int64_t total_bytes = 0;
   // offload_optimizer: the host's share, masters + optimizer state (0 otherwise).

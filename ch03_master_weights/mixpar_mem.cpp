@@ -102,6 +102,58 @@ void print_row(const std::string& label, double per_param, bool show_per_param,
               trimmed(static_cast<double>(bytes) / kGB, 3).c_str());
 }
 
+// "every block", "every 2nd block", ...
+std::string every(std::int64_t k) {
+  if (k == 1) return "every block";
+  const std::int64_t last = k % 10, tens = k % 100 / 10;
+  const char* suffix = tens == 1   ? "th"
+                       : last == 1 ? "st"
+                       : last == 2 ? "nd"
+                       : last == 3 ? "rd"
+                                   : "th";
+  return "every " + std::to_string(k) + suffix + " block";
+}
+
+// The MoE blocks' part of the bill (moe_memory.h), already inside the rows above.
+void print_moe(const TrainingSetup& t, const MoeBill& m) {
+  const MoeShape& s = t.layout.moe;
+  std::printf("\n  MoE blocks   %lld on this device (%s), %lld experts of the MLP's shape, "
+              "top-%lld,\n               ep %lld: %lld experts a rank, edp %lld\n",
+              static_cast<long long>(m.blocks), every(s.moe_every).c_str(),
+              static_cast<long long>(s.n_experts), static_cast<long long>(s.top_k),
+              static_cast<long long>(s.ep), static_cast<long long>(m.experts_per_rank),
+              static_cast<long long>(m.edp));
+  std::printf("  rows         per block and micro-batch: %s tokens; it sends %s rows,\n"
+              "               its experts run %s\n",
+              grouped(m.tokens).c_str(), grouped(m.rows_sent).c_str(), grouped(m.rows_run).c_str());
+  if (m.capacity >= 0) {
+    std::printf("               (at most: capacity %s of a rank's tokens per expert)\n",
+                grouped(m.capacity).c_str());
+  } else if (s.ep > 1) {
+    std::printf("               (no capacity, nothing dropped: the rows run billed at their worst "
+                "case,\n               every rank's tokens choosing this rank's experts; balanced "
+                "routing runs %s)\n",
+                grouped(m.tokens * s.top_k).c_str());
+  } else {
+    std::printf("               (no capacity and ep 1: exact)\n");
+  }
+  const double n = static_cast<double>(m.router_params + m.expert_params);
+  const auto per = [n](std::int64_t bytes) { return static_cast<double>(bytes) / n; };
+  std::printf("  %-34s %8s %20s %12s\n", "of which MoE (router + experts)", "B/param", "bytes",
+              "GB");
+  std::printf("    elements: routers %s + experts %s\n", grouped(m.router_params).c_str(),
+              grouped(m.expert_params).c_str());
+  print_row("  parameters (routers in fp32)", per(m.states.parameters), true,
+            m.states.parameters);
+  print_row("  gradients", per(m.states.gradients), true, m.states.gradients);
+  print_row("  master params (experts)", per(m.states.master_params), true,
+            m.states.master_params);
+  print_row("  optimizer state (experts' / edp)", per(m.states.optimizer_state), true,
+            m.states.optimizer_state);
+  print_row("  activations (fp32)", 0, false, m.activations);
+  print_row("  all-to-all buffers (one block)", 0, false, m.dispatch());
+}
+
 void print_table(const TrainingSetup& t, const MemoryBill& b,
                  const std::vector<std::string>& notes) {
   print_header(t, b);
@@ -125,12 +177,16 @@ void print_table(const TrainingSetup& t, const MemoryBill& b,
   } else {
     std::printf("  %-34s %8s %20s %12s\n", "activations", "-", "-", "(no shape)");
   }
+  if (b.moe && b.moe->dispatch() > 0) {
+    print_row("all-to-all buffers (one MoE block)", 0, false, b.moe->dispatch());
+  }
   if (t.offload_optimizer) {
     print_row("device total", per(b.total_bytes), !b.activations, b.total_bytes);
     print_row("host total (masters, state)", per(b.host_bytes), true, b.host_bytes);
   } else {
     print_row("total", per(b.total_bytes), !b.activations, b.total_bytes);
   }
+  if (b.moe) print_moe(t, *b.moe);
   std::printf("  (B/param: per parameter of this device's model slice)\n");
   if (b.activations) {
     std::printf(
@@ -170,6 +226,34 @@ void print_json(const TrainingSetup& t, const MemoryBill& b,
   j.set("optimizer_state_bytes", b.states.optimizer_state);
   j.set("model_states_bytes", b.states.total());
   j.set("activations_bytes", b.activations ? Json(*b.activations) : Json());  // null: no shape
+  if (b.moe) {
+    const MoeBill& m = *b.moe;
+    Json o = Json::object();
+    o.set("n_experts", l.moe.n_experts);
+    o.set("top_k", l.moe.top_k);
+    o.set("moe_every", l.moe.moe_every);
+    o.set("capacity_factor", l.moe.capacity_factor);
+    o.set("ep", l.moe.ep);
+    o.set("edp", m.edp);
+    o.set("blocks", m.blocks);
+    o.set("experts_per_rank", m.experts_per_rank);
+    o.set("router_params", m.router_params);
+    o.set("expert_params", m.expert_params);
+    o.set("parameters_bytes", m.states.parameters);
+    o.set("gradients_bytes", m.states.gradients);
+    o.set("master_params_bytes", m.states.master_params);
+    o.set("optimizer_state_bytes", m.states.optimizer_state);
+    o.set("tokens", m.tokens);
+    o.set("capacity", m.capacity);
+    o.set("rows_sent", m.rows_sent);
+    o.set("rows_run", m.rows_run);
+    o.set("rows_bound", m.capacity >= 0 ? "capacity" : l.moe.ep > 1 ? "worst case" : "exact");
+    o.set("activations_per_block_bytes", m.activations_per_block);
+    o.set("activations_bytes", m.activations);
+    o.set("dispatch_send_bytes", m.dispatch_send);
+    o.set("dispatch_receive_bytes", m.dispatch_receive);
+    j.set("moe", std::move(o));
+  }
   j.set("total_bytes", b.total_bytes);
   if (t.offload_optimizer) {
     // total_bytes is then the device's; the masters and optimizer state are the host's.

@@ -39,6 +39,14 @@ ArgParser make_parser() {
       .option("pp", "1", "pipeline-parallel degree (1F1B schedule)")
       .option("recompute", "none", "none | selective | full activation recomputation")
       .flag("sequence-parallel", "Megatron sequence parallelism (with --tp)")
+      .option("n-experts", "0",
+              "MoE blocks (chapter 9, as train_gpt): experts of each MoE block (0: dense)")
+      .option("top-k", "2", "with --n-experts: experts each token is sent to")
+      .option("moe-every", "1", "with --n-experts: every K-th block is an MoE block")
+      .option("capacity-factor", "0",
+              "with --n-experts: each expert takes ceil(factor x tokens x top-k / experts) of a "
+              "rank's assignments; 0: no limit (the dispatch billed at its worst case)")
+      .option("ep", "1", "with --n-experts: expert-parallel degree, ranks borrowed from --dp")
       .option("device-memory", "80GB", "memory of one device: 80GB, 141GB, 24GiB, ...")
       .flag("offload-optimizer",
             "ZeRO-Offload: FP32 masters and optimizer state (the ZeRO shard) in host memory; "
@@ -81,6 +89,24 @@ int read_int(const ArgParser& a, const char* name) {
   return static_cast<int>(v);
 }
 
+// The MoE flags (train_gpt's, moe_flags.cpp there); without --n-experts the others are
+// refused, not ignored.
+MoeShape read_moe(const ArgParser& a) {
+  MoeShape m;
+  m.n_experts = a.get_int("n-experts", 0, 4096);
+  if (m.n_experts == 0) {
+    for (const char* flag : {"top-k", "moe-every", "capacity-factor", "ep"}) {
+      if (a.given(flag)) throw InputError(std::string("--") + flag + " needs --n-experts");
+    }
+    return m;
+  }
+  m.top_k = a.get_int("top-k", 1, 4096);
+  m.moe_every = a.get_int("moe-every", 1, 1 << 20);
+  m.ep = a.get_int("ep", 1, 1 << 20);
+  m.capacity_factor = a.get_double("capacity-factor");
+  return m;
+}
+
 TrainingSetup read_setup(const ArgParser& a) {
   TrainingSetup t;
   t.shape = read_shape(a);
@@ -114,6 +140,7 @@ TrainingSetup read_setup(const ArgParser& a) {
     throw InputError("--recompute changes the activations, which need a GPT shape "
                      "(--n-layer --n-embd ...), not --params");
   }
+  t.layout.moe = read_moe(a);
   t.device_memory_bytes = parse_bytes("--device-memory", a.get("device-memory"));
   t.offload_optimizer = a.get_flag("offload-optimizer");
   return t;

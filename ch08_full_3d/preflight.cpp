@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "ch03_master_weights/memory_calculator.h"
+#include "ch03_master_weights/moe_memory.h"
 #include "ch07_pipeline/bubble.h"
 #include "ch07_pipeline/model_chunks.h"
 #include "ch07_pipeline/pipeline_runtime.h"
@@ -155,9 +156,11 @@ std::string RankBill::text() const {
            bytes(optimizer_bytes) + ", FP32 gradients " + bytes(fp32_grad_bytes) + " = " +
            bytes(host_total()) + where;
   }
+  const std::string dispatch =
+      moe_dispatch_bytes > 0 ? ", all-to-all buffers " + bytes(moe_dispatch_bytes) : "";
   return "parameters " + bytes(param_bytes) + ", gradients " + bytes(grad_bytes + fp32_grad_bytes) +
          ", master weights " + bytes(master_bytes) + ", optimizer state " +
-         bytes(optimizer_bytes) + ", activations " + bytes(activation_bytes) + " = " +
+         bytes(optimizer_bytes) + ", activations " + bytes(activation_bytes) + dispatch + " = " +
          bytes(total()) + where;
 }
 
@@ -186,38 +189,32 @@ std::int64_t cp_activation_bytes_per_layer(const TrainerConfig& c, mem::GptShape
   return rows + 4 * B * heads * (S / c.cp);
 }
 
-}  // namespace
-
-// The MoE blocks' elements on a rank (chapter 9): per MoE block the router [C, E] and the
-// E / ep experts this rank holds, each GPT-2's MLP (c_fc C x 4C + 4C, c_proj 4C x C + C).
-std::int64_t moe_rank_elements(const TrainerConfig& c) {
-  if (!c.uses_moe()) return 0;
+// The MoE blocks of pipeline rank `stage` (chapter 9), billed by chapter 3's calculator
+// (moe_memory.h: mixpar-mem --n-experts bills the same): the routers and this ep rank's
+// experts, their states (the experts' sharded over edp = dp x cp / ep under ZeRO), one
+// micro-batch's activations of each block, one block's all-to-all buffers.
+mem::MoeBill moe_rank_bill(const TrainerConfig& c, int stage, const mem::GptShape& shape,
+                           mem::Precision p) {
+  mem::MoeShape m;
+  m.n_experts = c.moe.n_experts;
+  m.top_k = c.moe.top_k;
+  m.moe_every = c.moe_every;
+  m.capacity_factor = c.moe.capacity_factor;
+  m.ep = c.ep;
   std::int64_t blocks = 0;
-  for (std::int64_t l = 0; l < c.model.n_layer; ++l) blocks += (l + 1) % c.moe_every == 0;
-  const std::int64_t C = c.model.n_embd, E = c.moe.n_experts, El = E / c.ep;
-  const std::int64_t expert = checked_sum("an expert's parameters", 8 * C * C, 5 * C);
-  const std::int64_t block = checked_sum(
-      "an MoE block's parameters", C * E, checked_product("a rank's experts", {{"experts", El},
-                                                                                {"each", expert}}));
-  return checked_product("a rank's MoE parameters", {{"MoE blocks", blocks}, {"each", block}});
-}
-
-// The MoE elements whose AdamW moments a rank holds: every router, and of each expert tensor
-// (El experts' c_fc weight and bias, c_proj weight and bias) the largest edp rank's range when
-// ZeRO shards them over edp (moe_blocks.h), all of it otherwise.
-std::int64_t moe_rank_moment_elements(const TrainerConfig& c) {
-  if (!c.uses_moe()) return 0;
-  const std::int64_t edp = static_cast<std::int64_t>(c.dp) * c.cp / c.ep;
-  if (c.zero_stage == 0 || edp == 1) return moe_rank_elements(c);
-  std::int64_t blocks = 0;
-  for (std::int64_t l = 0; l < c.model.n_layer; ++l) blocks += (l + 1) % c.moe_every == 0;
-  const std::int64_t C = c.model.n_embd, E = c.moe.n_experts, El = E / c.ep;
-  std::int64_t block = C * E;
-  for (const std::int64_t n : {El * C * 4 * C, El * 4 * C, El * 4 * C * C, El * C}) {
-    block += (n + edp - 1) / edp;
+  for (const GptStage& st : rank_chunks(c, stage)) {
+    blocks += mem::moe_blocks_in(st.first_block, st.first_block + st.blocks(c.model), c.moe_every);
   }
-  return blocks * block;
+  mem::Layout l;
+  l.zero_stage = c.zero_stage;
+  l.dp = static_cast<std::int64_t>(c.dp) * c.cp;
+  l.tp = c.tp;
+  mem::GptShape tokens = shape;
+  tokens.seq = shape.seq / c.cp;  // a rank's rows of each sequence
+  return mem::moe_bill(tokens, m, blocks, 1, p, mem::Optimizer::kAdamW, l);
 }
+
+}  // namespace
 
 RankBill estimate_rank_bill(const TrainerConfig& c) {
   const std::vector<RankBill> bills = estimate_rank_bills(c);
@@ -258,24 +255,36 @@ std::vector<RankBill> estimate_rank_bills(const TrainerConfig& c) {
     b.master_bytes = st.master_params;
     b.optimizer_bytes = st.optimizer_state;
     b.fp32_grad_bytes = c.dtype == DType::kF32 ? 0 : st.master_params;
-    // The MoE blocks' FP32 tensors (validate_moe: an fp32 run): parameters, gradients and
-    // AdamW's two moments, 4 + 4 + 8 bytes each, whole on every rank of their edp group (the
-    // experts' moments sharded over edp under ZeRO).
-    b.moe_parameters = moe_rank_elements(c);
-    b.parameters = checked_sum("a rank's parameters", b.parameters, b.moe_parameters);
-    b.param_bytes = checked_sum("parameter bytes", b.param_bytes, 4 * b.moe_parameters);
-    b.grad_bytes = checked_sum("gradient bytes", b.grad_bytes, 4 * b.moe_parameters);
-    b.optimizer_bytes =
-        checked_sum("optimizer bytes", b.optimizer_bytes, 8 * moe_rank_moment_elements(c));
     b.offloaded = c.offload_optimizer;
     b.micro_batches_in_flight = held[static_cast<std::size_t>(s)].micro_batches;
     b.blocks_held = held[static_cast<std::size_t>(s)].blocks;
     b.activation_bytes = checked_product("one rank's activations",
                                          {{"bytes per block", per_layer}, {"blocks held", b.blocks_held}});
+    if (c.uses_moe()) {
+      // A pipeline rank holds its MoE blocks' share of the blocks it holds in flight.
+      const std::vector<GptStage> chunks = rank_chunks(c, s);
+      std::int64_t blocks = 0;
+      for (const GptStage& chunk : chunks) blocks += chunk.blocks(c.model);
+      const mem::MoeBill m = moe_rank_bill(c, s, shape, p);
+      const std::int64_t held_moe =
+          m.blocks == 0 ? 0 : (b.blocks_held * m.blocks + blocks - 1) / blocks;
+      b.moe_parameters = m.router_params + m.expert_params;
+      b.parameters = checked_sum("a rank's parameters", b.parameters, b.moe_parameters);
+      b.param_bytes = checked_sum("parameter bytes", b.param_bytes, m.states.parameters);
+      b.grad_bytes = checked_sum("gradient bytes", b.grad_bytes, m.states.gradients);
+      b.master_bytes = checked_sum("master bytes", b.master_bytes, m.states.master_params);
+      b.optimizer_bytes =
+          checked_sum("optimizer bytes", b.optimizer_bytes, m.states.optimizer_state);
+      b.activation_bytes = checked_sum(
+          "one rank's activations", b.activation_bytes,
+          checked_product("MoE activations", {{"bytes per block", m.activations_per_block},
+                                              {"MoE blocks held", held_moe}}));
+      b.moe_dispatch_bytes = m.dispatch();
+    }
     // Every category fits; their sum must too (total() adds them unchecked).
     std::int64_t sum = 0;
     for (const std::int64_t part : {b.param_bytes, b.grad_bytes, b.fp32_grad_bytes, b.master_bytes,
-                                    b.optimizer_bytes, b.activation_bytes}) {
+                                    b.optimizer_bytes, b.activation_bytes, b.moe_dispatch_bytes}) {
       sum = checked_sum("the memory bill of one rank", sum, part);
     }
     out.push_back(b);

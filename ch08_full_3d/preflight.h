@@ -34,9 +34,11 @@ struct RankBill {
   int stage = 0;                 // the worst stage (its pp rank)
   int virtual_stages = 1;        // the model chunks the rank holds (interleaved: v)
   std::int64_t parameters = 0;   // its rank's parameter elements (its tp shard, every chunk)
-  // Of them, the MoE blocks' (--n-experts): the routers and this ep rank's experts, FP32
-  // parameters, gradients and AdamW moments, not sharded by ZeRO (moe_blocks.h).
+  // Of them, the MoE blocks' (--n-experts): the routers and this ep rank's experts. Their
+  // states, activations and one block's all-to-all buffers are in the categories below, as
+  // chapter 3's calculator bills them (ch03_master_weights/moe_memory.h, mixpar-mem's).
   std::int64_t moe_parameters = 0;
+  std::int64_t moe_dispatch_bytes = 0;  // transient: one block's send and receive buffers
   std::int64_t micro_batches_in_flight = 1;  // (chunk) micro-batches held at once, at most
   std::int64_t blocks_held = 0;  // the peak of their blocks (a chunk: 1/v of the rank's)
   std::int64_t param_bytes = 0, grad_bytes = 0, master_bytes = 0, optimizer_bytes = 0;
@@ -50,7 +52,7 @@ struct RankBill {
   bool offloaded = false;
   std::int64_t total() const {
     return param_bytes + grad_bytes + fp32_grad_bytes + master_bytes + optimizer_bytes +
-           activation_bytes;
+           activation_bytes + moe_dispatch_bytes;
   }
   // What --device-memory is compared with: everything but what is offloaded to the host.
   std::int64_t host_total() const {

@@ -123,7 +123,8 @@ std::string optimizer_line(const TrainerConfig& c) {
 
 std::string memory_line(const TrainerConfig& c) {
   const MemoryLedger& l = current_ledger();  // this rank's: every replica holds the same
-  // The run's one FLOP count (model_flops.h): the same the log's `flops` and the MFU use.
+  // The run's one FLOP count (model_flops.h): the same the log's `flops` and the MFU use
+  // (with MoE blocks the nominal count: each step logs its routed one).
   const double flops = grid_flops_per_step(c);
   if (c.offload_optimizer) {
     // The ledger's two sides: the device keeps the working copy and its gradients, the host

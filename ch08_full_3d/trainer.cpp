@@ -667,7 +667,8 @@ void Trainer::close_step_accounts(StepStats& s, std::uint64_t bytes_before,
   }
   step_bytes_sent_ = bytes_sent_so_far() - bytes_before;
   s.group_bytes = group_bytes_so_far().since(groups_before);
-  s.flops = process_flops_per_step(config_, rank_params(model_));
+  // MoE blocks: the routed FLOPs, dropped assignments doing no expert work (model_flops.h).
+  s.flops = process_flops_per_step(config_, rank_params(model_), kept_fractions(s.moe));
 }
 
 }  // namespace mixpar::ch08

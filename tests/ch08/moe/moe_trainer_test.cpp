@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "ch03_master_weights/memory_calculator.h"
+#include "ch03_master_weights/moe_memory.h"
 #include "ch04_ddp/ddp_tolerances.h"
 #include "../ch08_test_util.h"
 #include "mesh_rules.h"
@@ -320,38 +322,90 @@ TEST(MoeTrainer, ACheckpointHoldsExpertsByGlobalIndexAndResumesOnAnyEp) {
   }
 }
 
-// The pre-flight bills the MoE blocks' parameters, gradients and moments (the routers and
-// this ep rank's experts) as the ledger counts them after a step, on every ep.
-TEST(MoeTrainer, ThePreflightBillsTheExpertStatesAsTheLedgerCountsThem) {
+// mixpar-mem's bill of the MoE blocks (chapter 3's calculator, moe_memory.h), and the
+// pre-flight's, which calls it, against each rank's ledger after a step, on ep 1 and 2, with
+// and without ZeRO-1 (dp 4 x ep 2: edp 2 shards the experts' moments) and with a capacity:
+// parameters, gradients and AdamW moments to the byte; the activations the MoE blocks keep
+// (the ledger's beyond the same run's without experts, whose blocks hold the same buffers)
+// are the calculator's formula at the rows each rank measured, and at most the billed rows
+// (exact with ep 1 and no capacity; the capacity's bound, or the worst case, otherwise).
+TEST(MoeTrainer, MixparMemAndThePreflightBillTheExpertsAsTheLedgerCountsThem) {
   const TrainingData data = random_data(4000);
   struct Case {
-    int ep, zero;
+    int dp, ep, zero;
+    double capacity;
   };
-  for (const Case run_case : {Case{1, 0}, Case{2, 0}, Case{1, 1}}) {
-    SCOPED_TRACE("ep " + std::to_string(run_case.ep) + ", zero " + std::to_string(run_case.zero));
-    const int ep = run_case.ep;
-    TrainerConfig c = moe_config(2, 2);
-    c.ep = ep;
-    c.zero_stage = run_case.zero;
-    c.moe_every = 2;  // block 1 only
+  struct Live {
+    std::int64_t params, grads, moments, acts, rows_sent, rows_run;
+  };
+  for (const Case k : {Case{2, 1, 0, 0}, Case{2, 2, 0, 0}, Case{2, 1, 1, 0}, Case{4, 2, 1, 0},
+                       Case{2, 2, 0, 1.0}}) {
+    SCOPED_TRACE("dp " + std::to_string(k.dp) + ", ep " + std::to_string(k.ep) + ", zero " +
+                 std::to_string(k.zero) + ", capacity " + std::to_string(k.capacity));
+    TrainerConfig c = moe_config(k.dp, 2);
+    c.ep = k.ep;
+    c.zero_stage = k.zero;
+    c.bucket_mb = 25;   // one bucket: ZeRO-1's dense shard is the calculator's ceil(P / dp)
+    c.moe_every = 2;    // block 1 only
+    c.moe.capacity_factor = k.capacity;
+    mem::TrainingSetup setup;
+    setup.shape = mem::GptShape{c.model.n_layer, c.model.n_embd, c.model.n_head,
+                                c.model.vocab_size, c.seq, c.batch, c.model.n_positions};
+    setup.precision = mem::Precision::kFp32;
+    setup.layout.zero_stage = k.zero;
+    setup.layout.dp = k.dp;
+    setup.layout.moe = {c.moe.n_experts, c.moe.top_k, c.moe_every, c.ep, k.capacity};
+    const mem::MemoryBill tool = mem::compute_bill(setup);
+    ASSERT_TRUE(tool.moe.has_value());
+    const mem::MoeBill& moe = *tool.moe;
     const RankBill bill = estimate_rank_bill(c);
     const std::int64_t C = c.model.n_embd;
-    EXPECT_EQ(bill.moe_parameters, C * 4 + (4 / ep) * (8 * C * C + 5 * C));
+    EXPECT_EQ(bill.moe_parameters, C * 4 + (4 / k.ep) * (8 * C * C + 5 * C));
+    EXPECT_EQ(moe.router_params + moe.expert_params, bill.moe_parameters);
     // Each rank thread of the local backend charges its own ledger.
-    const std::vector<std::array<std::int64_t, 3>> live =
-        test::train_on_each_rank(c, data, [](Trainer& t, int) {
-          t.train_step();
-          const MemoryLedger& l = current_ledger();
-          const auto at = [&](MemCategory k) { return static_cast<std::int64_t>(l.live(k)); };
-          return std::array<std::int64_t, 3>{at(MemCategory::kParameters),
-                                             at(MemCategory::kGradients),
-                                             at(MemCategory::kOptimizerState)};
-        });
-    for (const auto& rank : live) {
-      EXPECT_EQ(rank[0], bill.param_bytes);
-      EXPECT_EQ(rank[1], bill.grad_bytes);
-      EXPECT_EQ(rank[2], bill.optimizer_bytes);
+    const auto live_of = [&](const TrainerConfig& run) {
+      return test::train_on_each_rank(run, data, [](Trainer& t, int) {
+        t.train_step();
+        const MemoryLedger& l = current_ledger();
+        const auto at = [&](MemCategory m) { return static_cast<std::int64_t>(l.live(m)); };
+        Live r{at(MemCategory::kParameters), at(MemCategory::kGradients),
+               at(MemCategory::kOptimizerState), at(MemCategory::kActivations), 0, 0};
+        if (t.moe() != nullptr) {
+          const ch09::MoeStats& s = t.moe()->layer(0).stats();
+          r.rows_sent = s.assignments - s.dropped;
+          r.rows_run = s.expert_rows;
+        }
+        return r;
+      });
+    };
+    TrainerConfig dense = c;
+    dense.moe.n_experts = 0;
+    dense.ep = 1;
+    const std::vector<Live> base = live_of(dense);
+    const std::vector<Live> live = live_of(c);
+    for (std::size_t r = 0; r < live.size(); ++r) {
+      SCOPED_TRACE("rank " + std::to_string(r));
+      const Live& x = live[r];
+      EXPECT_EQ(x.params, tool.states.parameters);
+      EXPECT_EQ(x.grads, tool.states.gradients);
+      EXPECT_EQ(x.moments, tool.states.optimizer_state);
+      EXPECT_EQ(x.params, bill.param_bytes);
+      EXPECT_EQ(x.grads, bill.grad_bytes);
+      EXPECT_EQ(x.moments, bill.optimizer_bytes);
+      const mem::MoeShape& m = setup.layout.moe;
+      EXPECT_EQ(x.acts - base[r].acts,
+                mem::moe_activation_bytes(C, m, moe.tokens, x.rows_sent, x.rows_run,
+                                          mem::Precision::kFp32));
+      EXPECT_LE(x.rows_sent, moe.rows_sent);
+      EXPECT_LE(x.rows_run, moe.rows_run);
+      if (k.ep == 1 && k.capacity == 0) {
+        EXPECT_EQ(x.acts - base[r].acts, moe.activations);
+        EXPECT_EQ(x.rows_run, moe.rows_run);
+      }
     }
+    // The pre-flight adds the same activations and buffers to its dense bill.
+    EXPECT_EQ(bill.moe_dispatch_bytes, moe.dispatch());
+    EXPECT_EQ(moe.dispatch(), k.ep == 1 ? 0 : 4 * C * (moe.rows_sent + moe.rows_run));
   }
 }
 
