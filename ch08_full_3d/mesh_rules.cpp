@@ -189,10 +189,6 @@ std::string moe_dimensions(const TrainerConfig& c) {
              " with --n-experts: not supported with MoE blocks yet (MoE runs over dp, ep and tp)";
     }
   }
-  if (c.zero_stage == 3) {
-    return "--zero-stage 3 with --n-experts: not supported with MoE blocks yet (its parameter "
-           "gathers and the blocks' token exchange are not ordered yet); use --zero-stage 1 or 2";
-  }
   return "";
 }
 

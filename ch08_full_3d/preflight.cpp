@@ -260,11 +260,14 @@ std::vector<RankBill> estimate_rank_bills(const TrainerConfig& c) {
     b.fp32_grad_bytes = c.dtype == DType::kF32 ? 0 : st.master_params;
     // The MoE blocks' FP32 tensors (validate_moe: an fp32 run): parameters, gradients and
     // AdamW's two moments, 4 + 4 + 8 bytes each, whole on every rank of their edp group (the
-    // experts' moments sharded over edp under ZeRO).
+    // experts' moments sharded over edp under ZeRO, their parameters and gradients too
+    // under ZeRO-3: between steps a rank holds its ranges, as the moments).
     b.moe_parameters = moe_rank_elements(c);
+    const std::int64_t moe_held =
+        c.zero_stage == 3 ? moe_rank_moment_elements(c) : b.moe_parameters;
     b.parameters = checked_sum("a rank's parameters", b.parameters, b.moe_parameters);
-    b.param_bytes = checked_sum("parameter bytes", b.param_bytes, 4 * b.moe_parameters);
-    b.grad_bytes = checked_sum("gradient bytes", b.grad_bytes, 4 * b.moe_parameters);
+    b.param_bytes = checked_sum("parameter bytes", b.param_bytes, 4 * moe_held);
+    b.grad_bytes = checked_sum("gradient bytes", b.grad_bytes, 4 * moe_held);
     b.optimizer_bytes =
         checked_sum("optimizer bytes", b.optimizer_bytes, 8 * moe_rank_moment_elements(c));
     b.offloaded = c.offload_optimizer;
