@@ -21,6 +21,10 @@ ch09::MoeConfig layer_config(const TrainerConfig& c, std::int64_t layer) {
   // Each block's router and experts from their own Philox streams (ch09 experts.h draws
   // expert e from stream 1000 + e of this seed): the block's index keeps the blocks apart.
   m.seed = c.seed * 1000003ULL + static_cast<std::uint64_t>(layer);
+  // The experts compute in the run's dtype, as the dense MLP they replace; the router in FP32
+  // whatever it is: top-k is a discontinuous choice on logit differences a 16-bit rounding
+  // erases, and the gates and the balance losses inherit its error (ch09 router.h, README).
+  m.dtype = c.dtype;
   return m;
 }
 
@@ -43,7 +47,9 @@ class MoeBlocks::Branch final : public BlockFeedForward {
     owner_->gather_block(index_);
     Tensor out = layer.forward(x);
     owner_->release_block(index_);
-    y.copy_from(out);
+    // Rounded once into the working dtype, overflowing to inf as the dense MLP's output does
+    // (the fp16 scaler must see it).
+    y.copy_from(out, Saturation::kNoSat);
     const ch09::MoeStats& s = layer.stats();
     for (std::size_t e = 0; e < counts.size(); ++e) counts[e] += s.balance.counts[e];
     assignments += s.assignments;
@@ -74,9 +80,10 @@ class MoeBlocks::Branch final : public BlockFeedForward {
     o.accumulate = accumulate;
     owner_->gather_block(index_);
     owner_->restore_block_grads(index_);
-    Tensor d = layer.backward(dy, o);
+    // A 16-bit dy widened (exactly) for the layer, which takes FP32.
+    Tensor d = layer.backward(dy.dtype() == DType::kF32 ? dy : dy.to(DType::kF32), o);
     owner_->release_block(index_);
-    dx.copy_from(d);
+    dx.copy_from(d, Saturation::kNoSat);
   }
   void reset() {
     counts.assign(static_cast<std::size_t>(layer.config().n_experts), 0.0);

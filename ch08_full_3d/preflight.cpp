@@ -258,7 +258,8 @@ std::vector<RankBill> estimate_rank_bills(const TrainerConfig& c) {
     b.master_bytes = st.master_params;
     b.optimizer_bytes = st.optimizer_state;
     b.fp32_grad_bytes = c.dtype == DType::kF32 ? 0 : st.master_params;
-    // The MoE blocks' FP32 tensors (validate_moe: an fp32 run): parameters, gradients and
+    // The MoE blocks' FP32 tensors (in every dtype: in a 16-bit run they are their own masters
+    // and FP32 gradients, chapter 3's optimizer copies neither): parameters, gradients and
     // AdamW's two moments, 4 + 4 + 8 bytes each, whole on every rank of their edp group (the
     // experts' moments sharded over edp under ZeRO, their parameters and gradients too
     // under ZeRO-3: between steps a rank holds its ranges, as the moments).
@@ -270,6 +271,7 @@ std::vector<RankBill> estimate_rank_bills(const TrainerConfig& c) {
     b.grad_bytes = checked_sum("gradient bytes", b.grad_bytes, 4 * moe_held);
     b.optimizer_bytes =
         checked_sum("optimizer bytes", b.optimizer_bytes, 8 * moe_rank_moment_elements(c));
+
     b.offloaded = c.offload_optimizer;
     b.micro_batches_in_flight = held[static_cast<std::size_t>(s)].micro_batches;
     b.blocks_held = held[static_cast<std::size_t>(s)].blocks;
