@@ -271,7 +271,6 @@ std::vector<RankBill> estimate_rank_bills(const TrainerConfig& c) {
     b.grad_bytes = checked_sum("gradient bytes", b.grad_bytes, 4 * moe_held);
     b.optimizer_bytes =
         checked_sum("optimizer bytes", b.optimizer_bytes, 8 * moe_rank_moment_elements(c));
-
     b.offloaded = c.offload_optimizer;
     b.micro_batches_in_flight = held[static_cast<std::size_t>(s)].micro_batches;
     b.blocks_held = held[static_cast<std::size_t>(s)].blocks;
