@@ -217,8 +217,11 @@ ch09::MoeLayer& MoeBlocks::layer(std::size_t i) { return layers_.at(i)->layer; }
 void MoeBlocks::begin_step(float backward_seed, bool sync_averages) {
   // aux_loss_scale.h: coef x the main loss's seed (its loss scale, and 1 / m unless the sync
   // divides the sum by m itself), times dp x cp when the sync averages over the replicas the
-  // statistics were reduced over (module comment).
-  const double group = sync_averages && groups_.dense ? double(groups_.dense->size()) : 1.0;
+  // statistics were reduced over (module comment); times cp alone when it does not, as the cp
+  // ranks' sum is divided by cp whatever the dp sync does (ch06 cp_grad_sync.h).
+  const double group = !groups_.dense ? 1.0
+                        : sync_averages ? double(groups_.dense->size())
+                                        : double(config_.cp);
   const ch09::LossFactors f{backward_seed, 1};
   ep_bytes_at_step_ = ep_bytes_sent();
   for (auto& b : layers_) {

@@ -8,8 +8,10 @@
 // The groups (ch09_expert_parallel/expert_mesh.h): the tokens travel over ep; the router's
 // gradient is a dense one, summed over dp x cp; an expert's over edp, the ranks holding the
 // same experts. Both are then divided like the dense gradients (by dp x cp x micro-batches
-// when the sync averages): an expert's sum over edp already holds every ep rank's tokens
-// routed to it, so its mean over the replicas divides by dp x cp, not by edp.
+// when the sync averages, by cp alone otherwise, as context parallelism's sum is): an
+// expert's sum over edp already holds every ep rank's tokens routed to it, so its mean over
+// the replicas divides by dp x cp, not by edp. Context parallelism's ranks route their own
+// rows: the layer is token-wise, and the statistics are reduced over dp x cp.
 //
 // The balance statistics (f, P, the expert-bias counts) are reduced over dp x cp, so every
 // replica routes with the same bias and the aux loss is the global batch's (one device's).
@@ -105,7 +107,7 @@ class MoeBlocks final : public FeedForwardSeam {
   // element once over the world: the router on dp x cp rank 0, an expert on edp rank 0.
   double counted_sum_of_squares(std::span<const Tensor> grads) const;
   // After the step's backwards: the router's gradients summed over dp x cp, the experts' over
-  // edp, each divided by `divisor` (dp x cp x micro-batches when the sync averages, else 1).
+  // edp, each divided by `divisor` (dp x cp x micro-batches when the sync averages, else cp).
   void sync_grads(double divisor);
   // After an optimizer step that was taken: DeepSeek-V3's bias update from the step's counts
   // (reduced over dp x cp), then the step's statistics reset.

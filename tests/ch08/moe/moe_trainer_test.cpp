@@ -319,10 +319,6 @@ TEST(MoeTrainer, BadLayoutsAreRefusedBeforeAnyWork) {
   EXPECT_NE(refusal(c).find("below one token"), std::string::npos);
   c = moe_config(2, 2);
   c.dp = 1;
-  c.cp = 2;
-  EXPECT_NE(refusal(c).find("mesh rule moe-dimensions: --cp 2"), std::string::npos);
-  c = moe_config(2, 2);
-  c.dp = 1;
   c.tp = 2;
   c.sequence_parallel = true;
   EXPECT_NE(refusal(c).find("mesh rule moe-dimensions: --sequence-parallel"), std::string::npos);
