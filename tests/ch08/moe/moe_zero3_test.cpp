@@ -34,6 +34,7 @@ TEST(MoeZero3, ShardsTheExpertsOverEdpAndTrainsBitForBitLikeZeroOne) {
     SCOPED_TRACE(name(l));
     TrainerConfig c = moe_config(l.dp, 2);
     c.ep = l.ep;
+    c.grad_accum = 2;  // the whole gradients accumulate over the step's backwards
     c.moe.aux_loss_coef = 1e-2;
     c.moe.z_loss_coef = 1e-3;
     c.zero_stage = 1;
