@@ -112,5 +112,35 @@ TEST(MoeZero3, ACheckpointResumesBitForBitAndReshardsToZeroOne) {
   }
 }
 
+// On ep 1 the whole experts a ZeRO-3 checkpoint writes are the layer's own tensors, gathered
+// over edp for the write and released after it: what was written is kept, and a ZeRO-1 run
+// resumes from it bit for bit.
+TEST(MoeZero3, AnEpOneCheckpointKeepsTheExpertsItGatheredForTheWrite) {
+  test::TempDir dir;
+  const TrainingData data = random_data(4000);
+  TrainerConfig c = moe_config(2, 2);
+  c.zero_stage = 3;
+  c.steps = 4;
+  c.checkpoint_dir = dir.file("ckpt");
+  const MoeRun straight = run(c, data);
+  test::train_on_each_rank(c, data, [&](Trainer& t, int) {
+    for (int i = 0; i < 2; ++i) t.train_step();
+    t.save_checkpoint();
+    EXPECT_FALSE(t.moe()->whole_params()[1].resident());
+  });
+  TrainerConfig again = c;
+  again.zero_stage = 1;
+  again.resume = true;
+  const MoeRun resumed = test::train_on_each_rank(again, data, [](Trainer& t, int) {
+    t.resume();
+    return train(t);
+  })[0];
+  ASSERT_EQ(resumed.steps.size(), 2u);
+  for (std::size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(resumed.steps[i].loss, straight.steps[i + 2].loss) << "step " << i + 3;
+  }
+  EXPECT_EQ(resumed.experts, straight.experts);
+}
+
 }  // namespace
 }  // namespace mixpar::ch08
