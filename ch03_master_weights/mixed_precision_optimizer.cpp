@@ -23,8 +23,12 @@ constexpr std::string_view kBugNames[] = {"none", "clip-before-unscale", "no-uns
 // dst[i] <- src[i], rounded into dst's dtype. On the CPU through ops::convert16 (the vector
 // units and the OpenMP threads, the bits of Tensor::copy_from's scalar conversion): the two
 // copies of every parameter per step (gradients in, masters out) took 2% of a bf16 step.
-void copy_all(const std::vector<Tensor>& src, const std::vector<Tensor>& dst) {
+// Entries marked in `skip` (FP32 parameters, their own masters) are the same tensor on both
+// sides and are left alone.
+void copy_all(const std::vector<Tensor>& src, const std::vector<Tensor>& dst,
+              const std::vector<bool>& skip = {}) {
   for (std::size_t i = 0; i < src.size(); ++i) {
+    if (i < skip.size() && skip[i]) continue;
     Tensor d = dst[i];
     if (src[i].device() == Device::kCPU && d.device() == Device::kCPU &&
         src[i].numel() == d.numel() && src[i].dtype() != d.dtype()) {
@@ -36,10 +40,15 @@ void copy_all(const std::vector<Tensor>& src, const std::vector<Tensor>& dst) {
   }
 }
 
-std::vector<Tensor> fp32_like(const std::vector<Tensor>& ts, MemCategory category) {
+// An FP32 tensor of each of ts, zeros; those marked in `own` (FP32 already) are ts' own.
+std::vector<Tensor> fp32_like(const std::vector<Tensor>& ts, MemCategory category,
+                              const std::vector<bool>& own = {}) {
   std::vector<Tensor> out;
   out.reserve(ts.size());
-  for (const Tensor& t : ts) out.push_back(Tensor::zeros(t.shape(), DType::kF32, category));
+  for (std::size_t i = 0; i < ts.size(); ++i) {
+    const bool same = i < own.size() && own[i];
+    out.push_back(same ? ts[i] : Tensor::zeros(ts[i].shape(), DType::kF32, category));
+  }
   return out;
 }
 
@@ -52,10 +61,13 @@ void check_inputs(const std::vector<Tensor>& params, const std::vector<Tensor>& 
   }
   const DType working = params.front().dtype();
   for (std::size_t i = 0; i < params.size(); ++i) {
-    if (params[i].dtype() != working || grads[i].dtype() != working ||
+    // An FP32 parameter may stand beside a 16-bit working copy (its own master).
+    const bool dtype_ok = params[i].dtype() == working || params[i].dtype() == DType::kF32;
+    if (!dtype_ok || grads[i].dtype() != params[i].dtype() ||
         grads[i].numel() != params[i].numel()) {
       throw InputError("MixedPrecisionOptimizer: parameter " + std::to_string(i) +
-                       " and its gradient must share the working dtype and size");
+                       " and its gradient must share the working dtype (or both be f32) and "
+                       "size");
     }
   }
   if (working != DType::kF32 && working != DType::kF16 && working != DType::kBF16) {
@@ -92,13 +104,16 @@ MixedPrecisionOptimizer::MixedPrecisionOptimizer(std::vector<Tensor> params,
   const bool fp32 = params_.front().dtype() == DType::kF32;
   has_masters_ = !fp32 && config_.bug != Bug::kFp16Weights;
   copies_grads_ = !fp32;
+  // FP32 parameters beside a 16-bit working copy (chapter 9's router and experts, kept in
+  // FP32 and cast per use) are their own masters, their gradients their own FP32 copies.
+  for (const Tensor& p : params_) own_fp32_.push_back(!fp32 && p.dtype() == DType::kF32);
   if (has_masters_) {
-    stepped_ = fp32_like(params_, MemCategory::kMasterParams);
-    copy_all(params_, stepped_);  // masters start as the working copy, widened exactly
+    stepped_ = fp32_like(params_, MemCategory::kMasterParams, own_fp32_);
+    copy_all(params_, stepped_, own_fp32_);  // masters start as the working copy, widened exactly
   } else {
     stepped_ = params_;
   }
-  grads32_ = copies_grads_ ? fp32_like(params_, MemCategory::kGradients) : grads_;
+  grads32_ = copies_grads_ ? fp32_like(grads_, MemCategory::kGradients, own_fp32_) : grads_;
   if (config_.optimizer == OptimizerKind::kAdamW) {
     adamw_ = std::make_unique<AdamW>(stepped_, config_.adamw, config_.weight_decay_mask);
   } else {
@@ -118,7 +133,7 @@ void MixedPrecisionOptimizer::set_lr(double lr) {
 }
 
 void MixedPrecisionOptimizer::prepare_fp32_grads() {
-  if (copies_grads_) copy_all(grads_, grads32_);
+  if (copies_grads_) copy_all(grads_, grads32_, own_fp32_);
 }
 
 // GradScaler.unscale_ on the FP32 copies: chapter 2's LossScaler::unscale_and_check when the
@@ -147,7 +162,7 @@ void MixedPrecisionOptimizer::optimizer_step() {
 }
 
 void MixedPrecisionOptimizer::recast() {
-  if (has_masters_) copy_all(stepped_, params_);
+  if (has_masters_) copy_all(stepped_, params_, own_fp32_);
 }
 
 StepReport MixedPrecisionOptimizer::step() {

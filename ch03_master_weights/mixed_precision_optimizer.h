@@ -75,7 +75,9 @@ class MixedPrecisionOptimizer : private StepEngine {
   // grads: the gradients backward writes, one per parameter, same shapes. With 16-bit params
   // the optimizer allocates FP32 masters (MemCategory::kMasterParams, copied from params) and
   // FP32 gradient buffers (kGradients: the unscaled values need FP32's range; Megatron's
-  // main_grad). With f32 params the parameters are the masters and nothing is copied.
+  // main_grad). With f32 params the parameters are the masters and nothing is copied; so too
+  // for an f32 parameter among 16-bit ones (the working dtype is params.front()'s).
+  // The kFp16Weights mistake is about 16-bit masters: its f32 parameters step as themselves.
   // InputError on an inconsistent config (e.g. kFp16Weights with f32 params).
   MixedPrecisionOptimizer(std::vector<Tensor> params, std::vector<Tensor> grads,
                           MixedPrecisionConfig config);
@@ -134,6 +136,7 @@ class MixedPrecisionOptimizer : private StepEngine {
   std::vector<Tensor> grads32_;         // what the optimizer reads
   bool has_masters_ = false;
   bool copies_grads_ = false;  // grads_ are 16-bit: copied into grads32_ each step
+  std::vector<bool> own_fp32_;  // by parameter: FP32 beside 16-bit ones, its own master
   ch02::LossScaler scaler_;
   FoundInfReducer found_inf_reducer_;
   GradNormFn grad_norm_fn_;

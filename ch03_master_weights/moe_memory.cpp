@@ -76,19 +76,21 @@ std::int64_t moe_expert_params(std::int64_t n_embd, const MoeShape& m) {
 }
 
 ModelStates moe_model_states(std::int64_t n_embd, const MoeShape& m, std::int64_t blocks,
-                             Precision p, Optimizer o, int zero_stage, std::int64_t edp) {
+                             Optimizer o, int zero_stage, std::int64_t edp) {
   ModelStates total;
   if (!m.any() || blocks == 0) return total;
   // The router: FP32 whatever the dtype (chapter 9: routing decisions must not flip with the
   // working precision), so no master copy, and never sharded (train_gpt steps it whole).
   const ModelStates router = model_states(moe_router_params(n_embd, m), Precision::kFp32, o);
-  // The experts: each of this rank's four expert tensors split over edp on its own.
+  // The experts: FP32 too, their own masters in a 16-bit run (train_gpt rounds a working copy
+  // of them per use, as ch09's grouped GEMM does); each of this rank's four expert tensors
+  // split over edp on its own.
   const std::int64_t C = n_embd, El = m.n_experts / m.ep, H = 4 * n_embd;
   ModelStates experts;
   for (const std::int64_t n : {mul(El, mul(C, H)), mul(El, H), mul(El, mul(H, C)), mul(El, C)}) {
-    ModelStates t = model_states(n, p, o, std::min(zero_stage, 1), edp);  // masters, moments
+    ModelStates t = model_states(n, Precision::kFp32, o, std::min(zero_stage, 1), edp);
     if (zero_stage >= 3) {
-      const ModelStates s3 = model_states(n, p, o, 3, edp);
+      const ModelStates s3 = model_states(n, Precision::kFp32, o, 3, edp);
       t.parameters = s3.parameters;
       t.gradients = s3.gradients;
     }
@@ -133,7 +135,7 @@ MoeBill moe_bill(const GptShape& s, const MoeShape& m, std::int64_t blocks, std:
   b.edp = l.dp / m.ep;
   b.router_params = mul(blocks, moe_router_params(s.n_embd, m));
   b.expert_params = mul(blocks, moe_expert_params(s.n_embd, m));
-  b.states = moe_model_states(s.n_embd, m, blocks, p, o, l.zero_stage, b.edp);
+  b.states = moe_model_states(s.n_embd, m, blocks, o, l.zero_stage, b.edp);
   b.tokens = mul(s.seq, s.micro_batch);
   b.capacity = moe_capacity(m, b.tokens);
   const std::int64_t El = b.experts_per_rank;

@@ -4,15 +4,16 @@
 //
 //   parameters   per MoE block the router [C, E] and this ep rank's E / ep experts, each of
 //                GPT-2's MLP shape (c_fc C x 4C + 4C, c_proj 4C x C + C): 8C^2 + 5C. The
-//                router is FP32 whatever the dtype (4 + 4 + 8 bytes: no master copy); the
-//                experts are billed in the run's precision, like the dense weights. Both are
-//                replicated over tp (every tp rank runs the layer on the same tokens).
+//                router and the experts are FP32 whatever the dtype (4 + 4 + 8 bytes: no master
+//                copy; a 16-bit run rounds a working copy of an expert's weights per use, not
+//                billed: transient). Both are replicated over tp (every tp rank runs the layer
+//                on the same tokens).
 //   ZeRO         stages 1 and 2 shard the experts' masters and AdamW moments over edp =
 //                dp / ep, the ranks holding the same experts (each expert tensor split on its
 //                own: ceil(n / edp) elements on the largest rank); the router's stay whole,
 //                and so do the expert gradients (train_gpt keeps them whole under ZeRO-2).
-//                Stage 3 also shards the expert parameters and gradients (what ZeRO-3 would
-//                do; train_gpt does not run it with MoE blocks yet).
+//                Stage 3 also shards the expert parameters and gradients over edp, as
+//                train_gpt's ZeRO-3 holds them between steps.
 //   activations  FP32, one micro-batch of T = B s tokens per block: the router's logits and
 //                probabilities 2 T E (and the input's FP32 copy T C unless the run is fp32,
 //                where the router reads ln_2's output itself), the experts' input and output
@@ -45,9 +46,10 @@ std::int64_t moe_blocks_in(std::int64_t first, std::int64_t end, std::int64_t mo
 std::int64_t moe_router_params(std::int64_t n_embd, const MoeShape& m);
 std::int64_t moe_expert_params(std::int64_t n_embd, const MoeShape& m);
 
-// Model states of `blocks` MoE blocks on one rank, the experts' sharded over edp as above.
+// Model states of `blocks` MoE blocks on one rank (FP32 in every precision), the experts'
+// sharded over edp as above.
 ModelStates moe_model_states(std::int64_t n_embd, const MoeShape& m, std::int64_t blocks,
-                             Precision p, Optimizer o, int zero_stage, std::int64_t edp);
+                             Optimizer o, int zero_stage, std::int64_t edp);
 
 // The capacity of each expert for `tokens` of a rank (chapter 9's expert_capacity): -1
 // without a factor; at most `tokens` (an expert takes each token once at most).

@@ -64,8 +64,10 @@ ZeroStage3::ZeroStage3(Communicator& dp, GptModel& model, ZeroConfig config,
   // rank must not talk from two threads while a tp collective may be waiting: under tp the
   // gathers and reduce-scatters run on the compute thread, in the same program order, between
   // the block's tp collectives, and nothing is prefetched (the bits are the same). So too
-  // under context parallelism, whose attention talks to the cp group (chapter 6, part 2).
-  on_compute_thread_ = model.options().tp.size > 1 || model.options().attention != nullptr;
+  // under context parallelism, whose attention talks to the cp group (chapter 6, part 2), and
+  // beside a feed-forward seam (chapter 9's MoE blocks), whose layer talks to its expert groups.
+  on_compute_thread_ = model.options().tp.size > 1 || model.options().attention != nullptr ||
+                       model.options().feed_forward != nullptr;
   if (on_compute_thread_) options_.prefetch = 0;
   map_units(model.config().n_layer);
   count_entries_per_bucket();
@@ -179,8 +181,8 @@ std::string ZeroStage3::describe() const {
          std::to_string(dp_.size()) + " shards; " + std::to_string(partition_.buckets().size()) +
          " units (each block, ln_f, wte with wpe) all-gathered before each forward and "
          "backward that reads them and released after, " +
-         (on_compute_thread_ ? std::string("gathered on the compute thread between the tp or cp "
-                                           "collectives, no prefetch")
+         (on_compute_thread_ ? std::string("gathered on the compute thread between the tp, cp or "
+                                           "MoE collectives, no prefetch")
           : options_.prefetch == 0 ? std::string("no prefetch")
                                  : "prefetching " + std::to_string(options_.prefetch) +
                                        " unit(s) ahead") +

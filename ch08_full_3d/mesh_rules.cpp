@@ -182,16 +182,13 @@ std::string moe_dimensions(const TrainerConfig& c) {
     return "--sequence-parallel with --n-experts: not supported with MoE blocks yet (the MoE "
            "layer takes whole rows)";
   }
-  const std::pair<const char*, int> dims[] = {{"cp", c.cp}, {"pp", c.pp}};
+  const std::pair<const char*, int> dims[] = {{"pp", c.pp}};
   for (const auto& [flag, v] : dims) {
     if (v != 1) {
       return std::string("--") + flag + " " + n(v) +
-             " with --n-experts: not supported with MoE blocks yet (MoE runs over dp, ep and tp)";
+             " with --n-experts: not supported with MoE blocks yet (MoE runs over dp, cp, ep and "
+             "tp)";
     }
-  }
-  if (c.zero_stage == 3) {
-    return "--zero-stage 3 with --n-experts: not supported with MoE blocks yet (its parameter "
-           "gathers and the blocks' token exchange are not ordered yet); use --zero-stage 1 or 2";
   }
   return "";
 }

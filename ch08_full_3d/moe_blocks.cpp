@@ -21,6 +21,10 @@ ch09::MoeConfig layer_config(const TrainerConfig& c, std::int64_t layer) {
   // Each block's router and experts from their own Philox streams (ch09 experts.h draws
   // expert e from stream 1000 + e of this seed): the block's index keeps the blocks apart.
   m.seed = c.seed * 1000003ULL + static_cast<std::uint64_t>(layer);
+  // The experts compute in the run's dtype, as the dense MLP they replace; the router in FP32
+  // whatever it is: top-k is a discontinuous choice on logit differences a 16-bit rounding
+  // erases, and the gates and the balance losses inherit its error (ch09 router.h, README).
+  m.dtype = c.dtype;
   return m;
 }
 
@@ -33,11 +37,19 @@ std::uint64_t sent(const std::unique_ptr<Communicator>& c) {
 // One MoE block's branch: the layer, and the step's sums of what its forwards measured.
 class MoeBlocks::Branch final : public BlockFeedForward {
  public:
-  Branch(const ch09::MoeConfig& c, ch09::MoeParallel par) : layer(c, par) { reset(); }
+  Branch(const ch09::MoeConfig& c, ch09::MoeParallel par, MoeBlocks* owner, std::size_t index)
+      : layer(c, par), owner_(owner), index_(index) {
+    reset();
+  }
 
   void forward(const Tensor& x, Tensor& y) override {
+    // ZeRO-3: the experts whole for this forward only (gathered over edp, released after).
+    owner_->gather_block(index_);
     Tensor out = layer.forward(x);
-    y.copy_from(out);
+    owner_->release_block(index_);
+    // Rounded once into the working dtype, overflowing to inf as the dense MLP's output does
+    // (the fp16 scaler must see it).
+    y.copy_from(out, Saturation::kNoSat);
     const ch09::MoeStats& s = layer.stats();
     for (std::size_t e = 0; e < counts.size(); ++e) counts[e] += s.balance.counts[e];
     assignments += s.assignments;
@@ -66,8 +78,12 @@ class MoeBlocks::Branch final : public BlockFeedForward {
     o.aux_seed = aux_seed;
     o.z_seed = z_seed;
     o.accumulate = accumulate;
-    Tensor d = layer.backward(dy, o);
-    dx.copy_from(d);
+    owner_->gather_block(index_);
+    owner_->restore_block_grads(index_);
+    // A 16-bit dy widened (exactly) for the layer, which takes FP32.
+    Tensor d = layer.backward(dy.dtype() == DType::kF32 ? dy : dy.to(DType::kF32), o);
+    owner_->release_block(index_);
+    dx.copy_from(d, Saturation::kNoSat);
   }
   void reset() {
     counts.assign(static_cast<std::size_t>(layer.config().n_experts), 0.0);
@@ -82,6 +98,10 @@ class MoeBlocks::Branch final : public BlockFeedForward {
   std::int64_t assignments = 0, dropped = 0, expert_rows = 0;  // this rank's
   double aux_loss = 0, z_loss = 0, a2a_formula = 0;
   int forwards = 0;
+
+ private:
+  MoeBlocks* owner_;
+  std::size_t index_;  // this block's place among the MoE blocks
 };
 
 bool MoeBlocks::is_moe_block(const TrainerConfig& c, std::int64_t layer) {
@@ -101,19 +121,84 @@ MoeBlocks::MoeBlocks(const TrainerConfig& c, Communicator* world, const DeviceMe
     count_router_ = tp0 && groups_.dense->rank() == 0;
     // Sharded, every edp rank counts the range it owns.
     count_experts_ = tp0 && (shard_ || groups_.edp->rank() == 0);
+    stage3_ = shard_ && c.zero_stage == 3;
   }
   const ch09::MoeParallel par{groups_.ep.get(), groups_.dense.get(), c.moe_dispatch};
   for (std::int64_t l = 0; l < c.model.n_layer; ++l) {
     if (!is_moe_block(c, l)) continue;
-    layers_.push_back(std::make_unique<Branch>(layer_config(c, l), par));
+    layers_.push_back(std::make_unique<Branch>(layer_config(c, l), par, this, layers_.size()));
     layer_of_.push_back(l);
   }
+  if (stage3_) take_expert_shards();
+}
+
+namespace {
+Tensor range_of(const Tensor& t, std::pair<std::int64_t, std::int64_t> r) {
+  return t.view({t.numel()}).flat_slice(r.first, r.second);
+}
+constexpr const char* kReleasedExperts =
+    "an MoE block's experts, released by ZeRO-3 (each edp rank holds its range; gathered "
+    "before the block's forward and backward)";
+constexpr const char* kReleasedExpertGrads =
+    "an MoE block's whole expert gradients, released by ZeRO-3 after their reduce-scatter";
+}  // namespace
+
+// ZeRO-3 over edp: each expert tensor's owned range copied into a tensor of its own (what the
+// optimizer steps in place), the whole tensors and their gradients released until used.
+void MoeBlocks::take_expert_shards() {
+  const std::vector<Tensor> whole = whole_params();
+  const std::vector<Tensor> grads = whole_grads();
+  shards_.assign(whole.size(), Tensor());
+  grad_shards_.assign(whole.size(), Tensor());
+  for (std::size_t j = 0; j < whole.size(); ++j) {
+    if (!is_expert_tensor(j)) continue;
+    const auto r = owned_range(j);
+    shards_[j] = Tensor::empty({r.second}, DType::kF32, MemCategory::kParameters);
+    shards_[j].copy_from(range_of(whole[j], r));
+    grad_shards_[j] = Tensor::zeros({r.second}, DType::kF32, MemCategory::kGradients);
+    whole[j].release_storage(kReleasedExperts);
+    grads[j].release_storage(kReleasedExpertGrads);
+  }
+}
+
+void MoeBlocks::gather_block(std::size_t i) {
+  if (!stage3_) return;
+  std::vector<Tensor> whole = whole_params();
+  for (std::size_t j = 5 * i + 1; j < 5 * i + 5; ++j) {
+    whole[j].restore_storage();
+    whole[j].copy_from(gather_over_edp(shards_[j], j));
+  }
+}
+
+void MoeBlocks::release_block(std::size_t i) {
+  if (!stage3_) return;
+  const std::vector<Tensor> whole = whole_params();
+  for (std::size_t j = 5 * i + 1; j < 5 * i + 5; ++j) whole[j].release_storage(kReleasedExperts);
+}
+
+void MoeBlocks::restore_block_grads(std::size_t i) {
+  if (!stage3_) return;
+  std::vector<Tensor> grads = whole_grads();
+  for (std::size_t j = 5 * i + 1; j < 5 * i + 5; ++j) {
+    if (grads[j].resident()) continue;
+    grads[j].restore_storage();  // the step's first backward: zeros to accumulate into
+    grads[j].zero();
+  }
+}
+
+void MoeBlocks::gather_whole() {
+  for (std::size_t i = 0; i < layers_.size(); ++i) gather_block(i);
+}
+
+void MoeBlocks::release_whole() {
+  for (std::size_t i = 0; i < layers_.size(); ++i) release_block(i);
 }
 
 MoeBlocks::MoeBlocks(const TrainerConfig& c) : config_(c) {
   for (std::int64_t l = 0; l < c.model.n_layer; ++l) {
     if (!is_moe_block(c, l)) continue;
-    layers_.push_back(std::make_unique<Branch>(layer_config(c, l), ch09::MoeParallel{}));
+    layers_.push_back(
+        std::make_unique<Branch>(layer_config(c, l), ch09::MoeParallel{}, this, layers_.size()));
     layer_of_.push_back(l);
   }
 }
@@ -132,8 +217,11 @@ ch09::MoeLayer& MoeBlocks::layer(std::size_t i) { return layers_.at(i)->layer; }
 void MoeBlocks::begin_step(float backward_seed, bool sync_averages) {
   // aux_loss_scale.h: coef x the main loss's seed (its loss scale, and 1 / m unless the sync
   // divides the sum by m itself), times dp x cp when the sync averages over the replicas the
-  // statistics were reduced over (module comment).
-  const double group = sync_averages && groups_.dense ? double(groups_.dense->size()) : 1.0;
+  // statistics were reduced over (module comment); times cp alone when it does not, as the cp
+  // ranks' sum is divided by cp whatever the dp sync does (ch06 cp_grad_sync.h).
+  const double group = !groups_.dense ? 1.0
+                        : sync_averages ? double(groups_.dense->size())
+                                        : double(config_.cp);
   const ch09::LossFactors f{backward_seed, 1};
   ep_bytes_at_step_ = ep_bytes_sent();
   for (auto& b : layers_) {
@@ -162,19 +250,15 @@ std::pair<std::int64_t, std::int64_t> MoeBlocks::owned_range(std::size_t j) cons
   return {begin, end - begin};
 }
 
-namespace {
-Tensor range_of(const Tensor& t, std::pair<std::int64_t, std::int64_t> r) {
-  return t.view({t.numel()}).flat_slice(r.first, r.second);
-}
-}  // namespace
-
 std::vector<Tensor> MoeBlocks::params() {
   std::vector<Tensor> out = whole_params();
-  for (std::size_t j = 0; j < out.size(); ++j) out[j] = range_of(out[j], owned_range(j));
+  for (std::size_t j = 0; j < out.size(); ++j) {
+    out[j] = stage3_ && is_expert_tensor(j) ? shards_[j] : range_of(out[j], owned_range(j));
+  }
   return out;
 }
 
-std::vector<Tensor> MoeBlocks::grads() {
+std::vector<Tensor> MoeBlocks::whole_grads() {
   std::vector<Tensor> out;
   for (auto& b : layers_) {
     ch09::ExpertWeights& g = b->layer.expert_grads();
@@ -182,7 +266,14 @@ std::vector<Tensor> MoeBlocks::grads() {
       out.push_back(*t);
     }
   }
-  for (std::size_t j = 0; j < out.size(); ++j) out[j] = range_of(out[j], owned_range(j));
+  return out;
+}
+
+std::vector<Tensor> MoeBlocks::grads() {
+  std::vector<Tensor> out = whole_grads();
+  for (std::size_t j = 0; j < out.size(); ++j) {
+    out[j] = stage3_ && is_expert_tensor(j) ? grad_shards_[j] : range_of(out[j], owned_range(j));
+  }
   return out;
 }
 
@@ -210,7 +301,7 @@ Tensor MoeBlocks::gather_over_edp(const Tensor& range, std::size_t j) const {
 }
 
 void MoeBlocks::gather_sharded() {
-  if (!shard_) return;
+  if (!shard_ || stage3_) return;  // ZeRO-3: the next forward gathers
   std::vector<Tensor> whole = whole_params();
   for (std::size_t j = 0; j < whole.size(); ++j) {
     if (!is_expert_tensor(j)) continue;
@@ -237,6 +328,10 @@ double MoeBlocks::counted_sum_of_squares(std::span<const Tensor> grads) const {
 }
 
 void MoeBlocks::sync_grads(double divisor) {
+  if (stage3_) {
+    reduce_scatter_grads(divisor);
+    return;
+  }
   for (auto& b : layers_) {
     ch09::sync_moe_grads(b->layer, groups_.dense.get(), groups_.edp.get());
     if (divisor == 1.0) continue;
@@ -244,6 +339,34 @@ void MoeBlocks::sync_grads(double divisor) {
     for (Tensor* t : {&b->layer.router_grad(), &g.fc_w, &g.fc_b, &g.proj_w, &g.proj_b}) {
       ops::scale(*t, 1.0 / divisor);
     }
+  }
+}
+
+// ZeRO-3: the router's gradient summed over dp x cp as before; each expert tensor's
+// reduce-scattered over edp into this rank's range (the ranges padded to equal blocks for the
+// collective), the same sums in the same rank order as the all-reduce's (common/comm/
+// communicator.h), then the whole gradient released.
+void MoeBlocks::reduce_scatter_grads(double divisor) {
+  std::vector<Tensor> grads = whole_grads();
+  for (std::size_t j = 0; j < grads.size(); ++j) {
+    if (!is_expert_tensor(j)) {
+      if (groups_.dense) groups_.dense->all_reduce(grads[j]);
+      if (divisor != 1.0) ops::scale(grads[j], 1.0 / divisor);
+      continue;
+    }
+    const std::int64_t n = grads[j].numel(), size = groups_.edp->size();
+    const std::int64_t block = (n + size - 1) / size;
+    Tensor padded = Tensor::zeros({block * size}, DType::kF32, MemCategory::kCommBuffers);
+    const Tensor flat = grads[j].view({n});
+    for (std::int64_t r = 0; r < size; ++r) {
+      const std::int64_t begin = n * r / size, end = n * (r + 1) / size;
+      padded.flat_slice(r * block, end - begin).copy_from(flat.flat_slice(begin, end - begin));
+    }
+    Tensor mine = Tensor::empty({block}, DType::kF32, MemCategory::kCommBuffers);
+    groups_.edp->reduce_scatter(padded, mine);
+    grad_shards_[j].copy_from(mine.flat_slice(0, grad_shards_[j].numel()));
+    if (divisor != 1.0) ops::scale(grad_shards_[j], 1.0 / divisor);
+    grads[j].release_storage(kReleasedExpertGrads);
   }
 }
 
@@ -347,6 +470,7 @@ Tensor MoeBlocks::gather_experts(const Tensor& t) const {
 
 void MoeBlocks::gather_for_eval(MoeBlocks* into) {
   for (std::size_t i = 0; i < layers_.size(); ++i) {
+    gather_block(i);  // ZeRO-3: over edp first, released below
     ch09::MoeLayer& src = layers_[i]->layer;
     ch09::ExpertWeights& w = src.experts();
     std::vector<Tensor> whole;
@@ -362,13 +486,17 @@ void MoeBlocks::gather_for_eval(MoeBlocks* into) {
       groups_.ep->all_gather(*t, all);
       whole.push_back(all);
     }
-    if (into == nullptr) continue;
+    if (into == nullptr) {
+      release_block(i);
+      continue;
+    }
     ch09::MoeLayer& dst = into->layer(i);
     dst.router_weight().copy_from(src.router_weight());
     dst.expert_bias() = src.expert_bias();
     ch09::ExpertWeights& e = dst.experts();
     Tensor* to[] = {&e.fc_w, &e.fc_b, &e.proj_w, &e.proj_b};
     for (std::size_t k = 0; k < 4; ++k) to[k]->copy_from(whole[k]);
+    release_block(i);
   }
 }
 

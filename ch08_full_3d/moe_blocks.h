@@ -8,8 +8,10 @@
 // The groups (ch09_expert_parallel/expert_mesh.h): the tokens travel over ep; the router's
 // gradient is a dense one, summed over dp x cp; an expert's over edp, the ranks holding the
 // same experts. Both are then divided like the dense gradients (by dp x cp x micro-batches
-// when the sync averages): an expert's sum over edp already holds every ep rank's tokens
-// routed to it, so its mean over the replicas divides by dp x cp, not by edp.
+// when the sync averages, by cp alone otherwise, as context parallelism's sum is): an
+// expert's sum over edp already holds every ep rank's tokens routed to it, so its mean over
+// the replicas divides by dp x cp, not by edp. Context parallelism's ranks route their own
+// rows: the layer is token-wise, and the statistics are reduced over dp x cp.
 //
 // The balance statistics (f, P, the expert-bias counts) are reduced over dp x cp, so every
 // replica routes with the same bias and the aux loss is the global batch's (one device's).
@@ -22,6 +24,22 @@
 // output is whole there), so the MoE tensors are replicated over tp and tp rank 0 counts them.
 // Under ZeRO-1/2 the experts' AdamW states are sharded over edp (each edp rank steps a flat
 // range of each expert tensor, the ranges all-gathered after the step), the routers' are not.
+// Under ZeRO-3 the experts' parameters and gradients are sharded too, as chapter 5's stage 3
+// shards the registry's over dp: between uses a rank holds only its range of each expert
+// tensor (a tensor of its own, which the optimizer steps in place), the whole tensors are
+// gathered over edp before each MoE block's forward and backward and released after, and
+// the gradients, whole during the step's backwards, are reduce-scattered over edp into the
+// ranges and released. The ledger sees the releases (Storage::release), as chapter 5's does.
+//
+// The order of the collectives. A rank of an edp group is in another ep group than its edp
+// peers, and the local backend keeps one call per rank, so every rank must issue the same
+// sequence of collectives or two of them wait on each other in different groups. All of them
+// run on the compute thread in the model's program order, which is every rank's: per MoE
+// block's forward, the block's dense ZeRO-3 gather (chapter 5's, put on the compute thread
+// beside a feed-forward seam), the experts' four edp gathers, the balance all-reduce over
+// dp x cp, then the ep exchange (counts, then tokens, out and back); its backward the same
+// gathers, then the ep exchange; after the backwards the routers' all-reduces and the
+// experts' reduce-scatters, block by block. Nothing is prefetched on another thread.
 #pragma once
 
 #include <cstdint>
@@ -65,10 +83,17 @@ class MoeBlocks final : public FeedForwardSeam {
   // ZeRO-1 shards the dense ones over dp: params() and grads() are then this edp rank's flat
   // range of each expert tensor (owned_range), which alone it steps; gather_sharded() makes
   // the experts whole again after the step. whole_params() are the tensors themselves.
+  // Under ZeRO-3 params() and grads() of an expert tensor are the range's own tensors, and
+  // whole_params() are released outside gather_whole() .. release_whole().
   std::vector<Tensor> params();
   std::vector<Tensor> grads();
   std::vector<Tensor> whole_params();
   bool shards_experts() const { return shard_; }
+  bool shards_expert_params() const { return stage3_; }  // ZeRO-3 over edp > 1
+  // Collective over edp under ZeRO-3 (else nothing): every MoE block's experts whole
+  // (checkpoints, evaluation), then released again.
+  void gather_whole();
+  void release_whole();
   // [begin, begin + count) of tensor j's flat elements this rank steps (all of a router, or
   // unsharded).
   std::pair<std::int64_t, std::int64_t> owned_range(std::size_t j) const;
@@ -82,7 +107,7 @@ class MoeBlocks final : public FeedForwardSeam {
   // element once over the world: the router on dp x cp rank 0, an expert on edp rank 0.
   double counted_sum_of_squares(std::span<const Tensor> grads) const;
   // After the step's backwards: the router's gradients summed over dp x cp, the experts' over
-  // edp, each divided by `divisor` (dp x cp x micro-batches when the sync averages, else 1).
+  // edp, each divided by `divisor` (dp x cp x micro-batches when the sync averages, else cp).
   void sync_grads(double divisor);
   // After an optimizer step that was taken: DeepSeek-V3's bias update from the step's counts
   // (reduced over dp x cp), then the step's statistics reset.
@@ -124,12 +149,23 @@ class MoeBlocks final : public FeedForwardSeam {
 
  private:
   class Branch;
+  // ZeRO-3 over edp (no-ops otherwise): the ranges taken at construction; block i's experts
+  // gathered and released; its whole gradients restored (zeros) at the step's first backward;
+  // the gradients reduce-scattered after the backwards.
+  void take_expert_shards();
+  void gather_block(std::size_t i);
+  void release_block(std::size_t i);
+  void restore_block_grads(std::size_t i);
+  void reduce_scatter_grads(double divisor);
+  std::vector<Tensor> whole_grads();
   TrainerConfig config_;
   ch09::ExpertGroups groups_;
   std::vector<std::unique_ptr<Branch>> layers_;  // by MoE block, in model order
   std::vector<std::int64_t> layer_of_;           // model block of each
   bool count_router_ = true, count_experts_ = true;
   bool shard_ = false;  // the experts' optimizer states sharded over edp (ZeRO)
+  bool stage3_ = false;  // and their parameters and gradients (ZeRO-3)
+  std::vector<Tensor> shards_, grad_shards_;  // ZeRO-3: by tensor j, the owned ranges
   std::uint64_t ep_bytes_at_step_ = 0;  // ep_bytes_sent() when the step began
 };
 

@@ -619,9 +619,11 @@ void Trainer::synchronise_gradients() {
   const double w0 = trace_now_us();
   const double waited = sync_->finish();  // every gradient of this rank synchronised
   if (moe_) {
-    // The MoE blocks' gradients divided as the dense ones (moe_blocks.h).
-    const double dense = grid_ ? double(grid_->shape().dp) * grid_->shape().cp : 1.0;
-    moe_->sync_grads(sync_->averages() ? dense * schedule_->micro_batches() : 1.0);
+    // The MoE blocks' gradients divided as the dense ones (moe_blocks.h): the cp ranks' sum
+    // by cp in any case (ch06 cp_grad_sync.h), the replicas' by dp x m when the sync averages.
+    const double cp = grid_ ? double(grid_->shape().cp) : 1.0;
+    const double dense = grid_ ? double(grid_->shape().dp) * cp : 1.0;
+    moe_->sync_grads(sync_->averages() ? dense * schedule_->micro_batches() : cp);
   }
   // What the schedule still combines across its stages (a pipeline's tied wte copies, unless
   // the factory left them to the sync: strategy_factory.cpp).

@@ -534,16 +534,24 @@ void Trainer::gather_moe_state() {
   if (!moe_) return;
   const AdamW& adam = *optimizer_.adamw();
   const std::size_t n = optimizer_.stepped_params().size() - dense_tensors_;
+  moe_->gather_whole();  // ZeRO-3: the experts from their edp ranges (collective over edp)
   const std::vector<Tensor> whole = moe_->whole_params();
   for (std::size_t j = 0; j < n; ++j) {
     const std::size_t k = dense_tensors_ + j;
     // Whole on this rank (the moments from their edp ranges, ZeRO), then every ep rank's.
     const Tensor mine[] = {whole[j], moe_->gather_over_edp(adam.exp_avg(k), j),
                            moe_->gather_over_edp(adam.exp_avg_sq(k), j)};
-    for (const Tensor& t : mine) {
-      moe_whole_.push_back(moe_->is_expert_tensor(j) ? moe_->gather_experts(t) : t);
+    for (std::size_t m = 0; m < 3; ++m) {
+      const bool expert = moe_->is_expert_tensor(j);
+      Tensor all = expert ? moe_->gather_experts(mine[m]) : mine[m];
+      // ZeRO-3 on ep 1: the master is the whole tensor itself, released below: a copy.
+      if (m == 0 && expert && moe_->shards_expert_params() && moe_->ep() == 1) {
+        all = all.clone();
+      }
+      moe_whole_.push_back(all);
     }
   }
+  moe_->release_whole();
   for (std::size_t b = 0; b < moe_->blocks(); ++b) {
     const std::vector<float>& bias = moe_->layer(b).expert_bias();
     moe_whole_.push_back(
@@ -571,7 +579,9 @@ std::vector<HeldTensor> Trainer::moe_held_state() const {
     out.push_back({key, global, {PieceBox{offset, shape, begin, count}},
                    {PieceRun{first_row * per_row + begin, 0, count}}, data, writes});
   };
-  const std::vector<Tensor> params = moe_->whole_params();
+  // ZeRO-3: a rank's masters are its edp range, like its moments (moe_blocks.h).
+  const bool ranges = moe_->shards_expert_params();
+  const std::vector<Tensor> params = ranges ? moe_->params() : moe_->whole_params();
   for (std::size_t j = 0; j < n; ++j) {
     const std::size_t k = dense_tensors_ + j;
     const std::string key = moe_->key(j);
@@ -587,8 +597,8 @@ std::vector<HeldTensor> Trainer::moe_held_state() const {
     const bool experts = moe_->is_expert_tensor(j);
     const std::int64_t first = experts ? moe_->first_expert() : 0;
     const std::int64_t rows = experts ? global[0] / moe_->ep() : global[0];
-    piece(key, global, params[j], first, rows, 0);
     const std::int64_t begin = moe_->owned_range(j).first;
+    piece(key, global, params[j], first, rows, ranges ? begin : 0);
     piece("exp_avg." + key, global, adam.exp_avg(k), first, rows, begin);
     piece("exp_avg_sq." + key, global, adam.exp_avg_sq(k), first, rows, begin);
   }

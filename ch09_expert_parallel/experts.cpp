@@ -38,28 +38,60 @@ ExpertWeights zeros_like(const ExpertWeights& w, MemCategory category) {
   return g;
 }
 
+namespace {
+
+// The working copy of a 16-bit run: the masters rounded to dtype (overflow to inf, as the
+// ops round: a saturating cast would hide it from the loss scaler).
+ExpertWeights working_copy(const ExpertWeights& w, DType dtype) {
+  if (dtype == DType::kF32) return w;
+  ExpertWeights c;
+  c.first = w.first;
+  c.fc_w = w.fc_w.to(dtype, Saturation::kNoSat);
+  c.fc_b = w.fc_b.to(dtype, Saturation::kNoSat);
+  c.proj_w = w.proj_w.to(dtype, Saturation::kNoSat);
+  c.proj_b = w.proj_b.to(dtype, Saturation::kNoSat);
+  return c;
+}
+
+Tensor in_dtype(const Tensor& t, DType dtype) {
+  return t.dtype() == dtype ? t : t.to(dtype, Saturation::kNoSat);
+}
+
+}  // namespace
+
 void experts_forward(const ExpertWeights& w, const Tensor& x, std::span<const std::int64_t> offsets,
-                     ExpertActs& acts, Tensor& yp) {
+                     ExpertActs& acts, Tensor& yp, DType dtype) {
   const std::int64_t N = x.dim(0), H = w.fc_w.dim(2);
-  acts.x = x;
-  acts.h_pre = Tensor::empty({N, H}, DType::kF32, MemCategory::kActivations);
-  acts.h = Tensor::empty({N, H}, DType::kF32, MemCategory::kActivations);
+  const ExpertWeights wc = working_copy(w, dtype);
+  acts.x = in_dtype(x, dtype);
+  acts.h_pre = Tensor::empty({N, H}, dtype, MemCategory::kActivations);
+  acts.h = Tensor::empty({N, H}, dtype, MemCategory::kActivations);
   if (N == 0) return;
-  grouped_linear_forward(x, w.fc_w, w.fc_b, offsets, acts.h_pre);
+  grouped_linear_forward(acts.x, wc.fc_w, wc.fc_b, offsets, acts.h_pre);
   layers::gelu_forward(acts.h_pre, acts.h);  // GPT-2's tanh GELU, as the dense MLP
-  grouped_linear_forward(acts.h, w.proj_w, w.proj_b, offsets, yp);
+  if (dtype == DType::kF32) {
+    grouped_linear_forward(acts.h, wc.proj_w, wc.proj_b, offsets, yp);
+    return;
+  }
+  Tensor y = Tensor::empty(yp.shape(), dtype, MemCategory::kActivations);
+  grouped_linear_forward(acts.h, wc.proj_w, wc.proj_b, offsets, y);
+  yp.copy_from(y);  // widened: exact
 }
 
 void experts_backward(const ExpertWeights& w, ExpertWeights& g, const ExpertActs& acts,
                       const Tensor& dyp, std::span<const std::int64_t> offsets, Tensor& dxp,
-                      bool accumulate) {
+                      bool accumulate, DType dtype) {
   const std::int64_t N = acts.x.dim(0), H = w.fc_w.dim(2);
-  Tensor dh = Tensor::empty({N, H}, DType::kF32, MemCategory::kOther);
-  if (N > 0) grouped_linear_backward(acts.h, w.proj_w, dyp, &dh, g.proj_w, g.proj_b, offsets, accumulate);
-  else grouped_linear_backward(acts.h, w.proj_w, dyp, nullptr, g.proj_w, g.proj_b, offsets, accumulate);
+  const ExpertWeights wc = working_copy(w, dtype);
+  const Tensor dy = in_dtype(dyp, dtype);
+  Tensor dx = dtype == DType::kF32 ? dxp : Tensor::empty(dxp.shape(), dtype, MemCategory::kOther);
+  Tensor dh = Tensor::empty({N, H}, dtype, MemCategory::kOther);
+  if (N > 0) grouped_linear_backward(acts.h, wc.proj_w, dy, &dh, g.proj_w, g.proj_b, offsets, accumulate);
+  else grouped_linear_backward(acts.h, wc.proj_w, dy, nullptr, g.proj_w, g.proj_b, offsets, accumulate);
   if (N > 0) layers::gelu_backward(acts.h_pre, dh, dh);
-  grouped_linear_backward(acts.x, w.fc_w, dh, N > 0 ? &dxp : nullptr, g.fc_w, g.fc_b, offsets,
+  grouped_linear_backward(acts.x, wc.fc_w, dh, N > 0 ? &dx : nullptr, g.fc_w, g.fc_b, offsets,
                           accumulate);
+  if (dtype != DType::kF32 && N > 0) dxp.copy_from(dx);  // widened: exact
 }
 
 }  // namespace mixpar::ch09

@@ -27,16 +27,23 @@ ExpertWeights zeros_like(const ExpertWeights& w, MemCategory category = MemCateg
 
 // What backward reads.
 struct ExpertActs {
-  Tensor x;           // [N, C] the permuted input rows
-  Tensor h_pre, h;    // [N, H] c_fc output and its GELU
+  Tensor x;           // [N, C] the permuted input rows (in the experts' dtype)
+  Tensor h_pre, h;    // [N, H] c_fc output and its GELU (in the experts' dtype)
 };
 
-// yp [N, C] = each row's expert's MLP; offsets [El + 1] over the rows of x.
+// The experts in a 16-bit dtype compute as the dense MLP of a 16-bit run does (chapter 3's
+// mixed precision): the weights are FP32 masters, rounded into a working copy of that dtype
+// for each forward and backward; the input rows, c_fc's output, the GELU and c_proj's output
+// rounded into it, every GEMM accumulating in FP32 (grouped_gemm.h). The weight gradients
+// stay FP32 (Megatron's main_grad): they are the masters' own. The rows travel and combine
+// in FP32, which holds every 16-bit value exactly. With dtype f32 the FMA path, as before.
+//
+// yp [N, C] FP32 = each row's expert's MLP; offsets [El + 1] over the rows of x (FP32).
 void experts_forward(const ExpertWeights& w, const Tensor& x, std::span<const std::int64_t> offsets,
-                     ExpertActs& acts, Tensor& yp);
-// dxp [N, C] from dyp; g (+)= the weight gradients.
+                     ExpertActs& acts, Tensor& yp, DType dtype = DType::kF32);
+// dxp [N, C] FP32 from dyp (FP32); g (+)= the weight gradients (FP32).
 void experts_backward(const ExpertWeights& w, ExpertWeights& g, const ExpertActs& acts,
                       const Tensor& dyp, std::span<const std::int64_t> offsets, Tensor& dxp,
-                      bool accumulate);
+                      bool accumulate, DType dtype = DType::kF32);
 
 }  // namespace mixpar::ch09

@@ -9,11 +9,15 @@
 namespace mixpar::ch09 {
 namespace {
 
-void check(const Tensor& x, const Tensor& w, std::span<const std::int64_t> offsets,
+// x and w FP32 (the FMA kernels), or both of one 16-bit dtype (ops::linear, group by group).
+bool check(const Tensor& x, const Tensor& w, std::span<const std::int64_t> offsets,
            const char* what) {
+  const bool sixteen = x.dtype() == w.dtype() &&
+                       (x.dtype() == DType::kBF16 || x.dtype() == DType::kF16);
   for (const Tensor* t : {&x, &w}) {
-    if (t->dtype() != DType::kF32 || !t->is_cpu()) {
-      throw std::invalid_argument(std::string(what) + ": FP32 CPU tensors only");
+    if ((t->dtype() != DType::kF32 && !sixteen) || !t->is_cpu()) {
+      throw std::invalid_argument(std::string(what) +
+                                  ": CPU tensors, FP32 or both of one 16-bit dtype");
     }
   }
   if (w.ndim() != 3 || static_cast<std::int64_t>(offsets.size()) != w.dim(0) + 1 ||
@@ -22,6 +26,16 @@ void check(const Tensor& x, const Tensor& w, std::span<const std::int64_t> offse
                                 shape_str(w.shape()) + " and " + std::to_string(offsets.size()) +
                                 " offsets do not fit");
   }
+  return sixteen;
+}
+
+// Group g's weight [in, out] and bias [out].
+Tensor weight_of(const Tensor& w, std::int64_t g) {
+  const std::int64_t in = w.dim(1), out = w.dim(2);
+  return w.flat_slice(g * in * out, in * out).view({in, out});
+}
+Tensor bias_of(const Tensor& b, std::int64_t g, std::int64_t out) {
+  return b.flat_slice(g * out, out);
 }
 
 const float* at(const Tensor& t, std::int64_t elements) { return t.data_as<float>() + elements; }
@@ -31,11 +45,17 @@ float* at(Tensor& t, std::int64_t elements) { return t.data_as<float>() + elemen
 
 void grouped_linear_forward(const Tensor& x, const Tensor& w, const Tensor& b,
                             std::span<const std::int64_t> offsets, Tensor& y) {
-  check(x, w, offsets, "grouped_linear_forward");
+  const bool sixteen = check(x, w, offsets, "grouped_linear_forward");
   const std::int64_t in = w.dim(1), out = w.dim(2);
   for (std::int64_t g = 0; g < w.dim(0); ++g) {
     const std::int64_t r0 = offsets[std::size_t(g)], n = offsets[std::size_t(g) + 1] - r0;
     if (n == 0) continue;
+    if (sixteen) {
+      const Tensor bg = bias_of(b, g, out);
+      Tensor yg = y.rows(r0, n);
+      ops::linear_forward(x.rows(r0, n), weight_of(w, g), &bg, yg);
+      continue;
+    }
     // ops::linear_forward's FP32 path: the bias in the kernels' epilogue, one rounding.
     ops::detail::fma_gemm(at(x, r0 * in), at(w, g * in * out), at(b, g * out), at(y, r0 * out),
                           n, out, in, false, false, 1.0f, 0.0f);
@@ -45,13 +65,20 @@ void grouped_linear_forward(const Tensor& x, const Tensor& w, const Tensor& b,
 void grouped_linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx,
                              Tensor& dw, Tensor& db, std::span<const std::int64_t> offsets,
                              bool accumulate) {
-  check(x, w, offsets, "grouped_linear_backward");
+  const bool sixteen = check(x, w, offsets, "grouped_linear_backward");
   const std::int64_t in = w.dim(1), out = w.dim(2);
   for (std::int64_t g = 0; g < w.dim(0); ++g) {
     const std::int64_t r0 = offsets[std::size_t(g)], n = offsets[std::size_t(g) + 1] - r0;
     Tensor dw_g = dw.flat_slice(g * in * out, in * out), db_g = db.flat_slice(g * out, out);
     if (n == 0) {
       if (!accumulate) dw_g.zero(), db_g.zero();
+      continue;
+    }
+    if (sixteen) {
+      Tensor dx_g = dx != nullptr ? dx->rows(r0, n) : Tensor();
+      Tensor dw_view = dw_g.view({in, out});
+      ops::linear_backward(x.rows(r0, n), weight_of(w, g), dy.rows(r0, n),
+                           dx != nullptr ? &dx_g : nullptr, dw_view, &db_g, accumulate);
       continue;
     }
     // ops::linear_backward's products: dx = dy w^T, dw (+)= x^T dy (common/ops/matmul.cpp).

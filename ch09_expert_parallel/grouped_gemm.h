@@ -6,6 +6,11 @@
 // (its weight gradient is zero). The GPU's equivalent is a grouped GEMM over a list of
 // problems (Megatron-LM's GroupedMLP); on the CPU the groups run in turn, each split over the
 // threads by output blocks.
+//
+// 16-bit x and w (bf16, f16: the experts of a 16-bit run, experts.h) take the dense linear
+// layer of that dtype group by group (common/ops/linear.h: every product accumulated in FP32,
+// each output rounded once into its own dtype), so an expert computes as the dense MLP of the
+// run; the weight and bias gradients may be FP32 (the optimizer's masters' own).
 #pragma once
 
 #include <cstdint>
@@ -15,7 +20,8 @@
 
 namespace mixpar::ch09 {
 
-// y [N, out] = per group x_g . w[g] + b[g]; x [N, in], w [G, in, out], b [G, out], FP32.
+// y [N, out] = per group x_g . w[g] + b[g]; x [N, in], w [G, in, out], b [G, out]: all FP32,
+// or x, w, b and y of one 16-bit dtype.
 void grouped_linear_forward(const Tensor& x, const Tensor& w, const Tensor& b,
                             std::span<const std::int64_t> offsets, Tensor& y);
 

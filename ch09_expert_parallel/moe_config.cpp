@@ -27,6 +27,9 @@ void validate(const MoeConfig& c, int ep) {
                                 {"bias_update_rate", c.bias_update_rate}}) {
     if (!std::isfinite(v) || v < 0) refuse(std::string(name) + " must be finite and >= 0");
   }
+  if (c.dtype != DType::kF32 && c.dtype != DType::kBF16 && c.dtype != DType::kF16) {
+    refuse("the experts' dtype " + std::string(dtype_name(c.dtype)) + " is not f32, bf16 or f16");
+  }
 }
 
 std::int64_t expert_capacity(const MoeConfig& c, std::int64_t tokens) {

@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <string>
 
+#include "numerics/dtype.h"
+
 namespace mixpar::ch09 {
 
 // Which assignments an expert over capacity keeps (Megatron's moe_token_drop_policy):
@@ -30,6 +32,9 @@ struct MoeConfig {
   double z_loss_coef = 0;       // router z-loss (ST-MoE: 1e-3)
   double bias_update_rate = 0;  // DeepSeek-V3's auxiliary-loss-free bias, gamma (0: off)
   std::uint64_t seed = 1;       // Philox seed of the router and of every expert (by global index)
+  // The experts' working dtype (experts.h): f32, or bf16 / f16 as the dense MLP they stand in
+  // for computes in a 16-bit run. The router is FP32 whatever it is (router.h).
+  DType dtype = DType::kF32;
 };
 
 // InputError, one line, for a layout that cannot run: sizes < 1, k outside [1, E], ep < 1

@@ -52,7 +52,7 @@ Tensor MoeLayer::forward(const Tensor& x) {
   permute_rows(router_.x, perm_, xp);
   if (!distributed(par_)) {
     yp_ = Tensor::empty({perm_.rows(), C}, DType::kF32, MemCategory::kActivations);
-    experts_forward(w_, xp, perm_.offsets, acts_, yp_);
+    experts_forward(w_, xp, perm_.offsets, acts_, yp_, c_.dtype);
     ye_ = yp_;
     unpermute_rows(yp_, perm_, routing_.gate, y);
   } else if (par_.dispatch == DispatchKind::kAllToAll) {
@@ -61,7 +61,7 @@ Tensor MoeLayer::forward(const Tensor& x) {
                               MemCategory::kActivations);
     all_to_all_dispatch(xp, a2a_, *par_.ep, xe);
     ye_ = Tensor::empty(xe.shape(), DType::kF32, MemCategory::kActivations);
-    experts_forward(w_, xe, a2a_.offsets, acts_, ye_);
+    experts_forward(w_, xe, a2a_.offsets, acts_, ye_, c_.dtype);
     yp_ = Tensor::empty({perm_.rows(), C}, DType::kF32, MemCategory::kActivations);
     all_to_all_return(ye_, a2a_, *par_.ep, yp_);
     unpermute_rows(yp_, perm_, routing_.gate, y);
@@ -72,7 +72,7 @@ Tensor MoeLayer::forward(const Tensor& x) {
                               MemCategory::kActivations);
     all_gather_dispatch(router_.x, ag_, *par_.ep, false, gathered, xe);
     ye_ = Tensor::empty(xe.shape(), DType::kF32, MemCategory::kActivations);
-    experts_forward(w_, xe, ag_.offsets, acts_, ye_);
+    experts_forward(w_, xe, ag_.offsets, acts_, ye_, c_.dtype);
     all_gather_combine(ye_, ag_, *par_.ep, true, y);
   }
   stats_.expert_rows = acts_.x.dim(0);
@@ -101,7 +101,7 @@ Tensor MoeLayer::backward(const Tensor& dy, const MoeBackwardOptions& o) {
     if (distributed(par_)) all_to_all_dispatch(dyp, a2a_, *par_.ep, dye);
     else dye = dyp;
     experts_backward(w_, g_, acts_, dye, distributed(par_) ? a2a_.offsets : perm_.offsets, dxe,
-                     o.accumulate);
+                     o.accumulate, c_.dtype);
     Tensor dxp = dxe;
     if (distributed(par_)) {
       dxp = Tensor::empty({perm_.rows(), C}, DType::kF32, MemCategory::kOther);
@@ -112,7 +112,7 @@ Tensor MoeLayer::backward(const Tensor& dy, const MoeBackwardOptions& o) {
     Tensor gathered;
     all_gather_dispatch(dy, ag_, *par_.ep, true, gathered, dye);
     dgate = all_gather_gate_grads(gathered, ye_, ag_, *par_.ep);
-    experts_backward(w_, g_, acts_, dye, ag_.offsets, dxe, o.accumulate);
+    experts_backward(w_, g_, acts_, dye, ag_.offsets, dxe, o.accumulate, c_.dtype);
     all_gather_combine(dxe, ag_, *par_.ep, false, dx_experts);
   }
   // The router: gates -> probabilities (+ the aux loss) -> logits (+ the z-loss).

@@ -5,7 +5,9 @@
 // choice was dropped leaves the layer as zeros and passes through on the residual.
 //
 // Everything the layer computes is FP32 (the experts on the FMA path of common/ops); x may be
-// of any float dtype and is rounded to FP32 once.
+// of any float dtype and is rounded to FP32 once. With MoeConfig::dtype bf16 or f16 the
+// experts compute in that dtype, as the dense MLP of a 16-bit run (experts.h), while the
+// router, the gates, the balance statistics and the rows' travel stay FP32.
 #pragma once
 
 #include <cstdint>

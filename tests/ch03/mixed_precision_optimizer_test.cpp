@@ -343,6 +343,32 @@ TEST(MixedPrecisionOptimizer, Fp32ParamsAreTheirOwnMasters) {
   EXPECT_EQ(opt.fp32_grads()[0].data(), t.grad.data());
 }
 
+// Beside a 16-bit working copy an FP32 parameter (chapter 9's router and experts) is its own
+// master and its gradient its own FP32 copy: nothing allocated for it, and the step updates it
+// in place with the 16-bit one's unscale (1/S applied to both).
+TEST(MixedPrecisionOptimizer, AnFp32ParamBesideSixteenBitOnesIsItsOwnMaster) {
+  Toy half({1, 2}, DType::kF16), full({3, 4}, DType::kF32);
+  MixedPrecisionConfig c = sgd_config(0.5);
+  c.scaler = ch02::static_config(4.0);
+  MemoryLedger ledger;
+  const LedgerScope scope(ledger);
+  MixedPrecisionOptimizer opt({half.param, full.param}, {half.grad, full.grad}, c);
+  EXPECT_TRUE(opt.has_masters());
+  EXPECT_EQ(opt.stepped_params()[1].data(), full.param.data());
+  EXPECT_EQ(opt.fp32_grads()[1].data(), full.grad.data());
+  // One FP32 master and one FP32 gradient copy: the 16-bit parameter's two elements each.
+  EXPECT_EQ(ledger.live(MemCategory::kMasterParams), 2 * sizeof(float));
+  EXPECT_EQ(ledger.live(MemCategory::kGradients), 2 * sizeof(float));
+  half.set_grad({4, 8});  // 1 and 2, scaled by S = 4
+  full.set_grad({8, 4});  // 2 and 1
+  ASSERT_TRUE(opt.step().taken);
+  EXPECT_EQ(half.param.to_floats(), (std::vector<float>{0.5f, 1.0f}));
+  EXPECT_EQ(full.param.to_floats(), (std::vector<float>{2.0f, 3.5f}));
+  Toy bf({1}, DType::kBF16);  // two 16-bit dtypes are refused still
+  EXPECT_THROW(MixedPrecisionOptimizer({half.param, bf.param}, {half.grad, bf.grad}, c),
+               InputError);
+}
+
 TEST(MixedPrecisionOptimizer, BadConfigurationsAreInputErrors) {
   Toy t({1, 2}, DType::kF32);
   EXPECT_THROW(t.optimizer(sgd_config(0.1, Bug::kFp16Weights)), InputError);

@@ -141,8 +141,8 @@ const std::vector<Broken>& broken() {
          c.pp = c.ranks = 2;
          c.moe.n_experts = 4;
        },
-       "--pp 2 with --n-experts: not supported with MoE blocks yet (MoE runs over dp, ep and "
-       "tp)"},
+       "--pp 2 with --n-experts: not supported with MoE blocks yet (MoE runs over dp, cp, ep "
+       "and tp)"},
   };
   return cases;
 }
