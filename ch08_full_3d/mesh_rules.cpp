@@ -170,12 +170,11 @@ std::string ep_divides_dp_cp(const TrainerConfig& c) {
   return "--ep " + n(c.ep) + " does not divide --dp x --cp = " + num(dp_cp) +
          ": the ep ranks are borrowed from the data-parallel ranks (dp x cp = edp x ep)";
 }
-// What the trainer does not run beside MoE blocks yet: context parallelism, sequence
-// parallelism (the layer takes whole rows) and ZeRO-3. Tensor parallelism runs: every tp rank
-// of a place runs the same MoE layer on the same tokens (experts whole, replicated over tp).
-// Pipelines run: each stage holds its own blocks' MoE layers, which keep each micro-batch's
-// state until its backward. ZeRO-1 and 2 run: they shard the registry's states over dp, and
-// the experts' AdamW states over edp (moe_blocks.h).
+// What the trainer does not run beside MoE blocks yet: context parallelism,
+// sequence parallelism (the layer takes whole rows) and ZeRO-3. Tensor parallelism runs: every
+// tp rank of a place runs the same MoE layer on the same tokens (experts whole, replicated
+// over tp). ZeRO-1 and 2 run: they shard the registry's states over dp, and the experts'
+// AdamW states over edp (moe_blocks.h).
 std::string moe_dimensions(const TrainerConfig& c) {
   if (!c.uses_moe()) return "";
   if (c.sequence_parallel) {
@@ -186,7 +185,7 @@ std::string moe_dimensions(const TrainerConfig& c) {
   for (const auto& [flag, v] : dims) {
     if (v != 1) {
       return std::string("--") + flag + " " + n(v) +
-             " with --n-experts: not supported with MoE blocks yet (MoE runs over dp, ep, tp, pp)";
+             " with --n-experts: not supported with MoE blocks yet (MoE runs over dp, ep and tp)";
     }
   }
   if (c.zero_stage == 3) {

@@ -138,10 +138,10 @@ const std::vector<Broken>& broken() {
        "data-parallel ranks (dp x cp = edp x ep)"},
       {"moe-dimensions",
        [](TrainerConfig& c) {
-         c.pp = c.ranks = 2;
+         c.cp = c.ranks = 2;
          c.moe.n_experts = 4;
        },
-       "--pp 2 with --n-experts: not supported with MoE blocks yet (MoE runs over dp, ep and "
+       "--cp 2 with --n-experts: not supported with MoE blocks yet (MoE runs over dp, ep and "
        "tp)"},
   };
   return cases;
