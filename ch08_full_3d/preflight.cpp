@@ -188,12 +188,24 @@ std::int64_t cp_activation_bytes_per_layer(const TrainerConfig& c, mem::GptShape
 
 }  // namespace
 
-// The MoE blocks' elements on a rank (chapter 9): per MoE block the router [C, E] and the
-// E / ep experts this rank holds, each GPT-2's MLP (c_fc C x 4C + 4C, c_proj 4C x C + C).
-std::int64_t moe_rank_elements(const TrainerConfig& c) {
-  if (!c.uses_moe()) return 0;
+// The MoE blocks pipeline rank `stage` holds: those among its chunks' blocks (every block
+// without a pipeline; moe_blocks.h).
+std::int64_t moe_blocks_held(const TrainerConfig& c, int stage) {
   std::int64_t blocks = 0;
-  for (std::int64_t l = 0; l < c.model.n_layer; ++l) blocks += (l + 1) % c.moe_every == 0;
+  for (const GptStage& st : rank_chunks(c, stage)) {
+    for (std::int64_t l = st.first_block; l < st.end(c.model); ++l) {
+      blocks += (l + 1) % c.moe_every == 0;
+    }
+  }
+  return blocks;
+}
+
+// The MoE blocks' elements on a rank of pipeline rank `stage` (chapter 9): per MoE block it
+// holds the router [C, E] and the E / ep experts this rank holds, each GPT-2's MLP (c_fc
+// C x 4C + 4C, c_proj 4C x C + C).
+std::int64_t moe_rank_elements(const TrainerConfig& c, int stage) {
+  if (!c.uses_moe()) return 0;
+  const std::int64_t blocks = moe_blocks_held(c, stage);
   const std::int64_t C = c.model.n_embd, E = c.moe.n_experts, El = E / c.ep;
   const std::int64_t expert = checked_sum("an expert's parameters", 8 * C * C, 5 * C);
   const std::int64_t block = checked_sum(
@@ -205,12 +217,11 @@ std::int64_t moe_rank_elements(const TrainerConfig& c) {
 // The MoE elements whose AdamW moments a rank holds: every router, and of each expert tensor
 // (El experts' c_fc weight and bias, c_proj weight and bias) the largest edp rank's range when
 // ZeRO shards them over edp (moe_blocks.h), all of it otherwise.
-std::int64_t moe_rank_moment_elements(const TrainerConfig& c) {
+std::int64_t moe_rank_moment_elements(const TrainerConfig& c, int stage) {
   if (!c.uses_moe()) return 0;
   const std::int64_t edp = static_cast<std::int64_t>(c.dp) * c.cp / c.ep;
-  if (c.zero_stage == 0 || edp == 1) return moe_rank_elements(c);
-  std::int64_t blocks = 0;
-  for (std::int64_t l = 0; l < c.model.n_layer; ++l) blocks += (l + 1) % c.moe_every == 0;
+  if (c.zero_stage == 0 || edp == 1) return moe_rank_elements(c, stage);
+  const std::int64_t blocks = moe_blocks_held(c, stage);
   const std::int64_t C = c.model.n_embd, E = c.moe.n_experts, El = E / c.ep;
   std::int64_t block = C * E;
   for (const std::int64_t n : {El * C * 4 * C, El * 4 * C, El * 4 * C * C, El * C}) {
@@ -261,12 +272,12 @@ std::vector<RankBill> estimate_rank_bills(const TrainerConfig& c) {
     // The MoE blocks' FP32 tensors (validate_moe: an fp32 run): parameters, gradients and
     // AdamW's two moments, 4 + 4 + 8 bytes each, whole on every rank of their edp group (the
     // experts' moments sharded over edp under ZeRO).
-    b.moe_parameters = moe_rank_elements(c);
+    b.moe_parameters = moe_rank_elements(c, s);
     b.parameters = checked_sum("a rank's parameters", b.parameters, b.moe_parameters);
     b.param_bytes = checked_sum("parameter bytes", b.param_bytes, 4 * b.moe_parameters);
     b.grad_bytes = checked_sum("gradient bytes", b.grad_bytes, 4 * b.moe_parameters);
     b.optimizer_bytes =
-        checked_sum("optimizer bytes", b.optimizer_bytes, 8 * moe_rank_moment_elements(c));
+        checked_sum("optimizer bytes", b.optimizer_bytes, 8 * moe_rank_moment_elements(c, s));
     b.offloaded = c.offload_optimizer;
     b.micro_batches_in_flight = held[static_cast<std::size_t>(s)].micro_batches;
     b.blocks_held = held[static_cast<std::size_t>(s)].blocks;

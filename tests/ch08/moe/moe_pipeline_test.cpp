@@ -7,11 +7,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <string>
 #include <vector>
 
 #include "../ch08_test_util.h"
+#include "preflight.h"
+#include "tensor/ledger.h"
 
 namespace mixpar::ch08 {
 namespace {
@@ -122,6 +125,7 @@ TEST(MoePipeline, EveryScheduleTrainsLikeOneDeviceAccumulatingTheSameMicroBatche
 // the balance statistics, seeds and gradient sums are each stage's, every expert counted once
 // in the norm over the stages. Against one device with the whole batch: the dp mean of the
 // loss and the experts' sums over edp add in another order, so every step to 1e-6 / 1e-5.
+// ZeRO-1 beside it too.
 TEST(MoePipeline, DpEpTpPpTrainsLikeOneDeviceWithTheWholeBatch) {
   const TrainingData data = random_data(4096);
   TrainerConfig one = moe_pipeline_config(1, "1f1b", 2);
@@ -148,6 +152,15 @@ TEST(MoePipeline, DpEpTpPpTrainsLikeOneDeviceWithTheWholeBatch) {
     }
   }
   EXPECT_LE(worst(got[0].weights, ref.weights), 1e-5);
+  // ZeRO-1 beside it (each stage's dp group shards the dense states, its edp group the
+  // experts'): one device's run too (not DDP's bits: the dense gradients of a pipeline stage
+  // reduce-scatter in another order than they all-reduce, as without MoE blocks).
+  c.zero_stage = 1;
+  const std::vector<PipelineRun> zero = run(c, data);
+  for (std::size_t i = 0; i < ref.steps.size(); ++i) {
+    expect_close_step(zero[0].steps[i], ref.steps[i], "ZeRO-1 step " + std::to_string(i + 1));
+  }
+  EXPECT_LE(worst(zero[0].weights, ref.weights), 1e-5);
 }
 
 // A checkpoint holds each stage's MoE blocks by global block and expert index: written at
@@ -187,6 +200,43 @@ TEST(MoePipeline, ACheckpointReshardsAcrossPipelineAndExpertSizes) {
     for (std::size_t i = 0; i < 2; ++i) {
       expect_close_step(resumed.steps[i], straight[0].steps[i + 2],
                         "step " + std::to_string(i + 3));
+    }
+  }
+}
+
+// The pre-flight bills each pp rank's own MoE blocks (the interleaved loop's chunks too): its
+// parameters, gradients and AdamW moments as each rank's ledger counts them after a step.
+TEST(MoePipeline, ThePreflightBillsEachStagesOwnMoeBlocks) {
+  const TrainingData data = random_data(4096);
+  struct Case {
+    const char* schedule;
+    int virtual_stages, moe_every;
+  };
+  for (const Case k : {Case{"1f1b", 1, 3}, Case{"1f1b", 1, 1}, Case{"interleaved", 2, 2}}) {
+    SCOPED_TRACE(k.schedule);
+    TrainerConfig c = moe_pipeline_config(2, k.schedule, 2);
+    c.virtual_stages = k.virtual_stages;
+    c.moe_every = k.moe_every;
+    c.ranks = 4;
+    c.dp = c.ep = 2;
+    const std::vector<RankBill> bills = estimate_rank_bills(c);
+    const std::vector<std::array<std::int64_t, 4>> live =
+        test::train_on_each_rank(c, data, [](Trainer& t, int) {
+          t.train_step();
+          const MemoryLedger& l = current_ledger();
+          const auto at = [&](MemCategory m) { return static_cast<std::int64_t>(l.live(m)); };
+          return std::array<std::int64_t, 4>{t.coord().pp, at(MemCategory::kParameters),
+                                             at(MemCategory::kGradients),
+                                             at(MemCategory::kOptimizerState)};
+        });
+    std::int64_t moe_total = 0;
+    for (const RankBill& b : bills) moe_total += b.moe_parameters;
+    EXPECT_GT(moe_total, 0);
+    for (const auto& rank : live) {
+      const RankBill& b = bills.at(std::size_t(rank[0]));
+      EXPECT_EQ(rank[1], b.param_bytes) << "pp rank " << rank[0];
+      EXPECT_EQ(rank[2], b.grad_bytes) << "pp rank " << rank[0];
+      EXPECT_EQ(rank[3], b.optimizer_bytes) << "pp rank " << rank[0];
     }
   }
 }
