@@ -383,6 +383,7 @@ Json MoeBlocks::step_stats() {
 std::uint64_t MoeBlocks::ep_bytes_sent() const { return sent(groups_.ep); }
 std::uint64_t MoeBlocks::edp_bytes_sent() const { return sent(groups_.edp); }
 std::uint64_t MoeBlocks::dense_bytes_sent() const { return sent(groups_.dense); }
+std::uint64_t MoeBlocks::pp_bytes_sent() const { return sent(pp_); }
 
 std::string MoeBlocks::key(std::size_t j) const {
   static constexpr const char* kNames[] = {"router.weight", "experts.c_fc.weight",

@@ -109,10 +109,12 @@ class MoeBlocks final : public FeedForwardSeam {
   // other rank per forward), null for all-gather. With a pipeline both are summed over the
   // rank's pp group (every stage's MoE blocks).
   Json step_stats();
-  // Bytes this rank sent over the ep, edp and dense groups so far (the trainer's by-group log).
+  // Bytes this rank sent over the ep, edp, dense and pp groups so far (the trainer's by-group
+  // log).
   std::uint64_t ep_bytes_sent() const;
   std::uint64_t edp_bytes_sent() const;
   std::uint64_t dense_bytes_sent() const;
+  std::uint64_t pp_bytes_sent() const;  // the statistics and evaluation gathers over pp
   // Collective over ep and pp: every expert of every MoE block of the model gathered into
   // `into` (an evaluation copy), with the router weights and biases; into may be null on
   // ranks that keep none.

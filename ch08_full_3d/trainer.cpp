@@ -315,6 +315,7 @@ GroupBytes Trainer::group_bytes_so_far() const {
     out.add("dp", moe_->dense_bytes_sent());
     out.add("ep", moe_->ep_bytes_sent());
     out.add("edp", moe_->edp_bytes_sent());
+    if (pipelined()) out.add("pp", moe_->pp_bytes_sent());  // every stage's blocks gathered
   }
   return out;
 }
