@@ -94,8 +94,9 @@ MoeBlocks::MoeBlocks(const TrainerConfig& c, Communicator* world, const DeviceMe
   if (!c.uses_moe()) throw std::logic_error("MoeBlocks without --n-experts");
   if (world != nullptr && mesh != nullptr) {
     groups_ = ch09::split_expert_groups(*world, *mesh, c.ep);
-    if (mesh->size("pp") > 1) pp_ = world->split(mesh->group_index(world->rank(), {"pp"}),
-                                                 world->rank());
+    if (mesh->size("pp") > 1) {  // the stages of this rank's pipeline
+      pp_ = world->split(mesh->group_index(world->rank(), {"pp"}), world->rank());
+    }
     // With tp every tp rank of a place runs the same MoE layer on the same tokens (the
     // blocks' ln_2 output is whole there): its tensors are replicated over tp too, and tp
     // rank 0 counts them.
@@ -139,8 +140,10 @@ void MoeBlocks::find_owners() {
     for (int r = 0; r < pp; ++r) {
       if (every.data_as<double>()[r * n + b] != 0) owner = r;
     }
-    if (owner < 0) throw std::logic_error("MoeBlocks: no pp rank holds MoE block " +
-                                          std::to_string(all[std::size_t(b)]));
+    if (owner < 0) {
+      throw std::logic_error("MoeBlocks: no pp rank holds MoE block " +
+                             std::to_string(all[std::size_t(b)]));
+    }
     owners_.push_back({all[std::size_t(b)], owner});
   }
 }

@@ -140,17 +140,16 @@ std::vector<GptModel> later_chunks(const TrainerConfig& c, const ParallelGrid* g
 }
 
 // Chapter 9's MoE blocks (null for a dense model): collective over the world, which their
-// expert groups are split from.
-// A pipeline's rank holds only the MoE blocks of its stages (each chunk's, in the schedule's
-// placement), so each MoE layer lives on one stage, as its block does.
+// expert groups are split from. A pipeline's rank holds only the MoE blocks of its chunks (in
+// the schedule's placement), so each MoE layer lives on one stage, as its block does.
 std::unique_ptr<MoeBlocks> make_moe(const TrainerConfig& c, Communicator* world,
                                     const ParallelGrid* grid) {
   if (!c.uses_moe()) return nullptr;
   std::vector<std::int64_t> blocks;
   if (grid != nullptr && grid->shape().pp > 1) {
-    const ch07::PipelineLayout l = chunk_layout(c);
-    for (int k = 0; k < c.virtual_stages; ++k) {
-      const GptStage s = gpt_stage(c.model, l.stage_of(grid->coord().pp, k), l.stages());
+    for (const GptStage& s : ch07::rank_chunk_stages(c.model, grid->coord().pp, c.pp,
+                                                      c.virtual_stages,
+                                                      chunk_layout(c).placement)) {
       for (std::int64_t b = s.first_block; b < s.end(c.model); ++b) blocks.push_back(b);
     }
   } else {
