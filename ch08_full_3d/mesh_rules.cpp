@@ -170,27 +170,17 @@ std::string ep_divides_dp_cp(const TrainerConfig& c) {
   return "--ep " + n(c.ep) + " does not divide --dp x --cp = " + num(dp_cp) +
          ": the ep ranks are borrowed from the data-parallel ranks (dp x cp = edp x ep)";
 }
-// What the trainer does not run beside MoE blocks yet: context and pipeline parallelism
-// (a pipeline keeps several micro-batches in flight, the MoE layer one forward's state),
-// sequence parallelism (the layer takes whole rows) and ZeRO-3. Tensor parallelism runs: every
-// tp rank of a place runs the same MoE layer on the same tokens (experts whole, replicated
-// over tp). ZeRO-1 and 2 run: they shard the registry's states over dp, and the experts'
-// AdamW states over edp (moe_blocks.h).
+// What the trainer does not run beside MoE blocks yet: sequence parallelism (the layer takes
+// whole rows; a tp rank's sequence shard would route its own rows, and the experts, replicated
+// over tp, would then need their gradients summed over tp too). Everything else runs beside
+// them: tp (every tp rank of a place runs the same MoE layer on the same tokens, experts whole,
+// replicated over tp), cp (each cp rank routes its own rows), pp (each stage holds its blocks'
+// layers, each micro-batch's state kept under its slot) and ZeRO 1-3 (the experts' states
+// sharded over edp, their parameters and gradients too under stage 3; moe_blocks.h).
 std::string moe_dimensions(const TrainerConfig& c) {
-  if (!c.uses_moe()) return "";
-  if (c.sequence_parallel) {
-    return "--sequence-parallel with --n-experts: not supported with MoE blocks yet (the MoE "
-           "layer takes whole rows)";
-  }
-  const std::pair<const char*, int> dims[] = {{"pp", c.pp}};
-  for (const auto& [flag, v] : dims) {
-    if (v != 1) {
-      return std::string("--") + flag + " " + n(v) +
-             " with --n-experts: not supported with MoE blocks yet (MoE runs over dp, cp, ep and "
-             "tp)";
-    }
-  }
-  return "";
+  if (!c.uses_moe() || !c.sequence_parallel) return "";
+  return "--sequence-parallel with --n-experts: not supported with MoE blocks yet (the MoE "
+         "layer takes whole rows; MoE runs over dp, cp, pp, ep and tp)";
 }
 
 }  // namespace

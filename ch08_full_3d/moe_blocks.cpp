@@ -42,10 +42,10 @@ class MoeBlocks::Branch final : public BlockFeedForward {
     reset();
   }
 
-  void forward(const Tensor& x, Tensor& y) override {
+  void forward(const Tensor& x, Tensor& y, int slot) override {
     // ZeRO-3: the experts whole for this forward only (gathered over edp, released after).
     owner_->gather_block(index_);
-    Tensor out = layer.forward(x);
+    Tensor out = layer.forward(x, slot);
     owner_->release_block(index_);
     // Rounded once into the working dtype, overflowing to inf as the dense MLP's output does
     // (the fp16 scaler must see it).
@@ -73,7 +73,7 @@ class MoeBlocks::Branch final : public BlockFeedForward {
                      4.0 * 2 * double(layer.config().d_model) * double(to_others + s.expert_rows - own);
     }
   }
-  void backward(const Tensor& dy, Tensor& dx, bool accumulate) override {
+  void backward(const Tensor& dy, Tensor& dx, bool accumulate, int slot) override {
     ch09::MoeBackwardOptions o;
     o.aux_seed = aux_seed;
     o.z_seed = z_seed;
@@ -81,7 +81,7 @@ class MoeBlocks::Branch final : public BlockFeedForward {
     owner_->gather_block(index_);
     owner_->restore_block_grads(index_);
     // A 16-bit dy widened (exactly) for the layer, which takes FP32.
-    Tensor d = layer.backward(dy.dtype() == DType::kF32 ? dy : dy.to(DType::kF32), o);
+    Tensor d = layer.backward(dy.dtype() == DType::kF32 ? dy : dy.to(DType::kF32), o, slot);
     owner_->release_block(index_);
     dx.copy_from(d, Saturation::kNoSat);
   }
@@ -108,11 +108,15 @@ bool MoeBlocks::is_moe_block(const TrainerConfig& c, std::int64_t layer) {
   return c.uses_moe() && (layer + 1) % c.moe_every == 0;
 }
 
-MoeBlocks::MoeBlocks(const TrainerConfig& c, Communicator* world, const DeviceMesh* mesh)
+MoeBlocks::MoeBlocks(const TrainerConfig& c, Communicator* world, const DeviceMesh* mesh,
+                     const std::vector<std::int64_t>& model_blocks)
     : config_(c) {
   if (!c.uses_moe()) throw std::logic_error("MoeBlocks without --n-experts");
   if (world != nullptr && mesh != nullptr) {
     groups_ = ch09::split_expert_groups(*world, *mesh, c.ep);
+    if (mesh->size("pp") > 1) {  // the stages of this rank's pipeline
+      pp_ = world->split(mesh->group_index(world->rank(), {"pp"}), world->rank());
+    }
     // With tp every tp rank of a place runs the same MoE layer on the same tokens (the
     // blocks' ln_2 output is whole there): its tensors are replicated over tp too, and tp
     // rank 0 counts them.
@@ -124,12 +128,15 @@ MoeBlocks::MoeBlocks(const TrainerConfig& c, Communicator* world, const DeviceMe
     stage3_ = shard_ && c.zero_stage == 3;
   }
   const ch09::MoeParallel par{groups_.ep.get(), groups_.dense.get(), c.moe_dispatch};
-  for (std::int64_t l = 0; l < c.model.n_layer; ++l) {
+  std::vector<std::int64_t> mine = model_blocks;
+  std::sort(mine.begin(), mine.end());
+  for (std::int64_t l : mine) {
     if (!is_moe_block(c, l)) continue;
     layers_.push_back(std::make_unique<Branch>(layer_config(c, l), par, this, layers_.size()));
     layer_of_.push_back(l);
   }
   if (stage3_) take_expert_shards();
+  find_owners();
 }
 
 namespace {
@@ -194,6 +201,37 @@ void MoeBlocks::release_whole() {
   for (std::size_t i = 0; i < layers_.size(); ++i) release_block(i);
 }
 
+void MoeBlocks::find_owners() {
+  // Every MoE block of the model, in model order, and the pp rank holding it (collective over
+  // pp: each rank's flags of the blocks it holds, gathered).
+  std::vector<std::int64_t> all;
+  for (std::int64_t l = 0; l < config_.model.n_layer; ++l) {
+    if (is_moe_block(config_, l)) all.push_back(l);
+  }
+  const int n = static_cast<int>(all.size()), pp = pp_ ? pp_->size() : 1;
+  Tensor held = Tensor::zeros({n}, DType::kF64, MemCategory::kCommBuffers);
+  for (std::int64_t l : layer_of_) {
+    held.data_as<double>()[std::find(all.begin(), all.end(), l) - all.begin()] = 1;
+  }
+  Tensor every = held;
+  if (pp_) {
+    every = Tensor::empty({pp * n}, DType::kF64, MemCategory::kCommBuffers);
+    pp_->all_gather(held, every);
+  }
+  owners_.clear();
+  for (int b = 0; b < n; ++b) {
+    int owner = -1;
+    for (int r = 0; r < pp; ++r) {
+      if (every.data_as<double>()[r * n + b] != 0) owner = r;
+    }
+    if (owner < 0) {
+      throw std::logic_error("MoeBlocks: no pp rank holds MoE block " +
+                             std::to_string(all[std::size_t(b)]));
+    }
+    owners_.push_back({all[std::size_t(b)], owner});
+  }
+}
+
 MoeBlocks::MoeBlocks(const TrainerConfig& c) : config_(c) {
   for (std::int64_t l = 0; l < c.model.n_layer; ++l) {
     if (!is_moe_block(c, l)) continue;
@@ -201,6 +239,7 @@ MoeBlocks::MoeBlocks(const TrainerConfig& c) : config_(c) {
         std::make_unique<Branch>(layer_config(c, l), ch09::MoeParallel{}, this, layers_.size()));
     layer_of_.push_back(l);
   }
+  find_owners();
 }
 
 MoeBlocks::~MoeBlocks() = default;
@@ -386,21 +425,19 @@ Json MoeBlocks::step_stats() {
   const std::uint64_t a2a = ep_bytes_sent() - ep_bytes_at_step_;  // before the gathers below
   double formula = 0;
   for (const auto& b : layers_) formula += b->a2a_formula;
-  Json blocks = Json::array();
+  const std::size_t E = static_cast<std::size_t>(config_.moe.n_experts);
+  // Per block: [E counts, dropped fraction, load max / mean, aux loss, z-loss].
+  std::vector<std::vector<double>> records;
   for (std::size_t i = 0; i < layers_.size(); ++i) {
     Branch& b = *layers_[i];
-    Json j = Json::object();
-    j.set("block", layer_of_[i]);
-    Json counts = Json::array();
-    for (double c : b.counts) counts.push_back(static_cast<std::int64_t>(c));
-    j.set("expert_tokens", std::move(counts));
+    std::vector<double> r(b.counts);
     // Dropped assignments and rows run per rank, over the replicas and the ep ranks.
     Tensor d = Tensor::empty({2}, DType::kF64, MemCategory::kCommBuffers);
     d.data_as<double>()[0] = double(b.dropped);
     d.data_as<double>()[1] = double(b.assignments);
     if (groups_.dense) groups_.dense->all_reduce(d);
     const double* dd = d.data_as<double>();
-    j.set("dropped_frac", dd[1] > 0 ? dd[0] / dd[1] : 0.0);
+    r.push_back(dd[1] > 0 ? dd[0] / dd[1] : 0.0);
     double mx = double(b.expert_rows), mean = double(b.expert_rows);
     if (groups_.ep && groups_.ep->size() > 1) {
       Tensor mine = Tensor::empty({1}, DType::kF64, MemCategory::kCommBuffers);
@@ -410,20 +447,60 @@ Json MoeBlocks::step_stats() {
       groups_.ep->all_gather(mine, all);
       mx = 0;
       mean = 0;
-      for (int r = 0; r < n; ++r) {
-        mx = std::max(mx, all.data_as<double>()[r]);
-        mean += all.data_as<double>()[r] / n;
+      for (int k = 0; k < n; ++k) {
+        mx = std::max(mx, all.data_as<double>()[k]);
+        mean += all.data_as<double>()[k] / n;
       }
     }
-    j.set("load_max_over_mean", mean > 0 ? mx / mean : 1.0);
+    r.push_back(mean > 0 ? mx / mean : 1.0);
     const double m = std::max(1, b.forwards);
-    j.set("aux_loss", b.aux_loss / m);
-    j.set("z_loss", b.z_loss / m);
+    r.push_back(b.aux_loss / m);
+    r.push_back(b.z_loss / m);
+    records.push_back(std::move(r));
+  }
+  std::vector<std::int64_t> block_of = layer_of_;
+  std::int64_t a2a_total = static_cast<std::int64_t>(a2a);
+  if (pp_) {
+    // A pipeline: each stage measured its own blocks; every rank reports the model's, each
+    // block's record broadcast from the pp rank holding it, and the ep bytes of the whole
+    // pipeline (this rank's and its other stages', by measure and by formula alike).
+    std::vector<std::vector<double>> all;
+    block_of.clear();
+    for (const auto& [block, owner] : owners_) {
+      Tensor t = Tensor::empty({std::int64_t(E) + 4}, DType::kF64, MemCategory::kCommBuffers);
+      if (owner == pp_->rank()) {
+        const auto i = std::find(layer_of_.begin(), layer_of_.end(), block) - layer_of_.begin();
+        std::copy_n(records[std::size_t(i)].data(), E + 4, t.data_as<double>());
+      }
+      pp_->broadcast(t, owner);
+      all.emplace_back(t.data_as<double>(), t.data_as<double>() + E + 4);
+      block_of.push_back(block);
+    }
+    records = std::move(all);
+    Tensor bytes = Tensor::empty({2}, DType::kF64, MemCategory::kCommBuffers);
+    bytes.data_as<double>()[0] = double(a2a);
+    bytes.data_as<double>()[1] = formula;
+    pp_->all_reduce(bytes);
+    a2a_total = static_cast<std::int64_t>(bytes.data_as<double>()[0]);
+    formula = bytes.data_as<double>()[1];
+  }
+  Json blocks = Json::array();
+  for (std::size_t i = 0; i < records.size(); ++i) {
+    const std::vector<double>& r = records[i];
+    Json j = Json::object();
+    j.set("block", block_of[i]);
+    Json counts = Json::array();
+    for (std::size_t e = 0; e < E; ++e) counts.push_back(static_cast<std::int64_t>(r[e]));
+    j.set("expert_tokens", std::move(counts));
+    j.set("dropped_frac", r[E]);
+    j.set("load_max_over_mean", r[E + 1]);
+    j.set("aux_loss", r[E + 2]);
+    j.set("z_loss", r[E + 3]);
     blocks.push_back(std::move(j));
   }
   Json out = Json::object();
   out.set("blocks", std::move(blocks));
-  out.set("a2a_bytes", static_cast<std::int64_t>(a2a));
+  out.set("a2a_bytes", a2a_total);
   const bool a2a_dispatch = config_.moe_dispatch == ch09::DispatchKind::kAllToAll;
   out.set("a2a_bytes_formula", a2a_dispatch ? Json(static_cast<std::int64_t>(formula)) : Json());
   return out;
@@ -432,6 +509,7 @@ Json MoeBlocks::step_stats() {
 std::uint64_t MoeBlocks::ep_bytes_sent() const { return sent(groups_.ep); }
 std::uint64_t MoeBlocks::edp_bytes_sent() const { return sent(groups_.edp); }
 std::uint64_t MoeBlocks::dense_bytes_sent() const { return sent(groups_.dense); }
+std::uint64_t MoeBlocks::pp_bytes_sent() const { return sent(pp_); }
 
 std::string MoeBlocks::key(std::size_t j) const {
   static constexpr const char* kNames[] = {"router.weight", "experts.c_fc.weight",
@@ -469,34 +547,46 @@ Tensor MoeBlocks::gather_experts(const Tensor& t) const {
 }
 
 void MoeBlocks::gather_for_eval(MoeBlocks* into) {
-  for (std::size_t i = 0; i < layers_.size(); ++i) {
-    gather_block(i);  // ZeRO-3: over edp first, released below
-    ch09::MoeLayer& src = layers_[i]->layer;
-    ch09::ExpertWeights& w = src.experts();
-    std::vector<Tensor> whole;
-    for (Tensor* t : {&w.fc_w, &w.fc_b, &w.proj_w, &w.proj_b}) {
-      if (!groups_.ep || groups_.ep->size() == 1) {
-        whole.push_back(*t);
-        continue;
+  const std::int64_t C = config_.model.n_embd, H = 4 * C, E = config_.moe.n_experts;
+  const int my_pp = pp_ ? pp_->rank() : 0;
+  for (std::size_t b = 0; b < owners_.size(); ++b) {
+    const auto [block, owner] = owners_[b];
+    // The router, the expert bias and every expert (rank r of ep holds experts [r El,
+    // (r + 1) El): the gather's rank order is the global one), whole on the stage holding
+    // the block; a pipeline broadcasts them from it over pp.
+    std::vector<Tensor> whole = {Tensor::empty({C, E}, DType::kF32, MemCategory::kOther),
+                                 Tensor::empty({E}, DType::kF32, MemCategory::kOther),
+                                 Tensor::empty({E, C, H}, DType::kF32, MemCategory::kOther),
+                                 Tensor::empty({E, H}, DType::kF32, MemCategory::kOther),
+                                 Tensor::empty({E, H, C}, DType::kF32, MemCategory::kOther),
+                                 Tensor::empty({E, C}, DType::kF32, MemCategory::kOther)};
+    if (owner == my_pp) {
+      const auto i = std::find(layer_of_.begin(), layer_of_.end(), block) - layer_of_.begin();
+      gather_block(std::size_t(i));  // ZeRO-3: over edp first, released below
+      ch09::MoeLayer& src = layers_[std::size_t(i)]->layer;
+      whole[0].copy_from(src.router_weight());
+      whole[1].copy_from(Tensor::from_floats(src.expert_bias(), {E}));
+      ch09::ExpertWeights& w = src.experts();
+      const Tensor* from[] = {&w.fc_w, &w.fc_b, &w.proj_w, &w.proj_b};
+      for (std::size_t k = 0; k < 4; ++k) {
+        if (!groups_.ep || groups_.ep->size() == 1) {
+          whole[k + 2].copy_from(*from[k]);
+        } else {
+          groups_.ep->all_gather(*from[k], whole[k + 2]);
+        }
       }
-      // Rank r holds experts [r El, (r + 1) El): the gather's rank order is the global one.
-      Shape s = t->shape();
-      s[0] *= groups_.ep->size();
-      Tensor all = Tensor::empty(s, DType::kF32, MemCategory::kOther);
-      groups_.ep->all_gather(*t, all);
-      whole.push_back(all);
+      release_block(std::size_t(i));
     }
-    if (into == nullptr) {
-      release_block(i);
-      continue;
+    if (pp_) {
+      for (Tensor& t : whole) pp_->broadcast(t, owner);
     }
-    ch09::MoeLayer& dst = into->layer(i);
-    dst.router_weight().copy_from(src.router_weight());
-    dst.expert_bias() = src.expert_bias();
+    if (into == nullptr) continue;
+    ch09::MoeLayer& dst = into->layer(b);
+    dst.router_weight().copy_from(whole[0]);
+    dst.expert_bias() = whole[1].to_floats();
     ch09::ExpertWeights& e = dst.experts();
     Tensor* to[] = {&e.fc_w, &e.fc_b, &e.proj_w, &e.proj_b};
-    for (std::size_t k = 0; k < 4; ++k) to[k]->copy_from(whole[k]);
-    release_block(i);
+    for (std::size_t k = 0; k < 4; ++k) to[k]->copy_from(whole[k + 2]);
   }
 }
 

@@ -40,6 +40,14 @@
 // dp x cp, then the ep exchange (counts, then tokens, out and back); its backward the same
 // gathers, then the ep exchange; after the backwards the routers' all-reduces and the
 // experts' reduce-scatters, block by block. Nothing is prefetched on another thread.
+//
+// Beside a pipeline (chapter 7) each rank holds the MoE blocks of its own stages (its chunks'),
+// and the groups above are its stage's: the dp x cp ranks of the same stage and tp rank. Each
+// layer keeps every micro-batch's forward state under the model's slot until that
+// micro-batch's backward (block_feed_forward.h), so any schedule's order of forwards and
+// backwards gives one device's gradients; a block is counted in the norm and written to a
+// checkpoint by its stage alone, and the statistics and the evaluation copy gather every
+// stage's blocks over pp.
 #pragma once
 
 #include <cstdint>
@@ -63,8 +71,12 @@ class MoeBlocks final : public FeedForwardSeam {
  public:
   // Collective over world when distributed (the expert groups are split from it); world null:
   // one device, every expert here. c must have passed validate() with c.uses_moe().
-  MoeBlocks(const TrainerConfig& c, Communicator* world, const DeviceMesh* mesh);
-  // An evaluation copy: one rank, every expert, no communicator (gather_for_eval fills it).
+  // model_blocks: the blocks this rank's model (its chunks) runs, every block unless a
+  // pipeline (chapter 7) gives this rank some only: it holds the MoE blocks among them.
+  MoeBlocks(const TrainerConfig& c, Communicator* world, const DeviceMesh* mesh,
+            const std::vector<std::int64_t>& model_blocks);
+  // An evaluation copy: one rank, every block, every expert, no communicator
+  // (gather_for_eval fills it).
   explicit MoeBlocks(const TrainerConfig& c);
   ~MoeBlocks() override;
 
@@ -112,20 +124,25 @@ class MoeBlocks final : public FeedForwardSeam {
   // After an optimizer step that was taken: DeepSeek-V3's bias update from the step's counts
   // (reduced over dp x cp), then the step's statistics reset.
   void after_step(bool taken);
-  // The step's statistics, collective over dp x cp and ep: "blocks", one object per MoE
-  // block (per-expert token counts of the global batch before drops, dropped fraction, max /
-  // mean of the rows each ep rank's experts ran, the aux and z losses); "a2a_bytes", what this
-  // rank sent over ep in the step's micro-batches (measured by the communicator), and
-  // "a2a_bytes_formula", the same by the formula of the all-to-all dispatch (each row to or
-  // from another ep rank crosses four times: dispatch and return, forward and backward, C
-  // FP32 values; plus El FP64 counts per other rank per forward), null for all-gather.
+  // The step's statistics, collective over dp x cp, ep and pp: "blocks", one object per MoE
+  // block of the model, from the stage holding it (per-expert token counts of the global
+  // batch before drops, dropped fraction, max / mean of the rows each ep rank's experts ran,
+  // the aux and z losses); "a2a_bytes", what this rank sent over ep in the step's
+  // micro-batches (measured by the communicator), and "a2a_bytes_formula", the same by the
+  // formula of the all-to-all dispatch (each row to or from another ep rank crosses four
+  // times: dispatch and return, forward and backward, C FP32 values; plus El FP64 counts per
+  // other rank per forward), null for all-gather. With a pipeline both are summed over the
+  // rank's pp group (every stage's MoE blocks).
   Json step_stats();
-  // Bytes this rank sent over the ep, edp and dense groups so far (the trainer's by-group log).
+  // Bytes this rank sent over the ep, edp, dense and pp groups so far (the trainer's by-group
+  // log).
   std::uint64_t ep_bytes_sent() const;
   std::uint64_t edp_bytes_sent() const;
   std::uint64_t dense_bytes_sent() const;
-  // Collective over ep: every expert of every MoE block gathered into `into` (an evaluation
-  // copy), with the router weights and biases; into may be null on ranks that keep none.
+  std::uint64_t pp_bytes_sent() const;  // the statistics and evaluation gathers over pp
+  // Collective over ep and pp: every expert of every MoE block of the model gathered into
+  // `into` (an evaluation copy), with the router weights and biases; into may be null on
+  // ranks that keep none.
   void gather_for_eval(MoeBlocks* into);
 
   // Checkpoints (chapter 8's pieces): the global name of this rank's tensor j of params(),
@@ -162,6 +179,10 @@ class MoeBlocks final : public FeedForwardSeam {
   ch09::ExpertGroups groups_;
   std::vector<std::unique_ptr<Branch>> layers_;  // by MoE block, in model order
   std::vector<std::int64_t> layer_of_;           // model block of each
+  std::unique_ptr<Communicator> pp_;             // this rank's pipeline (null: pp 1)
+  // Every MoE block of the model, in model order, and the pp rank holding it.
+  std::vector<std::pair<std::int64_t, int>> owners_;
+  void find_owners();  // collective over pp
   bool count_router_ = true, count_experts_ = true;
   bool shard_ = false;  // the experts' optimizer states sharded over edp (ZeRO)
   bool stage3_ = false;  // and their parameters and gradients (ZeRO-3)

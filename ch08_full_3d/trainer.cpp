@@ -124,24 +124,39 @@ GptOptions chunk_options(GptOptions o, const TrainerConfig& c, const ParallelGri
 // Chunks 1 .. v - 1 of an interleaved pipeline's rank (chunk 0 is the trainer's model_).
 std::vector<GptModel> later_chunks(const TrainerConfig& c, const ParallelGrid* grid,
                                    TensorParallelGroup* tp_ops, ParamRegistry* params,
-                                   AttentionSeam* cp_attention, BlockGemms* gemms) {
+                                   AttentionSeam* cp_attention, BlockGemms* gemms,
+                                   FeedForwardSeam* feed_forward) {
   std::vector<GptModel> out;
   if (params == nullptr) return out;
   out.reserve(static_cast<std::size_t>(c.virtual_stages - 1));
   for (int k = 1; k < c.virtual_stages; ++k) {
-    out.emplace_back(c.model, chunk_options(stage_options(model_options(c, gemms), grid, tp_ops,
-                                                          c.sequence_parallel, cp_attention),
-                                            c, grid, k, params));
+    GptOptions o = chunk_options(stage_options(model_options(c, gemms), grid, tp_ops,
+                                               c.sequence_parallel, cp_attention),
+                                 c, grid, k, params);
+    o.feed_forward = feed_forward;  // the chunk's MoE blocks (make_moe holds every chunk's)
+    out.emplace_back(c.model, o);
   }
   return out;
 }
 
 // Chapter 9's MoE blocks (null for a dense model): collective over the world, which their
-// expert groups are split from.
+// expert groups are split from. A pipeline's rank holds only the MoE blocks of its chunks (in
+// the schedule's placement), so each MoE layer lives on one stage, as its block does.
 std::unique_ptr<MoeBlocks> make_moe(const TrainerConfig& c, Communicator* world,
                                     const ParallelGrid* grid) {
   if (!c.uses_moe()) return nullptr;
-  return std::make_unique<MoeBlocks>(c, grid ? world : nullptr, grid ? &grid->mesh() : nullptr);
+  std::vector<std::int64_t> blocks;
+  if (grid != nullptr && grid->shape().pp > 1) {
+    for (const GptStage& s : ch07::rank_chunk_stages(c.model, grid->coord().pp, c.pp,
+                                                      c.virtual_stages,
+                                                      chunk_layout(c).placement)) {
+      for (std::int64_t b = s.first_block; b < s.end(c.model); ++b) blocks.push_back(b);
+    }
+  } else {
+    for (std::int64_t b = 0; b < c.model.n_layer; ++b) blocks.push_back(b);
+  }
+  return std::make_unique<MoeBlocks>(c, grid ? world : nullptr, grid ? &grid->mesh() : nullptr,
+                                     blocks);
 }
 
 GptOptions with_moe(GptOptions o, MoeBlocks* moe) {
@@ -186,7 +201,7 @@ Trainer::Trainer(TrainerConfig config, TrainingData data, Communicator* world)
                                     config_, grid_.get(), 0, chunk_params_.get()),
                       moe_.get())),
       chunks_(later_chunks(config_, grid_.get(), tp_ops_.get(), chunk_params_.get(),
-                           cp_attention_.get(), fp8_.get())),
+                           cp_attention_.get(), fp8_.get(), moe_.get())),
       sync_(make_grad_sync(model_, grid_.get(), config_)),
       // What the optimizer steps is what the sync says this rank owns: every parameter, or
       // (sharded over dp) its pieces, so its masters and moments are 1/dp of them.
@@ -299,6 +314,7 @@ GroupBytes Trainer::group_bytes_so_far() const {
     out.add("dp", moe_->dense_bytes_sent());
     out.add("ep", moe_->ep_bytes_sent());
     out.add("edp", moe_->edp_bytes_sent());
+    if (pipelined()) out.add("pp", moe_->pp_bytes_sent());  // every stage's blocks gathered
   }
   return out;
 }

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <vector>
 
 #include "ch09_expert_parallel/experts.h"
@@ -62,15 +63,20 @@ class MoeLayer {
   ExpertWeights& expert_grads() { return g_; }
   std::vector<float>& expert_bias() { return bias_; }  // [E], DeepSeek-V3's; zeros at start
 
-  // y [T, C] FP32, the MLP branch of the tokens x [T, C].
-  Tensor forward(const Tensor& x);
-  // dx [T, C] FP32 of the last forward, given dy [T, C] (carrying the loss's factors).
-  Tensor backward(const Tensor& dy, const MoeBackwardOptions& o = {});
+  // y [T, C] FP32, the MLP branch of the tokens x [T, C]. slot: the micro-batch in flight
+  // whose state this forward keeps for its backward (a pipeline runs several forwards before
+  // their backwards, chapter 7); a forward into a slot whose backward has not run replaces it.
+  Tensor forward(const Tensor& x, int slot = 0);
+  // dx [T, C] FP32 of slot's forward, given dy [T, C] (carrying the loss's factors); the slot's
+  // state is freed. std::logic_error when the slot holds no forward.
+  Tensor backward(const Tensor& dy, const MoeBackwardOptions& o = {}, int slot = 0);
   // DeepSeek-V3's step on the bias from the last forward's counts, reduced over the balance
   // group; reduced = false takes this rank's own counts (the bug: the replicas' biases part).
   void update_bias(bool reduced = true);
 
-  const MoeStats& stats() const { return stats_; }
+  const MoeStats& stats() const { return stats_; }  // of the last forward
+  // Forwards whose backward has not run yet (their states held).
+  std::size_t slots_in_flight() const { return states_.size(); }
 
  private:
   MoeConfig c_;
@@ -78,17 +84,21 @@ class MoeLayer {
   Tensor router_w_, router_g_;
   ExpertWeights w_, g_;
   std::vector<float> bias_;
-  // The last forward.
-  RouterOut router_;
-  Routing routing_;
-  std::vector<char> keep_;
-  Permutation perm_;
-  AllToAllPlan a2a_;
-  AllGatherPlan ag_;
-  ExpertActs acts_;
-  Tensor yp_;          // [N, C] the experts' outputs at the tokens' rank (all-to-all, ep 1)
-  Tensor ye_;          // [Ne, C] the experts' outputs where they ran
-  MoeStats stats_;
+  // What one forward keeps for its backward.
+  struct Saved {
+    RouterOut router;
+    Routing routing;
+    std::vector<char> keep;
+    Permutation perm;
+    AllToAllPlan a2a;
+    AllGatherPlan ag;
+    ExpertActs acts;
+    Tensor yp;  // [N, C] the experts' outputs at the tokens' rank (all-to-all, ep 1)
+    Tensor ye;  // [Ne, C] the experts' outputs where they ran
+    BalanceStats balance;  // the aux and z-loss gradients' statistics
+  };
+  std::map<int, Saved> states_;  // by slot, from its forward to its backward
+  MoeStats stats_;               // the last forward's
 };
 
 // The gradient sums of data parallelism for the layer: the router's over `dense` (dp x cp),

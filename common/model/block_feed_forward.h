@@ -16,12 +16,14 @@ class BlockFeedForward {
  public:
   virtual ~BlockFeedForward() = default;
   // y [N, C] (overwritten, the working dtype) = the branch of x [N, C], ln_2's output; the
-  // block adds the residual.
-  virtual void forward(const Tensor& x, Tensor& y) = 0;
-  // dx [N, C] (overwritten) = d(branch)/dx of the last forward given dy [N, C]; the branch's
-  // own weight gradients written, or added to when accumulate (micro-batches). It holds one
-  // forward's state: each forward is followed by its backward before the next forward.
-  virtual void backward(const Tensor& dy, Tensor& dx, bool accumulate) = 0;
+  // block adds the residual. slot: which micro-batch in flight (the model's slot, gpt.h): a
+  // pipeline runs several forwards before their backwards, so the branch keeps each forward's
+  // state under its slot until that slot's backward, as the model keeps its activations.
+  virtual void forward(const Tensor& x, Tensor& y, int slot) = 0;
+  // dx [N, C] (overwritten) = d(branch)/dx of slot's forward given dy [N, C]; the branch's
+  // own weight gradients written, or added to when accumulate (micro-batches). The slot's
+  // state is freed: the next forward into it is another micro-batch's.
+  virtual void backward(const Tensor& dy, Tensor& dx, bool accumulate, int slot) = 0;
 };
 
 // Which blocks run a branch, asked once per block when the model is built.

@@ -151,6 +151,7 @@ void GptModel::ensure_buffers(std::int64_t B, std::int64_t T) {
     GptBlockActs& a = cur().acts[i];
     a.seam = options_.attention;
     a.ffn = ffn_[i];
+    a.ffn_slot = slot_;
     a.ensure(B, T, C, H, dt, tp, sp());
   }
   if (options_.stage.is_last()) {  // the head's buffers: the last stage's only

@@ -132,9 +132,11 @@ void GptBlockActs::ensure(std::int64_t B, std::int64_t T, std::int64_t C, std::i
 void GptBlockActs::release() {
   AttentionSeam* keep = seam;
   BlockFeedForward* branch = ffn;
+  const int branch_slot = ffn_slot;
   *this = GptBlockActs{};
   seam = keep;
   ffn = branch;
+  ffn_slot = branch_slot;
 }
 
 std::size_t GptBlockActs::bytes(std::int64_t B, std::int64_t T, std::int64_t C, std::int64_t H,
@@ -190,7 +192,7 @@ void gpt_block_forward(const GptBlockWeights& w, const BlockLinears& l, std::int
   layers::layernorm_forward(a.res2, w.ln2_w, w.ln2_b, a.ln2, a.ln2_mean, a.ln2_rstd);
   if (a.ffn != nullptr) {  // the branch in place of the MLP: out = res2 + branch(ln_2(res2))
     if (out == nullptr) return;
-    a.ffn->forward(rows2d(a.ln2), proj2d);
+    a.ffn->forward(rows2d(a.ln2), proj2d, a.ffn_slot);
     layers::residual_forward(a.res2, proj, *out);
     return;
   }
@@ -285,7 +287,7 @@ void gpt_block_backward_input(const GptBlockWeights& w, GptBlockWeights& g,
   // MLP branch. dres = d(out) flows to res2 unchanged (skip path); ln_2 adds its share.
   if (a.ffn != nullptr) {
     // The branch's backward is whole (its weight gradients too): W has no MLP products left.
-    a.ffn->backward(dres, dsmall, accumulate);
+    a.ffn->backward(dres, dsmall, accumulate, a.ffn_slot);
   } else {
     out_grad.copy_from(ws.dres);  // W's dy of mlp.c_proj
     // d(fch_gelu) = d(out) w^T (g's backward: the identity).

@@ -81,8 +81,10 @@ struct GptBlockActs {
   // forward keeps (saved_shape) instead of the probabilities. Set before ensure().
   AttentionSeam* seam = nullptr;
   // Not null: the MLP branch runs through it (block_feed_forward.h; chapter 9's MoE layer):
-  // fch and fch_gelu are not read, d(out) reaches it whole. Set before forward.
+  // fch and fch_gelu are not read, d(out) reaches it whole. Set before forward, with the
+  // slot (micro-batch in flight) whose state the branch keeps for this forward's backward.
   BlockFeedForward* ffn = nullptr;
+  int ffn_slot = 0;
 
   // (Re)allocates unless already of this shape and dtype.
   void ensure(std::int64_t B, std::int64_t T, std::int64_t C, std::int64_t H, DType dtype,

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -53,6 +54,21 @@ inline TrainingData random_data(std::size_t n, std::uint64_t seed = 7) {
   d.fingerprint = seed;
   d.tokens = std::make_shared<const std::vector<std::uint16_t>>(std::move(tokens));
   return d;
+}
+
+// A pipeline rank's step `i` against one device's: the first step's loss bit for bit (the
+// same forward arithmetic); after it the tied wte's gradient is summed in another order, so
+// losses agree to 1e-6 and norms to 1e-5, relative.
+inline void expect_close_step(const StepStats& got, const StepStats& ref, const std::string& at) {
+  EXPECT_LE(std::abs(got.loss - ref.loss), 1e-6 * std::abs(ref.loss)) << at;
+  EXPECT_LE(std::abs(got.grad_norm - ref.grad_norm), 1e-5 * ref.grad_norm) << at;
+}
+inline void expect_one_device_step(const StepStats& got, const StepStats& ref, std::size_t i,
+                                   const std::string& at) {
+  if (i == 0) {
+    EXPECT_EQ(got.loss, ref.loss) << at;
+  }
+  expect_close_step(got, ref, at);
 }
 
 // A Trainer of c on each of its ranks, running body(trainer, rank) (test_support::on_each_rank:

@@ -41,20 +41,8 @@ std::vector<std::vector<StepStats>> run(const TrainerConfig& c, const TrainingDa
   });
 }
 
-// One rank's step `i` against one device's: the first step's loss bit for bit (the same
-// forward arithmetic); after it the tied wte's gradient is summed in another order, so losses
-// agree to 1e-6 and norms to 1e-5, relative.
-void expect_close_step(const StepStats& got, const StepStats& ref, const std::string& at) {
-  EXPECT_LE(std::abs(got.loss - ref.loss), 1e-6 * std::abs(ref.loss)) << at;
-  EXPECT_LE(std::abs(got.grad_norm - ref.grad_norm), 1e-5 * ref.grad_norm) << at;
-}
-void expect_one_device_step(const StepStats& got, const StepStats& ref, std::size_t i,
-                            const std::string& at) {
-  if (i == 0) {
-    EXPECT_EQ(got.loss, ref.loss) << at;
-  }
-  expect_close_step(got, ref, at);
-}
+using test::expect_close_step;
+using test::expect_one_device_step;
 
 TEST(PipelineTrainer, StagesTrainLikeOneDeviceAccumulatingTheSameMicroBatches) {
   const TrainingData data = random_data(4096);

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <stdexcept>
+#include <vector>
 
 #include "ch09_expert_parallel/load_balance.h"
 #include "ch09_expert_parallel/moe_layer.h"
@@ -35,6 +37,43 @@ double central_difference(MoeLayer& layer, const Tensor& x, const Tensor& dy, Te
   const double down = layer_loss(layer, x, dy);
   p.data_as<float>()[i] = v;
   return (up - down) / (2.0 * double(h));
+}
+
+// A pipeline runs several micro-batches' forwards before their backwards (chapter 7): each
+// forward's state kept under its slot, the backwards in reverse order give each micro-batch
+// its own input gradient and the same accumulated weight gradients as one forward-backward
+// after another (bit for bit: the same products, added in the same order by the same
+// backwards); a slot is freed by its backward.
+TEST(MoeGradients, EachSlotKeepsItsForwardUntilItsBackwardInAnyOrder) {
+  MoeConfig c = lesson_config();
+  c.aux_loss_coef = 0.5;
+  c.z_loss_coef = 0.1;
+  const Tensor x[] = {lesson_tokens(12, c.d_model, 5), lesson_tokens(12, c.d_model, 6)};
+  const Tensor dy[] = {lesson_tokens(12, c.d_model, 7), lesson_tokens(12, c.d_model, 8)};
+  MoeBackwardOptions o;
+  o.aux_seed = float(c.aux_loss_coef);
+  o.z_seed = float(c.z_loss_coef);
+  // One after another, the second micro-batch's backward first (so the sums' order matches).
+  MoeLayer serial(c, {});
+  std::vector<float> dx_serial[2];
+  for (int i : {1, 0}) {
+    serial.forward(x[i]);
+    o.accumulate = i == 0;
+    dx_serial[i] = serial.backward(dy[i], o).to_floats();
+  }
+  MoeLayer in_flight(c, {});
+  in_flight.forward(x[0], 0);
+  in_flight.forward(x[1], 1);
+  EXPECT_EQ(in_flight.slots_in_flight(), 2u);
+  o.accumulate = false;
+  EXPECT_EQ(in_flight.backward(dy[1], o, 1).to_floats(), dx_serial[1]);
+  o.accumulate = true;
+  EXPECT_EQ(in_flight.backward(dy[0], o, 0).to_floats(), dx_serial[0]);
+  EXPECT_EQ(in_flight.slots_in_flight(), 0u);
+  EXPECT_EQ(in_flight.router_grad().to_floats(), serial.router_grad().to_floats());
+  EXPECT_EQ(in_flight.expert_grads().fc_w.to_floats(), serial.expert_grads().fc_w.to_floats());
+  EXPECT_EQ(in_flight.expert_grads().proj_b.to_floats(), serial.expert_grads().proj_b.to_floats());
+  EXPECT_THROW(in_flight.backward(dy[0], o, 0), std::logic_error);
 }
 
 TEST(MoeGradients, RouterExpertAndInputGradientsMatchFiniteDifferences) {
