@@ -1,0 +1,106 @@
+#include "calibrate.h"
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
+#include "comm/local_backend.h"
+#include "gemm_peak.h"
+#include "tensor/tensor.h"
+#include "util/errors.h"
+
+namespace mixpar::plan {
+
+std::pair<double, double> fit_line(const std::vector<std::pair<double, double>>& xy) {
+  const double n = static_cast<double>(xy.size());
+  double sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (const auto& [x, y] : xy) {
+    sx += x;
+    sy += y;
+    sxx += x * x;
+    sxy += x * y;
+  }
+  const double den = n * sxx - sx * sx;
+  if (xy.size() < 2 || den == 0) return {n > 0 ? sy / n : 0.0, 0.0};
+  const double b = (n * sxy - sx * sy) / den;
+  return {(sy - b * sx) / n, b};
+}
+
+namespace {
+
+double gemm_rate_all_cores(int cores, int n) {
+  std::vector<double> rates(static_cast<std::size_t>(cores), 0.0);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < cores; ++i) {
+    threads.emplace_back([&rates, i, n] {
+      rates[static_cast<std::size_t>(i)] =
+          ch08::measure_gemm_peak(1, DType::kF32, n, 5).measured_flops_per_s;
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  double sum = 0;
+  for (double r : rates) sum += r;
+  return sum;
+}
+
+double allreduce_seconds(LocalWorld& world, double bytes, int reps) {
+  const auto numel = std::max<std::int64_t>(1, static_cast<std::int64_t>(bytes / 4));
+  std::vector<double> times;
+  world.run([&](Communicator& c) {
+    Tensor buf = Tensor::zeros({numel}, DType::kF32, MemCategory::kCommBuffers);
+    c.all_reduce(buf);  // warm: pages, caches
+    for (int i = 0; i < reps; ++i) {
+      c.barrier();
+      const auto t0 = std::chrono::steady_clock::now();
+      c.all_reduce(buf);
+      c.barrier();
+      if (c.rank() == 0) {
+        times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      }
+    }
+  });
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+}  // namespace
+
+Calibration calibrate_this_machine(int ranks, int cores, const std::vector<int>& gemm_sizes,
+                                   const std::vector<double>& allreduce_bytes) {
+  if (ranks < 2) throw InputError("--calibrate needs --devices >= 2 (the all-reduce's ranks)");
+  if (cores < 1) throw InputError("--calibrate needs at least one core");
+  Calibration out;
+  std::vector<std::pair<double, double>> inv;
+  for (int n : gemm_sizes) {
+    const double rate = gemm_rate_all_cores(cores, n);
+    out.gemm.emplace_back(n, rate);
+    inv.emplace_back(1.0 / n, 1.0 / rate);
+  }
+  const auto [a, b] = fit_line(inv);
+  Cluster& c = out.cluster;
+  c.name = "this-machine";
+  c.devices = ranks;
+  c.devices_per_node = ranks;
+  c.memory_bytes = 0;  // set by the caller (MemAvailable / ranks)
+  c.peak_flops = a > 0 ? 1.0 / a : out.gemm.back().second;
+  c.fp32_peak_ratio = 1.0;  // a CPU's 16-bit GEMMs widen to FP32 (gemm_peak.h)
+  c.gemm_eff_max = 1.0;
+  c.gemm_half_size = a > 0 && b > 0 ? b / a : 1.0;
+  c.shared_cores = cores;
+
+  LocalWorld world(ranks, {.watchdog_seconds = 0});
+  std::vector<std::pair<double, double>> pts;
+  for (double bytes : allreduce_bytes) {
+    const double s = allreduce_seconds(world, bytes, 9);
+    out.collective.emplace_back(bytes, s);
+    pts.emplace_back(2.0 * (ranks - 1) / ranks * bytes, s);
+  }
+  const auto [t0, slope] = fit_line(pts);
+  Link link{.bandwidth = slope > 0 ? 1.0 / slope : 1e12,
+            .latency = std::max(0.0, t0) / (2.0 * (ranks - 1))};
+  c.intra = link;
+  c.inter = link;
+  return out;
+}
+
+}  // namespace mixpar::plan
