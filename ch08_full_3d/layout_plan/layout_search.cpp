@@ -146,9 +146,13 @@ std::vector<Candidate> all_candidates(const SearchSpace& space, const Cluster& c
         if (pp == 1) {
           scheds.push_back({ch07::ScheduleKind::kOneFOneB, 1});
         } else {
-          scheds.push_back({ch07::ScheduleKind::kOneFOneB, 1});
-          for (int v : space.virtual_stages) scheds.push_back({ch07::ScheduleKind::kInterleaved, v});
-          scheds.push_back({ch07::ScheduleKind::kZbH1, 1});
+          for (ch07::ScheduleKind k : space.schedules) {
+            if (k == ch07::ScheduleKind::kInterleaved) {
+              for (int v : space.virtual_stages) scheds.push_back({k, v});
+            } else {
+              scheds.push_back({k, ch07::placement_of(k) == ch07::Placement::kV ? 2 : 1});
+            }
+          }
         }
         for (std::int64_t b : space.micro_batch_sizes) {
           if ((space.global_batch / dp) % b != 0) continue;

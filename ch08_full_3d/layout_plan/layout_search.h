@@ -46,6 +46,10 @@ struct SearchSpace {
                                             mem::Recompute::kFull};
   std::vector<std::int64_t> micro_batch_sizes = {1, 2, 4, 8, 16, 32};
   std::vector<int> virtual_stages = {2, 4};  // interleaved's v
+  // The pipeline schedules of pp > 1 layouts.
+  std::vector<ch07::ScheduleKind> schedules = {ch07::ScheduleKind::kOneFOneB,
+                                               ch07::ScheduleKind::kInterleaved,
+                                               ch07::ScheduleKind::kZbH1};
   bool context_parallel = true;              // cp > 1 considered
   bool pipeline = true;                      // pp > 1 considered
 };

@@ -53,6 +53,9 @@ ArgParser make_args() {
       .option("zero-stages", "0,1,2,3", "ZeRO stages to consider")
       .option("recompute", "none,selective,full", "recompute modes to consider")
       .option("micro-batch-sizes", "1,2,4,8,16,32", "micro-batch sizes b to consider")
+      .option("schedules", "1f1b,interleaved,zb-h1",
+              "pipeline schedules to consider (chapter 7's: afab|1f1b|interleaved|zb-h1|zb-v|dualpipev)")
+      .option("virtual-stages", "2,4", "interleaved's chunks per rank v to consider")
       .flag("no-cp", "do not consider context parallelism")
       .flag("no-pp", "do not consider pipeline parallelism")
       .option("top", "10", "layouts to print")
@@ -161,6 +164,13 @@ PlanFlags parse_plan_flags(int argc, char** argv) {
       f.space.micro_batch_sizes.empty()) {
     throw InputError("--dtypes, --zero-stages, --recompute and --micro-batch-sizes each need a value");
   }
+  f.space.schedules.clear();
+  for (const std::string& k : split(a.get("schedules"))) f.space.schedules.push_back(ch07::parse_schedule(k));
+  f.space.virtual_stages.clear();
+  for (const std::string& v : split(a.get("virtual-stages"))) {
+    f.space.virtual_stages.push_back(static_cast<int>(parse_int("--virtual-stages", v, 2, 1024)));
+  }
+  if (f.space.schedules.empty()) throw InputError("--schedules needs a value");
   f.space.context_parallel = !a.get_flag("no-cp");
   f.space.pipeline = !a.get_flag("no-pp");
   f.top = static_cast<int>(a.get_int("top", 1, 1000000));
