@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <thread>
 
 #include "comm/local_backend.h"
 #include "gemm_peak.h"
+#include "ops/matmul.h"
 #include "tensor/tensor.h"
 #include "util/errors.h"
 
@@ -28,10 +30,10 @@ std::pair<double, double> fit_line(const std::vector<std::pair<double, double>>&
 
 namespace {
 
-double gemm_rate_all_cores(int cores, int n) {
-  std::vector<double> rates(static_cast<std::size_t>(cores), 0.0);
+double gemm_rate_all_threads(int threads_at_once, int n) {
+  std::vector<double> rates(static_cast<std::size_t>(threads_at_once), 0.0);
   std::vector<std::thread> threads;
-  for (int i = 0; i < cores; ++i) {
+  for (int i = 0; i < threads_at_once; ++i) {
     threads.emplace_back([&rates, i, n] {
       rates[static_cast<std::size_t>(i)] =
           ch08::measure_gemm_peak(1, DType::kF32, n, 5).measured_flops_per_s;
@@ -41,6 +43,48 @@ double gemm_rate_all_cores(int cores, int n) {
   double sum = 0;
   for (double r : rates) sum += r;
   return sum;
+}
+
+double memory_bandwidth(int cores) {
+  constexpr std::size_t kBytes = std::size_t{64} << 20;
+  double best = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    std::vector<std::vector<char>> src(static_cast<std::size_t>(cores), std::vector<char>(kBytes, 1));
+    std::vector<std::vector<char>> dst(static_cast<std::size_t>(cores), std::vector<char>(kBytes, 0));
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<std::thread> threads;
+    for (int i = 0; i < cores; ++i) {
+      threads.emplace_back([&, i] {
+        std::memcpy(dst[static_cast<std::size_t>(i)].data(), src[static_cast<std::size_t>(i)].data(), kBytes);
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    best = std::max(best, 2.0 * static_cast<double>(kBytes) * cores / s);
+  }
+  return best;
+}
+
+// Seconds per (GEMM [+ all-reduce]) round on every rank, the GEMM n x n x n on one thread.
+double rounds_seconds(LocalWorld& world, int n, bool with_allreduce, int reps) {
+  double seconds = 0;
+  world.run([&](Communicator& c) {
+    Tensor a = Tensor::zeros({n, n}, DType::kF32);
+    Tensor b = Tensor::zeros({n, n}, DType::kF32);
+    Tensor out = Tensor::zeros({n, n}, DType::kF32);
+    Tensor small = Tensor::zeros({1024}, DType::kF32, MemCategory::kCommBuffers);
+    c.barrier();
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < reps; ++i) {
+      ops::matmul(a, b, out);
+      if (with_allreduce) c.all_reduce(small);
+    }
+    c.barrier();
+    if (c.rank() == 0) {
+      seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps;
+    }
+  });
+  return seconds;
 }
 
 double allreduce_seconds(LocalWorld& world, double bytes, int reps) {
@@ -72,7 +116,7 @@ Calibration calibrate_this_machine(int ranks, int cores, const std::vector<int>&
   Calibration out;
   std::vector<std::pair<double, double>> inv;
   for (int n : gemm_sizes) {
-    const double rate = gemm_rate_all_cores(cores, n);
+    const double rate = gemm_rate_all_threads(ranks, n);
     out.gemm.emplace_back(n, rate);
     inv.emplace_back(1.0 / n, 1.0 / rate);
   }
@@ -98,8 +142,19 @@ Calibration calibrate_this_machine(int ranks, int cores, const std::vector<int>&
   const auto [t0, slope] = fit_line(pts);
   Link link{.bandwidth = slope > 0 ? 1.0 / slope : 1e12,
             .latency = std::max(0.0, t0) / (2.0 * (ranks - 1))};
+  out.idle_latency = link.latency;
+  // Alpha as a step sees it: the extra time of rounds with an all-reduce (medians of 3).
+  std::vector<double> extra;
+  for (int rep = 0; rep < 3; ++rep) {
+    const double with = rounds_seconds(world, 64, true, 40);
+    const double without = rounds_seconds(world, 64, false, 40);
+    extra.push_back(with - without);
+  }
+  std::sort(extra.begin(), extra.end());
+  link.latency = std::max(link.latency, extra[1] / (2.0 * (ranks - 1)));
   c.intra = link;
   c.inter = link;
+  c.memory_bandwidth = memory_bandwidth(cores);
   return out;
 }
 

@@ -1,15 +1,22 @@
 // mixpar-plan --calibrate: this machine as a cluster (cluster.h) of `ranks` devices that are
 // rank threads sharing its cores, measured with the book's own benchmarks:
-//   GEMM   `cores` threads each timing square f32 GEMMs through ops::matmul (gemm_peak.h's
-//          measure_gemm_peak on one thread) at a few sizes n, at once (as train_gpt's rank
-//          threads run theirs), their rates summed. Fitted by least squares as
+//   GEMM   `ranks` threads each timing square f32 GEMMs through ops::matmul (gemm_peak.h's
+//          measure_gemm_peak on one thread) at a few sizes n, at once on the shared cores (as
+//          train_gpt's rank threads run theirs: oversubscribed), their rates summed. Fitted by least squares as
 //          1 / rate = (1 + h / n) / R: the machine's rate R (peak_flops, eff_max 1) and the
 //          half-efficiency size h of the cluster's curve.
 //   links  all-reduces of a few sizes S on the local backend over `ranks` threads (the
 //          communicator train_gpt's ranks talk through), the median call timed, fitted by
 //          least squares as t = 2 (n - 1) alpha + (2 (n - 1) / n) S / beta: the ring's steps
 //          and its bytes per rank (docs/REFERENCE.md). One machine: the same link inside and
-//          "across" nodes.
+//          "across" nodes. Back-to-back all-reduces keep every rank thread awake; in a step a
+//          collective comes between compute phases, where the ranks that wait must be woken
+//          and scheduled again on the shared cores. So alpha is measured a second time as a
+//          step sees it: each rank alternates a small GEMM and a 4 KB all-reduce, and the time
+//          beyond the GEMMs alone, per all-reduce, over its 2 (n - 1) ring steps, is the alpha
+//          the cluster file keeps (the back-to-back one is printed beside it).
+//   memory `cores` threads copying 64 MB buffers (std::memcpy) at once: read + write bytes per
+//          second, the optimizer step's rate.
 #pragma once
 
 #include <string>
@@ -24,6 +31,7 @@ struct Calibration {
   Cluster cluster;
   std::vector<std::pair<int, double>> gemm;        // (n, FLOP/s of all cores together)
   std::vector<std::pair<double, double>> collective;  // (bytes, seconds per all-reduce)
+  double idle_latency = 0;  // alpha of back-to-back all-reduces
 };
 
 // Least squares y = a + b x over the points; {a, b}.

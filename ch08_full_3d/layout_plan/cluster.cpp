@@ -41,6 +41,7 @@ void validate(const Cluster& c) {
   need_positive(c.gemm_eff_max, "the GEMM efficiency");
   if (c.gemm_eff_max > 1) throw InputError("cluster: a GEMM efficiency above 1 is no efficiency");
   need_positive(c.gemm_half_size, "the GEMM half-efficiency size");
+  need_positive(c.memory_bandwidth, "memory bandwidth");
   need_positive(c.intra.bandwidth, "intra-node bandwidth");
   need_positive(c.inter.bandwidth, "inter-node bandwidth");
   if (!std::isfinite(c.intra.latency) || c.intra.latency < 0 || !std::isfinite(c.inter.latency) ||
@@ -64,6 +65,7 @@ Cluster cluster_preset(const std::string& name, const std::string& this_machine_
     c.devices = c.devices_per_node = 8;
     c.memory_bytes = 80e9;
     c.peak_flops = 989e12;
+    c.memory_bandwidth = 3.35e12;  // HBM3
     c.intra = {.bandwidth = 450e9, .latency = 5e-6};  // NVLink 4: 900 GB/s bidirectional
     c.inter = {.bandwidth = 50e9, .latency = 10e-6};  // ConnectX-7 400 Gb/s per GPU
     return c;
@@ -74,6 +76,7 @@ Cluster cluster_preset(const std::string& name, const std::string& this_machine_
     c.devices = c.devices_per_node = 8;
     c.memory_bytes = 80e9;
     c.peak_flops = 312e12;
+    c.memory_bandwidth = 2.039e12;  // HBM2e, the 80 GB part
     c.intra = {.bandwidth = 300e9, .latency = 5e-6};  // NVLink 3: 600 GB/s bidirectional
     c.inter = {.bandwidth = 25e9, .latency = 10e-6};  // HDR InfiniBand 200 Gb/s per GPU
     return c;
@@ -101,6 +104,7 @@ Json to_json(const Cluster& c) {
   j.set("fp32_peak_ratio", c.fp32_peak_ratio);
   j.set("gemm_eff_max", c.gemm_eff_max);
   j.set("gemm_half_size", c.gemm_half_size);
+  j.set("memory_bandwidth", c.memory_bandwidth);
   j.set("intra_bandwidth", c.intra.bandwidth);
   j.set("intra_latency", c.intra.latency);
   j.set("inter_bandwidth", c.inter.bandwidth);
@@ -120,6 +124,7 @@ Cluster cluster_from_json(const Json& j, const std::string& source) {
     c.fp32_peak_ratio = j.at("fp32_peak_ratio").as_double();
     c.gemm_eff_max = j.at("gemm_eff_max").as_double();
     c.gemm_half_size = j.at("gemm_half_size").as_double();
+    c.memory_bandwidth = j.at("memory_bandwidth").as_double();
     c.intra = {j.at("intra_bandwidth").as_double(), j.at("intra_latency").as_double()};
     c.inter = {j.at("inter_bandwidth").as_double(), j.at("inter_latency").as_double()};
     c.shared_cores = static_cast<int>(j.at("shared_cores").as_int());

@@ -31,6 +31,9 @@ struct Cluster {
   // GEMM efficiency curve: a GEMM whose smallest dimension is n runs at
   // peak x eff_max x n / (n + half_size). Half of eff_max at n = half_size.
   double gemm_eff_max = 0.75, gemm_half_size = 256;
+  // Device memory bandwidth, bytes/s (shared: the machine's, all cores streaming): what the
+  // optimizer step, memory-bound, runs at.
+  double memory_bandwidth = 0;
   Link intra, inter;
   // 0: every device computes on its own. k > 0: all devices are threads of one machine that
   // shares k cores (this-machine): the ranks' compute adds up (calibrate.h, step_time_model.h).

@@ -50,7 +50,8 @@ std::string why_faster(const RankedLayout& best, const RankedLayout& next) {
       {"dp communication", next.time.dp - best.time.dp},
       {"pp communication", next.time.pp - best.time.pp},
       {"embedding all-reduce", next.time.embedding - best.time.embedding},
-      {"bubble", next.time.bubble - best.time.bubble}};
+      {"bubble", next.time.bubble - best.time.bubble},
+      {"optimizer step", next.time.optimizer - best.time.optimizer}};
   const auto* most = std::max_element(std::begin(parts), std::end(parts),
                                       [](const auto& a, const auto& b) {
                                         return std::fabs(a.second) < std::fabs(b.second);
@@ -72,6 +73,7 @@ std::string why_faster(const RankedLayout& best, const RankedLayout& next) {
     if (n == "dp communication") return r.time.dp;
     if (n == "pp communication") return r.time.pp;
     if (n == "embedding all-reduce") return r.time.embedding;
+    if (n == "optimizer step") return r.time.optimizer;
     return r.time.bubble;
   };
   std::snprintf(buf, sizeof buf,
@@ -108,6 +110,7 @@ Json to_json(const RankedLayout& r) {
   j.set("pp_comm_s", r.time.pp);
   j.set("embedding_comm_s", r.time.embedding);
   j.set("bubble_s", r.time.bubble);
+  j.set("optimizer_s", r.time.optimizer);
   j.set("flops_per_step", r.time.flops_per_step);
   return j;
 }

@@ -12,6 +12,10 @@ namespace mixpar::plan {
 
 namespace {
 
+bool allowed(const std::vector<int>& degrees, int d) {
+  return degrees.empty() || std::find(degrees.begin(), degrees.end(), d) != degrees.end();
+}
+
 std::vector<int> divisors(std::int64_t n) {
   std::vector<int> out;
   for (std::int64_t d = 1; d <= n; ++d) {
@@ -138,6 +142,10 @@ std::vector<Candidate> all_candidates(const SearchSpace& space, const Cluster& c
         if (pp > 1 && !space.pipeline) continue;
         const int dp = static_cast<int>(n / tp / cp / pp);
         if (space.global_batch % dp != 0) continue;
+        if (!allowed(space.dp_degrees, dp) || !allowed(space.tp_degrees, tp) ||
+            !allowed(space.cp_degrees, cp) || !allowed(space.pp_degrees, pp)) {
+          continue;
+        }
         struct Sched {
           ch07::ScheduleKind kind;
           int v;

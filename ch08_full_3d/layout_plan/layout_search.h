@@ -51,6 +51,8 @@ struct SearchSpace {
                                                ch07::ScheduleKind::kInterleaved,
                                                ch07::ScheduleKind::kZbH1};
   bool context_parallel = true;              // cp > 1 considered
+  // Degrees to keep (empty: every divisor): a published layout is evaluated by fixing them.
+  std::vector<int> dp_degrees, tp_degrees, cp_degrees, pp_degrees;
   bool pipeline = true;                      // pp > 1 considered
 };
 

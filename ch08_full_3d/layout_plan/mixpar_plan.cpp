@@ -32,18 +32,22 @@ int calibrate(const PlanFlags& f) {
   std::printf("mixpar-plan --calibrate: %lld rank threads on %d cores\n",
               static_cast<long long>(c.devices), c.shared_cores);
   for (const auto& [n, rate] : cal.gemm) {
-    std::printf("  GEMM %4d^3 f32 on %d threads at once: %.2f GFLOP/s (curve: %.2f)\n", n,
-                c.shared_cores, rate / 1e9, c.peak_flops * c.gemm_efficiency(n) / 1e9);
+    std::printf("  GEMM %4d^3 f32 on %lld threads at once: %.2f GFLOP/s (curve: %.2f)\n", n,
+                static_cast<long long>(c.devices), rate / 1e9, c.peak_flops * c.gemm_efficiency(n) / 1e9);
   }
   std::printf("  fit: rate %.2f GFLOP/s x n / (n + %.1f)\n", c.peak_flops / 1e9, c.gemm_half_size);
   for (const auto& [bytes, s] : cal.collective) {
-    const double fit = 2.0 * (c.devices - 1) * c.intra.latency +
+    const double fit = 2.0 * (c.devices - 1) * cal.idle_latency +
                        2.0 * (c.devices - 1) / c.devices * bytes / c.intra.bandwidth;
     std::printf("  all-reduce %10.0f B over %lld ranks: %.1f us (fit %.1f us)\n", bytes,
                 static_cast<long long>(c.devices), s * 1e6, fit * 1e6);
   }
   std::printf("  fit: alpha %.2f us per ring step, beta %.3f GB/s per rank\n",
-              c.intra.latency * 1e6, c.intra.bandwidth / 1e9);
+              cal.idle_latency * 1e6, c.intra.bandwidth / 1e9);
+  std::printf("  alpha between compute phases (what a step sees): %.2f us per ring step\n",
+              c.intra.latency * 1e6);
+  std::printf("  memory bandwidth (%d threads copying): %.2f GB/s\n", c.shared_cores,
+              c.memory_bandwidth / 1e9);
   std::printf("  memory per rank: MemAvailable / %lld = %.2f GB\n",
               static_cast<long long>(c.devices), c.memory_bytes / kGB);
   write_json_file(f.calibration_path, to_json(c));
@@ -53,9 +57,9 @@ int calibrate(const PlanFlags& f) {
 
 void print_row(int i, const RankedLayout& r, double memory_bytes) {
   const StepTime& t = r.time;
-  std::printf("%3d  %-78s %9.4g %9.4g %9.4g %9.4g %9.4g %9.4g %7.2f %7.2f\n", i,
+  std::printf("%3d  %-78s %9.4g %9.4g %9.4g %9.4g %9.4g %9.4g %9.4g %7.2f %7.2f\n", i,
               r.layout.text().c_str(), t.total(), t.compute, t.tp + t.cp, t.dp,
-              t.pp + t.embedding, t.bubble, static_cast<double>(r.memory.total()) / kGB,
+              t.pp + t.embedding, t.bubble, t.optimizer, static_cast<double>(r.memory.total()) / kGB,
               (memory_bytes - static_cast<double>(r.memory.total())) / kGB);
 }
 
@@ -99,12 +103,12 @@ int plan(const PlanFlags& f) {
               static_cast<long long>(ranking.candidates), seconds,
               static_cast<long long>(ranking.refused), static_cast<long long>(ranking.too_big),
               ranking.layouts.size());
-  std::printf("%3s  %-78s %9s %9s %9s %9s %9s %9s %7s %7s\n", "#", "layout", "step s", "compute",
-              "tp+cp", "dp", "pp", "bubble", "mem GB", "free GB");
+  std::printf("%3s  %-78s %9s %9s %9s %9s %9s %9s %9s %7s %7s\n", "#", "layout", "step s",
+              "compute", "tp+cp", "dp", "pp", "bubble", "optim", "mem GB", "free GB");
   const int n = std::min<int>(f.top, static_cast<int>(ranking.layouts.size()));
   for (int i = 0; i < n; ++i) print_row(i + 1, ranking.layouts[static_cast<std::size_t>(i)], c.memory_bytes);
   std::printf("(seconds per optimizer step; tp+cp, dp, pp: exposed communication, pp with the "
-              "tied embedding's all-reduce)\n");
+              "tied embedding's all-reduce;\n optim: the optimizer step's memory traffic)\n");
   const RankedLayout& best = ranking.layouts.front();
   const double tokens = static_cast<double>(f.space.global_batch * f.space.seq);
   const double peak = c.peak_flops * static_cast<double>(c.devices) *

@@ -56,6 +56,10 @@ ArgParser make_args() {
       .option("schedules", "1f1b,interleaved,zb-h1",
               "pipeline schedules to consider (chapter 7's: afab|1f1b|interleaved|zb-h1|zb-v|dualpipev)")
       .option("virtual-stages", "2,4", "interleaved's chunks per rank v to consider")
+      .option("dp", "", "data-parallel degrees to keep, e.g. 8 or 4,8 (default: all)")
+      .option("tp", "", "tensor-parallel degrees to keep")
+      .option("cp", "", "context-parallel degrees to keep")
+      .option("pp", "", "pipeline degrees to keep")
       .flag("no-cp", "do not consider context parallelism")
       .flag("no-pp", "do not consider pipeline parallelism")
       .option("top", "10", "layouts to print")
@@ -171,6 +175,18 @@ PlanFlags parse_plan_flags(int argc, char** argv) {
     f.space.virtual_stages.push_back(static_cast<int>(parse_int("--virtual-stages", v, 2, 1024)));
   }
   if (f.space.schedules.empty()) throw InputError("--schedules needs a value");
+  const auto degrees = [&](const char* flag) {
+    std::vector<int> out;
+    if (!a.given(flag)) return out;
+    for (const std::string& d : split(a.get(flag))) {
+      out.push_back(static_cast<int>(parse_int(std::string("--") + flag, d, 1, 1 << 30)));
+    }
+    return out;
+  };
+  f.space.dp_degrees = degrees("dp");
+  f.space.tp_degrees = degrees("tp");
+  f.space.cp_degrees = degrees("cp");
+  f.space.pp_degrees = degrees("pp");
   f.space.context_parallel = !a.get_flag("no-cp");
   f.space.pipeline = !a.get_flag("no-pp");
   f.top = static_cast<int>(a.get_int("top", 1, 1000000));

@@ -74,6 +74,20 @@ StepTime predict_step_time(const Candidate& c, const GptConfig& model, std::int6
   const bool shared = cluster.shared_cores > 0;
   t.compute = (shared ? all_ranks : busiest) / (peak * t.gemm_efficiency);
 
+  // The optimizer step: 2 x the states each rank holds (exact element counts, preflight.h).
+  {
+    double worst = 0, all = 0;
+    const int zero = c.dp > 1 ? c.zero_stage : 0;
+    for (int st = 0; st < c.pp; ++st) {
+      const mem::ModelStates ms = mem::model_states(ch08::rank_parameter_count(tc, st), c.precision,
+                                                    mem::Optimizer::kAdamW, zero, c.dp);
+      const double bytes = 2.0 * static_cast<double>(ms.total());
+      worst = std::max(worst, bytes);
+      all += bytes * c.dp * c.tp * c.cp;
+    }
+    t.optimizer = (shared ? all : worst) / cluster.memory_bandwidth;
+  }
+
   // Communication: preflight's bytes per step of the busiest rank of each group.
   const ch08::GroupTraffic g = ch08::estimate_group_traffic(tc);
   const std::int64_t tp_span = c.tp, cp_span = std::int64_t{c.tp} * c.cp,

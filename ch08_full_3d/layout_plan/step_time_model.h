@@ -16,12 +16,16 @@
 //           micro-batch's compute (prefetch), exposed only beyond it. pp's sends are exposed
 //           once per micro-batch boundary (2 m v messages). The tied embedding's all-reduce
 //           is exposed.
+// optimizer the step's update, memory-bound: each rank reads and writes the model states it
+//           holds (chapter 3's bill: 2 x states bytes) at the memory bandwidth. Replicated over
+//           dp and cp (without ZeRO) like the states themselves.
 // bubble    chapter 7's simulator plays the schedule with unit costs (F 1, B 2, or B 1 + W 1):
 //           the makespan beyond the rank's own compute, in units of compute / (3 m v).
 // On a machine whose devices are threads sharing `shared_cores` cores (this-machine), the
 // ranks' compute adds up: compute = the sum over ranks / the machine's rate; a bubble costs
 // only where fewer ranks are busy than there are cores (the simulator's timeline, slot by
-// slot); and nothing overlaps, the communication threads' copies taking the same cores.
+// slot); and nothing overlaps, the communication threads' copies taking the same cores. The
+// optimizer's traffic is then the sum over the ranks at the machine's bandwidth.
 #pragma once
 
 #include <map>
@@ -39,10 +43,11 @@ struct StepTime {
   double compute = 0;
   double tp = 0, cp = 0, dp = 0, pp = 0, embedding = 0;  // exposed, seconds
   double bubble = 0;
+  double optimizer = 0;
   double gemm_efficiency = 0;
   double flops_per_step = 0;  // the whole grid's model FLOPs (model_flops.h)
   double comm() const { return tp + cp + dp + pp + embedding; }
-  double total() const { return compute + comm() + bubble; }
+  double total() const { return compute + comm() + bubble + optimizer; }
 };
 
 // The ch07 timeline of (schedule, p, m, v), played once per distinct key.
