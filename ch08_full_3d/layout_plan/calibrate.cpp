@@ -7,20 +7,23 @@
 
 #include "comm/local_backend.h"
 #include "gemm_peak.h"
+#include "ops/compute_threads.h"
 #include "ops/matmul.h"
 #include "tensor/tensor.h"
 #include "util/errors.h"
 
 namespace mixpar::plan {
 
-std::pair<double, double> fit_line(const std::vector<std::pair<double, double>>& xy) {
-  const double n = static_cast<double>(xy.size());
-  double sx = 0, sy = 0, sxx = 0, sxy = 0;
+std::pair<double, double> fit_line(const std::vector<std::pair<double, double>>& xy,
+                                   bool relative) {
+  double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
   for (const auto& [x, y] : xy) {
-    sx += x;
-    sy += y;
-    sxx += x * x;
-    sxy += x * y;
+    const double w = relative && y != 0 ? 1.0 / (y * y) : 1.0;
+    n += w;
+    sx += w * x;
+    sy += w * y;
+    sxx += w * x * x;
+    sxy += w * x * y;
   }
   const double den = n * sxx - sx * sx;
   if (xy.size() < 2 || den == 0) return {n > 0 ? sy / n : 0.0, 0.0};
@@ -29,21 +32,6 @@ std::pair<double, double> fit_line(const std::vector<std::pair<double, double>>&
 }
 
 namespace {
-
-double gemm_rate_all_threads(int threads_at_once, int n) {
-  std::vector<double> rates(static_cast<std::size_t>(threads_at_once), 0.0);
-  std::vector<std::thread> threads;
-  for (int i = 0; i < threads_at_once; ++i) {
-    threads.emplace_back([&rates, i, n] {
-      rates[static_cast<std::size_t>(i)] =
-          ch08::measure_gemm_peak(1, DType::kF32, n, 5).measured_flops_per_s;
-    });
-  }
-  for (std::thread& t : threads) t.join();
-  double sum = 0;
-  for (double r : rates) sum += r;
-  return sum;
-}
 
 double memory_bandwidth(int cores) {
   constexpr std::size_t kBytes = std::size_t{64} << 20;
@@ -73,6 +61,8 @@ double rounds_seconds(LocalWorld& world, int n, bool with_allreduce, int reps) {
     Tensor b = Tensor::zeros({n, n}, DType::kF32);
     Tensor out = Tensor::zeros({n, n}, DType::kF32);
     Tensor small = Tensor::zeros({1024}, DType::kF32, MemCategory::kCommBuffers);
+    ops::share_cores(world.size());  // as train_gpt's rank threads
+    ops::matmul(a, b, out);          // warm
     c.barrier();
     const auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < reps; ++i) {
@@ -114,12 +104,21 @@ Calibration calibrate_this_machine(int ranks, int cores, const std::vector<int>&
   if (ranks < 2) throw InputError("--calibrate needs --devices >= 2 (the all-reduce's ranks)");
   if (cores < 1) throw InputError("--calibrate needs at least one core");
   Calibration out;
+  LocalWorld world(ranks, {.watchdog_seconds = 0});
   std::vector<std::pair<double, double>> inv;
   for (int n : gemm_sizes) {
-    const double rate = gemm_rate_all_threads(ranks, n);
-    out.gemm.emplace_back(n, rate);
-    inv.emplace_back(1.0 / n, 1.0 / rate);
+    // Every rank thread multiplying at once, timed by the wall clock between two barriers:
+    // the machine's rate as a step's compute phase sees it (best of 3).
+    const double flops = 2.0 * n * n * n;
+    const int reps = std::max(2, static_cast<int>(2e8 / flops));
+    double best = 0;
+    for (int rep = 0; rep < 3; ++rep) {
+      best = std::max(best, ranks * flops / rounds_seconds(world, n, false, reps));
+    }
+    out.gemm.emplace_back(n, best);
+    inv.emplace_back(1.0 / n, 1.0 / best);
   }
+  out.unit_peak = ch08::isa_peak(cores).flops_per_s;
   const auto [a, b] = fit_line(inv);
   Cluster& c = out.cluster;
   c.name = "this-machine";
@@ -132,14 +131,13 @@ Calibration calibrate_this_machine(int ranks, int cores, const std::vector<int>&
   c.gemm_half_size = a > 0 && b > 0 ? b / a : 1.0;
   c.shared_cores = cores;
 
-  LocalWorld world(ranks, {.watchdog_seconds = 0});
   std::vector<std::pair<double, double>> pts;
   for (double bytes : allreduce_bytes) {
     const double s = allreduce_seconds(world, bytes, 9);
     out.collective.emplace_back(bytes, s);
     pts.emplace_back(2.0 * (ranks - 1) / ranks * bytes, s);
   }
-  const auto [t0, slope] = fit_line(pts);
+  const auto [t0, slope] = fit_line(pts, true);
   Link link{.bandwidth = slope > 0 ? 1.0 / slope : 1e12,
             .latency = std::max(0.0, t0) / (2.0 * (ranks - 1))};
   out.idle_latency = link.latency;

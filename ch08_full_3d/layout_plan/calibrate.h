@@ -1,13 +1,16 @@
 // mixpar-plan --calibrate: this machine as a cluster (cluster.h) of `ranks` devices that are
 // rank threads sharing its cores, measured with the book's own benchmarks:
-//   GEMM   `ranks` threads each timing square f32 GEMMs through ops::matmul (gemm_peak.h's
-//          measure_gemm_peak on one thread) at a few sizes n, at once on the shared cores (as
-//          train_gpt's rank threads run theirs: oversubscribed), their rates summed. Fitted by least squares as
+//   GEMM   `ranks` rank threads of the local backend each multiplying square f32 matrices
+//          through ops::matmul (the kernel every layer runs; its team as share_cores gives
+//          train_gpt's ranks) at a few sizes n, all at once on the shared cores, timed by the
+//          wall clock between two barriers: ranks x 2 n^3 / seconds per round. (Summing each
+//          thread's own best, as gemm_peak.h's measure_gemm_peak would per thread, counts
+//          every thread at a moment it had a core to itself: several times the machine.) Fitted by least squares as
 //          1 / rate = (1 + h / n) / R: the machine's rate R (peak_flops, eff_max 1) and the
 //          half-efficiency size h of the cluster's curve.
 //   links  all-reduces of a few sizes S on the local backend over `ranks` threads (the
 //          communicator train_gpt's ranks talk through), the median call timed, fitted by
-//          least squares as t = 2 (n - 1) alpha + (2 (n - 1) / n) S / beta: the ring's steps
+//          least squares (relative residuals) as t = 2 (n - 1) alpha + (2 (n - 1) / n) S / beta: the ring's steps
 //          and its bytes per rank (docs/REFERENCE.md). One machine: the same link inside and
 //          "across" nodes. Back-to-back all-reduces keep every rank thread awake; in a step a
 //          collective comes between compute phases, where the ranks that wait must be woken
@@ -32,10 +35,13 @@ struct Calibration {
   std::vector<std::pair<int, double>> gemm;        // (n, FLOP/s of all cores together)
   std::vector<std::pair<double, double>> collective;  // (bytes, seconds per all-reduce)
   double idle_latency = 0;  // alpha of back-to-back all-reduces
+  double unit_peak = 0;     // the cores' FMA peak (gemm_peak.h's isa_peak), for reference
 };
 
-// Least squares y = a + b x over the points; {a, b}.
-std::pair<double, double> fit_line(const std::vector<std::pair<double, double>>& xy);
+// Least squares y = a + b x over the points; {a, b}. relative: each point's residual counted
+// relative to its y (weights 1 / y^2), so that sizes spanning three decades count alike.
+std::pair<double, double> fit_line(const std::vector<std::pair<double, double>>& xy,
+                                   bool relative = false);
 
 // A few seconds on 2 idle cores.
 Calibration calibrate_this_machine(int ranks, int cores, const std::vector<int>& gemm_sizes,

@@ -35,7 +35,8 @@ int calibrate(const PlanFlags& f) {
     std::printf("  GEMM %4d^3 f32 on %lld threads at once: %.2f GFLOP/s (curve: %.2f)\n", n,
                 static_cast<long long>(c.devices), rate / 1e9, c.peak_flops * c.gemm_efficiency(n) / 1e9);
   }
-  std::printf("  fit: rate %.2f GFLOP/s x n / (n + %.1f)\n", c.peak_flops / 1e9, c.gemm_half_size);
+  std::printf("  fit: rate %.2f GFLOP/s x n / (n + %.1f); the cores' FMA peak (gemm_peak.h) %.2f "
+              "GFLOP/s\n", c.peak_flops / 1e9, c.gemm_half_size, cal.unit_peak / 1e9);
   for (const auto& [bytes, s] : cal.collective) {
     const double fit = 2.0 * (c.devices - 1) * cal.idle_latency +
                        2.0 * (c.devices - 1) / c.devices * bytes / c.intra.bandwidth;

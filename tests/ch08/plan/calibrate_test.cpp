@@ -4,6 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
 namespace mixpar::plan {
 namespace {
 
@@ -11,6 +15,19 @@ TEST(PlanCalibrate, LeastSquaresRecoversALine) {
   const auto [a, b] = fit_line({{1, 5}, {2, 7}, {4, 11}, {8, 19}});
   EXPECT_NEAR(a, 3.0, 1e-12);
   EXPECT_NEAR(b, 2.0, 1e-12);
+}
+
+TEST(PlanCalibrate, RelativeLeastSquaresKeepsTheSmallSizesRelativeErrorsSmaller) {
+  // t = 10 + x, the largest size 5% slow (a cache effect): the plain fit lets the small sizes
+  // absorb it, the relative one keeps every point's relative error lower at its worst.
+  const std::vector<std::pair<double, double>> pts = {
+      {1, 11}, {10, 20}, {100, 110}, {1e4, 1e4 * 1.05 + 10}};
+  const auto worst = [&](std::pair<double, double> ab) {
+    double w = 0;
+    for (const auto& [x, y] : pts) w = std::max(w, std::fabs(ab.first + ab.second * x - y) / y);
+    return w;
+  };
+  EXPECT_LT(worst(fit_line(pts, true)), worst(fit_line(pts, false)));
 }
 
 TEST(PlanCalibrate, ThisMachineIsAValidSharedCluster) {
