@@ -28,7 +28,7 @@ struct Cluster {
   // FP32 GEMMs run at this share of the 16-bit peak (H100/A100: TF32 tensor cores are half
   // the bf16 rate; 1 on a CPU, whose FP32 FMA units the 16-bit runs widen to).
   double fp32_peak_ratio = 0.5;
-  // GEMM efficiency curve: a GEMM whose smallest dimension is n runs at
+  // GEMM efficiency curve: a GEMM of the FLOPs of an n x n x n one runs at
   // peak x eff_max x n / (n + half_size). Half of eff_max at n = half_size.
   double gemm_eff_max = 0.75, gemm_half_size = 256;
   // Device memory bandwidth, bytes/s (shared: the machine's, all cores streaming): what the
@@ -40,7 +40,7 @@ struct Cluster {
   int shared_cores = 0;
 
   std::int64_t nodes() const { return devices / devices_per_node; }
-  // The efficiency of a GEMM whose smallest dimension is n.
+  // The efficiency of a GEMM of the size of an n x n x n one.
   double gemm_efficiency(double n) const { return gemm_eff_max * n / (n + gemm_half_size); }
 };
 

@@ -5,6 +5,7 @@
 
 #include "ch07_pipeline/bubble.h"
 #include "model_flops.h"
+#include "numerics/dtype.h"
 #include "preflight.h"
 
 namespace mixpar::plan {
@@ -66,9 +67,11 @@ StepTime predict_step_time(const Candidate& c, const GptConfig& model, std::int6
     busiest = std::max(busiest, per_token * tokens);
     all_ranks += per_token * tokens * c.tp * c.cp * c.dp;
   }
-  const double smallest =
-      std::min(static_cast<double>(c.micro_batch) * T / c.cp, C / c.tp);
-  t.gemm_efficiency = cluster.gemm_efficiency(smallest);
+  // The MLP's GEMM, the rank's largest: [b T / cp, C] x [C, 4 C / tp], sized as the square
+  // GEMM of the same FLOPs (the cube root of M K N), which is what the curve was measured on.
+  const double gemm_size =
+      std::cbrt(static_cast<double>(c.micro_batch) * T / c.cp * C * 4 * C / c.tp);
+  t.gemm_efficiency = cluster.gemm_efficiency(gemm_size);
   const double peak = cluster.peak_flops *
                       (c.precision == mem::Precision::kFp32 ? cluster.fp32_peak_ratio : 1.0);
   const bool shared = cluster.shared_cores > 0;
@@ -86,6 +89,17 @@ StepTime predict_step_time(const Candidate& c, const GptConfig& model, std::int6
       all += bytes * c.dp * c.tp * c.cp;
     }
     t.optimizer = (shared ? all : worst) / cluster.memory_bandwidth;
+    if (shared) {
+      // Rank threads time-sliced on shared cores evict each other's caches: each micro-batch
+      // reads the rank's weights three times (forward, input and weight gradients) and
+      // accumulates its gradients (a read and a write), all from memory.
+      double held = 0;
+      for (int st = 0; st < c.pp; ++st) {
+        held += static_cast<double>(ch08::rank_parameter_count(tc, st)) * c.dp * c.tp * c.cp;
+      }
+      const double w = static_cast<double>(dtype_size(tc.dtype));
+      t.optimizer += held * 5.0 * w * static_cast<double>(c.micro_batches) / cluster.memory_bandwidth;
+    }
   }
 
   // Communication: preflight's bytes per step of the busiest rank of each group.

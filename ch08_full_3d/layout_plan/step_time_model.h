@@ -4,8 +4,9 @@
 // compute   the busiest rank's model FLOPs per step (6 x its GEMM weights + 6 L C T per
 //           token, as model_flops.h counts them; recompute adds a forward: full re-runs the
 //           whole block, 2 FLOPs per weight, selective the attention core, 2 C T per block and
-//           token) over peak x the cluster's GEMM efficiency at the rank's smallest GEMM
-//           dimension, min(b T / cp, C / tp) (cluster.h). FP32 at peak x fp32_peak_ratio.
+//           token) over peak x the cluster's GEMM efficiency (cluster.h) at the size of the
+//           rank's MLP GEMM [b T / cp, C] x [C, 4 C / tp] taken as the square GEMM of the same
+//           FLOPs, (M K N)^(1/3). FP32 at peak x fp32_peak_ratio.
 // comm      each group's bytes per step from preflight.h's estimate_group_traffic (ring
 //           volumes, docs/REFERENCE.md) over the link the group crosses (tp, cp, dp, pp groups
 //           placed [pp, dp, cp, tp] with tp fastest: a group whose span tp x ... fits in a node
@@ -16,9 +17,11 @@
 //           micro-batch's compute (prefetch), exposed only beyond it. pp's sends are exposed
 //           once per micro-batch boundary (2 m v messages). The tied embedding's all-reduce
 //           is exposed.
-// optimizer the step's update, memory-bound: each rank reads and writes the model states it
+// memory    the step's update, memory-bound: each rank reads and writes the model states it
 //           holds (chapter 3's bill: 2 x states bytes) at the memory bandwidth. Replicated over
-//           dp and cp (without ZeRO) like the states themselves.
+//           dp and cp (without ZeRO) like the states themselves. On a shared machine also each
+//           micro-batch's weights (3 reads) and gradient accumulation (read + write): time
+//           slices evict the caches (the field keeps the name `optimizer`).
 // bubble    chapter 7's simulator plays the schedule with unit costs (F 1, B 2, or B 1 + W 1):
 //           the makespan beyond the rank's own compute, in units of compute / (3 m v).
 // On a machine whose devices are threads sharing `shared_cores` cores (this-machine), the
