@@ -95,6 +95,8 @@ def main():
     rows = []
     for i, l in enumerate(layouts):
         name = f"dp{l['dp']}_tp{l['tp']}_pp{l['pp']}_cp{l['cp']}"
+        if l.get("sequence_parallel"):
+            name += "_sp"
         log = os.path.join(args.out, name + ".jsonl")
         cmd = [train, "--n-layer", str(args.n_layer), "--n-embd", str(args.n_embd),
                "--n-head", str(args.n_head), "--n-positions", str(args.seq), "--seq",
@@ -103,6 +105,8 @@ def main():
                "--tp", str(l["tp"]), "--pp", str(l["pp"]), "--cp", str(l["cp"]), "--steps",
                str(args.steps), "--log-jsonl", log, "--overwrite", "--print-every",
                str(args.steps)]
+        if l.get("sequence_parallel"):
+            cmd.append("--sequence-parallel")
         run(cmd)
         with open(log) as f:
             steps = [json.loads(line) for line in f if line.strip()]

@@ -8,6 +8,7 @@
 #include "comm/local_backend.h"
 #include "gemm_peak.h"
 #include "ops/compute_threads.h"
+#include "optim/adamw.h"
 #include "ops/matmul.h"
 #include "tensor/tensor.h"
 #include "util/errors.h"
@@ -75,6 +76,31 @@ double rounds_seconds(LocalWorld& world, int n, bool with_allreduce, int reps) {
     }
   });
   return seconds;
+}
+
+// AdamW's step over `n` FP32 parameters on every rank thread at once (common/optim, the
+// update train_gpt's FP32 runs make): parameters per second of the whole machine, best of 3.
+double optimizer_params_per_s(LocalWorld& world, std::int64_t n) {
+  double best = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    double seconds = 0;
+    world.run([&](Communicator& c) {
+      Tensor p = Tensor::zeros({n}, DType::kF32, MemCategory::kParameters);
+      Tensor g = Tensor::zeros({n}, DType::kF32, MemCategory::kGradients);
+      AdamW opt({p});
+      const std::vector<Tensor> grads = {g};
+      opt.step(grads);  // warm: pages
+      c.barrier();
+      const auto t0 = std::chrono::steady_clock::now();
+      opt.step(grads);
+      c.barrier();
+      if (c.rank() == 0) {
+        seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      }
+    });
+    best = std::max(best, static_cast<double>(n) * world.size() / seconds);
+  }
+  return best;
 }
 
 double allreduce_seconds(LocalWorld& world, double bytes, int reps) {
@@ -152,7 +178,11 @@ Calibration calibrate_this_machine(int ranks, int cores, const std::vector<int>&
   link.latency = std::max(link.latency, extra[1] / (2.0 * (ranks - 1)));
   c.intra = link;
   c.inter = link;
-  c.memory_bandwidth = memory_bandwidth(cores);
+  out.copy_bandwidth = memory_bandwidth(cores);
+  // The optimizer's pass reads and writes 16 B per FP32 parameter (p, g, m, v): the bandwidth
+  // it achieves is what the step-time model's memory term divides by.
+  out.optimizer_params_per_s = optimizer_params_per_s(world, std::int64_t{1} << 20);
+  c.memory_bandwidth = out.optimizer_params_per_s * 2.0 * 16.0;
   return out;
 }
 

@@ -18,8 +18,12 @@
 //          step sees it: each rank alternates a small GEMM and a 4 KB all-reduce, and the time
 //          beyond the GEMMs alone, per all-reduce, over its 2 (n - 1) ring steps, is the alpha
 //          the cluster file keeps (the back-to-back one is printed beside it).
-//   memory `cores` threads copying 64 MB buffers (std::memcpy) at once: read + write bytes per
-//          second, the optimizer step's rate.
+//   memory AdamW's step (common/optim) over 1M FP32 parameters on every rank thread at once:
+//          parameters per second, kept as the bandwidth the optimizer achieves (2 x 16 B per
+//          parameter: p, g, m, v read and written). On this CPU the update's arithmetic, not
+//          the memory, bounds it: a memcpy on the same cores (printed beside it) moves several
+//          times more bytes, and a model of memcpy's rate put the optimizer of 8 replicas at a
+//          tenth of what train_gpt's steps showed.
 #pragma once
 
 #include <string>
@@ -36,6 +40,8 @@ struct Calibration {
   std::vector<std::pair<double, double>> collective;  // (bytes, seconds per all-reduce)
   double idle_latency = 0;  // alpha of back-to-back all-reduces
   double unit_peak = 0;     // the cores' FMA peak (gemm_peak.h's isa_peak), for reference
+  double copy_bandwidth = 0;          // memcpy on every core, bytes/s, for reference
+  double optimizer_params_per_s = 0;  // AdamW over every rank thread at once
 };
 
 // Least squares y = a + b x over the points; {a, b}. relative: each point's residual counted

@@ -92,6 +92,7 @@ Json to_json(const RankedLayout& r) {
   j.set("pp", c.pp);
   j.set("schedule", c.pp > 1 ? Json(std::string(ch07::schedule_name(c.schedule))) : Json());
   j.set("virtual_stages", c.virtual_stages);
+  j.set("sequence_parallel", c.sequence_parallel);
   j.set("micro_batch", c.micro_batch);
   j.set("micro_batches", c.micro_batches);
   j.set("zero_stage", c.zero_stage);

@@ -37,7 +37,8 @@ DType dtype_of(mem::Precision p) {
 
 std::string Candidate::text() const {
   std::string s = "dp " + std::to_string(dp) + " tp " + std::to_string(tp) + " pp " +
-                  std::to_string(pp) + " cp " + std::to_string(cp);
+                  std::to_string(pp) + " cp " + std::to_string(cp) +
+                  (sequence_parallel ? " sp" : "");
   if (pp > 1) {
     s += ", " + std::string(ch07::schedule_name(schedule));
     if (virtual_stages > 1) s += " v " + std::to_string(virtual_stages);
@@ -64,6 +65,7 @@ ch08::TrainerConfig trainer_config_of(const Candidate& c, const GptConfig& model
   t.virtual_stages = c.virtual_stages;
   t.zero_stage = c.zero_stage;
   t.recompute = c.recompute == mem::Recompute::kFull;
+  t.sequence_parallel = c.sequence_parallel;
   t.dtype = dtype_of(c.precision);
   return t;
 }
@@ -104,7 +106,8 @@ mem::TrainingSetup training_setup_of(const Candidate& c, const GptConfig& model,
                           .micro_batch = c.micro_batch, .n_positions = model.n_positions};
   s.precision = c.precision;
   s.layout = mem::Layout{.zero_stage = c.dp > 1 ? c.zero_stage : 0, .dp = c.dp, .tp = c.tp,
-                         .pp = c.pp, .sequence_parallel = false, .recompute = c.recompute};
+                         .pp = c.pp, .sequence_parallel = c.sequence_parallel,
+                         .recompute = c.recompute};
   s.device_memory_bytes = cluster.memory_bytes;
   return s;
 }
@@ -170,10 +173,14 @@ std::vector<Candidate> all_candidates(const SearchSpace& space, const Cluster& c
               if (dp == 1 && zero > 0) continue;  // no dp group to shard over: stage 0
               for (mem::Recompute r : space.recomputes) {
                 for (mem::Precision p : space.precisions) {
-                  out.push_back(Candidate{.dp = dp, .tp = tp, .cp = cp, .pp = pp,
-                                          .schedule = s.kind, .virtual_stages = s.v,
-                                          .micro_batch = b, .micro_batches = m,
-                                          .zero_stage = zero, .recompute = r, .precision = p});
+                  for (bool sp : {false, true}) {
+                    if (sp && tp == 1) continue;
+                    out.push_back(Candidate{.dp = dp, .tp = tp, .cp = cp, .pp = pp,
+                                            .schedule = s.kind, .virtual_stages = s.v,
+                                            .micro_batch = b, .micro_batches = m,
+                                            .zero_stage = zero, .recompute = r, .precision = p,
+                                            .sequence_parallel = sp});
+                  }
                 }
               }
             }

@@ -31,8 +31,12 @@ struct Candidate {
   int zero_stage = 0;
   mem::Recompute recompute = mem::Recompute::kNone;
   mem::Precision precision = mem::Precision::kBf16;
+  // Megatron's sequence parallelism over the tp group (tp > 1; train_gpt runs it without a
+  // pipeline only: mesh rule pp-whole-activations).
+  bool sequence_parallel = false;
   int devices() const { return dp * tp * cp * pp; }
-  // "dp 8 tp 8 pp 1 cp 1, b 1 x m 4, zero 1, recompute selective, bf16" (schedule when pp > 1)
+  // "dp 8 tp 8 pp 1 cp 1 sp, b 1 x m 4, zero 1, recompute selective, bf16" (schedule when
+  // pp > 1, "sp" with sequence parallelism)
   std::string text() const;
 };
 

@@ -47,8 +47,10 @@ int calibrate(const PlanFlags& f) {
               cal.idle_latency * 1e6, c.intra.bandwidth / 1e9);
   std::printf("  alpha between compute phases (what a step sees): %.2f us per ring step\n",
               c.intra.latency * 1e6);
-  std::printf("  memory bandwidth (%d threads copying): %.2f GB/s\n", c.shared_cores,
-              c.memory_bandwidth / 1e9);
+  std::printf("  AdamW over %lld rank threads at once: %.1f M parameters/s (as a bandwidth, 32 B "
+              "each: %.2f GB/s; memcpy on %d threads: %.2f GB/s)\n",
+              static_cast<long long>(c.devices), cal.optimizer_params_per_s / 1e6,
+              c.memory_bandwidth / 1e9, c.shared_cores, cal.copy_bandwidth / 1e9);
   std::printf("  memory per rank: MemAvailable / %lld = %.2f GB\n",
               static_cast<long long>(c.devices), c.memory_bytes / kGB);
   write_json_file(f.calibration_path, to_json(c));
