@@ -114,7 +114,8 @@ int plan(const PlanFlags& f) {
               "tied embedding's all-reduce;\n optim: the optimizer step's memory traffic)\n");
   const RankedLayout& best = ranking.layouts.front();
   const double tokens = static_cast<double>(f.space.global_batch * f.space.seq);
-  const double peak = c.peak_flops * static_cast<double>(c.devices) *
+  // A shared machine's peak_flops is already the whole machine's (calibrate.h).
+  const double peak = c.peak_flops * (c.shared_cores > 0 ? 1.0 : static_cast<double>(c.devices)) *
                       (best.layout.precision == mem::Precision::kFp32 ? c.fp32_peak_ratio : 1.0);
   std::printf("\nbest: %.0f tokens/s, MFU %.1f%% (model FLOPs %.4g per step)\n",
               tokens / best.time.total(), 100.0 * best.time.flops_per_step / best.time.total() / peak,
