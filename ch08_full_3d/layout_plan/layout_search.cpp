@@ -107,7 +107,7 @@ mem::TrainingSetup training_setup_of(const Candidate& c, const GptConfig& model,
   s.precision = c.precision;
   s.layout = mem::Layout{.zero_stage = c.dp > 1 ? c.zero_stage : 0, .dp = c.dp, .tp = c.tp,
                          .pp = c.pp, .sequence_parallel = c.sequence_parallel,
-                         .recompute = c.recompute};
+                         .recompute = c.recompute, .moe = {}};  // dense models only
   s.device_memory_bytes = cluster.memory_bytes;
   return s;
 }
