@@ -127,7 +127,7 @@ void print_row(const Config& cfg, const std::string& impl, const std::string& op
                std::int64_t bytes, const Timing& t) {
   const std::int64_t b = actual_bytes(op, bytes, cfg.ranks);
   const double algbw = double(b) / t.median / 1e9;
-  std::printf("%s,%s,%d,%lld,%lld,%lld,%.3f,%.3f,%.3f,%.4f,%.4f\n", impl.c_str(), op.c_str(),
+  std::printf("%s,%s,%d,%lld,%lld,%lld,%.3f,%.3f,%.3f,%.6g,%.6g\n", impl.c_str(), op.c_str(),
               cfg.ranks, (long long)bytes, (long long)b, (long long)t.calls, t.median * 1e6,
               t.fastest * 1e6, t.slowest * 1e6, algbw, algbw * bus_factor(op, cfg.ranks));
   std::fflush(stdout);
