@@ -145,7 +145,8 @@ bool Fabric::spin_until_woken(std::unique_lock<std::mutex>& lock, int me) {
   const std::uint64_t seen = count.load(std::memory_order_relaxed);
   lock.unlock();
   const Clock::time_point until = Clock::now() + spin_;
-  while (count.load(std::memory_order_acquire) == seen && Clock::now() < until) relax();
+  int polls = 0;
+  while (count.load(std::memory_order_acquire) == seen && Clock::now() < until) relax(polls++);
   lock.lock();
   return count.load(std::memory_order_relaxed) != seen;
 }
