@@ -44,6 +44,10 @@ struct Config {
   bool full = false;
   double min_seconds = 0.01;
   int repetitions = 5;
+  // The switch points, to measure them (-1: the defaults): LocalOptions::oneshot_max_bytes
+  // and RingOptions::oneshot_max_bytes; 0 turns a one-shot path off.
+  std::int64_t oneshot_max = -1, ring_oneshot_max = -1;
+  std::vector<std::int64_t> sizes;  // --sizes: these instead of the sweep
   std::vector<std::string> ops = {"all-reduce", "reduce-scatter", "all-gather", "all-to-all",
                                   "sendrecv"};
 };
@@ -145,7 +149,7 @@ void run_rank(const Config& cfg, const Sync& sync, int rank, const MakeOp& make)
   const int n = cfg.ranks;
   if (rank == 0) print_header();
   for (const std::string& op : cfg.ops) {
-    for (std::int64_t bytes : sweep(cfg.full)) {
+    for (std::int64_t bytes : cfg.sizes.empty() ? sweep(cfg.full) : cfg.sizes) {
       const std::int64_t k = block_elems(op, bytes, n);
       Buffers buf;
       const auto f32 = [](std::int64_t e) {
@@ -169,8 +173,12 @@ void run_rank(const Config& cfg, const Sync& sync, int rank, const MakeOp& make)
 
 // Rank threads: the local backend's own collectives, or chapter 4's ring on its sendrecv.
 int run_threads(const Config& cfg) {
-  LocalWorld world(cfg.ranks, {.watchdog_seconds = 0});
+  LocalOptions opts{.watchdog_seconds = 0};
+  if (cfg.oneshot_max >= 0) opts.oneshot_max_bytes = static_cast<std::size_t>(cfg.oneshot_max);
+  LocalWorld world(cfg.ranks, opts);
   const bool ring = cfg.impl == "ring";
+  ch04::RingOptions ro;
+  if (cfg.ring_oneshot_max >= 0) ro.oneshot_max_bytes = static_cast<std::size_t>(cfg.ring_oneshot_max);
   world.run([&](Communicator& c) {
     Tensor scalar = Tensor::zeros({1}, DType::kF64, MemCategory::kCommBuffers);
     const Sync sync{[&] { c.barrier(); },
@@ -183,15 +191,15 @@ int run_threads(const Config& cfg) {
     const MakeOp make = [&](const std::string& op, Buffers& b, int n,
                             int rank) -> std::function<void()> {
       if (op == "all-reduce") {
-        if (ring) return [&] { ch04::ring_all_reduce(c, b.a); };
+        if (ring) return [&] { ch04::ring_all_reduce(c, b.a, ReduceOp::kSum, ro); };
         return [&] { c.all_reduce(b.a); };
       }
       if (op == "reduce-scatter") {
-        if (ring) return [&] { ch04::ring_reduce_scatter(c, b.a, b.b); };
+        if (ring) return [&] { ch04::ring_reduce_scatter(c, b.a, b.b, ReduceOp::kSum, ro); };
         return [&] { c.reduce_scatter(b.a, b.b); };
       }
       if (op == "all-gather") {
-        if (ring) return [&] { ch04::ring_all_gather(c, b.a, b.b); };
+        if (ring) return [&] { ch04::ring_all_gather(c, b.a, b.b, ro); };
         return [&] { c.all_gather(b.a, b.b); };
       }
       if (ring) return nullptr;  // the ring has no all-to-all, and its hop is sendrecv itself
@@ -258,7 +266,8 @@ int run_mpi(const Config& base, int* argc, char*** argv) {
 int usage(const char* why) {
   std::fprintf(stderr,
                "bench_collectives: %s\nusage: bench_collectives --impl local|ring [--ranks N] "
-               "[--full] [--min-ms MS] [--repetitions R] [--ops a,b,...]\n"
+               "[--full] [--min-ms MS] [--repetitions R] [--ops a,b,...] [--sizes b,b,...]\n"
+               "       [--oneshot-max BYTES] [--ring-oneshot-max BYTES]   the switch points\n"
                "       mpirun -np N bench_collectives --impl mpi [same flags]\n",
                why);
   return 2;
@@ -280,6 +289,16 @@ int main(int argc, char** argv) {
       else if (a == "--full") cfg.full = true;
       else if (a == "--min-ms") cfg.min_seconds = std::stod(value()) / 1e3;
       else if (a == "--repetitions") cfg.repetitions = std::stoi(value());
+      else if (a == "--oneshot-max") cfg.oneshot_max = std::stoll(value());
+      else if (a == "--ring-oneshot-max") cfg.ring_oneshot_max = std::stoll(value());
+      else if (a == "--sizes") {
+        std::string v = value();
+        for (std::size_t p = 0; p <= v.size();) {
+          const std::size_t q = std::min(v.find(',', p), v.size());
+          cfg.sizes.push_back(std::stoll(v.substr(p, q - p)));
+          p = q + 1;
+        }
+      }
       else if (a == "--ops") {
         cfg.ops.clear();
         std::string s = value();

@@ -49,6 +49,18 @@ struct RingOptions {
   // 10% of the fastest at N = 2 (PERFORMANCE.md, "The ring's slices and hops").
   std::size_t slice_bytes = std::size_t{2} << 20;
   RingAccumulation accumulation = RingAccumulation::kPerHop;
+  // Buffers of at most this many bytes skip the hops (ring_all_reduce, ring_reduce_scatter,
+  // ring_all_gather; not when tracing): every rank gathers the N inputs at once (the backend's
+  // all_gather, one hand-off: on the local backend its one-shot path) and adds them itself in
+  // the ring's own order, chunk by chunk, rounding where the hops round. The ring's bits, on
+  // every rank, without its 2(N-1) sequential hand-offs; the traffic is the all-gather's,
+  // (N-1) B per rank instead of 2(N-1)/N B. 0: always the hops.
+  // Measured (bench_collectives --impl ring --ring-oneshot-max, f32 all-reduce, 2-core AMD
+  // EPYC, README "Latency against bandwidth, measured"): the gather wins by 10-100x below
+  // 4 KiB, where 2(N-1) hand-offs are the whole cost, and loses from 64 KiB on 4 ranks, where
+  // it reads N buffers per rank; 16 KiB keeps its gathered N x B inside the local backend's
+  // one-shot staging limit (32 KiB per rank) up to N = 2 and within a core's L2 at N = 8.
+  std::size_t oneshot_max_bytes = std::size_t{16} << 10;
   int tag = 40;                         // tag of the ring's point-to-point messages
   std::vector<RingEvent>* trace = nullptr;  // this rank's events are appended when set
 };
