@@ -40,6 +40,7 @@ using Clock = std::chrono::steady_clock;
 
 struct Config {
   std::string impl;  // local | ring | mpi
+  std::string label;  // the impl column of the output (--label; default: impl)
   int ranks = 2;
   bool full = false;
   double min_seconds = 0.01;
@@ -166,7 +167,7 @@ void run_rank(const Config& cfg, const Sync& sync, int rank, const MakeOp& make)
       const std::function<void()> fn = make(op, buf, n, rank);
       if (!fn) continue;
       const Timing t = time_op(sync, fn, cfg);
-      if (rank == 0) print_row(cfg, cfg.impl, op, bytes, t);
+      if (rank == 0) print_row(cfg, cfg.label.empty() ? cfg.impl : cfg.label, op, bytes, t);
     }
   }
 }
@@ -267,7 +268,8 @@ int usage(const char* why) {
   std::fprintf(stderr,
                "bench_collectives: %s\nusage: bench_collectives --impl local|ring [--ranks N] "
                "[--full] [--min-ms MS] [--repetitions R] [--ops a,b,...] [--sizes b,b,...]\n"
-               "       [--oneshot-max BYTES] [--ring-oneshot-max BYTES]   the switch points\n"
+               "       [--oneshot-max BYTES] [--ring-oneshot-max BYTES] [--label NAME]   the "
+               "switch points\n"
                "       mpirun -np N bench_collectives --impl mpi [same flags]\n",
                why);
   return 2;
@@ -286,6 +288,7 @@ int main(int argc, char** argv) {
       };
       if (a == "--impl") cfg.impl = value();
       else if (a == "--ranks") cfg.ranks = std::stoi(value());
+      else if (a == "--label") cfg.label = value();
       else if (a == "--full") cfg.full = true;
       else if (a == "--min-ms") cfg.min_seconds = std::stod(value()) / 1e3;
       else if (a == "--repetitions") cfg.repetitions = std::stoi(value());

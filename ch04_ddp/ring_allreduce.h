@@ -55,12 +55,12 @@ struct RingOptions {
   // the ring's own order, chunk by chunk, rounding where the hops round. The ring's bits, on
   // every rank, without its 2(N-1) sequential hand-offs; the traffic is the all-gather's,
   // (N-1) B per rank instead of 2(N-1)/N B. 0: always the hops.
-  // Measured (bench_collectives --impl ring --ring-oneshot-max, f32 all-reduce, 2-core AMD
-  // EPYC, README "Latency against bandwidth, measured"): the gather wins by 10-100x below
-  // 4 KiB, where 2(N-1) hand-offs are the whole cost, and loses from 64 KiB on 4 ranks, where
-  // it reads N buffers per rank; 16 KiB keeps its gathered N x B inside the local backend's
-  // one-shot staging limit (32 KiB per rank) up to N = 2 and within a core's L2 at N = 8.
-  std::size_t oneshot_max_bytes = std::size_t{16} << 10;
+  // Measured (scripts/bench_collectives.sh's switch-point table in ch04_ddp/README.md: f32
+  // all-reduce, each path forced, fastest of 5 repetitions, on the 2-core AMD EPYC while other
+  // builds kept its load average near 14): gather / hops 5.6 / 27 us at 1 KiB and 6.2 / 27 us
+  // at 4 KiB on 2 ranks, 10 / 39 and 13 / 24 us on 4; from 16 KiB on 4 ranks the hops won
+  // (26 against 48 us: the gather reads N whole buffers per rank). Hence 8 KiB.
+  std::size_t oneshot_max_bytes = std::size_t{8} << 10;
   int tag = 40;                         // tag of the ring's point-to-point messages
   std::vector<RingEvent>* trace = nullptr;  // this rank's events are appended when set
 };

@@ -63,6 +63,21 @@ for n in 2 4; do
     fi
   done
 done
+# The switch points between the one-shot paths and the large ones: all-reduce on each path
+# forced, around the default limits (comm/local_oneshot.h, ch04_ddp/ring_allreduce.h).
+mkdir -p "$out/switch"
+rm -f "$out"/switch/*.csv
+sizes=1024,4096,8192,16384,32768,65536,131072,262144
+for n in 2 4; do
+  "$bin" --impl local --ranks "$n" --ops all-reduce --sizes $sizes --oneshot-max 1073741824 \
+    --label local-oneshot > "$out/switch/local-oneshot-$n.csv"
+  "$bin" --impl local --ranks "$n" --ops all-reduce --sizes $sizes --oneshot-max 0 \
+    --label local-chunked > "$out/switch/local-chunked-$n.csv"
+  "$bin" --impl ring --ranks "$n" --ops all-reduce --sizes $sizes --ring-oneshot-max 1073741824 \
+    --label ring-gather > "$out/switch/ring-gather-$n.csv"
+  "$bin" --impl ring --ranks "$n" --ops all-reduce --sizes $sizes --ring-oneshot-max 0 \
+    --label ring-hops > "$out/switch/ring-hops-$n.csv"
+done
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 cpu=$(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
 cores=$(nproc)

@@ -157,8 +157,51 @@ def block(rows, a):
                     op, n, name, num(alpha * 1e6), num(1 / beta / 1e9),
                     bytes_name(alpha / beta) if alpha > 0 else "-"))
     out.append("")
+    switch = read(os.path.join(a.dir, "switch")) if os.path.isdir(os.path.join(a.dir, "switch")) else {}
+    if switch:
+        out += switch_block(switch)
     out.append(END)
     return "\n".join(out) + "\n"
+
+
+def switch_block(rows):
+    """The one-shot paths against the large ones, all-reduce, each forced; the fastest
+    repetition (other processes only ever slow a run down, and this is an A/B comparison)."""
+    out = ["Switch points (all-reduce, each path forced with bench_collectives' --oneshot-max and "
+           "--ring-oneshot-max; fastest of 5 repetitions, microseconds):", ""]
+    pairs = [("local-oneshot", "local-chunked", "local backend: one-shot / chunked"),
+             ("ring-gather", "ring-hops", "ring: gather / hops")]
+    ranks = sorted({k[2] for k in rows})
+    sizes = sorted({k[3] for k in rows})
+    head = ["size"] + ["%s, %d ranks" % (name, n) for n in ranks for _, _, name in pairs]
+    out.append("| " + " | ".join(head) + " |")
+    out.append("|" + "---|" * len(head))
+    for b in sizes:
+        cells = [size_name(b)]
+        for n in ranks:
+            for fast, slow, _ in pairs:
+                f = rows.get((fast, "all-reduce", n, b))
+                s = rows.get((slow, "all-reduce", n, b))
+                cells.append("%s / %s" % (num(f["lat_us_min"]), num(s["lat_us_min"]))
+                             if f and s else "-")
+        out.append("| " + " | ".join(cells) + " |")
+    out.append("")
+    found = []
+    for fast, slow, name in pairs:
+        for n in ranks:
+            best = None
+            for b in sizes:
+                f = rows.get((fast, "all-reduce", n, b))
+                s = rows.get((slow, "all-reduce", n, b))
+                if not f or not s or f["lat_us_min"] > s["lat_us_min"]:
+                    break
+                best = b
+            found.append("%s faster up to %s on %d ranks" % (
+                name.split(":")[0] + "'s " + fast.split("-")[1], size_name(best) if best else
+                "none of these sizes", n))
+    out.append("Measured: " + "; ".join(found) + ".")
+    out.append("")
+    return out
 
 
 def splice(readme, block_path):

@@ -28,12 +28,12 @@
 namespace mixpar::local {
 
 // The default largest buffer one rank publishes on the one-shot path (LocalOptions::
-// oneshot_max_bytes). Measured with bench_collectives on the 2-core AMD EPYC (f32 all-reduce,
-// median latency, one-shot against the chunked rendezvous path on the same build; figures in
-// ch04_ddp/README.md, "Latency against bandwidth, measured"): the one-shot is faster up to
-// 64 KiB on 2 ranks and up to 16 KiB on 4, and at 256 KiB it is slower on both (it reads N
-// inputs per rank where the chunked path reads N chunks). 32 KiB: the larger sizes gain on 2
-// ranks what they lose on 4, and each staging buffer stays within one core's L1 + L2 share.
+// oneshot_max_bytes). Measured (scripts/bench_collectives.sh's switch-point table in
+// ch04_ddp/README.md: f32 all-reduce, each path forced, fastest of 5 repetitions, on the
+// 2-core AMD EPYC while other builds kept its load average near 14): one-shot / chunked
+// 4.5 / 8.8 us at 1 KiB on 2 ranks and 5.9 / 21.7 us on 4; about even at 16-32 KiB (within
+// the noise of that load, either way); from 64 KiB on 4 ranks the chunked path won (22
+// against 68 us: each rank reads N whole inputs instead of N chunks). Hence 32 KiB.
 inline constexpr std::size_t kOneShotMaxBytes = std::size_t{32} << 10;
 
 class OneShotGroup {

@@ -252,8 +252,8 @@ TEST(Ring, GatherPathForSmallBuffersHasTheHopsBits) {
     for (DType dt : {DType::kF32, DType::kBF16, DType::kF16, DType::kE4M3, DType::kF64}) {
       for (RingAccumulation acc : {RingAccumulation::kPerHop, RingAccumulation::kFp32Partials}) {
         for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax}) {
-          // Up to 400 elements: a reduce-scatter's input of 5 ranks x 400 x f64 stays gathered.
-          for (std::int64_t size : {std::int64_t{1}, std::int64_t{13}, std::int64_t{400}}) {
+          // Up to 200 elements: a reduce-scatter's input of 5 ranks x 200 x f64 stays gathered.
+          for (std::int64_t size : {std::int64_t{1}, std::int64_t{13}, std::int64_t{200}}) {
             RingOptions gather, hop = hops;
             gather.accumulation = hop.accumulation = acc;
             ASSERT_LE(std::size_t(size * n) * dtype_size(dt), gather.oneshot_max_bytes);
