@@ -38,8 +38,9 @@ struct LocalOptions {
   double spin_microseconds = 50.0;
   // Collectives whose per-rank input is at most this many bytes take the one-shot path
   // (comm/local_oneshot.h: each rank publishes its input with a flag and reduces all of them
-  // itself, in rank order: the same bits as the larger path); each group then holds two staging
-  // buffers of this size per rank. 0: always the rendezvous path.
+  // itself, in rank order: the same bits as the larger path); a rank's first one-shot call in
+  // a group allocates its two staging buffers of this size there (the fabric's own memory,
+  // as its queues are, not charged to a ledger). 0: always the rendezvous path.
   std::size_t oneshot_max_bytes = std::size_t{32} << 10;  // local::kOneShotMaxBytes
 };
 
