@@ -154,8 +154,8 @@ void all_gather_slice(const Ring& g, int j, Tensor& buf, const RingOptions& o) {
 }
 
 // The gather path for small buffers (RingOptions::oneshot_max_bytes).
-bool gathers(const Tensor& buf, const RingOptions& o) {
-  return !o.trace && buf.nbytes() <= o.oneshot_max_bytes;
+bool gathers(int ranks, const Tensor& buf, const RingOptions& o) {
+  return !o.trace && buf.nbytes() * static_cast<std::size_t>(ranks) <= o.oneshot_max_bytes;
 }
 
 // Every rank's `numel` elements of buf, rank after rank.
@@ -205,7 +205,7 @@ void ring_all_reduce(Communicator& comm, Tensor& buf, ReduceOp op, const RingOpt
   require_cpu(buf, "ring_all_reduce");
   if (comm.size() == 1 || buf.numel() == 0) return;
   const Ring g = make_ring(comm, buf.numel(), buf.dtype(), 0, opts);
-  if (gathers(buf, opts)) {
+  if (gathers(comm.size(), buf, opts)) {
     // Logical chunk L starts at rank L and, shift 0, is physical chunk L.
     const Tensor all = gather_all(comm, buf);
     for (int c = 0; c < g.n; ++c) {
@@ -248,7 +248,7 @@ void ring_reduce_scatter(Communicator& comm, const Tensor& in, Tensor& out, Redu
   }
   if (out.numel() == 0) return;
   const Ring g = make_ring(comm, in.numel(), in.dtype(), -1, opts);
-  if (gathers(in, opts)) {
+  if (gathers(comm.size(), in, opts)) {
     // Block r is logical chunk r + 1, which starts at rank r + 1.
     const Tensor all = gather_all(comm, in);
     reduce_in_ring_order(g, all, g.chunk(g.r + 1), mod(g.r + 1, g.n), wire_dtype(in.dtype(), opts),
@@ -262,7 +262,7 @@ void ring_reduce_scatter(Communicator& comm, const Tensor& in, Tensor& out, Redu
 
 void ring_all_gather(Communicator& comm, const Tensor& in, Tensor& out, const RingOptions& opts) {
   check_blocks(out, in, comm.size(), "ring_all_gather");
-  if (comm.size() > 1 && gathers(out, opts)) {
+  if (comm.size() > 1 && gathers(1, out, opts)) {
     comm.all_gather(in, out);  // copies: the hops' bits
     return;
   }

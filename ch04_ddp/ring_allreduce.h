@@ -49,18 +49,18 @@ struct RingOptions {
   // 10% of the fastest at N = 2 (PERFORMANCE.md, "The ring's slices and hops").
   std::size_t slice_bytes = std::size_t{2} << 20;
   RingAccumulation accumulation = RingAccumulation::kPerHop;
-  // Buffers of at most this many bytes skip the hops (ring_all_reduce, ring_reduce_scatter,
-  // ring_all_gather; not when tracing): every rank gathers the N inputs at once (the backend's
-  // all_gather, one hand-off: on the local backend its one-shot path) and adds them itself in
-  // the ring's own order, chunk by chunk, rounding where the hops round. The ring's bits, on
-  // every rank, without its 2(N-1) sequential hand-offs; the traffic is the all-gather's,
-  // (N-1) B per rank instead of 2(N-1)/N B. 0: always the hops.
+  // Buffers whose N copies (what each rank gathers) take at most this many bytes skip the
+  // hops (ring_all_reduce, ring_reduce_scatter, ring_all_gather; not when tracing): every rank
+  // gathers the N inputs at once (the backend's all_gather: on the local backend its one-shot
+  // path) and adds them itself in the ring's own order, chunk by chunk, rounding where the hops
+  // round. The ring's bits, on every rank, without its 2(N-1) sequential hand-offs; the
+  // traffic is the all-gather's, (N-1) B per rank instead of 2(N-1)/N B. 0: always the hops.
   // Measured (scripts/bench_collectives.sh's switch-point table in ch04_ddp/README.md: f32
-  // all-reduce, each path forced, fastest of 5 repetitions, on the 2-core AMD EPYC while other
-  // builds kept its load average near 14): gather / hops 5.6 / 27 us at 1 KiB and 6.2 / 27 us
-  // at 4 KiB on 2 ranks, 10 / 39 and 13 / 24 us on 4; from 16 KiB on 4 ranks the hops won
-  // (26 against 48 us: the gather reads N whole buffers per rank). Hence 8 KiB.
-  std::size_t oneshot_max_bytes = std::size_t{8} << 10;
+  // all-reduce, each path forced, fastest of 5 repetitions, 2-core AMD EPYC, load average
+  // about 6 from other builds): gather / hops 5.6 / 19 us at 1 KiB on 2 ranks and faster up
+  // to 256 KiB there; on 4 ranks 11 / 61 us at 1 KiB, 83 / 106 us at 32 KiB, slower from
+  // 64 KiB (106 / 53 us). N x bytes <= 128 KiB keeps both winning sides.
+  std::size_t oneshot_max_bytes = std::size_t{128} << 10;
   int tag = 40;                         // tag of the ring's point-to-point messages
   std::vector<RingEvent>* trace = nullptr;  // this rank's events are appended when set
 };

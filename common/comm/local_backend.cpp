@@ -202,7 +202,8 @@ void LocalCommunicator::collective(const local::Arrival& mine, Work&& work) {
 }
 
 bool LocalCommunicator::oneshot_fits(std::size_t bytes) const {
-  return bytes <= fabric_->oneshot_max_bytes() && size() <= static_cast<int>(kStackRanks);
+  return bytes * static_cast<std::size_t>(size()) <= fabric_->oneshot_max_bytes() &&
+         size() <= static_cast<int>(kStackRanks);
 }
 
 template <class Write, class Read>

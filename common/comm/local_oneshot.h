@@ -27,14 +27,14 @@
 
 namespace mixpar::local {
 
-// The default largest buffer one rank publishes on the one-shot path (LocalOptions::
-// oneshot_max_bytes). Measured (scripts/bench_collectives.sh's switch-point table in
-// ch04_ddp/README.md: f32 all-reduce, each path forced, fastest of 5 repetitions, on the
-// 2-core AMD EPYC while other builds kept its load average near 14): one-shot / chunked
-// 4.5 / 8.8 us at 1 KiB on 2 ranks and 5.9 / 21.7 us on 4; about even at 16-32 KiB (within
-// the noise of that load, either way); from 64 KiB on 4 ranks the chunked path won (22
-// against 68 us: each rank reads N whole inputs instead of N chunks). Hence 32 KiB.
-inline constexpr std::size_t kOneShotMaxBytes = std::size_t{32} << 10;
+// The default limit of the one-shot path (LocalOptions::oneshot_max_bytes) on N x the bytes
+// one rank publishes: the bytes each rank reads, which is what grows the one-shot's cost with
+// N. Measured (scripts/bench_collectives.sh's switch-point table in ch04_ddp/README.md: f32
+// all-reduce, each path forced, fastest of 5 repetitions, 2-core AMD EPYC, load average
+// about 6 from other builds): one-shot / chunked 4.5 / 9.3 us at 1 KiB and 10.1 / 11.3 us at
+// 32 KiB on 2 ranks, slower from 64 KiB (16.3 / 14.3); on 4 ranks 10.7 / 12.1 us at 8 KiB,
+// slower from 16 KiB (16.1 / 13.7). N x bytes <= 64 KiB keeps both winning sides.
+inline constexpr std::size_t kOneShotMaxBytes = std::size_t{64} << 10;
 
 class OneShotGroup {
  public:

@@ -252,11 +252,12 @@ TEST(Ring, GatherPathForSmallBuffersHasTheHopsBits) {
     for (DType dt : {DType::kF32, DType::kBF16, DType::kF16, DType::kE4M3, DType::kF64}) {
       for (RingAccumulation acc : {RingAccumulation::kPerHop, RingAccumulation::kFp32Partials}) {
         for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax}) {
-          // Up to 200 elements: a reduce-scatter's input of 5 ranks x 200 x f64 stays gathered.
+          // Up to 200 elements: 5 copies of a reduce-scatter's input of 5 x 200 x f64 stay
+          // within the gather limit.
           for (std::int64_t size : {std::int64_t{1}, std::int64_t{13}, std::int64_t{200}}) {
             RingOptions gather, hop = hops;
             gather.accumulation = hop.accumulation = acc;
-            ASSERT_LE(std::size_t(size * n) * dtype_size(dt), gather.oneshot_max_bytes);
+            ASSERT_LE(std::size_t(size * n * n) * dtype_size(dt), gather.oneshot_max_bytes);
             const std::string label = what(n, dt, size, op) +
                                       (acc == RingAccumulation::kPerHop ? " per-hop" : " fp32");
             run_local(n, [&](Communicator& c) {
