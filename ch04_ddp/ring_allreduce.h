@@ -57,9 +57,9 @@ struct RingOptions {
   // traffic is the all-gather's, (N-1) B per rank instead of 2(N-1)/N B. 0: always the hops.
   // Measured (scripts/bench_collectives.sh's switch-point table in ch04_ddp/README.md: f32
   // all-reduce, each path forced, fastest of 5 repetitions, 2-core AMD EPYC, load average
-  // about 6 from other builds): gather / hops 5.6 / 19 us at 1 KiB on 2 ranks and faster up
-  // to 256 KiB there; on 4 ranks 11 / 61 us at 1 KiB, 83 / 106 us at 32 KiB, slower from
-  // 64 KiB (106 / 53 us). N x bytes <= 128 KiB keeps both winning sides.
+  // 0.9-2.5): gather / hops 2.2 / 14 us at 1 KiB on 2 ranks and faster up to 128 KiB there;
+  // on 4 ranks 5.6 / 25 us at 1 KiB, 26 / 34 us at 32 KiB, even at 64 KiB (44 / 43). A run
+  // under a load average of 6 agreed (4 ranks: faster up to 32 KiB). N x bytes <= 128 KiB.
   std::size_t oneshot_max_bytes = std::size_t{128} << 10;
   int tag = 40;                         // tag of the ring's point-to-point messages
   std::vector<RingEvent>* trace = nullptr;  // this rank's events are appended when set

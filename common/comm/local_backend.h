@@ -42,7 +42,7 @@ struct LocalOptions {
   // larger path); a rank's first one-shot call in a group allocates its two staging buffers
   // of this size there (the fabric's own memory, as its queues are, not charged to a ledger).
   // 0: always the rendezvous path.
-  std::size_t oneshot_max_bytes = std::size_t{64} << 10;  // local::kOneShotMaxBytes
+  std::size_t oneshot_max_bytes = std::size_t{32} << 10;  // local::kOneShotMaxBytes
 };
 
 namespace local {

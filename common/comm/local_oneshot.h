@@ -31,10 +31,11 @@ namespace mixpar::local {
 // one rank publishes: the bytes each rank reads, which is what grows the one-shot's cost with
 // N. Measured (scripts/bench_collectives.sh's switch-point table in ch04_ddp/README.md: f32
 // all-reduce, each path forced, fastest of 5 repetitions, 2-core AMD EPYC, load average
-// about 6 from other builds): one-shot / chunked 4.5 / 9.3 us at 1 KiB and 10.1 / 11.3 us at
-// 32 KiB on 2 ranks, slower from 64 KiB (16.3 / 14.3); on 4 ranks 10.7 / 12.1 us at 8 KiB,
-// slower from 16 KiB (16.1 / 13.7). N x bytes <= 64 KiB keeps both winning sides.
-inline constexpr std::size_t kOneShotMaxBytes = std::size_t{64} << 10;
+// 0.9-2.5): one-shot / chunked 1.7 / 15 us at 1 KiB and 14 / 17 us at 16 KiB on 2 ranks,
+// slower from 32 KiB (24 / 21); on 4 ranks 4.5 / 8.0 us at 1 KiB, 7.0 / 8.4 at 4 KiB, about
+// even at 8 KiB (10.3 / 9.4), slower from 16 KiB (17 / 8.4). A run under a load average of
+// 6 put the 2-rank crossing at 32 KiB and the 4-rank one at 8 KiB: N x bytes <= 32 KiB.
+inline constexpr std::size_t kOneShotMaxBytes = std::size_t{32} << 10;
 
 class OneShotGroup {
  public:

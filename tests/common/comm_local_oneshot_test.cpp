@@ -60,7 +60,7 @@ TEST(LocalOneShot, SameBitsAsTheRankOrderReferenceAndTheRendezvousPath) {
     for (DType dt : kDtypes) {
       for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax}) {
         // Sizes under the default limit, so the default options take the one-shot path.
-        for (std::int64_t count : {std::int64_t{1}, std::int64_t{5}, std::int64_t{400}}) {
+        for (std::int64_t count : {std::int64_t{1}, std::int64_t{5}, std::int64_t{200}}) {
           const std::string what = "N=" + std::to_string(n) + " " +
                                    std::string(dtype_name(dt)) + " count " +
                                    std::to_string(count) + (op == ReduceOp::kSum ? " sum" : " max");
