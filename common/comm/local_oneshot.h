@@ -29,12 +29,14 @@ namespace mixpar::local {
 
 // The default limit of the one-shot path (LocalOptions::oneshot_max_bytes) on N x the bytes
 // one rank publishes: the bytes each rank reads, which is what grows the one-shot's cost with
-// N. Measured (scripts/bench_collectives.sh's switch-point table in ch04_ddp/README.md: f32
-// all-reduce, each path forced, fastest of 5 repetitions, 2-core AMD EPYC, load average
-// 0.9-2.5): one-shot / chunked 1.7 / 15 us at 1 KiB and 14 / 17 us at 16 KiB on 2 ranks,
+// N. Measured with scripts/bench_collectives.sh's switch-point table (ch04_ddp/README.md holds
+// the latest run's; f32 all-reduce, each path forced, fastest of 5 repetitions, 2-core AMD
+// EPYC), in a run at load average 0.9-2.5: one-shot / chunked 1.7 / 15 us at 1 KiB and 14 / 17 us at 16 KiB on 2 ranks,
 // slower from 32 KiB (24 / 21); on 4 ranks 4.5 / 8.0 us at 1 KiB, 7.0 / 8.4 at 4 KiB, about
 // even at 8 KiB (10.3 / 9.4), slower from 16 KiB (17 / 8.4). A run under a load average of
 // 6 put the 2-rank crossing at 32 KiB and the 4-rank one at 8 KiB: N x bytes <= 32 KiB.
+// On 4 ranks (more than the cores: yielding polls) the crossing moves most between runs: one
+// on an idle machine had the one-shot no faster even at 1 KiB (7.1 / 6.5 us).
 inline constexpr std::size_t kOneShotMaxBytes = std::size_t{32} << 10;
 
 class OneShotGroup {
