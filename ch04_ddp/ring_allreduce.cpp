@@ -153,6 +153,39 @@ void all_gather_slice(const Ring& g, int j, Tensor& buf, const RingOptions& o) {
   }
 }
 
+// The gather path for small buffers (RingOptions::oneshot_max_bytes).
+bool gathers(int ranks, const Tensor& buf, const RingOptions& o) {
+  return !o.trace && buf.nbytes() * static_cast<std::size_t>(ranks) <= o.oneshot_max_bytes;
+}
+
+// Every rank's `numel` elements of buf, rank after rank.
+Tensor gather_all(Communicator& comm, const Tensor& buf) {
+  Tensor all = Tensor::empty({buf.numel() * comm.size()}, buf.dtype(), MemCategory::kCommBuffers);
+  comm.all_gather(buf, all);
+  return all;
+}
+
+// Physical chunk c of the reduction, from every rank's input (all: N x numel), in the order
+// and with the roundings the hops give it: it starts as rank `first`'s values (sent in the
+// wire dtype), and each next rank round the ring adds its own values to what arrives
+// (hop_combine(incoming, own), as reduce_hop), the last one rounding into `out`.
+void reduce_in_ring_order(const Ring& g, const Tensor& all, ChunkRange c, int first, DType wire,
+                          Tensor& out, ReduceOp op) {
+  if (c.count == 0) return;
+  const auto own = [&](int q) { return all.flat_slice(q * g.numel + c.begin, c.count); };
+  Tensor acc = Tensor::empty({c.count}, wire, MemCategory::kCommBuffers);
+  Tensor partial = own(first);
+  if (wire != all.dtype()) {
+    acc.copy_from(partial);
+    partial = acc;
+  }
+  for (int k = 1; k < g.n; ++k) {
+    Tensor& dst = k == g.n - 1 ? out : acc;
+    hop_combine(partial, own(mod(first + k, g.n)), dst, op);
+    partial = acc;
+  }
+}
+
 void check_blocks(const Tensor& big, const Tensor& small, int n, const char* what) {
   require_cpu(big, what);
   require_cpu(small, what);
@@ -172,6 +205,15 @@ void ring_all_reduce(Communicator& comm, Tensor& buf, ReduceOp op, const RingOpt
   require_cpu(buf, "ring_all_reduce");
   if (comm.size() == 1 || buf.numel() == 0) return;
   const Ring g = make_ring(comm, buf.numel(), buf.dtype(), 0, opts);
+  if (gathers(comm.size(), buf, opts)) {
+    // Logical chunk L starts at rank L and, shift 0, is physical chunk L.
+    const Tensor all = gather_all(comm, buf);
+    for (int c = 0; c < g.n; ++c) {
+      Tensor out = view(buf, g.chunk(c));
+      reduce_in_ring_order(g, all, g.chunk(c), c, wire_dtype(buf.dtype(), opts), out, op);
+    }
+    return;
+  }
   Scratch s(g, wire_dtype(buf.dtype(), opts));
   // Slice by slice: slice j's all-gather needs only slice j of the owned chunk, so it follows
   // its reduce-scatter while the slice is still in cache.
@@ -206,6 +248,13 @@ void ring_reduce_scatter(Communicator& comm, const Tensor& in, Tensor& out, Redu
   }
   if (out.numel() == 0) return;
   const Ring g = make_ring(comm, in.numel(), in.dtype(), -1, opts);
+  if (gathers(comm.size(), in, opts)) {
+    // Block r is logical chunk r + 1, which starts at rank r + 1.
+    const Tensor all = gather_all(comm, in);
+    reduce_in_ring_order(g, all, g.chunk(g.r + 1), mod(g.r + 1, g.n), wire_dtype(in.dtype(), opts),
+                         out, op);
+    return;
+  }
   Scratch s(g, wire_dtype(in.dtype(), opts));
   const std::int64_t owned_begin = g.chunk(g.r + 1).begin;  // block r
   for (int j = 0; j < g.slices; ++j) reduce_scatter_slice(g, j, in, out, owned_begin, op, s, opts);
@@ -213,6 +262,10 @@ void ring_reduce_scatter(Communicator& comm, const Tensor& in, Tensor& out, Redu
 
 void ring_all_gather(Communicator& comm, const Tensor& in, Tensor& out, const RingOptions& opts) {
   check_blocks(out, in, comm.size(), "ring_all_gather");
+  if (comm.size() > 1 && gathers(1, out, opts)) {
+    comm.all_gather(in, out);  // copies: the hops' bits
+    return;
+  }
   Tensor mine = out.flat_slice(comm.rank() * in.numel(), in.numel());
   mine.copy_from(in);
   if (comm.size() == 1 || in.numel() == 0) return;

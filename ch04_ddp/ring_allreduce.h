@@ -49,6 +49,18 @@ struct RingOptions {
   // 10% of the fastest at N = 2 (PERFORMANCE.md, "The ring's slices and hops").
   std::size_t slice_bytes = std::size_t{2} << 20;
   RingAccumulation accumulation = RingAccumulation::kPerHop;
+  // Buffers whose N copies (what each rank gathers) take at most this many bytes skip the
+  // hops (ring_all_reduce, ring_reduce_scatter, ring_all_gather; not when tracing): every rank
+  // gathers the N inputs at once (the backend's all_gather: on the local backend its one-shot
+  // path) and adds them itself in the ring's own order, chunk by chunk, rounding where the hops
+  // round. The ring's bits, on every rank, without its 2(N-1) sequential hand-offs; the
+  // traffic is the all-gather's, (N-1) B per rank instead of 2(N-1)/N B. 0: always the hops.
+  // Measured with scripts/bench_collectives.sh's switch-point table (ch04_ddp/README.md holds
+  // the latest run's; f32 all-reduce, each path forced, fastest of 5 repetitions, 2-core AMD
+  // EPYC), in a run at load average 0.9-2.5: gather / hops 2.2 / 14 us at 1 KiB on 2 ranks and faster up to 128 KiB there;
+  // on 4 ranks 5.6 / 25 us at 1 KiB, 26 / 34 us at 32 KiB, even at 64 KiB (44 / 43). A run
+  // under a load average of 6 agreed (4 ranks: faster up to 32 KiB). N x bytes <= 128 KiB.
+  std::size_t oneshot_max_bytes = std::size_t{128} << 10;
   int tag = 40;                         // tag of the ring's point-to-point messages
   std::vector<RingEvent>* trace = nullptr;  // this rank's events are appended when set
 };

@@ -95,9 +95,11 @@ std::size_t TrafficMeasure::max_received() const {
 TrafficMeasure measure_traffic(AllReduceAlgo algo, int n, std::int64_t numel) {
   TrafficMeasure m{algo, n, static_cast<std::size_t>(numel) * 4, {}};
   LocalWorld world(n);
+  RingOptions hops;
+  hops.oneshot_max_bytes = 0;  // the traffic of the hops themselves, whatever the size
   world.run([&](Communicator& c) {
     Tensor buf = Tensor::zeros({numel}, DType::kF32);
-    all_reduce_with(algo, c, buf, ReduceOp::kSum);
+    all_reduce_with(algo, c, buf, ReduceOp::kSum, hops);
   });
   for (int r = 0; r < n; ++r) m.per_rank.push_back(world.comm(r).traffic().total());
   return m;

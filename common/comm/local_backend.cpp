@@ -10,6 +10,7 @@
 
 #include "comm/local_fabric.h"
 #include "comm/local_kernels.h"
+#include "comm/local_oneshot.h"
 
 namespace mixpar {
 namespace {
@@ -48,11 +49,21 @@ std::vector<std::byte*> rank_pointers(const local::Slot& s, bool outputs, std::i
   return p;
 }
 
+static_assert(LocalOptions{}.oneshot_max_bytes == local::kOneShotMaxBytes);
+
+// Up to this many ranks the one-shot path keeps its pointers on the stack.
+constexpr std::size_t kStackRanks = 16;
+
 }  // namespace
 
 LocalCommunicator::LocalCommunicator(local::Fabric& fabric, int group, std::vector<int> members,
                                      int rank)
-    : fabric_(&fabric), group_(group), members_(std::move(members)), rank_(rank) {}
+    : fabric_(&fabric),
+      oneshot_(&fabric.oneshot(group)),
+      calls_(fabric.call_counter(group, rank)),
+      group_(group),
+      members_(std::move(members)),
+      rank_(rank) {}
 
 MemoryLedger& LocalCommunicator::ledger() { return fabric_->ledger(world_rank()); }
 
@@ -190,8 +201,34 @@ void LocalCommunicator::collective(const local::Arrival& mine, Work&& work) {
   fabric_->finish(ticket);
 }
 
+bool LocalCommunicator::oneshot_fits(std::size_t bytes) const {
+  return bytes * static_cast<std::size_t>(size()) <= fabric_->oneshot_max_bytes() &&
+         size() <= static_cast<int>(kStackRanks);
+}
+
+template <class Write, class Read>
+void LocalCommunicator::oneshot(const local::CallDesc& d, Write&& write, Read&& read) {
+  const std::int64_t seq = ++*calls_;
+  write(oneshot_->stage(rank_, seq));
+  oneshot_->publish(rank_, seq, d);
+  fabric_->oneshot_posted(group_, *oneshot_);
+  if (!fabric_->poll([&] { return oneshot_->all_published(seq); })) {
+    fabric_->oneshot_wait(group_, rank_, seq, d);
+  }
+  for (int p = 0; p < size(); ++p) {
+    if (!oneshot_->desc(p, seq).agrees_with(d)) fabric_->oneshot_mismatch(group_, seq);
+  }
+  read(seq);
+}
+
 void LocalCommunicator::barrier() {
-  collective({.desc = {.op = local::CollOp::kBarrier}}, [](const local::Slot&) {});
+  const local::CallDesc d{.op = local::CollOp::kBarrier};
+  if (oneshot_fits(0)) {
+    oneshot(d, [](std::byte*) {}, [](std::int64_t) {});
+    traffic_.record("barrier", 0, 0);
+    return;
+  }
+  collective({.desc = d}, [](const local::Slot&) {});
   traffic_.record("barrier", 0, 0);
 }
 
@@ -206,7 +243,18 @@ void LocalCommunicator::broadcast(Tensor& t, int root) {
   }
   const local::CallDesc d{
       .op = local::CollOp::kBroadcast, .dtype = t.dtype(), .count = t.numel(), .root = root_world};
-  collective({d, &t, &t}, [&](const local::Slot& s) {
+  if (oneshot_fits(t.nbytes())) {
+    oneshot(
+        d,
+        [&](std::byte* stage) {
+          if (rank_ == root) local::copy_bytes(stage, bytes_of(t), t.nbytes());
+        },
+        [&](std::int64_t seq) {
+          if (rank_ != root) {
+            local::copy_bytes(bytes_of(t), oneshot_->data(root, seq), t.nbytes());
+          }
+        });
+  } else collective({d, &t, &t}, [&](const local::Slot& s) {
     // Each receiver pulls from the root, so the copies run in parallel.
     if (rank_ != root) {
       local::copy_bytes(bytes_of(t), bytes_of(*s.arrivals[static_cast<std::size_t>(root)]->in),
@@ -228,7 +276,19 @@ void LocalCommunicator::all_reduce(Tensor& t, ReduceOp op) {
   }
   const local::CallDesc d{
       .op = local::CollOp::kAllReduce, .dtype = t.dtype(), .count = t.numel(), .reduce = op};
-  collective({d, &t, &t}, [&](const local::Slot& s) {
+  if (oneshot_fits(t.nbytes())) {
+    // Every rank reduces the whole buffer from the staged inputs, in rank order: the bits the
+    // chunked path below gives, each chunk being the same rank-order reduction.
+    oneshot(
+        d, [&](std::byte* stage) { local::copy_bytes(stage, bytes_of(t), t.nbytes()); },
+        [&](std::int64_t seq) {
+          const std::byte* srcs[kStackRanks];
+          for (int p = 0; p < size(); ++p) srcs[p] = oneshot_->data(p, seq);
+          std::byte* const dst = bytes_of(t);
+          local::reduce_elements({srcs, static_cast<std::size_t>(size())}, {&dst, 1},
+                                 t.numel(), t.dtype(), op);
+        });
+  } else collective({d, &t, &t}, [&](const local::Slot& s) {
     // This rank reduces its ring chunk for everyone: chunks are disjoint, so in place is safe.
     const ChunkRange c = ring_chunk(t.numel(), size(), rank_);
     const auto srcs = rank_pointers(s, false, c.begin, t.dtype());
@@ -258,7 +318,18 @@ void LocalCommunicator::reduce_scatter(const Tensor& in, Tensor& out, ReduceOp o
   const std::int64_t k = out.numel();
   const local::CallDesc d{
       .op = local::CollOp::kReduceScatter, .dtype = out.dtype(), .count = k, .reduce = op};
-  collective({d, &in, &out}, [&](const local::Slot& s) {
+  if (oneshot_fits(in.nbytes())) {
+    oneshot(
+        d, [&](std::byte* stage) { local::copy_bytes(stage, bytes_of(in), in.nbytes()); },
+        [&](std::int64_t seq) {
+          const std::size_t off = static_cast<std::size_t>(rank_ * k) * dtype_size(in.dtype());
+          const std::byte* srcs[kStackRanks];
+          for (int p = 0; p < size(); ++p) srcs[p] = oneshot_->data(p, seq) + off;
+          std::byte* const dst = bytes_of(out);
+          local::reduce_elements({srcs, static_cast<std::size_t>(size())}, {&dst, 1}, k,
+                                 out.dtype(), op);
+        });
+  } else collective({d, &in, &out}, [&](const local::Slot& s) {
     const auto srcs = rank_pointers(s, false, rank_ * k, in.dtype());
     std::byte* const dst = bytes_of(out);
     local::reduce_elements({srcs.data(), srcs.size()}, {&dst, 1}, k, out.dtype(), op);
@@ -285,7 +356,16 @@ void LocalCommunicator::all_gather(const Tensor& in, Tensor& out) {
   }
   const local::CallDesc d{
       .op = local::CollOp::kAllGather, .dtype = in.dtype(), .count = in.numel()};
-  collective({d, &in, &out}, [&](const local::Slot& s) {
+  if (oneshot_fits(in.nbytes())) {
+    oneshot(
+        d, [&](std::byte* stage) { local::copy_bytes(stage, bytes_of(in), in.nbytes()); },
+        [&](std::int64_t seq) {
+          for (int p = 0; p < size(); ++p) {
+            local::copy_bytes(bytes_of(out) + static_cast<std::size_t>(p) * in.nbytes(),
+                              oneshot_->data(p, seq), in.nbytes());
+          }
+        });
+  } else collective({d, &in, &out}, [&](const local::Slot& s) {
     const auto srcs = rank_pointers(s, false, 0, in.dtype());
     for (std::size_t r = 0; r < srcs.size(); ++r) {
       local::copy_bytes(bytes_of(out) + r * in.nbytes(), srcs[r], in.nbytes());
@@ -339,11 +419,17 @@ void LocalCommunicator::all_to_all(const Tensor& in, std::span<const std::int64_
 bool LocalCommunicator::all_reduce_or(bool flag) {
   const std::byte mine{flag};
   std::byte any{0};
-  collective({.desc = {.op = local::CollOp::kAllReduceOr, .count = 1}, .in_bytes = &mine,
-              .out_bytes = &any},
-             [&](const local::Slot& s) {
-               for (const auto& a : s.arrivals) any |= *a->in_bytes;
-             });
+  const local::CallDesc d{.op = local::CollOp::kAllReduceOr, .count = 1};
+  if (oneshot_fits(1)) {
+    oneshot(d, [&](std::byte* stage) { *stage = mine; },
+            [&](std::int64_t seq) {
+              for (int p = 0; p < size(); ++p) any |= *oneshot_->data(p, seq);
+            });
+  } else {
+    collective({.desc = d, .in_bytes = &mine, .out_bytes = &any}, [&](const local::Slot& s) {
+      for (const auto& a : s.arrivals) any |= *a->in_bytes;
+    });
+  }
   const TrafficTotals v = all_reduce_traffic(1, std::size_t{1}, size(), rank_);
   traffic_.record("all_reduce_or", v.bytes_sent, v.bytes_received);
   return any != std::byte{0};
@@ -353,7 +439,16 @@ void LocalCommunicator::broadcast_bytes(std::span<std::byte> bytes, int root) {
   const local::CallDesc d{.op = local::CollOp::kBroadcastBytes,
                           .count = static_cast<std::int64_t>(bytes.size()),
                           .root = world_peer(root, "broadcast_bytes")};
-  collective({.desc = d, .in_bytes = bytes.data(), .out_bytes = bytes.data()},
+  if (oneshot_fits(bytes.size())) {
+    oneshot(
+        d,
+        [&](std::byte* stage) {
+          if (rank_ == root) local::copy_bytes(stage, bytes.data(), bytes.size());
+        },
+        [&](std::int64_t seq) {
+          if (rank_ != root) local::copy_bytes(bytes.data(), oneshot_->data(root, seq), bytes.size());
+        });
+  } else collective({.desc = d, .in_bytes = bytes.data(), .out_bytes = bytes.data()},
              [&](const local::Slot& s) {
                if (rank_ == root) return;
                local::copy_bytes(bytes.data(), s.arrivals[static_cast<std::size_t>(root)]->in_bytes,
@@ -372,7 +467,16 @@ void LocalCommunicator::all_gather_bytes(std::span<const std::byte> in, std::spa
   }
   const local::CallDesc d{.op = local::CollOp::kAllGatherBytes,
                           .count = static_cast<std::int64_t>(in.size())};
-  collective({.desc = d, .in_bytes = in.data(), .out_bytes = out.data()},
+  if (oneshot_fits(in.size())) {
+    oneshot(
+        d, [&](std::byte* stage) { local::copy_bytes(stage, in.data(), in.size()); },
+        [&](std::int64_t seq) {
+          for (int p = 0; p < size(); ++p) {
+            local::copy_bytes(out.data() + static_cast<std::size_t>(p) * in.size(),
+                              oneshot_->data(p, seq), in.size());
+          }
+        });
+  } else collective({.desc = d, .in_bytes = in.data(), .out_bytes = out.data()},
              [&](const local::Slot& s) {
                for (std::size_t r = 0; r < s.arrivals.size(); ++r) {
                  local::copy_bytes(out.data() + r * in.size(), s.arrivals[r]->in_bytes, in.size());
@@ -399,7 +503,8 @@ std::unique_ptr<Communicator> LocalCommunicator::split(int color, int key) {
 LocalWorld::LocalWorld(int world_size, LocalOptions opts)
     : fabric_(std::make_unique<local::Fabric>(world_size, opts.watchdog_seconds,
                                               opts.synchronous_sends, opts.eager_limit_bytes,
-                                              opts.spin_microseconds)) {
+                                              opts.spin_microseconds,
+                                              opts.oneshot_max_bytes)) {
   const std::vector<int> everyone = fabric_->members(0);
   for (int r = 0; r < world_size; ++r) {
     comms_.push_back(std::make_unique<LocalCommunicator>(*fabric_, 0, everyone, r));

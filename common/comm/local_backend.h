@@ -32,14 +32,24 @@ struct LocalOptions {
   std::size_t eager_limit_bytes = std::size_t{64} << 10;
   // A rank about to wait first spins this long watching for a wake-up, as MPI's shared-memory
   // transports and NCCL's proxies poll: waking a sleeping thread costs tens of microseconds on
-  // a VM, and a ring pays one hand-off per slice per hop. Only while there is a core for every
-  // rank (spinning on a shared core takes it from the rank being waited for); 0: never spin.
+  // a VM, and a ring pays one hand-off per slice per hop. With more ranks than cores the spin
+  // yields the core between polls (a plain spin would take it from the rank being waited for);
+  // either way the wait ends in a sleep, so ranks cannot livelock. 0: never spin.
   double spin_microseconds = 50.0;
+  // Collectives whose per-rank input, times the group's size (what each rank then reads), is
+  // at most this many bytes take the one-shot path (comm/local_oneshot.h: each rank publishes
+  // its input with a flag and reduces all of them itself, in rank order: the same bits as the
+  // larger path); a rank's first one-shot call in a group allocates its two staging buffers
+  // of this size there (the fabric's own memory, as its queues are, not charged to a ledger).
+  // 0: always the rendezvous path.
+  std::size_t oneshot_max_bytes = std::size_t{32} << 10;  // local::kOneShotMaxBytes
 };
 
 namespace local {
 class Fabric;
+class OneShotGroup;
 struct Arrival;
+struct CallDesc;
 struct Slot;
 }  // namespace local
 
@@ -88,8 +98,18 @@ class LocalCommunicator final : public Communicator {
   template <class Use> void exchange(const Tensor& send_t, int dst, int src, int tag,
                                      std::int64_t count, DType dtype, Use&& use);
   template <class Work> void collective(const local::Arrival& mine, Work&& work);
+  // Whether a call publishing `bytes` per rank takes the one-shot path (size() x bytes within
+  // LocalOptions::oneshot_max_bytes); the decision depends
+  // only on what the ranks agree on, so either all of them take it or a mismatch is reported.
+  bool oneshot_fits(std::size_t bytes) const;
+  // The one-shot path: write(stage) copies this rank's input into its staging buffer, then
+  // the flag goes up; once every flag is up and every rank called the same, read(seq).
+  template <class Write, class Read>
+  void oneshot(const local::CallDesc& d, Write&& write, Read&& read);
 
   local::Fabric* fabric_;
+  local::OneShotGroup* oneshot_;  // this group's flags and staging buffers
+  std::int64_t* calls_;           // this rank's call counter in the group (the fabric's)
   int group_;
   std::vector<int> members_;  // world ranks, by rank in this group
   int rank_;

@@ -5,6 +5,8 @@
 
 #include "comm/local_fabric.h"
 
+#include "comm/local_oneshot.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <numeric>
@@ -83,10 +85,12 @@ struct Fabric::PhaseGuard {
 };
 
 Fabric::Fabric(int world_size, double watchdog_seconds, bool synchronous_sends,
-               std::size_t eager_limit_bytes, double spin_microseconds)
+               std::size_t eager_limit_bytes, double spin_microseconds,
+               std::size_t oneshot_max_bytes)
     : cv_(static_cast<std::size_t>(std::max(world_size, 0))),
       wakes_(std::make_unique<std::atomic<std::uint64_t>[]>(
           static_cast<std::size_t>(std::max(world_size, 0)))),
+      oneshot_max_bytes_(oneshot_max_bytes),
       status_(static_cast<std::size_t>(std::max(world_size, 0))),
       network_(std::make_unique<MemoryLedger>(-1)),
       watchdog_seconds_(watchdog_seconds),
@@ -100,6 +104,7 @@ Fabric::Fabric(int world_size, double watchdog_seconds, bool synchronous_sends,
   world.members.resize(static_cast<std::size_t>(world_size));
   std::iota(world.members.begin(), world.members.end(), 0);
   world.calls.assign(world.members.size(), 0);
+  world.oneshot = std::make_shared<OneShotGroup>(world_size, oneshot_max_bytes);
   groups_.push_back(std::move(world));
   // Range-checked as on every backend, so the conversion to clock ticks cannot overflow.
   check_watchdog_seconds("local communicator", watchdog_seconds);
@@ -107,9 +112,12 @@ Fabric::Fabric(int world_size, double watchdog_seconds, bool synchronous_sends,
   watchdog_ = seconds > 0 ? std::chrono::duration_cast<Clock::duration>(
                                 std::chrono::duration<double>(seconds))
                           : Clock::duration::zero();
+  // With more ranks than cores a spinning rank may hold the core the rank it waits for needs:
+  // it still polls for the spin time, but yields the core between polls (without that, 4
+  // ranks on 2 cores slept at every hand-off and a 4 KiB all-reduce took 10x longer).
   const unsigned cores = std::thread::hardware_concurrency();
-  const bool core_each = cores == 0 || static_cast<unsigned>(world_size) <= cores;
-  spin_ = core_each && spin_microseconds > 0
+  spin_yields_ = cores != 0 && static_cast<unsigned>(world_size) > cores;
+  spin_ = spin_microseconds > 0
               ? std::chrono::duration_cast<Clock::duration>(
                     std::chrono::duration<double, std::micro>(std::min(spin_microseconds, 1e6)))
               : Clock::duration::zero();
@@ -137,11 +145,8 @@ bool Fabric::spin_until_woken(std::unique_lock<std::mutex>& lock, int me) {
   const std::uint64_t seen = count.load(std::memory_order_relaxed);
   lock.unlock();
   const Clock::time_point until = Clock::now() + spin_;
-  while (count.load(std::memory_order_acquire) == seen && Clock::now() < until) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();  // tell the core this is a spin loop (saves power, frees the sibling)
-#endif
-  }
+  int polls = 0;
+  while (count.load(std::memory_order_acquire) == seen && Clock::now() < until) relax(polls++);
   lock.lock();
   return count.load(std::memory_order_relaxed) != seen;
 }
@@ -327,6 +332,9 @@ Ticket Fabric::arrive(int group, int group_rank, const Arrival& a) {
   const std::shared_ptr<Slot> slot = entry;
   check_agreement(group, seq, *slot, group_rank, a.desc);
   slot->arrivals[static_cast<std::size_t>(group_rank)] = a;
+  for (int k = 0; k < n; ++k) {  // a peer took the one-shot path for this call number
+    if (k != group_rank && g.oneshot->posted_call(k, seq)) fail(mismatch_report(group, seq));
+  }
   if (++slot->arrived == n) {
     if (a.desc.op == CollOp::kSplit) make_split(group, *slot);
     for (int m : g.members) wake(m);
@@ -336,6 +344,7 @@ Ticket Fabric::arrive(int group, int group_rank, const Arrival& a) {
   s.group = group;
   s.seq = seq;
   s.desc = a.desc;
+  s.oneshot = false;
   PhaseGuard guard{s};
   // Once everyone has arrived the others may already be touching our buffers: from then on
   // this rank must stay until finish(), whatever happens elsewhere, so `ready` wins over abort.
@@ -401,8 +410,77 @@ void Fabric::make_split(int group, Slot& slot) {
       slot.split[k] = {id, static_cast<int>(i)};
     }
     child.calls.assign(ranks.size(), 0);
+    child.oneshot = std::make_shared<OneShotGroup>(static_cast<int>(ranks.size()),
+                                                   oneshot_max_bytes_);
     groups_.push_back(std::move(child));
   }
+}
+
+// ---- The one-shot path
+
+OneShotGroup& Fabric::oneshot(int group) {
+  std::lock_guard lock(mu_);
+  return *groups_.at(static_cast<std::size_t>(group)).oneshot;
+}
+
+std::int64_t* Fabric::call_counter(int group, int group_rank) {
+  std::lock_guard lock(mu_);
+  return &groups_.at(static_cast<std::size_t>(group)).calls.at(static_cast<std::size_t>(group_rank));
+}
+
+void Fabric::oneshot_posted(int group, OneShotGroup& os) {
+  if (os.sleepers.load(std::memory_order_seq_cst) == 0) return;
+  std::lock_guard lock(mu_);
+  for (int m : groups_[static_cast<std::size_t>(group)].members) wake(m);
+}
+
+void Fabric::oneshot_wait(int group, int group_rank, std::int64_t seq, const CallDesc& d) {
+  std::unique_lock lock(mu_);
+  throw_if_aborted();
+  Group& g = groups_.at(static_cast<std::size_t>(group));
+  if (g.slots.count(seq) != 0) fail(mismatch_report(group, seq));
+  OneShotGroup& os = *g.oneshot;
+  const int me = g.members[static_cast<std::size_t>(group_rank)];
+  RankStatus& s = status_[static_cast<std::size_t>(me)];
+  s.phase = Phase::kCollective;
+  s.group = group;
+  s.seq = seq;
+  s.desc = d;
+  s.oneshot = true;
+  PhaseGuard guard{s};
+  struct Asleep {  // counted before the last check of the flags, uncounted on every exit
+    std::atomic<int>& n;
+    explicit Asleep(std::atomic<int>& c) : n(c) { n.fetch_add(1, std::memory_order_seq_cst); }
+    ~Asleep() { n.fetch_sub(1, std::memory_order_seq_cst); }
+  } asleep(os.sleepers);
+  block(lock, me, [&] { return os.all_published(seq); });
+}
+
+void Fabric::oneshot_mismatch(int group, std::int64_t seq) {
+  std::lock_guard lock(mu_);
+  fail(mismatch_report(group, seq));
+}
+
+// Each rank's call `seq` as it registered it in the rendezvous slot or published it on the
+// one-shot path, in group order, in check_agreement's words.
+std::string Fabric::mismatch_report(int group, std::int64_t seq) const {
+  const Group& g = groups_[static_cast<std::size_t>(group)];
+  const auto it = g.slots.find(seq);
+  std::string msg = "collective mismatch at call #" + std::to_string(seq) + " of " +
+                    group_name(group) + ":";
+  std::vector<int> absent;
+  for (std::size_t k = 0; k < g.members.size(); ++k) {
+    const CallDesc* c = nullptr;
+    if (it != g.slots.end() && it->second->arrivals[k]) c = &it->second->arrivals[k]->desc;
+    else if (g.oneshot->posted_call(static_cast<int>(k), seq)) c = &g.oneshot->desc(static_cast<int>(k), seq);
+    if (!c) {
+      absent.push_back(g.members[k]);
+      continue;
+    }
+    msg += (msg.back() == ':' ? " rank " : ", rank ") + std::to_string(g.members[k]) + " " + c->str();
+  }
+  if (!absent.empty()) msg += "; " + rank_list(absent) + " not there yet";
+  return msg;
 }
 
 // ---- Aborting, and the reports
@@ -449,6 +527,7 @@ bool Fabric::stuck(int rank) const {
   if (s.phase == Phase::kSend) return !taken({s.group, rank, s.peer, s.tag}, s.message);
   if (s.phase != Phase::kCollective) return false;
   const Group& g = groups_[static_cast<std::size_t>(s.group)];
+  if (s.oneshot) return !g.oneshot->all_published(s.seq);
   const auto it = g.slots.find(s.seq);
   return it != g.slots.end() && it->second->arrived < static_cast<int>(g.members.size());
 }
@@ -473,7 +552,9 @@ std::string Fabric::where(int rank) const {
   std::vector<int> absent;
   const auto it = g.slots.find(s.seq);
   for (std::size_t k = 0; k < g.members.size(); ++k) {
-    if (it != g.slots.end() && !it->second->arrivals[k]) absent.push_back(g.members[k]);
+    const bool missing = s.oneshot ? !g.oneshot->published(static_cast<int>(k), s.seq)
+                                   : it != g.slots.end() && !it->second->arrivals[k];
+    if (missing) absent.push_back(g.members[k]);
   }
   return who + " waits in " + s.desc.str() + call +
          (absent.empty() ? "" : " for " + rank_list(absent));

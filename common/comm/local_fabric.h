@@ -17,6 +17,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -79,6 +80,7 @@ struct Ticket {
 };
 
 class Fabric;
+class OneShotGroup;  // comm/local_oneshot.h
 
 // A message taken out of the mailbox, its bytes readable for as long as this lives. An eager
 // message owns a copy of the sender's data; a lent one is the sender's own buffer, and the
@@ -104,7 +106,7 @@ class Delivery {
 class Fabric {
  public:
   Fabric(int world_size, double watchdog_seconds, bool synchronous_sends,
-         std::size_t eager_limit_bytes, double spin_microseconds);
+         std::size_t eager_limit_bytes, double spin_microseconds, std::size_t oneshot_max_bytes);
   int world_size() const { return static_cast<int>(status_.size()); }
   MemoryLedger& ledger(int rank) { return *ledgers_.at(static_cast<std::size_t>(rank)); }
   MemoryLedger& network_ledger() { return *network_; }
@@ -143,6 +145,34 @@ class Fabric {
   // Gives up the ledgers that tensors still point to, so they outlive this fabric.
   void park_busy_ledgers();
 
+  // The one-shot path for small collectives (comm/local_oneshot.h). Its calls take their
+  // numbers from the same counter as arrive()'s (call_counter: stable, used by that rank's
+  // thread only), so a mismatch between a one-shot call and a rendezvous is reported as one.
+  std::size_t oneshot_max_bytes() const { return oneshot_max_bytes_; }
+  OneShotGroup& oneshot(int group);
+  std::int64_t* call_counter(int group, int group_rank);
+  // Spins for at most the spin time until ready() (true) or not (false): with a pause
+  // instruction while every rank has a core, yielding the core between polls otherwise.
+  template <class Ready> bool poll(Ready ready) const {
+    if (ready()) return true;
+    if (spin_ == Clock::duration::zero()) return false;
+    const Clock::time_point until = Clock::now() + spin_;
+    int polls = 0;
+    do {
+      relax(polls++);
+      if (ready()) return true;
+    } while (Clock::now() < until);
+    return false;
+  }
+  // A rank published a one-shot call: wakes the group's ranks asleep in oneshot_wait, if any.
+  void oneshot_posted(int group, OneShotGroup& os);
+  // Sleeps until every rank of the group published call `seq`, with the deadlock check, the
+  // watchdog and the failure of other ranks, as arrive() does; a peer that took the
+  // rendezvous for this call number instead is a collective mismatch.
+  void oneshot_wait(int group, int group_rank, std::int64_t seq, const CallDesc& d);
+  // Every rank published call `seq` but not the same call: fails the world naming each.
+  [[noreturn]] void oneshot_mismatch(int group, std::int64_t seq);
+
  private:
   enum class Phase : std::uint8_t {
     kComputing, kSend, kRecv, kCollective, kCompleting, kFinished, kFailed
@@ -157,11 +187,13 @@ class Fabric {
     std::uint64_t message = 0;  // send: the id of the lent message not yet copied
     std::int64_t seq = 0;       // collective call number
     CallDesc desc;              // collective
+    bool oneshot = false;       // collective: waits for one-shot flags, not a rendezvous slot
   };
   struct Group {
     std::vector<int> members;         // world ranks, by group rank
     std::vector<std::int64_t> calls;  // collectives started, by group rank
     std::map<std::int64_t, std::shared_ptr<Slot>> slots;  // by call number (from 1)
+    std::shared_ptr<OneShotGroup> oneshot;
   };
   using MailKey = std::tuple<int, int, int, int>;  // group, src, dst, tag
   struct Message {
@@ -181,6 +213,21 @@ class Fabric {
   template <class Ready>
   void wait_without_deadline(std::unique_lock<std::mutex>& lock, int me, Ready ready);
   bool spin_until_woken(std::unique_lock<std::mutex>& lock, int me);
+  // A peer that is running answers within about a microsecond (a 2-rank one-shot all-reduce
+  // of 4 KiB took 1.0 us here): the first polls only pause. Later ones, or all of them when
+  // ranks outnumber cores, yield the core: the rank waited for is then most likely not
+  // running, on a machine whose cores other processes share too.
+  static constexpr int kPausePolls = 64;
+  void relax(int polls) const {
+    if (spin_yields_ || polls >= kPausePolls) {
+      std::this_thread::yield();
+    } else {
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();  // a spin loop: saves power, frees the core's sibling
+#endif
+    }
+  }
+  std::string mismatch_report(int group, std::int64_t seq) const;  // rendezvous + one-shot
   void wake(int rank);  // under mu_: bumps the rank's wake count and notifies its cv
   void throw_if_aborted() const;
   [[noreturn]] void throw_aborted() const;  // CommError, or CommWatchdogTimeout
@@ -206,6 +253,8 @@ class Fabric {
   // Wake-ups per world rank, changed only under mu_ and read without it by a spinning rank.
   std::unique_ptr<std::atomic<std::uint64_t>[]> wakes_;
   Clock::duration spin_;  // zero: sleep at once
+  bool spin_yields_ = false;  // more ranks than cores: polls yield the core
+  std::size_t oneshot_max_bytes_;
   std::vector<RankStatus> status_;           // by world rank
   std::vector<std::unique_ptr<MemoryLedger>> ledgers_;
   std::unique_ptr<MemoryLedger> network_;  // in-flight messages and device staging copies

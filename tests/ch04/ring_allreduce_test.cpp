@@ -223,11 +223,13 @@ TEST(Ring, BlockReduceScatterAndAllGatherHaveTheBackendsSemanticsAndTraffic) {
       run_local(n, [&](Communicator& c) {
         const Tensor in = integer_data(c.rank(), n * k, DType::kBF16);
         Tensor mine = Tensor::empty({k}, DType::kBF16), theirs = mine.clone();
-        ring_reduce_scatter(c, in, mine);
+        RingOptions hops;  // the hops' traffic: small blocks would take the gather path
+        hops.oneshot_max_bytes = 0;
+        ring_reduce_scatter(c, in, mine, ReduceOp::kSum, hops);
         c.reduce_scatter(in, theirs);
         EXPECT_TRUE(same_bits(mine, theirs)) << "N=" << n << " k=" << k;
         Tensor all = Tensor::empty({n * k}, DType::kBF16), all_backend = all.clone();
-        ring_all_gather(c, mine, all);
+        ring_all_gather(c, mine, all, hops);
         c.all_gather(theirs, all_backend);
         EXPECT_TRUE(same_bits(all, all_backend)) << "N=" << n << " k=" << k;
         // Each half sends and receives (N-1) blocks, as the backend charges its collectives.
@@ -236,6 +238,46 @@ TEST(Ring, BlockReduceScatterAndAllGatherHaveTheBackendsSemanticsAndTraffic) {
         EXPECT_EQ(ring.bytes_sent, blocks);
         EXPECT_EQ(ring.bytes_received, blocks);
       });
+    }
+  }
+}
+
+// The gather path for small buffers (RingOptions::oneshot_max_bytes) adds in the hops' order
+// and rounds where they round: the same bits as the hops for every N, dtype, op and
+// accumulation, on every rank, for the all-reduce and both halves with block semantics.
+TEST(Ring, GatherPathForSmallBuffersHasTheHopsBits) {
+  RingOptions hops;
+  hops.oneshot_max_bytes = 0;
+  for (int n = 2; n <= 5; ++n) {
+    for (DType dt : {DType::kF32, DType::kBF16, DType::kF16, DType::kE4M3, DType::kF64}) {
+      for (RingAccumulation acc : {RingAccumulation::kPerHop, RingAccumulation::kFp32Partials}) {
+        for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax}) {
+          // Up to 200 elements: 5 copies of a reduce-scatter's input of 5 x 200 x f64 stay
+          // within the gather limit.
+          for (std::int64_t size : {std::int64_t{1}, std::int64_t{13}, std::int64_t{200}}) {
+            RingOptions gather, hop = hops;
+            gather.accumulation = hop.accumulation = acc;
+            ASSERT_LE(std::size_t(size * n * n) * dtype_size(dt), gather.oneshot_max_bytes);
+            const std::string label = what(n, dt, size, op) +
+                                      (acc == RingAccumulation::kPerHop ? " per-hop" : " fp32");
+            run_local(n, [&](Communicator& c) {
+              Tensor a = rank_data(c.rank(), size, dt), b = a.clone();
+              ring_all_reduce(c, a, op, gather);
+              ring_all_reduce(c, b, op, hop);
+              EXPECT_TRUE(same_bits(a, b)) << label << " rank " << c.rank();
+              const Tensor in = rank_data(c.rank(), size * n, dt);
+              Tensor ra = Tensor::empty({size}, dt), rb = ra.clone();
+              ring_reduce_scatter(c, in, ra, op, gather);
+              ring_reduce_scatter(c, in, rb, op, hop);
+              EXPECT_TRUE(same_bits(ra, rb)) << label << " reduce-scatter rank " << c.rank();
+              Tensor ga = Tensor::empty({size * n}, dt), gb = ga.clone();
+              ring_all_gather(c, ra, ga, gather);
+              ring_all_gather(c, ra, gb, hop);
+              EXPECT_TRUE(same_bits(ga, gb)) << label << " all-gather rank " << c.rank();
+            });
+          }
+        }
+      }
     }
   }
 }

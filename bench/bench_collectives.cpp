@@ -1,0 +1,338 @@
+// Latency and bus bandwidth of the collectives, measured the same way for every
+// implementation so that their columns can be set side by side (scripts/bench_collectives.sh
+// builds the table of ch04_ddp/README.md from this program's lines):
+//   bench_collectives --impl local --ranks N   the local backend between N rank threads
+//   bench_collectives --impl ring  --ranks N   chapter 4's hand-written ring on those threads
+//   mpirun -np N bench_collectives --impl mpi  Open MPI's own collectives between N processes
+// Ops: all-reduce, reduce-scatter, all-gather, all-to-all, and sendrecv (each rank sends to
+// rank+1 and receives from rank-1: one ring hop, what pipeline and context parallelism do).
+// Sizes follow nccl-tests: the all-reduce's buffer, the reduce-scatter's input, the
+// all-gather's output, each rank's all-to-all send buffer, the bytes one rank sends; f32.
+// busbw = algbw x 2(n-1)/n (all-reduce), x (n-1)/n (reduce-scatter, all-gather, all-to-all),
+// x 1 (sendrecv): the bytes one rank's link carries, comparable whatever n is
+// (ch04_ddp/PERFORMANCE.md, docs/GLOSSARY.md#algbw).
+//
+// Timing (the same code for threads and processes): one warm-up call; then the number of calls
+// per repetition is calibrated so one repetition lasts at least --min-ms; then --repetitions
+// timed repetitions, each started by a barrier and timed on every rank without a closing
+// barrier, its time the slowest rank's. A line reports the median, the fastest and the slowest
+// repetition's time per call: their spread says how far the machine's load moved the figure.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "ch04_ddp/ring_allreduce.h"
+#include "comm/local_backend.h"
+#ifdef MIXPAR_HAVE_MPI
+#include "comm/mpi_backend.h"
+#endif
+
+namespace {
+
+using namespace mixpar;
+using Clock = std::chrono::steady_clock;
+
+struct Config {
+  std::string impl;  // local | ring | mpi
+  std::string label;  // the impl column of the output (--label; default: impl)
+  int ranks = 2;
+  bool full = false;
+  double min_seconds = 0.01;
+  int repetitions = 5;
+  // The switch points, to measure them (-1: the defaults): LocalOptions::oneshot_max_bytes
+  // and RingOptions::oneshot_max_bytes; 0 turns a one-shot path off.
+  std::int64_t oneshot_max = -1, ring_oneshot_max = -1;
+  std::vector<std::int64_t> sizes;  // --sizes: these instead of the sweep
+  std::vector<std::string> ops = {"all-reduce", "reduce-scatter", "all-gather", "all-to-all",
+                                  "sendrecv"};
+};
+
+// The default sweep: the sizes of issue tables (4 KiB, 64 KiB, 1 MiB, 64 MiB) and the small
+// ones tensor parallelism and control votes send. --full: 8 B x 4^k up to 128 MiB, and 256 MiB.
+std::vector<std::int64_t> sweep(bool full) {
+  if (!full) return {8, 128, 4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20};
+  std::vector<std::int64_t> s;
+  for (std::int64_t b = 8; b <= (std::int64_t{128} << 20); b *= 4) s.push_back(b);
+  s.push_back(std::int64_t{256} << 20);
+  return s;
+}
+
+// What the harness needs from a group of ranks: a barrier, and the maximum of one number.
+struct Sync {
+  std::function<void()> barrier;
+  std::function<double(double)> max;
+};
+
+struct Timing {
+  std::int64_t calls = 0;  // per repetition
+  double median = 0, fastest = 0, slowest = 0;  // seconds per call
+};
+
+double elapsed(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Seconds per call of `calls` calls, the slowest rank's.
+double timed_run(const Sync& sync, const std::function<void()>& op, std::int64_t calls) {
+  sync.barrier();
+  const auto t0 = Clock::now();
+  for (std::int64_t i = 0; i < calls; ++i) op();
+  return sync.max(elapsed(t0)) / double(calls);
+}
+
+Timing time_op(const Sync& sync, const std::function<void()>& op, const Config& cfg) {
+  op();  // warm: pages, caches, the backend's first-call set-up
+  // Calibrate: double the calls until a run lasts a quarter of the target, then scale up.
+  std::int64_t calls = 1;
+  double per_call = timed_run(sync, op, calls);
+  while (per_call * double(calls) < cfg.min_seconds / 4 && calls < (std::int64_t{1} << 24)) {
+    calls *= 2;
+    per_call = timed_run(sync, op, calls);
+  }
+  calls = std::max<std::int64_t>(1, std::llround(cfg.min_seconds / per_call));
+  std::vector<double> t;
+  for (int r = 0; r < cfg.repetitions; ++r) t.push_back(timed_run(sync, op, calls));
+  std::sort(t.begin(), t.end());
+  const std::size_t m = t.size();
+  const double median = m % 2 ? t[m / 2] : 0.5 * (t[m / 2 - 1] + t[m / 2]);
+  return {calls, median, t.front(), t.back()};
+}
+
+double bus_factor(const std::string& op, int n) {
+  if (op == "all-reduce") return 2.0 * (n - 1) / n;
+  if (op == "sendrecv") return 1.0;
+  return double(n - 1) / n;
+}
+
+// Elements per rank block: the size's f32 elements divided among the ranks, at least one.
+std::int64_t block_elems(const std::string& op, std::int64_t bytes, int n) {
+  const std::int64_t elems = std::max<std::int64_t>(1, bytes / 4);
+  if (op == "all-reduce" || op == "sendrecv") return elems;
+  return std::max<std::int64_t>(1, elems / n);
+}
+
+// The bytes the figure is computed from (nccl-tests' size after rounding to whole blocks).
+std::int64_t actual_bytes(const std::string& op, std::int64_t bytes, int n) {
+  const std::int64_t k = block_elems(op, bytes, n);
+  return 4 * (op == "all-reduce" || op == "sendrecv" ? k : k * n);
+}
+
+void print_header() {
+  std::printf("impl,op,ranks,bytes,actual_bytes,calls,lat_us_median,lat_us_min,lat_us_max,"
+              "algbw_GBps,busbw_GBps\n");
+}
+
+void print_row(const Config& cfg, const std::string& impl, const std::string& op,
+               std::int64_t bytes, const Timing& t) {
+  const std::int64_t b = actual_bytes(op, bytes, cfg.ranks);
+  const double algbw = double(b) / t.median / 1e9;
+  std::printf("%s,%s,%d,%lld,%lld,%lld,%.3f,%.3f,%.3f,%.6g,%.6g\n", impl.c_str(), op.c_str(),
+              cfg.ranks, (long long)bytes, (long long)b, (long long)t.calls, t.median * 1e6,
+              t.fastest * 1e6, t.slowest * 1e6, algbw, algbw * bus_factor(op, cfg.ranks));
+  std::fflush(stdout);
+}
+
+// The body of one rank: for every op and size, buffers, then the timed calls. `make` returns
+// the op to time for (op, k elements per block, buffers), or nullptr where impl has no such op.
+struct Buffers {
+  Tensor a, b;  // in / out (all-reduce: a only)
+};
+
+using MakeOp = std::function<std::function<void()>(const std::string&, Buffers&, int n, int rank)>;
+
+void run_rank(const Config& cfg, const Sync& sync, int rank, const MakeOp& make) {
+  const int n = cfg.ranks;
+  if (rank == 0) print_header();
+  for (const std::string& op : cfg.ops) {
+    for (std::int64_t bytes : cfg.sizes.empty() ? sweep(cfg.full) : cfg.sizes) {
+      const std::int64_t k = block_elems(op, bytes, n);
+      Buffers buf;
+      const auto f32 = [](std::int64_t e) {
+        Tensor t = Tensor::zeros({e}, DType::kF32, MemCategory::kCommBuffers);
+        float* p = t.data_as<float>();
+        for (std::int64_t i = 0; i < e; ++i) p[i] = float(i % 7) * 0.25f;  // exact in f32 sums
+        return t;
+      };
+      if (op == "all-reduce") buf.a = f32(k);
+      else if (op == "sendrecv") buf.a = f32(k), buf.b = f32(k);
+      else if (op == "reduce-scatter") buf.a = f32(k * n), buf.b = f32(k);
+      else if (op == "all-gather") buf.a = f32(k), buf.b = f32(k * n);
+      else buf.a = f32(k * n), buf.b = f32(k * n);  // all-to-all
+      const std::function<void()> fn = make(op, buf, n, rank);
+      if (!fn) continue;
+      const Timing t = time_op(sync, fn, cfg);
+      if (rank == 0) print_row(cfg, cfg.label.empty() ? cfg.impl : cfg.label, op, bytes, t);
+    }
+  }
+}
+
+// Rank threads: the local backend's own collectives, or chapter 4's ring on its sendrecv.
+int run_threads(const Config& cfg) {
+  LocalOptions opts{.watchdog_seconds = 0};
+  if (cfg.oneshot_max >= 0) opts.oneshot_max_bytes = static_cast<std::size_t>(cfg.oneshot_max);
+  LocalWorld world(cfg.ranks, opts);
+  const bool ring = cfg.impl == "ring";
+  ch04::RingOptions ro;
+  if (cfg.ring_oneshot_max >= 0) ro.oneshot_max_bytes = static_cast<std::size_t>(cfg.ring_oneshot_max);
+  world.run([&](Communicator& c) {
+    Tensor scalar = Tensor::zeros({1}, DType::kF64, MemCategory::kCommBuffers);
+    const Sync sync{[&] { c.barrier(); },
+                    [&](double x) {
+                      scalar.data_as<double>()[0] = x;
+                      c.all_reduce(scalar, ReduceOp::kMax);
+                      return scalar.data_as<double>()[0];
+                    }};
+    std::vector<std::int64_t> counts;
+    const MakeOp make = [&](const std::string& op, Buffers& b, int n,
+                            int rank) -> std::function<void()> {
+      if (op == "all-reduce") {
+        if (ring) return [&] { ch04::ring_all_reduce(c, b.a, ReduceOp::kSum, ro); };
+        return [&] { c.all_reduce(b.a); };
+      }
+      if (op == "reduce-scatter") {
+        if (ring) return [&] { ch04::ring_reduce_scatter(c, b.a, b.b, ReduceOp::kSum, ro); };
+        return [&] { c.reduce_scatter(b.a, b.b); };
+      }
+      if (op == "all-gather") {
+        if (ring) return [&] { ch04::ring_all_gather(c, b.a, b.b, ro); };
+        return [&] { c.all_gather(b.a, b.b); };
+      }
+      if (ring) return nullptr;  // the ring has no all-to-all, and its hop is sendrecv itself
+      if (op == "all-to-all") {
+        counts.assign(static_cast<std::size_t>(n), b.a.numel() / n);
+        return [&] { c.all_to_all(b.a, counts, b.b, counts); };
+      }
+      return [&, n, rank] { c.sendrecv(b.a, (rank + 1) % n, b.b, (rank + n - 1) % n); };
+    };
+    run_rank(cfg, sync, c.rank(), make);
+  });
+  return 0;
+}
+
+#ifdef MIXPAR_HAVE_MPI
+int run_mpi(const Config& base, int* argc, char*** argv) {
+  MpiSession session(argc, argv);
+  Config cfg = base;
+  int rank = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &cfg.ranks);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  const Sync sync{[] { MPI_Barrier(MPI_COMM_WORLD); },
+                  [](double x) {
+                    double m = 0;
+                    MPI_Allreduce(&x, &m, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+                    return m;
+                  }};
+  const MakeOp make = [](const std::string& op, Buffers& b, int n,
+                         int r) -> std::function<void()> {
+    const auto f = [](const Tensor& t) { return static_cast<float*>(t.data()); };
+    const int k = static_cast<int>(op == "all-reduce" || op == "sendrecv" || op == "all-gather"
+                                       ? b.a.numel()
+                                       : b.a.numel() / n);
+    if (op == "all-reduce") {
+      return [&b, f, k] {
+        MPI_Allreduce(MPI_IN_PLACE, f(b.a), k, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+      };
+    }
+    if (op == "reduce-scatter") {
+      return [&b, f, k] {
+        MPI_Reduce_scatter_block(f(b.a), f(b.b), k, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+      };
+    }
+    if (op == "all-gather") {
+      return [&b, f, k] {
+        MPI_Allgather(f(b.a), k, MPI_FLOAT, f(b.b), k, MPI_FLOAT, MPI_COMM_WORLD);
+      };
+    }
+    if (op == "all-to-all") {
+      return [&b, f, k] {
+        MPI_Alltoall(f(b.a), k, MPI_FLOAT, f(b.b), k, MPI_FLOAT, MPI_COMM_WORLD);
+      };
+    }
+    return [&b, f, k, n, r] {
+      MPI_Sendrecv(f(b.a), k, MPI_FLOAT, (r + 1) % n, 0, f(b.b), k, MPI_FLOAT, (r + n - 1) % n,
+                   0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    };
+  };
+  run_rank(cfg, sync, rank, make);
+  return 0;
+}
+#endif
+
+int usage(const char* why) {
+  std::fprintf(stderr,
+               "bench_collectives: %s\nusage: bench_collectives --impl local|ring [--ranks N] "
+               "[--full] [--min-ms MS] [--repetitions R] [--ops a,b,...] [--sizes b,b,...]\n"
+               "       [--oneshot-max BYTES] [--ring-oneshot-max BYTES] [--label NAME]   the "
+               "switch points\n"
+               "       mpirun -np N bench_collectives --impl mpi [same flags]\n",
+               why);
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Config cfg;
+  try {
+    for (int i = 1; i < argc; ++i) {
+      const std::string a = argv[i];
+      const auto value = [&]() -> std::string {
+        if (i + 1 >= argc) throw std::invalid_argument(a + " needs a value");
+        return argv[++i];
+      };
+      if (a == "--impl") cfg.impl = value();
+      else if (a == "--ranks") cfg.ranks = std::stoi(value());
+      else if (a == "--label") cfg.label = value();
+      else if (a == "--full") cfg.full = true;
+      else if (a == "--min-ms") cfg.min_seconds = std::stod(value()) / 1e3;
+      else if (a == "--repetitions") cfg.repetitions = std::stoi(value());
+      else if (a == "--oneshot-max") cfg.oneshot_max = std::stoll(value());
+      else if (a == "--ring-oneshot-max") cfg.ring_oneshot_max = std::stoll(value());
+      else if (a == "--sizes") {
+        std::string v = value();
+        for (std::size_t p = 0; p <= v.size();) {
+          const std::size_t q = std::min(v.find(',', p), v.size());
+          cfg.sizes.push_back(std::stoll(v.substr(p, q - p)));
+          p = q + 1;
+        }
+      }
+      else if (a == "--ops") {
+        cfg.ops.clear();
+        std::string s = value();
+        for (std::size_t p = 0; p <= s.size();) {
+          const std::size_t q = std::min(s.find(',', p), s.size());
+          cfg.ops.push_back(s.substr(p, q - p));
+          p = q + 1;
+        }
+      } else {
+        throw std::invalid_argument("unknown flag " + a);
+      }
+    }
+  } catch (const std::exception& e) {
+    return usage(e.what());
+  }
+  const std::vector<std::string> known = {"all-reduce", "reduce-scatter", "all-gather",
+                                          "all-to-all", "sendrecv"};
+  for (const std::string& op : cfg.ops) {
+    if (std::find(known.begin(), known.end(), op) == known.end()) {
+      return usage(("unknown op " + op).c_str());
+    }
+  }
+  if (cfg.ranks < 2 || cfg.ranks > 64) return usage("--ranks must be 2..64");
+  if (cfg.repetitions < 1 || cfg.min_seconds <= 0) return usage("bad --repetitions or --min-ms");
+  if (cfg.impl == "local" || cfg.impl == "ring") return run_threads(cfg);
+  if (cfg.impl == "mpi") {
+#ifdef MIXPAR_HAVE_MPI
+    return run_mpi(cfg, &argc, &argv);
+#else
+    return usage("built without MPI");
+#endif
+  }
+  return usage("--impl must be local, ring or mpi");
+}

@@ -1,0 +1,77 @@
+// The local backend's one-shot path for small collectives (internal to the local backend).
+// A large collective is a rendezvous under the fabric's mutex and then every rank moving its
+// share (its ring chunk) of the data; below a few KiB that rendezvous (a mutex, a condition
+// variable, a second rendezvous before leaving, since peers write into our buffer) is the
+// whole cost. Here instead each rank copies its input into its own staging buffer, then
+// raises a flag beside it: the call number, stored with release order after the data and the
+// call's description (NCCL's LL protocol and vLLM's one-shot all-reduce keep a flag next to
+// the data the same way, docs/REFERENCE.md). A rank that sees every flag of its group at its
+// call number reads all N inputs itself and writes only its own output: one hand-off per call
+// instead of two, and no lock when the peers are on time.
+//
+// Staging buffers alternate by call parity, which is what makes one flag enough: a rank writes
+// buffer (seq mod 2) at call seq only after call seq-1 saw every flag at seq-1, that is after
+// every peer finished call seq-2, the last one that read that buffer.
+//
+// Reductions read the inputs in rank order (reduce_elements, as the chunked path does), so
+// the one-shot path gives the same bits as the large path, on every rank.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "comm/local_fabric.h"
+
+namespace mixpar::local {
+
+// The default limit of the one-shot path (LocalOptions::oneshot_max_bytes) on N x the bytes
+// one rank publishes: the bytes each rank reads, which is what grows the one-shot's cost with
+// N. Measured with scripts/bench_collectives.sh's switch-point table (ch04_ddp/README.md holds
+// the latest run's; f32 all-reduce, each path forced, fastest of 5 repetitions, 2-core AMD
+// EPYC), in a run at load average 0.9-2.5: one-shot / chunked 1.7 / 15 us at 1 KiB and 14 / 17 us at 16 KiB on 2 ranks,
+// slower from 32 KiB (24 / 21); on 4 ranks 4.5 / 8.0 us at 1 KiB, 7.0 / 8.4 at 4 KiB, about
+// even at 8 KiB (10.3 / 9.4), slower from 16 KiB (17 / 8.4). A run under a load average of
+// 6 put the 2-rank crossing at 32 KiB and the 4-rank one at 8 KiB: N x bytes <= 32 KiB.
+// On 4 ranks (more than the cores: yielding polls) the crossing moves most between runs: one
+// on an idle machine had the one-shot no faster even at 1 KiB (7.1 / 6.5 us).
+inline constexpr std::size_t kOneShotMaxBytes = std::size_t{32} << 10;
+
+class OneShotGroup {
+ public:
+  OneShotGroup(int size, std::size_t capacity);
+  std::size_t capacity() const { return capacity_; }
+
+  // The owner's staging buffer for call `seq` (allocated on its first use). Owner only.
+  std::byte* stage(int rank, std::int64_t seq);
+  // The owner publishes call `seq`: its description, then the flag (release).
+  void publish(int rank, std::int64_t seq, const CallDesc& d);
+  // Whether every rank of the group has published call `seq` (acquire: their data is visible).
+  bool all_published(std::int64_t seq) const;
+  bool published(int rank, std::int64_t seq) const;
+  // Whether `rank`'s call `seq` was a one-shot call it published (for the mismatch reports).
+  bool posted_call(int rank, std::int64_t seq) const;
+  // After published(rank, seq): what it published.
+  const CallDesc& desc(int rank, std::int64_t seq) const;
+  const std::byte* data(int rank, std::int64_t seq) const;
+
+  // Ranks asleep in the fabric waiting for a flag: a publisher wakes them only when this is
+  // non-zero (sequentially consistent on both sides, so one of the two always sees the other).
+  std::atomic<int> sleepers{0};
+
+ private:
+  struct alignas(64) Rank {
+    std::atomic<std::int64_t> flag{0};  // the last call published
+    std::int64_t seq[2] = {0, 0};       // the call each parity's description belongs to
+    CallDesc desc[2];
+    std::unique_ptr<std::byte[]> buffer;  // 2 x capacity, by parity
+  };
+  const Rank& at(int rank) const { return ranks_[static_cast<std::size_t>(rank)]; }
+  std::size_t capacity_;
+  std::unique_ptr<Rank[]> ranks_;
+  int size_;
+};
+
+}  // namespace mixpar::local

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# The collectives side by side, in one session on one machine: Open MPI's own collectives
+# between processes (mpirun), chapter 4's hand-written ring and the local backend between rank
+# threads, on 2 and 4 ranks, all timed by build/bin/bench_collectives (bench/bench_collectives.cpp:
+# min time per repetition, 5 repetitions, the median). Writes the markdown table, the ratios
+# and the alpha-beta fits into ch04_ddp/README.md between its bench_collectives markers (a rerun
+# replaces them) and the raw lines to build/bench_collectives/.
+#
+#   scripts/bench_collectives.sh            the default sweep (8 B .. 64 MiB), a few minutes
+#   scripts/bench_collectives.sh --full     8 B x 4^k .. 128 MiB and 256 MiB
+#   scripts/bench_collectives.sh --no-build --no-readme   measure only (table on stdout)
+#
+# Open MPI runs in each configuration of MPI_CONFIGS below and the table takes, per op, rank
+# count and size, the fastest one ("OpenMPI at its best"), naming it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+full=""; build=1; readme=1
+for a in "$@"; do
+  case "$a" in
+    --full) full="--full" ;;
+    --no-build) build=0 ;;
+    --no-readme) readme=0 ;;
+    *) echo "bench_collectives.sh: unknown flag $a" >&2; exit 2 ;;
+  esac
+done
+
+if [ "$build" = 1 ]; then
+  export CMAKE_CXX_COMPILER_LAUNCHER="${CMAKE_CXX_COMPILER_LAUNCHER:-ccache}"
+  [ -f build/build.ninja ] || cmake --preset default >/dev/null
+  cmake --build build --target bench_collectives -j 2 >/dev/null
+fi
+bin=build/bin/bench_collectives
+out=build/bench_collectives
+mkdir -p "$out"
+rm -f "$out"/*.csv
+
+# Containers run as root; oversubscription lets 4 processes share 2 cores (Open MPI then
+# yields while it polls, as our rank threads do).
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# name|mpirun options. default: Open MPI's own choice (the vader shared-memory BTL with its
+# single-copy mechanism, CMA, where the kernel allows it); vader-copy-in-out: the tests'
+# settings (no single copy: two copies through a shared buffer); sm-coll: the shared-memory
+# collective component preferred for the collectives it implements.
+MPI_CONFIGS=(
+  "default|"
+  "vader-copy-in-out|--mca btl self,vader --mca btl_vader_single_copy_mechanism none"
+  "sm-coll|--mca coll_sm_priority 100"
+)
+
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
+for n in 2 4; do
+  for impl in local ring; do
+    "$bin" --impl "$impl" --ranks "$n" $full > "$out/$impl-$n.csv"
+  done
+  for cfg in "${MPI_CONFIGS[@]}"; do
+    name="${cfg%%|*}"; opts="${cfg#*|}"
+    # shellcheck disable=SC2086
+    if ! mpirun --oversubscribe -np "$n" $opts "$bin" --impl mpi $full \
+         > "$out/mpi_$name-$n.csv" 2> "$out/mpi_$name-$n.err"; then
+      echo "bench_collectives.sh: Open MPI configuration $name failed ($out/mpi_$name-$n.err)" >&2
+      rm -f "$out/mpi_$name-$n.csv"
+    fi
+  done
+done
+# The switch points between the one-shot paths and the large ones: all-reduce on each path
+# forced, around the default limits (comm/local_oneshot.h, ch04_ddp/ring_allreduce.h).
+mkdir -p "$out/switch"
+rm -f "$out"/switch/*.csv
+sizes=1024,4096,8192,16384,32768,65536,131072,262144
+for n in 2 4; do
+  "$bin" --impl local --ranks "$n" --ops all-reduce --sizes $sizes --oneshot-max 1073741824 \
+    --label local-oneshot > "$out/switch/local-oneshot-$n.csv"
+  "$bin" --impl local --ranks "$n" --ops all-reduce --sizes $sizes --oneshot-max 0 \
+    --label local-chunked > "$out/switch/local-chunked-$n.csv"
+  "$bin" --impl ring --ranks "$n" --ops all-reduce --sizes $sizes --ring-oneshot-max 1073741824 \
+    --label ring-gather > "$out/switch/ring-gather-$n.csv"
+  "$bin" --impl ring --ranks "$n" --ops all-reduce --sizes $sizes --ring-oneshot-max 0 \
+    --label ring-hops > "$out/switch/ring-hops-$n.csv"
+done
+load_after=$(cut -d' ' -f1-3 /proc/loadavg)
+cpu=$(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
+cores=$(nproc)
+ompi=$(mpirun --version 2>/dev/null | head -1 || true)
+cmd="scripts/bench_collectives.sh${full:+ --full}"
+
+python3 scripts/bench_collectives_table.py --dir "$out" --cpu "$cpu" --cores "$cores" \
+  --load "$load_before -> $load_after" --mpi-version "$ompi" --command "$cmd" > "$out/table.md"
+cat "$out/table.md"
+if [ "$readme" = 1 ]; then
+  python3 scripts/bench_collectives_table.py --splice ch04_ddp/README.md "$out/table.md"
+  echo "bench_collectives.sh: table written into ch04_ddp/README.md" >&2
+fi

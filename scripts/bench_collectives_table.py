@@ -1,0 +1,239 @@
+#!/usr/bin/env python3
+"""The markdown block of scripts/bench_collectives.sh, from bench_collectives' CSV lines.
+
+  bench_collectives_table.py --dir DIR --cpu .. --cores .. --load .. --mpi-version .. --command ..
+      prints the block: per op, sizes x {OpenMPI, ring, local} busbw and latency on 2 and 4
+      ranks, the ratios against Open MPI at its best, and the alpha-beta model fitted to them.
+  bench_collectives_table.py --splice README.md BLOCK.md
+      replaces what lies between the README's bench_collectives markers with the block.
+
+The alpha-beta model T(n) = alpha + n * beta (Hockney's: a fixed cost per call plus a cost per
+byte, docs/REFERENCE.md) is fitted by least squares on the relative error,
+sum(((alpha + beta n_i) - T_i) / T_i)^2, so the microsecond calls weigh as much as the
+millisecond ones: an absolute least squares would fit the largest sizes only and leave alpha to
+their noise.
+"""
+import argparse
+import csv
+import glob
+import os
+import re
+import sys
+
+BEGIN = "<!-- bench_collectives:begin -->"
+END = "<!-- bench_collectives:end -->"
+OPS = ["all-reduce", "reduce-scatter", "all-gather", "all-to-all", "sendrecv"]
+IMPLS = [("mpi", "OpenMPI"), ("ring", "ring"), ("local", "local")]
+
+
+def size_name(b):
+    for unit, scale in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if b >= scale and b % scale == 0:
+            return "%d %s" % (b // scale, unit)
+    return "%d B" % b
+
+
+def bytes_name(b):
+    """An approximate size: 659 KiB, 1.5 MiB."""
+    for unit, scale in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if b >= scale:
+            return "%s %s" % (num(b / scale), unit)
+    return "%d B" % b
+
+
+def num(x):
+    if x >= 100:
+        return "%.0f" % x
+    if x >= 10:
+        return "%.1f" % x
+    if x >= 1:
+        return "%.2f" % x
+    return "%.2g" % x
+
+
+def read(directory):
+    """{(impl, op, ranks, bytes): row} with Open MPI's fastest configuration per key."""
+    rows = {}
+    for path in sorted(glob.glob(os.path.join(directory, "*.csv"))):
+        base = os.path.basename(path)[:-4]
+        config = base.split("_", 1)[1].rsplit("-", 1)[0] if base.startswith("mpi_") else ""
+        with open(path) as f:
+            for r in csv.DictReader(f):
+                r["config"] = config
+                for k in ("ranks", "bytes", "actual_bytes", "calls"):
+                    r[k] = int(r[k])
+                for k in ("lat_us_median", "lat_us_min", "lat_us_max", "algbw_GBps", "busbw_GBps"):
+                    r[k] = float(r[k])
+                key = (r["impl"], r["op"], r["ranks"], r["bytes"])
+                if key not in rows or r["lat_us_median"] < rows[key]["lat_us_median"]:
+                    rows[key] = r
+    return rows
+
+
+def fit(points):
+    """alpha (s), beta (s/byte) minimising the relative squared error; points: (bytes, s)."""
+    # Weighted normal equations with w = 1/T^2.
+    s0 = s1 = s2 = t0 = t1 = 0.0
+    for n, t in points:
+        w = 1.0 / (t * t)
+        s0 += w
+        s1 += w * n
+        s2 += w * n * n
+        t0 += w * t
+        t1 += w * n * t
+    det = s0 * s2 - s1 * s1
+    if det == 0:
+        return None
+    alpha = (t0 * s2 - s1 * t1) / det
+    beta = (s0 * t1 - s1 * t0) / det
+    return alpha, beta
+
+
+def block(rows, a):
+    out = [BEGIN, ""]
+    out.append("Measured by `%s` (bench/bench_collectives.cpp), f32, on %s, %s cores; "
+               "load average (1, 5, 15 min) %s during the run; %s. Each cell: busbw in GB/s "
+               "(nccl-tests' convention) and the latency per call in microseconds, the median "
+               "of 5 repetitions of at least 10 ms each. OpenMPI: the fastest of the "
+               "configurations the script runs, per cell. Ratios: our busbw / OpenMPI's "
+               "(above 1: faster)." % (a.command, a.cpu, a.cores, a.load, a.mpi_version))
+    out.append("")
+    ranks = sorted({k[2] for k in rows})
+    sizes = sorted({k[3] for k in rows})
+    for op in OPS:
+        if not any(k[1] == op for k in rows):
+            continue
+        impls = [(i, name) for i, name in IMPLS if any(k[0] == i and k[1] == op for k in rows)]
+        head = ["%s" % op]
+        for n in ranks:
+            head += ["%s %d" % (name, n) for _, name in impls]
+            head += ["%s/OpenMPI %d" % (name, n) for i, name in impls if i != "mpi"]
+        out.append("| " + " | ".join(head) + " |")
+        out.append("|" + "---|" * len(head))
+        for b in sizes:
+            cells = [size_name(b)]
+            for n in ranks:
+                mpi = rows.get(("mpi", op, n, b))
+                for i, _ in impls:
+                    r = rows.get((i, op, n, b))
+                    cells.append("%s (%s us)" % (num(r["busbw_GBps"]), num(r["lat_us_median"]))
+                                 if r else "-")
+                for i, _ in impls:
+                    if i == "mpi":
+                        continue
+                    r = rows.get((i, op, n, b))
+                    cells.append("%.2f" % (mpi["lat_us_median"] / r["lat_us_median"])
+                                 if r and mpi else "-")
+            out.append("| " + " | ".join(cells) + " |")
+        out.append("")
+    winners = {}
+    for k, r in rows.items():
+        if k[0] == "mpi":
+            winners[r["config"]] = winners.get(r["config"], 0) + 1
+    if winners:
+        out.append("OpenMPI's fastest configuration, cells won: " +
+                   ", ".join("%s %d" % (c, w) for c, w in sorted(winners.items(),
+                                                                 key=lambda x: -x[1])) + ".")
+        out.append("")
+    out.append("The alpha-beta model T(n) = alpha + n beta fitted to these medians (least "
+               "squares on the relative error): alpha is the fixed cost of a call, 1/beta the "
+               "algorithm bandwidth it tends to, n_1/2 = alpha/beta the size at which half the "
+               "time is the fixed cost.")
+    out.append("")
+    out.append("| op | ranks | impl | alpha (us) | 1/beta (GB/s) | n_1/2 |")
+    out.append("|---|---|---|---|---|---|")
+    for op in OPS:
+        for n in ranks:
+            for i, name in IMPLS:
+                pts = [(r["actual_bytes"], r["lat_us_median"] * 1e-6)
+                       for k, r in sorted(rows.items()) if k[:3] == (i, op, n)]
+                if len(pts) < 2:
+                    continue
+                f = fit(pts)
+                if not f or f[1] <= 0:
+                    continue
+                alpha, beta = f
+                out.append("| %s | %d | %s | %s | %s | %s |" % (
+                    op, n, name, num(alpha * 1e6), num(1 / beta / 1e9),
+                    bytes_name(alpha / beta) if alpha > 0 else "-"))
+    out.append("")
+    switch = read(os.path.join(a.dir, "switch")) if os.path.isdir(os.path.join(a.dir, "switch")) else {}
+    if switch:
+        out += switch_block(switch)
+    out.append(END)
+    return "\n".join(out) + "\n"
+
+
+def switch_block(rows):
+    """The one-shot paths against the large ones, all-reduce, each forced; the fastest
+    repetition (other processes only ever slow a run down, and this is an A/B comparison)."""
+    out = ["Switch points (all-reduce, each path forced with bench_collectives' --oneshot-max and "
+           "--ring-oneshot-max; fastest of 5 repetitions, microseconds):", ""]
+    pairs = [("local-oneshot", "local-chunked", "local backend: one-shot / chunked"),
+             ("ring-gather", "ring-hops", "ring: gather / hops")]
+    ranks = sorted({k[2] for k in rows})
+    sizes = sorted({k[3] for k in rows})
+    head = ["size"] + ["%s, %d ranks" % (name, n) for n in ranks for _, _, name in pairs]
+    out.append("| " + " | ".join(head) + " |")
+    out.append("|" + "---|" * len(head))
+    for b in sizes:
+        cells = [size_name(b)]
+        for n in ranks:
+            for fast, slow, _ in pairs:
+                f = rows.get((fast, "all-reduce", n, b))
+                s = rows.get((slow, "all-reduce", n, b))
+                cells.append("%s / %s" % (num(f["lat_us_min"]), num(s["lat_us_min"]))
+                             if f and s else "-")
+        out.append("| " + " | ".join(cells) + " |")
+    out.append("")
+    found = []
+    for fast, slow, name in pairs:
+        for n in ranks:
+            best = None
+            for b in sizes:
+                f = rows.get((fast, "all-reduce", n, b))
+                s = rows.get((slow, "all-reduce", n, b))
+                if not f or not s or f["lat_us_min"] > s["lat_us_min"]:
+                    break
+                best = b
+            found.append("%s faster up to %s on %d ranks" % (
+                name.split(":")[0] + "'s " + fast.split("-")[1], size_name(best) if best else
+                "none of these sizes", n))
+    out.append("Measured: " + "; ".join(found) + ".")
+    out.append("")
+    return out
+
+
+def splice(readme, block_path):
+    text = open(readme).read()
+    new = open(block_path).read().strip("\n")
+    pat = re.compile(re.escape(BEGIN) + r".*?" + re.escape(END), re.S)
+    if not pat.search(text):
+        sys.exit("bench_collectives_table.py: %s has no %s ... %s block" % (readme, BEGIN, END))
+    tmp = readme + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(pat.sub(lambda _: new, text, count=1))
+    os.replace(tmp, readme)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--dir")
+    p.add_argument("--cpu", default="?")
+    p.add_argument("--cores", default="?")
+    p.add_argument("--load", default="?")
+    p.add_argument("--mpi-version", default="Open MPI")
+    p.add_argument("--command", default="scripts/bench_collectives.sh")
+    p.add_argument("--splice", nargs=2, metavar=("README", "BLOCK"))
+    a = p.parse_args()
+    if a.splice:
+        splice(*a.splice)
+        return
+    rows = read(a.dir)
+    if not rows:
+        sys.exit("bench_collectives_table.py: no measurements in %s" % a.dir)
+    sys.stdout.write(block(rows, a))
+
+
+if __name__ == "__main__":
+    main()
