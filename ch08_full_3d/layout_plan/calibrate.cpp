@@ -54,9 +54,36 @@ double memory_bandwidth(int cores) {
   return best;
 }
 
+// The wall-clock span of phases that every rank thread runs between two barriers: from the
+// first rank's start to the last rank's end. Rank 0's own clock is not enough: on shared cores
+// it may leave the opening barrier after the others have done much of the work (8 rank threads
+// on 2 cores timed by rank 0 put the GEMM rate at 3x the cores' FMA peak). Each rank writes
+// its own entries; they are read after LocalWorld::run has joined the threads.
+class PhaseSpans {
+ public:
+  PhaseSpans(int ranks, int phases)
+      : ranks_(ranks), start_(std::size_t(ranks) * phases), end_(std::size_t(ranks) * phases) {}
+  void start(int rank, int phase = 0) { start_[at(rank, phase)] = Clock::now(); }
+  void end(int rank, int phase = 0) { end_[at(rank, phase)] = Clock::now(); }
+  double seconds(int phase = 0) const {
+    Clock::time_point first = start_[at(0, phase)], last = end_[at(0, phase)];
+    for (int r = 1; r < ranks_; ++r) {
+      first = std::min(first, start_[at(r, phase)]);
+      last = std::max(last, end_[at(r, phase)]);
+    }
+    return std::chrono::duration<double>(last - first).count();
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  std::size_t at(int rank, int phase) const { return std::size_t(phase) * ranks_ + rank; }
+  int ranks_;
+  std::vector<Clock::time_point> start_, end_;
+};
+
 // Seconds per (GEMM [+ all-reduce]) round on every rank, the GEMM n x n x n on one thread.
 double rounds_seconds(LocalWorld& world, int n, bool with_allreduce, int reps) {
-  double seconds = 0;
+  PhaseSpans span(world.size(), 1);
   world.run([&](Communicator& c) {
     Tensor a = Tensor::zeros({n, n}, DType::kF32);
     Tensor b = Tensor::zeros({n, n}, DType::kF32);
@@ -65,17 +92,15 @@ double rounds_seconds(LocalWorld& world, int n, bool with_allreduce, int reps) {
     ops::share_cores(world.size());  // as train_gpt's rank threads
     ops::matmul(a, b, out);          // warm
     c.barrier();
-    const auto t0 = std::chrono::steady_clock::now();
+    span.start(c.rank());
     for (int i = 0; i < reps; ++i) {
       ops::matmul(a, b, out);
       if (with_allreduce) c.all_reduce(small);
     }
+    span.end(c.rank());
     c.barrier();
-    if (c.rank() == 0) {
-      seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps;
-    }
   });
-  return seconds;
+  return span.seconds() / reps;
 }
 
 // AdamW's step over `n` FP32 parameters on every rank thread at once (common/optim, the
@@ -83,7 +108,7 @@ double rounds_seconds(LocalWorld& world, int n, bool with_allreduce, int reps) {
 double optimizer_params_per_s(LocalWorld& world, std::int64_t n) {
   double best = 0;
   for (int rep = 0; rep < 3; ++rep) {
-    double seconds = 0;
+    PhaseSpans span(world.size(), 1);
     world.run([&](Communicator& c) {
       Tensor p = Tensor::zeros({n}, DType::kF32, MemCategory::kParameters);
       Tensor g = Tensor::zeros({n}, DType::kF32, MemCategory::kGradients);
@@ -91,34 +116,32 @@ double optimizer_params_per_s(LocalWorld& world, std::int64_t n) {
       const std::vector<Tensor> grads = {g};
       opt.step(grads);  // warm: pages
       c.barrier();
-      const auto t0 = std::chrono::steady_clock::now();
+      span.start(c.rank());
       opt.step(grads);
+      span.end(c.rank());
       c.barrier();
-      if (c.rank() == 0) {
-        seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      }
     });
-    best = std::max(best, static_cast<double>(n) * world.size() / seconds);
+    best = std::max(best, static_cast<double>(n) * world.size() / span.seconds());
   }
   return best;
 }
 
 double allreduce_seconds(LocalWorld& world, double bytes, int reps) {
   const auto numel = std::max<std::int64_t>(1, static_cast<std::int64_t>(bytes / 4));
-  std::vector<double> times;
+  PhaseSpans span(world.size(), reps);
   world.run([&](Communicator& c) {
     Tensor buf = Tensor::zeros({numel}, DType::kF32, MemCategory::kCommBuffers);
     c.all_reduce(buf);  // warm: pages, caches
     for (int i = 0; i < reps; ++i) {
       c.barrier();
-      const auto t0 = std::chrono::steady_clock::now();
+      span.start(c.rank(), i);
       c.all_reduce(buf);
+      span.end(c.rank(), i);
       c.barrier();
-      if (c.rank() == 0) {
-        times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-      }
     }
   });
+  std::vector<double> times;
+  for (int i = 0; i < reps; ++i) times.push_back(span.seconds(i));
   std::sort(times.begin(), times.end());
   return times[times.size() / 2];
 }
