@@ -35,15 +35,7 @@ TEST(MoePrecision, OneExpertTopOneInBf16ComputesTheDenseBf16MlpsForwardBitForBit
   // The router and the experts are FP32 tensors whatever the dtype (their own masters).
   EXPECT_EQ(m.moe()->layer(0).router_weight().dtype(), DType::kF32);
   EXPECT_EQ(m.moe()->layer(0).experts().fc_w.dtype(), DType::kF32);
-  const std::int64_t C = moe.model.n_embd;
-  for (std::size_t i = 0; i < 2; ++i) {  // expert 0 from the block's own (bf16) MLP weights
-    const std::string h = "h." + std::to_string(i) + ".mlp.";
-    ch09::ExpertWeights& e = m.moe()->layer(i).experts();
-    e.fc_w.view({C, 4 * C}).copy_from(d.model().param(h + "c_fc.weight"));
-    e.fc_b.view({4 * C}).copy_from(d.model().param(h + "c_fc.bias"));
-    e.proj_w.view({4 * C, C}).copy_from(d.model().param(h + "c_proj.weight"));
-    e.proj_b.view({C}).copy_from(d.model().param(h + "c_proj.bias"));
-  }
+  copy_dense_mlp_into_expert_zero(d, m, 2);  // expert 0 from the block's own (bf16) MLP
   // Step 1's forward is the same computation; then the experts' FP32 gradients (the dense
   // MLP's are rounded to bf16) part the weights by roundings.
   for (int s = 0; s < moe.steps; ++s) {

@@ -7,9 +7,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "../ch08_test_util.h"
+#include "ch04_ddp/ddp_tolerances.h"
 
 namespace mixpar::ch08::moe_test {
 
@@ -66,6 +68,45 @@ inline double worst(const std::vector<float>& a, const std::vector<float>& b) {
   double w = 0;
   for (std::size_t i = 0; i < std::min(a.size(), b.size()); ++i) w = std::max(w, rel(a[i], b[i]));
   return w;
+}
+
+// The same run bit for bit: every step's loss, the norm to 1e-12 (its sum of squares may take
+// another order), the final dense weights and experts.
+inline void expect_bit_for_bit(const MoeRun& got, const MoeRun& want) {
+  ASSERT_EQ(got.steps.size(), want.steps.size());
+  for (std::size_t s = 0; s < want.steps.size(); ++s) {
+    EXPECT_EQ(got.steps[s].loss, want.steps[s].loss) << "step " << s;
+    EXPECT_LE(rel(got.steps[s].grad_norm, want.steps[s].grad_norm), 1e-12) << "step " << s;
+  }
+  EXPECT_EQ(got.dense, want.dense);
+  EXPECT_EQ(got.experts, want.experts);
+}
+
+// The same run within chapter 4's tolerances (only the order of FP32 sums differs): every
+// step's loss and norm, the final dense weights and experts.
+inline void expect_within_ddp_tolerances(const MoeRun& got, const MoeRun& want) {
+  ASSERT_EQ(got.steps.size(), want.steps.size());
+  for (std::size_t s = 0; s < want.steps.size(); ++s) {
+    EXPECT_LE(rel(got.steps[s].loss, want.steps[s].loss), ch04::kLossTolerance) << "step " << s;
+    EXPECT_LE(rel(got.steps[s].grad_norm, want.steps[s].grad_norm), ch04::kLossTolerance)
+        << "step " << s;
+  }
+  EXPECT_LE(worst(got.dense, want.dense), ch04::kWeightsTolerance);
+  EXPECT_LE(worst(got.experts, want.experts), ch04::kWeightsTolerance);
+}
+
+// Expert 0 of each of the first `blocks` MoE blocks of `moe` set to block i's own MLP weights
+// in `dense` (the dense model of the same seed): one expert, top-1, is then that MLP.
+inline void copy_dense_mlp_into_expert_zero(Trainer& dense, Trainer& moe, std::size_t blocks) {
+  const std::int64_t C = moe.config().model.n_embd;
+  for (std::size_t i = 0; i < blocks; ++i) {
+    const std::string h = "h." + std::to_string(i) + ".mlp.";
+    ch09::ExpertWeights& e = moe.moe()->layer(i).experts();
+    e.fc_w.view({C, 4 * C}).copy_from(dense.model().param(h + "c_fc.weight"));
+    e.fc_b.view({4 * C}).copy_from(dense.model().param(h + "c_fc.bias"));
+    e.proj_w.view({4 * C, C}).copy_from(dense.model().param(h + "c_proj.weight"));
+    e.proj_b.view({C}).copy_from(dense.model().param(h + "c_proj.bias"));
+  }
 }
 
 }  // namespace mixpar::ch08::moe_test

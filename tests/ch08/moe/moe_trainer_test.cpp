@@ -39,15 +39,7 @@ TEST(MoeTrainer, OneExpertTopOneWithoutCapacityTrainsBitForBitLikeTheDenseModel)
   ASSERT_NE(m.moe(), nullptr);
   ASSERT_EQ(m.moe()->blocks(), 2u);
   // Expert 0 of each block starts from the block's own MLP weights.
-  const std::int64_t C = moe.model.n_embd;
-  for (std::size_t i = 0; i < 2; ++i) {
-    const std::string h = "h." + std::to_string(i) + ".mlp.";
-    ch09::ExpertWeights& e = m.moe()->layer(i).experts();
-    e.fc_w.view({C, 4 * C}).copy_from(d.model().param(h + "c_fc.weight"));
-    e.fc_b.view({4 * C}).copy_from(d.model().param(h + "c_fc.bias"));
-    e.proj_w.view({4 * C, C}).copy_from(d.model().param(h + "c_proj.weight"));
-    e.proj_b.view({C}).copy_from(d.model().param(h + "c_proj.bias"));
-  }
+  copy_dense_mlp_into_expert_zero(d, m, 2);
   for (int s = 0; s < moe.steps; ++s) {
     const StepStats a = d.train_step(), b = m.train_step();
     EXPECT_EQ(a.loss, b.loss) << "step " << s;
@@ -106,15 +98,7 @@ TEST(MoeTrainer, TensorParallelBesideExpertParallelTrainsLikeOneDevice) {
   c.batch = 2;
   c.ranks = 4;
   c.dp = c.tp = c.ep = 2;
-  const MoeRun r = run(c, data);
-  ASSERT_EQ(r.steps.size(), base.steps.size());
-  for (std::size_t s = 0; s < r.steps.size(); ++s) {
-    EXPECT_LE(rel(r.steps[s].loss, base.steps[s].loss), ch04::kLossTolerance) << "step " << s;
-    EXPECT_LE(rel(r.steps[s].grad_norm, base.steps[s].grad_norm), ch04::kLossTolerance)
-        << "step " << s;
-  }
-  EXPECT_LE(worst(r.dense, base.dense), ch04::kWeightsTolerance);
-  EXPECT_LE(worst(r.experts, base.experts), ch04::kWeightsTolerance);
+  expect_within_ddp_tolerances(run(c, data), base);
 }
 
 TEST(MoeTrainer, AllToAllAndAllGatherDispatchTrainBitForBitAlike) {
@@ -181,13 +165,7 @@ TEST(MoeTrainer, ZeroOneAndTwoTrainBitForBitLikeDdp) {
   for (int stage : {1, 2}) {
     SCOPED_TRACE("zero " + std::to_string(stage));
     c.zero_stage = stage;
-    const MoeRun z = run(c, data);
-    for (std::size_t s = 0; s < z.steps.size(); ++s) {
-      EXPECT_EQ(z.steps[s].loss, ddp.steps[s].loss) << "step " << s;
-      EXPECT_LE(rel(z.steps[s].grad_norm, ddp.steps[s].grad_norm), 1e-12) << "step " << s;
-    }
-    EXPECT_EQ(z.dense, ddp.dense);
-    EXPECT_EQ(z.experts, ddp.experts);
+    expect_bit_for_bit(run(c, data), ddp);
   }
 }
 

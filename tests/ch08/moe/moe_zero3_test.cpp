@@ -52,13 +52,7 @@ TEST(MoeZero3, ShardsTheExpertsOverEdpAndTrainsBitForBitLikeZeroOne) {
       EXPECT_EQ(m.whole_params()[1].resident(), edp == 1);  // released again after the eval
       return r;
     })[0];
-    ASSERT_EQ(three.steps.size(), one.steps.size());
-    for (std::size_t s = 0; s < one.steps.size(); ++s) {
-      EXPECT_EQ(three.steps[s].loss, one.steps[s].loss) << "step " << s;
-      EXPECT_LE(rel(three.steps[s].grad_norm, one.steps[s].grad_norm), 1e-12) << "step " << s;
-    }
-    EXPECT_EQ(three.dense, one.dense);
-    EXPECT_EQ(three.experts, one.experts);
+    expect_bit_for_bit(three, one);
   }
 }
 
