@@ -15,6 +15,7 @@ namespace mixpar::local {
 namespace {
 
 constexpr std::int64_t kBlock = 1024;
+constexpr std::size_t kStackPointers = 16;
 
 // out[i] = a[i] op b[i]: the one loop every reduction here runs. out may alias a or b; with
 // the op chosen outside the loop the compiler vectorises both.
@@ -36,17 +37,36 @@ template <class Acc>
 void reduce_block(std::span<const std::byte* const> srcs, std::span<std::byte* const> dsts,
                   std::int64_t n, DType dtype, ReduceOp op) {
   Acc acc[kBlock];
-  Acc x[kBlock];
-  convert(srcs[0], dtype, acc, kAccType<Acc>, static_cast<std::size_t>(n));
-  for (std::size_t r = 1; r < srcs.size(); ++r) {
-    convert(srcs[r], dtype, x, kAccType<Acc>, static_cast<std::size_t>(n));
-    combine(acc, x, acc, n, op);
+  const std::size_t bytes = static_cast<std::size_t>(n) * dtype_size(dtype);
+  if (dtype == kAccType<Acc> && srcs.size() > 1) {
+    // Inputs already in the accumulator's type (FP32 gradients): combine straight out of
+    // them instead of first copying each onto the stack (a conversion to the same type is a
+    // copy, so the bits are the same); the first step reads two inputs at once. When the
+    // first destination shares no byte with any input (the one-shot path's staged inputs),
+    // it is the accumulator itself: one pass less.
+    const auto in = [&](std::size_t r) { return reinterpret_cast<const Acc*>(srcs[r]); };
+    const auto addr = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p); };
+    const bool apart = std::none_of(srcs.begin(), srcs.end(), [&](const std::byte* s) {
+      return addr(s) < addr(dsts[0]) + bytes && addr(dsts[0]) < addr(s) + bytes;
+    });
+    Acc* const sum = apart ? reinterpret_cast<Acc*>(dsts[0]) : acc;
+    combine(in(0), in(1), sum, n, op);
+    for (std::size_t r = 2; r < srcs.size(); ++r) combine(sum, in(r), sum, n, op);
+    if (sum == acc) copy_bytes(dsts[0], reinterpret_cast<const std::byte*>(acc), bytes);
+    for (std::size_t d = 1; d < dsts.size(); ++d) copy_bytes(dsts[d], dsts[0], bytes);
+    return;
+  }
+  {
+    Acc x[kBlock];
+    convert(srcs[0], dtype, acc, kAccType<Acc>, static_cast<std::size_t>(n));
+    for (std::size_t r = 1; r < srcs.size(); ++r) {
+      convert(srcs[r], dtype, x, kAccType<Acc>, static_cast<std::size_t>(n));
+      combine(acc, x, acc, n, op);
+    }
   }
   // Round once into the first destination, then copy: every rank gets the same bits.
   convert(acc, kAccType<Acc>, dsts[0], dtype, static_cast<std::size_t>(n), Saturation::kNoSat);
-  for (std::size_t d = 1; d < dsts.size(); ++d) {
-    copy_bytes(dsts[d], dsts[0], static_cast<std::size_t>(n) * dtype_size(dtype));
-  }
+  for (std::size_t d = 1; d < dsts.size(); ++d) copy_bytes(dsts[d], dsts[0], bytes);
 }
 
 // combine_elements for mixed or narrow dtypes: blocks converted into Acc on the stack.
@@ -93,8 +113,16 @@ void reduce_elements(std::span<const std::byte* const> srcs, std::span<std::byte
                      std::int64_t count, DType dtype, ReduceOp op) {
   if (count <= 0 || srcs.empty() || dsts.empty()) return;
   const std::size_t es = dtype_size(dtype);
-  std::vector<const std::byte*> in(srcs.size());
-  std::vector<std::byte*> out(dsts.size());
+  // Each block's pointers live on the stack up to kStackPointers ranks: a small all-reduce is
+  // a few hundred nanoseconds of work, to which two heap allocations per call would add.
+  const std::byte* in_stack[kStackPointers];
+  std::byte* out_stack[kStackPointers];
+  std::vector<const std::byte*> in_heap;
+  std::vector<std::byte*> out_heap;
+  if (srcs.size() > kStackPointers) in_heap.resize(srcs.size());
+  if (dsts.size() > kStackPointers) out_heap.resize(dsts.size());
+  const std::span<const std::byte*> in(in_heap.empty() ? in_stack : in_heap.data(), srcs.size());
+  const std::span<std::byte*> out(out_heap.empty() ? out_stack : out_heap.data(), dsts.size());
   for (std::int64_t begin = 0; begin < count; begin += kBlock) {
     const std::int64_t n = std::min(kBlock, count - begin);
     const std::size_t off = static_cast<std::size_t>(begin) * es;
