@@ -10,6 +10,7 @@
 #include <string>
 
 #include "ring_kernels.h"
+#include "tensor/ledger.h"
 
 namespace mixpar::ch04 {
 namespace {
@@ -158,9 +159,35 @@ bool gathers(int ranks, const Tensor& buf, const RingOptions& o) {
   return !o.trace && buf.nbytes() * static_cast<std::size_t>(ranks) <= o.oneshot_max_bytes;
 }
 
-// Every rank's `numel` elements of buf, rank after rank.
+// The gather path's buffers, kept from call to call by each thread (a rank is a thread, or
+// a process's main thread under MPI, and its calls on all its communicators run one after
+// another, so one set per thread is never used by two calls at once). Allocating them on
+// every call cost as much as the rest of a small all-reduce. They are the ring's own memory,
+// at most oneshot_max_bytes each, charged to a ledger of their own like the local backend's
+// one-shot staging buffers are the fabric's (comm/local_oneshot.h): a rank's ledger sees no
+// buffer that outlives the call it served. Declared first, the ledger outlives the tensors.
+struct GatherScratch {
+  MemoryLedger ledger{-1};
+  Tensor all, acc;
+  // numel elements of `dtype` from `slot`, reallocated when too small or of another dtype.
+  Tensor take(Tensor& slot, std::int64_t numel, DType dtype) {
+    if (!slot.defined() || slot.dtype() != dtype || slot.numel() < numel) {
+      slot = Tensor();  // freed before its successor is allocated
+      slot = Tensor::empty({numel}, dtype, MemCategory::kCommBuffers, Device::kCPU, &ledger);
+    }
+    return slot.flat_slice(0, numel);
+  }
+};
+
+GatherScratch& gather_scratch() {
+  thread_local GatherScratch s;
+  return s;
+}
+
+// Every rank's `numel` elements of buf, rank after rank (in the thread's gather scratch).
 Tensor gather_all(Communicator& comm, const Tensor& buf) {
-  Tensor all = Tensor::empty({buf.numel() * comm.size()}, buf.dtype(), MemCategory::kCommBuffers);
+  GatherScratch& s = gather_scratch();
+  Tensor all = s.take(s.all, buf.numel() * comm.size(), buf.dtype());
   comm.all_gather(buf, all);
   return all;
 }
@@ -173,7 +200,10 @@ void reduce_in_ring_order(const Ring& g, const Tensor& all, ChunkRange c, int fi
                           Tensor& out, ReduceOp op) {
   if (c.count == 0) return;
   const auto own = [&](int q) { return all.flat_slice(q * g.numel + c.begin, c.count); };
-  Tensor acc = Tensor::empty({c.count}, wire, MemCategory::kCommBuffers);
+  // The running partial result; two ranks of the buffer's own dtype never need it.
+  const bool needs_acc = g.n > 2 || wire != all.dtype();
+  GatherScratch& s = gather_scratch();
+  Tensor acc = needs_acc ? s.take(s.acc, c.count, wire) : Tensor();
   Tensor partial = own(first);
   if (wire != all.dtype()) {
     acc.copy_from(partial);
