@@ -5,6 +5,7 @@
 
 #include "comm/local_backend.h"
 
+#include <cstring>
 #include <stdexcept>
 #include <thread>
 
@@ -221,6 +222,13 @@ void LocalCommunicator::oneshot(const local::CallDesc& d, Write&& write, Read&& 
   read(seq);
 }
 
+void LocalCommunicator::oneshot_publish_only(const local::CallDesc& d) {
+  const std::int64_t seq = ++*calls_;
+  oneshot_->publish(rank_, seq, d);
+  fabric_->oneshot_posted(group_, *oneshot_);
+  fabric_->oneshot_check(group_, seq);
+}
+
 void LocalCommunicator::barrier() {
   const local::CallDesc d{.op = local::CollOp::kBarrier};
   if (oneshot_fits(0)) {
@@ -390,25 +398,71 @@ void LocalCommunicator::all_to_all(const Tensor& in, std::span<const std::int64_
     return;
   }
   const std::size_t elem = dtype_size(in.dtype());
+  // Copies rank p's block for this rank (p sends `counts`, its input starting at `input`)
+  // to where it lands in out, `at`, after checking its count against ours.
+  std::int64_t at = 0;
+  const auto take_block = [&](std::size_t p, const std::int64_t* counts, const std::byte* input) {
+    std::int64_t from = 0;  // where p's block for this rank starts in p's input
+    for (int q = 0; q < rank_; ++q) from += counts[q];
+    const std::int64_t n = counts[rank_];
+    if (n != recv_counts[p]) {
+      throw CommError("all_to_all: rank " + std::to_string(members_[p]) + " sends " +
+                      std::to_string(n) + " elements to rank " + std::to_string(world_rank()) +
+                      ", which expects " + std::to_string(recv_counts[p]));
+    }
+    if (n > 0) {
+      local::copy_bytes(bytes_of(out) + static_cast<std::size_t>(at) * elem,
+                        input + static_cast<std::size_t>(from) * elem,
+                        static_cast<std::size_t>(n) * elem);
+    }
+    at += n;
+  };
+  // The one-shot path (comm/local_oneshot.h): each rank stages its counts and its whole
+  // input, and every rank copies its blocks out of the staged inputs. The counts differ by
+  // rank, so no rank can tell from its own call whether every other rank's input fits the
+  // staging buffer, and taking the path on some ranks and the rendezvous on others would be a
+  // mismatch. So the path is a vote, decided after the flags: a rank stages only when its
+  // counts and input fit and it receives no more than a staging buffer holds (both known from
+  // its own call), and publishes whether it did (the description's count: 1 staged, 0 not).
+  // Every rank then sees the same votes: all staged, each reads; any not, all of them go to
+  // the rendezvous below as their next call. A rank that voted no knows the outcome already
+  // and goes there without waiting for the flags, so a large call pays only its vote.
+  const auto counts_bytes = static_cast<std::size_t>(size()) * sizeof(std::int64_t);
+  const std::size_t capacity = oneshot_->capacity();
+  if (oneshot_fits(0) && capacity > 0) {
+    const bool stages = counts_bytes + in.nbytes() <= capacity && out.nbytes() <= capacity;
+    const local::CallDesc vote{.op = local::CollOp::kAllToAll, .dtype = in.dtype(),
+                               .count = stages ? 1 : 0};
+    bool all_staged = false;
+    if (!stages) oneshot_publish_only(vote);
+    else oneshot(
+        vote,
+        [&](std::byte* stage) {
+          std::memcpy(stage, send_counts.data(), counts_bytes);
+          local::copy_bytes(stage + counts_bytes, bytes_of(in), in.nbytes());
+        },
+        [&](std::int64_t seq) {
+          for (int p = 0; p < size(); ++p) {
+            if (oneshot_->desc(p, seq).count == 0) return;
+          }
+          all_staged = true;
+          for (int p = 0; p < size(); ++p) {
+            const std::byte* staged = oneshot_->data(p, seq);
+            std::int64_t counts[kStackRanks];  // a copy: the staged bytes need no alignment
+            std::memcpy(counts, staged, counts_bytes);
+            take_block(static_cast<std::size_t>(p), counts, staged + counts_bytes);
+          }
+        });
+    if (all_staged) {
+      traffic_.record("all_to_all", v.bytes_sent, v.bytes_received);
+      return;
+    }
+  }
   const local::CallDesc d{.op = local::CollOp::kAllToAll, .dtype = in.dtype()};
   collective({.desc = d, .in = &in, .out = &out, .send_counts = send_counts.data()},
              [&](const local::Slot& s) {
-               std::int64_t at = 0;  // where rank p's block lands in out
                for (std::size_t p = 0; p < s.arrivals.size(); ++p) {
-                 const local::Arrival& a = *s.arrivals[p];
-                 std::int64_t from = 0;  // where p's block for this rank starts in p's input
-                 for (int q = 0; q < rank_; ++q) from += a.send_counts[q];
-                 const std::int64_t n = a.send_counts[rank_];
-                 if (n != recv_counts[p]) {
-                   throw CommError("all_to_all: rank " + std::to_string(members_[p]) +
-                                   " sends " + std::to_string(n) + " elements to rank " +
-                                   std::to_string(world_rank()) + ", which expects " +
-                                   std::to_string(recv_counts[p]));
-                 }
-                 if (n > 0) local::copy_bytes(bytes_of(out) + static_cast<std::size_t>(at) * elem,
-                                   bytes_of(*a.in) + static_cast<std::size_t>(from) * elem,
-                                   static_cast<std::size_t>(n) * elem);
-                 at += n;
+                 take_block(p, s.arrivals[p]->send_counts, bytes_of(*s.arrivals[p]->in));
                }
              });
   traffic_.record("all_to_all", v.bytes_sent, v.bytes_received);

@@ -456,6 +456,14 @@ void Fabric::oneshot_wait(int group, int group_rank, std::int64_t seq, const Cal
   block(lock, me, [&] { return os.all_published(seq); });
 }
 
+void Fabric::oneshot_check(int group, std::int64_t seq) {
+  std::lock_guard lock(mu_);
+  throw_if_aborted();
+  if (groups_.at(static_cast<std::size_t>(group)).slots.count(seq) != 0) {
+    fail(mismatch_report(group, seq));
+  }
+}
+
 void Fabric::oneshot_mismatch(int group, std::int64_t seq) {
   std::lock_guard lock(mu_);
   fail(mismatch_report(group, seq));

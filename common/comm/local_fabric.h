@@ -174,6 +174,10 @@ class Fabric {
   // watchdog and the failure of other ranks, as arrive() does; a peer that took the
   // rendezvous for this call number instead is a collective mismatch.
   void oneshot_wait(int group, int group_rank, std::int64_t seq, const CallDesc& d);
+  // For a rank that published call `seq` and does not wait for the flags: a peer that took
+  // the rendezvous for this call number is a collective mismatch, as in oneshot_wait (a peer
+  // arriving later finds the flag, arrive()'s own check).
+  void oneshot_check(int group, std::int64_t seq);
   // Every rank published call `seq` but not the same call: fails the world naming each.
   [[noreturn]] void oneshot_mismatch(int group, std::int64_t seq);
 

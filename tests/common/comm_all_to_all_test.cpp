@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "comm/local_backend.h"
+#include "comm/local_oneshot.h"
 #include "comm_local_test_util.h"
 
 namespace mixpar {
@@ -23,14 +24,16 @@ struct Exchange {
   std::vector<std::int64_t> send_counts, recv_counts;
   Tensor in, want;
 };
-Exchange exchange_of(int r, int n) {
+// count(p, q): the elements rank p sends rank q.
+template <class Count = std::int64_t (*)(int, int)>
+Exchange exchange_of(int r, int n, Count count = count_of) {
   Exchange e;
   std::vector<float> in, want;
   for (int q = 0; q < n; ++q) {
-    e.send_counts.push_back(count_of(r, q));
-    e.recv_counts.push_back(count_of(q, r));
-    for (std::int64_t i = 0; i < count_of(r, q); ++i) in.push_back(value_of(r, q, i));
-    for (std::int64_t i = 0; i < count_of(q, r); ++i) want.push_back(value_of(q, r, i));
+    e.send_counts.push_back(count(r, q));
+    e.recv_counts.push_back(count(q, r));
+    for (std::int64_t i = 0; i < count(r, q); ++i) in.push_back(value_of(r, q, i));
+    for (std::int64_t i = 0; i < count(q, r); ++i) want.push_back(value_of(q, r, i));
   }
   e.in = Tensor::from_floats(in, {std::int64_t(in.size())});
   e.want = Tensor::from_floats(want, {std::int64_t(want.size())});
@@ -77,6 +80,99 @@ TEST(CommAllToAll, CountsThatDoNotMatchTheTensorsAreRefusedBeforeAnyExchange) {
     EXPECT_THROW(c.all_to_all(in, two, out, two), std::invalid_argument);  // sums 2, not 3
     EXPECT_THROW(c.all_to_all(in, one, out, one), std::invalid_argument);  // one count, 2 ranks
   });
+}
+
+// The one-shot path (every rank's counts and input staged, each rank copying its blocks
+// out) and the rendezvous give the same bytes; so does a call in which one rank's input is
+// too large to stage while the others' are small (the ranks vote, then all take the
+// rendezvous). Back to back, the sizes alternating, so the two staging buffers are reused
+// and the vote goes both ways; the values change with the call, so a stale input shows.
+TEST(CommAllToAll, OneShotAndRendezvousGiveTheSameBlocksBackToBackAtMixedSizes) {
+  const auto large = std::int64_t(local::kOneShotMaxBytes / 4);  // elements: over the limit
+  for (int n : {1, 2, 3, 4}) {
+    for (const bool rendezvous : {false, true}) {
+      LocalOptions opts;
+      if (rendezvous) opts.oneshot_max_bytes = 0;
+      run_local(
+          n,
+          [&](Communicator& c) {
+            for (int k = 0; k < 60; ++k) {
+              // k % 3 == 1: rank (k % n) sends `large` elements to the next rank, the rest a
+              // few; k % 3 == 2: rank (k % n) receives that much.
+              const auto count = [&](int p, int q) -> std::int64_t {
+                if (k % 3 == 1 && p == k % n && q == (p + 1) % n) return large;
+                if (k % 3 == 2 && q == k % n && p == (q + 1) % n) return large;
+                return count_of(p, q) + k % 5;
+              };
+              const Exchange e = exchange_of(c.rank(), n, count);
+              Tensor out = Tensor::empty(e.want.shape(), DType::kF32);
+              c.all_to_all(e.in, e.send_counts, out, e.recv_counts);
+              ASSERT_TRUE(same_bits(out, e.want))
+                  << "rank " << c.rank() << " of " << n << ", call " << k
+                  << (rendezvous ? ", rendezvous only" : "");
+            }
+            EXPECT_EQ(c.traffic().totals("all_to_all").calls, 60);
+          },
+          opts);
+    }
+  }
+}
+
+TEST(CommAllToAll, OneShotAgainstAnotherCollectiveIsAMismatchNamingBoth) {
+  const CommFailure f = run_expecting_comm_error(2, [](Communicator& c) {
+    if (c.rank() == 0) {
+      const Exchange e = exchange_of(c.rank(), 2);
+      Tensor out = Tensor::empty(e.want.shape(), DType::kF32);
+      c.all_to_all(e.in, e.send_counts, out, e.recv_counts);
+    } else {
+      Tensor t = Tensor::zeros({4}, DType::kF32);
+      c.all_reduce(t);
+    }
+  });
+  ASSERT_FALSE(f.thrown.empty());
+  EXPECT_CONTAINS(f.thrown, "collective mismatch at call #1 of world");
+  EXPECT_CONTAINS(f.thrown, "rank 0 all_to_all(f32)");
+  EXPECT_CONTAINS(f.thrown, "rank 1 all_reduce(4 x f32, sum)");
+}
+
+// A rank whose input is too large votes against the one-shot path and does not wait for the
+// others' flags; a peer that took the rendezvous for that call number instead (a large
+// all-reduce) is still a mismatch, whichever of the two comes first.
+TEST(CommAllToAll, AVoteAgainstTheOneShotPathAgainstARendezvousIsAMismatch) {
+  const auto large = std::int64_t(local::kOneShotMaxBytes / 4) + 1;
+  for (int first : {0, 1}) {
+    const CommFailure f = run_expecting_comm_error(2, [&](Communicator& c) {
+      // A message (which takes no call number) makes `first`'s call tend to come first.
+      Tensor token = Tensor::zeros({1}, DType::kF32);
+      if (c.rank() == first) c.send(token, 1 - first);
+      else c.recv(token, first);
+      const int me = c.rank();
+      if (me == 0) {
+        const Exchange e = exchange_of(me, 2, [&](int, int) { return large; });
+        Tensor out = Tensor::empty(e.want.shape(), DType::kF32);
+        c.all_to_all(e.in, e.send_counts, out, e.recv_counts);
+      } else {
+        Tensor t = Tensor::zeros({large}, DType::kF32);
+        c.all_reduce(t);
+      }
+    });
+    ASSERT_FALSE(f.thrown.empty()) << first;
+    EXPECT_CONTAINS(f.thrown, "collective mismatch at call #1 of world");
+    EXPECT_CONTAINS(f.thrown, "rank 0 all_to_all(f32)");
+    EXPECT_CONTAINS(f.thrown, "all_reduce(" + std::to_string(large) + " x f32, sum)");
+  }
+}
+
+TEST(CommAllToAll, WaitingForARankThatNeverCallsIsADeadlockNamingIt) {
+  const CommFailure f = run_expecting_comm_error(3, [](Communicator& c) {
+    if (c.rank() == 2) return;
+    const Exchange e = exchange_of(c.rank(), 3);
+    Tensor out = Tensor::empty(e.want.shape(), DType::kF32);
+    c.all_to_all(e.in, e.send_counts, out, e.recv_counts);
+  });
+  ASSERT_FALSE(f.thrown.empty());
+  EXPECT_CONTAINS(f.thrown, "deadlock");
+  EXPECT_CONTAINS(f.thrown, "waits in all_to_all(f32) (call #1 of world) for rank 2");
 }
 
 }  // namespace
