@@ -222,13 +222,6 @@ void LocalCommunicator::oneshot(const local::CallDesc& d, Write&& write, Read&& 
   read(seq);
 }
 
-void LocalCommunicator::oneshot_publish_only(const local::CallDesc& d) {
-  const std::int64_t seq = ++*calls_;
-  oneshot_->publish(rank_, seq, d);
-  fabric_->oneshot_posted(group_, *oneshot_);
-  fabric_->oneshot_check(group_, seq);
-}
-
 void LocalCommunicator::barrier() {
   const local::CallDesc d{.op = local::CollOp::kBarrier};
   if (oneshot_fits(0)) {
@@ -434,8 +427,12 @@ void LocalCommunicator::all_to_all(const Tensor& in, std::span<const std::int64_
     const local::CallDesc vote{.op = local::CollOp::kAllToAll, .dtype = in.dtype(),
                                .count = stages ? 1 : 0};
     bool all_staged = false;
-    if (!stages) oneshot_publish_only(vote);
-    else oneshot(
+    if (!stages) {  // publishes its vote, and neither stages nor waits for the flags
+      const std::int64_t seq = ++*calls_;
+      oneshot_->publish(rank_, seq, vote);
+      fabric_->oneshot_posted(group_, *oneshot_);
+      fabric_->oneshot_check(group_, seq);
+    } else oneshot(
         vote,
         [&](std::byte* stage) {
           std::memcpy(stage, send_counts.data(), counts_bytes);

@@ -106,10 +106,6 @@ class LocalCommunicator final : public Communicator {
   // the flag goes up; once every flag is up and every rank called the same, read(seq).
   template <class Write, class Read>
   void oneshot(const local::CallDesc& d, Write&& write, Read&& read);
-  // Publishes a one-shot call without staging or waiting for the others' flags: for a rank
-  // that knows from its own call that the one-shot path will not be taken (all_to_all's vote
-  // against it), whose next call is the rendezvous every rank then makes.
-  void oneshot_publish_only(const local::CallDesc& d);
 
   local::Fabric* fabric_;
   local::OneShotGroup* oneshot_;  // this group's flags and staging buffers
