@@ -70,6 +70,16 @@ inline double worst(const std::vector<float>& a, const std::vector<float>& b) {
   return w;
 }
 
+// `c` resumed from the checkpoint its run wrote after step 3, run to its end on every rank.
+inline MoeRun resume_after_step_3(TrainerConfig c, const TrainingData& data) {
+  c.resume = true;
+  return test::train_on_each_rank(c, data, [](Trainer& t, int) {
+    t.resume();
+    EXPECT_EQ(t.step(), 3);
+    return train(t);
+  })[0];
+}
+
 // The same run bit for bit: every step's loss, the norm to 1e-12 (its sum of squares may take
 // another order), the final dense weights and experts.
 inline void expect_bit_for_bit(const MoeRun& got, const MoeRun& want) {

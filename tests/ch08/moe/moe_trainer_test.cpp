@@ -222,12 +222,7 @@ TEST(MoeTrainer, ACheckpointHoldsExpertsByGlobalIndexAndResumesOnAnyEp) {
     TrainerConfig again = c;
     again.ep = l.ep;
     again.zero_stage = l.zero;
-    again.resume = true;
-    const MoeRun resumed = test::train_on_each_rank(again, data, [](Trainer& t, int) {
-      t.resume();
-      EXPECT_EQ(t.step(), 3);
-      return train(t);
-    })[0];
+    const MoeRun resumed = resume_after_step_3(again, data);
     ASSERT_EQ(resumed.steps.size(), 3u);
     for (std::size_t i = 0; i < 3; ++i) {
       const StepStats& a = resumed.steps[i];
