@@ -132,8 +132,18 @@ std::int64_t chunk_elements(const TrainerConfig& c, const GptStage& st) {
 
 std::int64_t rank_parameter_count(const TrainerConfig& c, int stage) {
   std::int64_t n = 0;
-  for (const GptStage& st : rank_chunks(c, stage)) {
+  const std::vector<GptStage> chunks = rank_chunks(c, stage);
+  bool first = false, last = false;
+  for (const GptStage& st : chunks) {
     n = checked_sum("the parameters of one rank", n, chunk_elements(c, st));
+    first = first || st.is_first();
+    last = last || st.is_last();
+  }
+  // A rank whose chunks hold both ends of the model (rank 0 of a V: stages 0 and 2 pp - 1)
+  // holds the tied wte once: its chunks are one registry under global names
+  // (ch07_pipeline/model_chunks.h), so the last chunk's copy is the first's.
+  if (chunks.size() > 1 && first && last) {
+    n -= padded_vocab(c.model.vocab_size, c.tp) / c.tp * c.model.n_embd;
   }
   return n;
 }

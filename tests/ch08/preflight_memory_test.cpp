@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "ch07_pipeline/model_chunks.h"
+#include "ch07_pipeline/pipeline_schedule.h"
 #include "ch08_test_util.h"
 #include "preflight.h"
 #include "tensor/ledger.h"
@@ -165,25 +166,32 @@ TEST(PreflightMemory, TheModelStatesAreTheLedgersForEveryDtype) {
 // The bill counts a rank's parameters in closed form (no tensor named, so that 10^8 blocks
 // cost microseconds): it must be exactly the registry that rank allocates, on every layout
 // that shapes it: tp shards with a padded vocabulary, uneven pipeline stages, interleaved
-// chunks, the first stage's wpe, the last's ln_f and tied wte copy.
+// chunks, the first stage's wpe, the last's ln_f and tied wte copy, and the V of zb-v and
+// dualpipev, whose rank 0 holds the first and the last stage and so the tied wte once.
 TEST(PreflightMemory, TheClosedFormParameterCountIsTheRegistrysOnEveryLayout) {
   struct Case {
     int tp, pp, v;
     std::int64_t n_layer, vocab;
+    const char* schedule = "1f1b";
   };
   int checked = 0;
   for (const Case k : {Case{1, 1, 1, 3, 256}, Case{2, 1, 1, 2, 257}, Case{4, 1, 1, 1, 50257},
-                       Case{1, 3, 1, 7, 256}, Case{2, 2, 1, 5, 255}, Case{1, 2, 2, 8, 256},
-                       Case{2, 2, 3, 7, 259}}) {
+                       Case{1, 3, 1, 7, 256}, Case{2, 2, 1, 5, 255},
+                       Case{1, 2, 2, 8, 256, "interleaved"}, Case{2, 2, 3, 7, 259, "interleaved"},
+                       Case{1, 2, 2, 4, 256, "zb-v"}, Case{2, 3, 2, 7, 259, "dualpipev"}}) {
     TrainerConfig c = tiny_config();
     c.model = GptConfig{k.n_layer, 4, 32, 24, k.vocab};
     c.tp = k.tp;
     c.pp = k.pp;
     c.virtual_stages = k.v;
+    c.pipeline_schedule = k.schedule;
+    c.grad_accum = 2 * k.pp;
+    const ch07::Placement placement =
+        ch07::layout_for(ch07::parse_schedule(k.schedule), k.pp, 2 * k.pp, k.v).placement;
     for (int stage = 0; stage < k.pp; ++stage) {
       const std::vector<GptStage> chunks =
           k.pp == 1 ? std::vector<GptStage>{GptStage{}}
-                    : ch07::rank_chunk_stages(c.model, stage, k.pp, k.v);
+                    : ch07::rank_chunk_stages(c.model, stage, k.pp, k.v, placement);
       const std::int64_t registry =
           ch07::make_chunks_registry(c.model, chunks, TensorShard{0, k.tp}).numel();
       EXPECT_EQ(rank_parameter_count(c, stage), registry)
@@ -191,7 +199,7 @@ TEST(PreflightMemory, TheClosedFormParameterCountIsTheRegistrysOnEveryLayout) {
       ++checked;
     }
   }
-  EXPECT_EQ(checked, 12);
+  EXPECT_EQ(checked, 17);
 }
 
 // A count that does not fit 64 bits is an InputError naming the product, not a wrapped size.
