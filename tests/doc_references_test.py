@@ -70,7 +70,7 @@ TOP_DIRS = ("ch01_fp_formats", "ch02_loss_scaling", "ch03_master_weights", "ch04
             "ch05_zero", "ch06_tensor_parallel", "ch07_pipeline", "ch08_full_3d",
             "ch09_expert_parallel", "common",
             "docs", "tests", "scripts", "bench", "cmake", "exercises", "fuzz", ".github")
-DOC_NAMES = ("README", "PERFORMANCE", "RUNS", "ARCHITECTURE", "COURSE", "GLOSSARY", "REFERENCE",
+DOC_NAMES = ("README", "PERFORMANCE", "RUNS", "CHECKPOINTS", "ARCHITECTURE", "COURSE", "GLOSSARY", "REFERENCE",
              "SOURCES", "LICENSE")
 SOURCE_EXT = (".h", ".cpp", ".cu", ".cuh", ".py", ".sh", ".md", ".cmake", ".supp")
 PROSE_PATH = re.compile(r"(?<![\w./-])(?:\.\./)*(?:%s)/[\w./{},*-]*[\w}*]" % "|".join(
