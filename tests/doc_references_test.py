@@ -4,8 +4,8 @@
     python3 tests/doc_references_test.py --repo ROOT --bin-dir BIN [DOC.md...]
     python3 tests/doc_references_test.py --self-test
 
-The docs (every *.md of docs/, the top README.md, each chapter's README.md, PERFORMANCE.md and
-RUNS.md, exercises/README.md; or the DOCs given) are read for three kinds of reference:
+The docs (every *.md of docs/, the top README.md, each chapter's README.md, PERFORMANCE.md,
+RUNS.md and CHECKPOINTS.md, exercises/README.md; or the DOCs given) are read for three kinds of reference:
 
   files  a link's target (and its #anchor: a heading of the target), a repository path in
          code (`ch05_zero/zero_stage3.h`, `scripts/test.sh`, `trainer_config.{h,cpp}`; a bare
@@ -539,7 +539,7 @@ def default_docs(root):
     docs = ["README.md"]
     docs += sorted(os.path.relpath(p, root) for p in glob.glob(os.path.join(root, "docs", "*.md")))
     for d in sorted(glob.glob(os.path.join(root, "ch0*"))):
-        for name in ("README.md", "PERFORMANCE.md", "RUNS.md"):
+        for name in ("README.md", "PERFORMANCE.md", "RUNS.md", "CHECKPOINTS.md"):
             if os.path.isfile(os.path.join(d, name)):
                 docs.append(os.path.relpath(os.path.join(d, name), root))
     docs.append("exercises/README.md")
