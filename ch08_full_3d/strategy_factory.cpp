@@ -45,16 +45,19 @@ std::unique_ptr<GradSync> one_replica(const TrainerConfig& c) {
 }
 
 // The pipeline's tied wte (two copies, first and last stage, each with half the gradient)
-// meets in the gradient sync, before it reduces, when the sync reduce-scatters: ZeRO over
-// dp > 1 leaves each dp rank only its shard, cut at different offsets on the two stages
-// (TiedEmbeddingFirst). Otherwise the pipeline schedule sums the copies after the sync
-// (ch07's PipelineSchedule::after_sync). Decided here, for both strategies, once.
+// meets in the gradient sync, before it reduces over dp > 1 (TiedEmbeddingFirst). ZeRO needs
+// that order: its reduce-scatter leaves each dp rank only its shard, cut at different offsets
+// on the two stages. Chapter 4's all-reduce could sum the copies after the sync instead, but
+// FP32 addition does not associate: (a0 + b0) + (a1 + b1) and (a0 + a1) + (b0 + b1) differ in
+// the last bits, and DDP and ZeRO would no longer give the same bits beside a pipeline. Both
+// take Megatron-LM's order. With one replica the pipeline schedule sums the copies after the
+// (absent) sync (ch07's PipelineSchedule::after_sync), the same sum. Decided here, once.
 bool tied_copies_meet_in_sync(const ParallelGrid* grid, const TrainerConfig& c) {
   // The V (zb-v, dualpipev) holds one wte, on rank 0: no copies to meet.
   if (ch07::placement_of(ch07::parse_schedule(c.pipeline_schedule)) == ch07::Placement::kV) {
     return false;
   }
-  return grid != nullptr && grid->dp().size() > 1 && c.zero_stage >= 1;
+  return grid != nullptr && grid->dp().size() > 1;
 }
 
 // Chapter 5's ZeRO stage c.zero_stage (>= 1) over dp.
@@ -97,7 +100,7 @@ std::unique_ptr<GradSync> make_dp_grad_sync(GptModel& model, const ParallelGrid*
                               ch04::model_reports_grad_ready());
   // ZeRO-3 has released the whole working copy (it checked the replicas before splitting it).
   if (c.zero_stage != 3) verify_replicas(dp, rank_params(model).flat_params());
-  // ZeRO with pipeline stages: the tied wte's two copies meet before the reduce-scatter
+  // Pipeline stages: the tied wte's two copies meet before the dp reduction
   // (tied_embedding_sync.h) on the ranks that hold one.
   Communicator* embedding = grid->embedding();
   if (tied_copies_meet_in_sync(grid, c) && embedding != nullptr && embedding->size() > 1 &&

@@ -1,11 +1,12 @@
-// The tied embedding under ZeRO and pipelines. With pp > 1 the tied wte lives twice: on the
-// first stage (the token embedding) and on the last (the head), each copy holding only its own
-// half of the gradient. Under chapter 4's all-reduce the two halves can be summed after the
-// sync (ch07's PipelineSchedule::after_sync): every replica then holds the whole averaged
-// gradient. ZeRO's reduce-scatter leaves each dp rank only its shard of the buffer, and the two
-// stages cut wte at different flat offsets, so the halves must meet BEFORE it (Megatron-LM's
-// order too: `_allreduce_embedding_grads` runs on the full gradient before the optimizer's
-// reduce-scatter of the distributed optimizer).
+// The tied embedding beside a pipeline and data parallelism. With pp > 1 the tied wte lives
+// twice: on the first stage (the token embedding) and on the last (the head), each copy holding
+// only its own half of the gradient. ZeRO's reduce-scatter leaves each dp rank only its shard
+// of the buffer, and the two stages cut wte at different flat offsets, so the halves must meet
+// BEFORE it (Megatron-LM's order too: `_allreduce_embedding_grads` runs on the full gradient
+// before the optimizer's reduce-scatter of the distributed optimizer). Chapter 4's all-reduce
+// takes the same order, though it could sum the halves after the sync: FP32 sums in another
+// order differ in the last bits, and DDP and ZeRO give the same bits only in the same order
+// (strategy_factory.cpp, tied_copies_meet_in_sync).
 //
 // TiedEmbeddingFirst is a GradSync decorator (parallel/forwarding_sync.h): it holds back the
 // wte's "gradient ready" during the last backward, and in finish() sums the wte gradient over
