@@ -157,11 +157,66 @@ def block(rows, a):
                     op, n, name, num(alpha * 1e6), num(1 / beta / 1e9),
                     bytes_name(alpha / beta) if alpha > 0 else "-"))
     out.append("")
+    out += targets_block(rows)
     switch = read(os.path.join(a.dir, "switch")) if os.path.isdir(os.path.join(a.dir, "switch")) else {}
     if switch:
         out += switch_block(switch)
     out.append(END)
     return "\n".join(out) + "\n"
+
+
+# The targets this table is measured against (ch04_ddp/README.md): ring and local busbw >=
+# OpenMPI's at every size and op on every rank count; the 2-rank 4 KiB all-reduce within 2x of
+# OpenMPI's latency; all-reduce at LARGE bytes and above >= 2x OpenMPI's busbw.
+LARGE = 16 << 20
+
+
+def ratio(rows, impl, op, n, b):
+    """OpenMPI's latency over ours (= our busbw / OpenMPI's), None where either is missing."""
+    r, mpi = rows.get((impl, op, n, b)), rows.get(("mpi", op, n, b))
+    return mpi["lat_us_median"] / r["lat_us_median"] if r and mpi else None
+
+
+def targets_block(rows):
+    """Each target with its verdict, computed from the cells above."""
+    ranks = sorted({k[2] for k in rows})
+    sizes = sorted({k[3] for k in rows})
+    out = ["Targets, from the cells above:", ""]
+    short = []
+    for op in OPS:
+        for impl, name in IMPLS[1:]:
+            for n in ranks:
+                for b in sizes:
+                    q = ratio(rows, impl, op, n, b)
+                    if q is not None and q < 1:
+                        short.append("%s %s %d ranks %s (%.2f)" % (op, name, n, size_name(b), q))
+    out.append("- busbw >= OpenMPI's at every size, op and rank count: " +
+               ("met." if not short else "not met in %d cells: %s." % (len(short), "; ".join(short))))
+    lat = []
+    for impl, name in IMPLS[1:]:
+        r, mpi = rows.get((impl, "all-reduce", 2, 4096)), rows.get(("mpi", "all-reduce", 2, 4096))
+        if r and mpi:
+            q = r["lat_us_median"] / mpi["lat_us_median"]
+            lat.append("%s %s us against %s us, %.2fx: %s" % (
+                name, num(r["lat_us_median"]), num(mpi["lat_us_median"]), q,
+                "met" if q <= 2 else "not met"))
+    if lat:
+        out.append("- 4 KiB all-reduce on 2 ranks within 2x of OpenMPI's latency: " +
+                   "; ".join(lat) + ".")
+    large = []
+    for impl, name in IMPLS[1:]:
+        for n in ranks:
+            qs = [(ratio(rows, impl, "all-reduce", n, b), b) for b in sizes if b >= LARGE]
+            qs = [(q, b) for q, b in qs if q is not None]
+            if qs:
+                q, b = min(qs)
+                large.append("%s %d ranks at least %.2fx (%s)%s" % (
+                    name, n, q, size_name(b), "" if q >= 2 else ": not met"))
+    if large:
+        out.append("- all-reduce from %s up >= 2x OpenMPI's busbw: " % size_name(LARGE) +
+                   "; ".join(large) + ".")
+    out.append("")
+    return out
 
 
 def switch_block(rows):

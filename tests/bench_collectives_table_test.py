@@ -1,0 +1,109 @@
+#!/usr/bin/env python3
+"""scripts/bench_collectives_table.py's verdicts on the targets, from made-up measurements.
+
+Each case writes bench_collectives CSV lines (OpenMPI's in two configurations, the local
+backend's and the ring's) into a temporary directory, runs the script and checks the
+"Targets" lines it prints: every target met when ours are faster everywhere; each shortfall
+named with its ratio otherwise (one slow cell, a slow 4 KiB latency, a large all-reduce under
+2x); OpenMPI taken at its fastest configuration per cell. Exit 0 when every case holds.
+"""
+import os
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPT = os.path.join(ROOT, "scripts", "bench_collectives_table.py")
+HEADER = "impl,op,ranks,bytes,actual_bytes,calls,lat_us_median,lat_us_min,lat_us_max," \
+         "algbw_GBps,busbw_GBps\n"
+OPS = ["all-reduce", "sendrecv"]
+SIZES = [8, 4096, 16 << 20]
+
+
+def write(directory, name, impl, lat):
+    """name "<impl or mpi_config>-<ranks>"; lat(op, ranks, bytes) -> the median latency in us."""
+    n = int(name.rsplit("-", 1)[1])
+    with open(os.path.join(directory, name + ".csv"), "w") as f:
+        f.write(HEADER)
+        for op in OPS:
+            if impl == "ring" and op == "sendrecv":
+                continue
+            for b in SIZES:
+                t = lat(op, n, b)
+                bw = b / (t * 1e-6) / 1e9
+                f.write("%s,%s,%d,%d,%d,100,%g,%g,%g,%g,%g\n" % (impl, op, n, b, b, t, t, t, bw,
+                                                                 bw))
+
+
+def targets(case):
+    """The script's Targets lines for the measurements `case` writes."""
+    with tempfile.TemporaryDirectory() as d:
+        case(d)
+        out = subprocess.run([sys.executable, SCRIPT, "--dir", d], check=True,
+                             capture_output=True, text=True).stdout
+    lines = out.split("Targets, from the cells above:")[1].strip().split("\n\n")[0]
+    return lines.splitlines()
+
+
+def mpi(op, n, b):
+    return 1.0 + b / 1e3  # 1 us + 1 GB/s
+
+
+def faster(factor):
+    return lambda op, n, b: mpi(op, n, b) / factor
+
+
+def main():
+    failures = []
+
+    def expect(name, lines, *parts):
+        text = "\n".join(lines)
+        for p in parts:
+            if p not in text:
+                failures.append("%s: %r not in\n%s" % (name, p, text))
+
+    def all_faster(d):
+        write(d, "mpi_default-2", "mpi", mpi)
+        write(d, "mpi_default-4", "mpi", mpi)
+        write(d, "local-2", "local", faster(3))
+        write(d, "local-4", "local", faster(3))
+        write(d, "ring-2", "ring", faster(2.5))
+        write(d, "ring-4", "ring", faster(2.5))
+    expect("all faster", targets(all_faster),
+           "every size, op and rank count: met.",
+           "ring 2.04 us against 5.10 us, 0.40x: met", "ring 2 ranks at least 2.50x (16 MiB);")
+
+    def one_slow_cell(d):
+        all_faster(d)
+        write(d, "local-4", "local",
+              lambda op, n, b: 2 * mpi(op, n, b) if (op, b) == ("sendrecv", 8) else
+              mpi(op, n, b) / 3)
+    expect("one slow cell", targets(one_slow_cell),
+           "not met in 1 cells: sendrecv local 4 ranks 8 B (0.50).")
+
+    def slow_latency_and_large(d):
+        all_faster(d)
+        write(d, "ring-2", "ring",
+              lambda op, n, b: 3 * mpi(op, n, b) if b == 4096 else mpi(op, n, b) / 1.5)
+    expect("slow latency, large under 2x", targets(slow_latency_and_large),
+           "all-reduce ring 2 ranks 4 KiB (0.33)", "3.00x: not met",
+           "ring 2 ranks at least 1.50x (16 MiB): not met")
+
+    def mpi_at_its_best(d):
+        # A second OpenMPI configuration twice as fast: ours at 1.5x the first is 0.75x it.
+        all_faster(d)
+        write(d, "mpi_other-2", "mpi", faster(2))
+        write(d, "mpi_other-4", "mpi", faster(2))
+        write(d, "local-2", "local", faster(1.5))
+    expect("OpenMPI at its best", targets(mpi_at_its_best),
+           "all-reduce local 2 ranks 8 B (0.75)")
+
+    if failures:
+        print("\n".join(failures))
+        return 1
+    print("bench_collectives_table.py: 4 cases, every verdict as expected")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
