@@ -17,6 +17,9 @@ namespace {
 
 int mod(int a, int n) { return ((a % n) + n) % n; }
 
+// Up to this many ranks the exchange path keeps its all_to_all counts on the stack.
+constexpr int kMaxExchangeRanks = 64;
+
 bool is_narrow(DType dt) { return dtype_size(dt) < 4; }
 
 DType wire_dtype(DType buf, const RingOptions& o) {
@@ -169,6 +172,7 @@ bool gathers(int ranks, const Tensor& buf, const RingOptions& o) {
 struct GatherScratch {
   MemoryLedger ledger{-1};
   Tensor all, acc;
+  Tensor mine, padded;  // the exchange path's reduced chunk, and an uneven chunking's gather
   // numel elements of `dtype` from `slot`, reallocated when too small or of another dtype.
   Tensor take(Tensor& slot, std::int64_t numel, DType dtype) {
     if (!slot.defined() || slot.dtype() != dtype || slot.numel() < numel) {
@@ -192,14 +196,17 @@ Tensor gather_all(Communicator& comm, const Tensor& buf) {
   return all;
 }
 
-// Physical chunk c of the reduction, from every rank's input (all: N x numel), in the order
-// and with the roundings the hops give it: it starts as rank `first`'s values (sent in the
-// wire dtype), and each next rank round the ring adds its own values to what arrives
-// (hop_combine(incoming, own), as reduce_hop), the last one rounding into `out`.
-void reduce_in_ring_order(const Ring& g, const Tensor& all, ChunkRange c, int first, DType wire,
+// One chunk of the reduction, from every rank's values of it (rank q's `count` elements at
+// all[q * stride + offset]), in the order and with the roundings the hops give it: it starts
+// as rank `first`'s values (sent in the wire dtype), and each next rank round the ring adds
+// its own values to what arrives (hop_combine(incoming, own), as reduce_hop), the last one
+// rounding into `out`. The chunk's bits do not depend on which rank computes them.
+void reduce_in_ring_order(const Ring& g, const Tensor& all, std::int64_t stride,
+                          std::int64_t offset, std::int64_t count, int first, DType wire,
                           Tensor& out, ReduceOp op) {
-  if (c.count == 0) return;
-  const auto own = [&](int q) { return all.flat_slice(q * g.numel + c.begin, c.count); };
+  if (count == 0) return;
+  const ChunkRange c{offset, count};
+  const auto own = [&](int q) { return all.flat_slice(q * stride + c.begin, c.count); };
   // The running partial result; two ranks of the buffer's own dtype never need it.
   const bool needs_acc = g.n > 2 || wire != all.dtype();
   GatherScratch& s = gather_scratch();
@@ -213,6 +220,60 @@ void reduce_in_ring_order(const Ring& g, const Tensor& all, ChunkRange c, int fi
     Tensor& dst = k == g.n - 1 ? out : acc;
     hop_combine(partial, own(mod(first + k, g.n)), dst, op);
     partial = acc;
+  }
+}
+
+// The exchange path for mid-sized buffers (RingOptions::exchange_max_bytes).
+// A reduction takes it from 3 ranks: with 2 the hops are 2 hand-offs already, and the
+// exchange's copy of the chunks it receives would only add a pass over memory.
+bool exchanges(const Tensor& buf, const RingOptions& o) {
+  return !o.trace && buf.nbytes() <= o.exchange_max_bytes;
+}
+bool exchanges(const Ring& g, const Tensor& buf, const RingOptions& o) {
+  return g.n >= 3 && g.n <= kMaxExchangeRanks && exchanges(buf, o);
+}
+
+// The exchange path's reduce-scatter: rank r reduces physical chunk r (of the in-place
+// convention's chunks or of the blocks, as g.shift says) into `out`. One all_to_all hands it
+// the N ranks' values of that chunk (rank q's block for rank p is q's physical chunk p, so
+// the input is the buffer itself, in order), which it adds in the ring order of its logical
+// chunk: the hops' bits, whoever computes them. Traffic: each rank sends the N-1 chunks it
+// does not reduce and receives N-1 of its own, the ring's (N-1)/N.
+void exchange_reduce_scatter(const Ring& g, const Tensor& in, Tensor& out, ReduceOp op,
+                             DType wire) {
+  const ChunkRange mine = ring_chunk(g.numel, g.n, g.r);
+  std::int64_t send[kMaxExchangeRanks], recv[kMaxExchangeRanks];
+  for (int p = 0; p < g.n; ++p) {
+    send[p] = ring_chunk(g.numel, g.n, p).count;
+    recv[p] = mine.count;
+  }
+  GatherScratch& s = gather_scratch();
+  Tensor parts = s.take(s.all, mine.count * g.n, in.dtype());
+  g.comm->all_to_all(in, {send, static_cast<std::size_t>(g.n)}, parts,
+                     {recv, static_cast<std::size_t>(g.n)});
+  // Physical chunk r is logical chunk r - shift, which starts at rank r - shift.
+  reduce_in_ring_order(g, parts, mine.count, 0, mine.count, mod(g.r - g.shift, g.n), wire, out,
+                       op);
+}
+
+// The exchange path's all-gather, in place on buf: every rank's reduced physical chunk lands
+// at its place in buf on every rank. `mine` holds this rank's chunk in its first elements and
+// has room for the longest chunk: equal chunks are one all_gather straight into buf; uneven
+// ones (numel not a multiple of N) travel padded to the longest chunk and are copied out.
+void exchange_all_gather(const Ring& g, Tensor& mine, Tensor& buf) {
+  const std::int64_t longest = ring_chunk(g.numel, g.n, 0).count;
+  if (longest * g.n == g.numel) {
+    g.comm->all_gather(mine, buf);
+    return;
+  }
+  const std::int64_t count = ring_chunk(g.numel, g.n, g.r).count;
+  if (count < longest) mine.flat_slice(count, longest - count).fill(0.0f);  // the padding
+  GatherScratch& s = gather_scratch();
+  Tensor all = s.take(s.padded, longest * g.n, buf.dtype());
+  g.comm->all_gather(mine, all);
+  for (int p = 0; p < g.n; ++p) {
+    const ChunkRange c = ring_chunk(g.numel, g.n, p);
+    if (c.count > 0) view(buf, c).copy_from(all.flat_slice(p * longest, c.count));
   }
 }
 
@@ -240,8 +301,17 @@ void ring_all_reduce(Communicator& comm, Tensor& buf, ReduceOp op, const RingOpt
     const Tensor all = gather_all(comm, buf);
     for (int c = 0; c < g.n; ++c) {
       Tensor out = view(buf, g.chunk(c));
-      reduce_in_ring_order(g, all, g.chunk(c), c, wire_dtype(buf.dtype(), opts), out, op);
+      reduce_in_ring_order(g, all, g.numel, g.chunk(c).begin, g.chunk(c).count, c,
+                           wire_dtype(buf.dtype(), opts), out, op);
     }
+    return;
+  }
+  if (exchanges(g, buf, opts)) {
+    GatherScratch& gs = gather_scratch();
+    Tensor mine = gs.take(gs.mine, ring_chunk(g.numel, g.n, 0).count, buf.dtype());
+    Tensor reduced = mine.flat_slice(0, ring_chunk(g.numel, g.n, g.r).count);
+    exchange_reduce_scatter(g, buf, reduced, op, wire_dtype(buf.dtype(), opts));
+    exchange_all_gather(g, mine, buf);
     return;
   }
   Scratch s(g, wire_dtype(buf.dtype(), opts));
@@ -281,8 +351,12 @@ void ring_reduce_scatter(Communicator& comm, const Tensor& in, Tensor& out, Redu
   if (gathers(comm.size(), in, opts)) {
     // Block r is logical chunk r + 1, which starts at rank r + 1.
     const Tensor all = gather_all(comm, in);
-    reduce_in_ring_order(g, all, g.chunk(g.r + 1), mod(g.r + 1, g.n), wire_dtype(in.dtype(), opts),
-                         out, op);
+    reduce_in_ring_order(g, all, g.numel, g.chunk(g.r + 1).begin, g.chunk(g.r + 1).count,
+                         mod(g.r + 1, g.n), wire_dtype(in.dtype(), opts), out, op);
+    return;
+  }
+  if (exchanges(g, in, opts)) {
+    exchange_reduce_scatter(g, in, out, op, wire_dtype(in.dtype(), opts));  // block r: chunk r
     return;
   }
   Scratch s(g, wire_dtype(in.dtype(), opts));
@@ -292,7 +366,7 @@ void ring_reduce_scatter(Communicator& comm, const Tensor& in, Tensor& out, Redu
 
 void ring_all_gather(Communicator& comm, const Tensor& in, Tensor& out, const RingOptions& opts) {
   check_blocks(out, in, comm.size(), "ring_all_gather");
-  if (comm.size() > 1 && gathers(1, out, opts)) {
+  if (comm.size() > 1 && (gathers(1, out, opts) || exchanges(out, opts))) {
     comm.all_gather(in, out);  // copies: the hops' bits
     return;
   }

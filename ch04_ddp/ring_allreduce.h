@@ -61,6 +61,13 @@ struct RingOptions {
   // on 4 ranks 5.6 / 25 us at 1 KiB, 26 / 34 us at 32 KiB, even at 64 KiB (44 / 43). A run
   // under a load average of 6 agreed (4 ranks: faster up to 32 KiB). N x bytes <= 128 KiB.
   std::size_t oneshot_max_bytes = std::size_t{128} << 10;
+  // Larger buffers of at most this many bytes (the all-reduce's buffer, the reduce-scatter's
+  // input, the all-gather's output) skip the hops too, with the ring's traffic (not when
+  // tracing): one all_to_all gives each rank the N ranks' values of one chunk, which it adds
+  // in that chunk's ring order, rounding where the hops round, and (all-reduce) one
+  // all_gather hands the reduced chunks round. The ring's bits and its 2(N-1)/N B per rank,
+  // in 2 hand-offs instead of 2(N-1). 0: the hops above the gather path.
+  std::size_t exchange_max_bytes = std::size_t{1} << 20;
   int tag = 40;                         // tag of the ring's point-to-point messages
   std::vector<RingEvent>* trace = nullptr;  // this rank's events are appended when set
 };
