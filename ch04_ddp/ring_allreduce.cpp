@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "comm/local_kernels.h"
 #include "ring_kernels.h"
 #include "tensor/ledger.h"
 
@@ -173,13 +174,30 @@ struct GatherScratch {
   MemoryLedger ledger{-1};
   Tensor all, acc;
   Tensor mine, padded;  // the exchange path's reduced chunk, and an uneven chunking's gather
-  // numel elements of `dtype` from `slot`, reallocated when too small or of another dtype.
-  Tensor take(Tensor& slot, std::int64_t numel, DType dtype) {
+  Tensor all_view;      // the last view take_all() gave of `all`
+  // The data of `slot`, which holds at least numel elements of `dtype` (reallocated when too
+  // small or of another dtype).
+  std::byte* reserve(Tensor& slot, std::int64_t numel, DType dtype) {
     if (!slot.defined() || slot.dtype() != dtype || slot.numel() < numel) {
+      if (&slot == &all) all_view = Tensor();
       slot = Tensor();  // freed before its successor is allocated
       slot = Tensor::empty({numel}, dtype, MemCategory::kCommBuffers, Device::kCPU, &ledger);
     }
+    return static_cast<std::byte*>(slot.data());
+  }
+  // numel elements of `dtype` from `slot`.
+  Tensor take(Tensor& slot, std::int64_t numel, DType dtype) {
+    reserve(slot, numel, dtype);
     return slot.flat_slice(0, numel);
+  }
+  // The same from `all`, the view kept while the size repeats: a Tensor view allocates its
+  // shape, which at a few bytes per rank cost as much as the reduction.
+  Tensor& take_all(std::int64_t numel, DType dtype) {
+    if (all_view.defined() && all_view.numel() == numel && all_view.dtype() == dtype) {
+      return all_view;
+    }
+    all_view = take(all, numel, dtype);
+    return all_view;
   }
 };
 
@@ -188,38 +206,40 @@ GatherScratch& gather_scratch() {
   return s;
 }
 
+std::byte* bytes_of(const Tensor& t) { return static_cast<std::byte*>(t.data()); }
+
 // Every rank's `numel` elements of buf, rank after rank (in the thread's gather scratch).
-Tensor gather_all(Communicator& comm, const Tensor& buf) {
-  GatherScratch& s = gather_scratch();
-  Tensor all = s.take(s.all, buf.numel() * comm.size(), buf.dtype());
+const Tensor& gather_all(Communicator& comm, const Tensor& buf) {
+  Tensor& all = gather_scratch().take_all(buf.numel() * comm.size(), buf.dtype());
   comm.all_gather(buf, all);
   return all;
 }
 
 // One chunk of the reduction, from every rank's values of it (rank q's `count` elements at
-// all[q * stride + offset]), in the order and with the roundings the hops give it: it starts
-// as rank `first`'s values (sent in the wire dtype), and each next rank round the ring adds
-// its own values to what arrives (hop_combine(incoming, own), as reduce_hop), the last one
-// rounding into `out`. The chunk's bits do not depend on which rank computes them.
-void reduce_in_ring_order(const Ring& g, const Tensor& all, std::int64_t stride,
+// element q * stride + offset of `all`, of `dtype`), in the order and with the roundings the
+// hops give it: it starts as rank `first`'s values (sent in the wire dtype), and each next
+// rank round the ring adds its own values to what arrives (hop_combine(incoming, own), as
+// reduce_hop), the last one rounding into `out` (`dtype`). The chunk's bits do not depend on
+// which rank computes them. On raw pointers (hop_combine's kernel): no Tensor view per hop.
+// The first hop adds rank `first`'s values as they are, not widened to the wire dtype first
+// as the hops send them: widening to FP32 is exact and the kernel adds in FP32 (or double)
+// either way, so the sum is the same.
+void reduce_in_ring_order(const Ring& g, const std::byte* all, DType dtype, std::int64_t stride,
                           std::int64_t offset, std::int64_t count, int first, DType wire,
-                          Tensor& out, ReduceOp op) {
+                          std::byte* out, ReduceOp op) {
   if (count == 0) return;
-  const ChunkRange c{offset, count};
-  const auto own = [&](int q) { return all.flat_slice(q * stride + c.begin, c.count); };
-  // The running partial result; two ranks of the buffer's own dtype never need it.
-  const bool needs_acc = g.n > 2 || wire != all.dtype();
-  GatherScratch& s = gather_scratch();
-  Tensor acc = needs_acc ? s.take(s.acc, c.count, wire) : Tensor();
-  Tensor partial = own(first);
-  if (wire != all.dtype()) {
-    acc.copy_from(partial);
-    partial = acc;
-  }
+  const std::size_t elem = dtype_size(dtype);
+  const auto own = [&](int q) { return all + static_cast<std::size_t>(q * stride + offset) * elem; };
+  // The running partial result (wire dtype); two ranks never need it: their one hop is the last.
+  std::byte* acc = g.n > 2 ? gather_scratch().reserve(gather_scratch().acc, count, wire) : nullptr;
+  const std::byte* partial = own(first);
+  DType partial_dtype = dtype;
   for (int k = 1; k < g.n; ++k) {
-    Tensor& dst = k == g.n - 1 ? out : acc;
-    hop_combine(partial, own(mod(first + k, g.n)), dst, op);
+    const bool last = k == g.n - 1;
+    local::combine_elements(partial, partial_dtype, own(mod(first + k, g.n)), dtype,
+                            last ? out : acc, last ? dtype : wire, count, op);
     partial = acc;
+    partial_dtype = wire;
   }
 }
 
@@ -247,13 +267,12 @@ void exchange_reduce_scatter(const Ring& g, const Tensor& in, Tensor& out, Reduc
     send[p] = ring_chunk(g.numel, g.n, p).count;
     recv[p] = mine.count;
   }
-  GatherScratch& s = gather_scratch();
-  Tensor parts = s.take(s.all, mine.count * g.n, in.dtype());
+  Tensor& parts = gather_scratch().take_all(mine.count * g.n, in.dtype());
   g.comm->all_to_all(in, {send, static_cast<std::size_t>(g.n)}, parts,
                      {recv, static_cast<std::size_t>(g.n)});
   // Physical chunk r is logical chunk r - shift, which starts at rank r - shift.
-  reduce_in_ring_order(g, parts, mine.count, 0, mine.count, mod(g.r - g.shift, g.n), wire, out,
-                       op);
+  reduce_in_ring_order(g, bytes_of(parts), in.dtype(), mine.count, 0, mine.count,
+                       mod(g.r - g.shift, g.n), wire, bytes_of(out), op);
 }
 
 // The exchange path's all-gather, in place on buf: every rank's reduced physical chunk lands
@@ -298,11 +317,13 @@ void ring_all_reduce(Communicator& comm, Tensor& buf, ReduceOp op, const RingOpt
   const Ring g = make_ring(comm, buf.numel(), buf.dtype(), 0, opts);
   if (gathers(comm.size(), buf, opts)) {
     // Logical chunk L starts at rank L and, shift 0, is physical chunk L.
-    const Tensor all = gather_all(comm, buf);
+    const std::byte* all = bytes_of(gather_all(comm, buf));
+    const std::size_t elem = dtype_size(buf.dtype());
     for (int c = 0; c < g.n; ++c) {
-      Tensor out = view(buf, g.chunk(c));
-      reduce_in_ring_order(g, all, g.numel, g.chunk(c).begin, g.chunk(c).count, c,
-                           wire_dtype(buf.dtype(), opts), out, op);
+      const ChunkRange r = g.chunk(c);
+      reduce_in_ring_order(g, all, buf.dtype(), g.numel, r.begin, r.count, c,
+                           wire_dtype(buf.dtype(), opts),
+                           bytes_of(buf) + static_cast<std::size_t>(r.begin) * elem, op);
     }
     return;
   }
@@ -350,9 +371,10 @@ void ring_reduce_scatter(Communicator& comm, const Tensor& in, Tensor& out, Redu
   const Ring g = make_ring(comm, in.numel(), in.dtype(), -1, opts);
   if (gathers(comm.size(), in, opts)) {
     // Block r is logical chunk r + 1, which starts at rank r + 1.
-    const Tensor all = gather_all(comm, in);
-    reduce_in_ring_order(g, all, g.numel, g.chunk(g.r + 1).begin, g.chunk(g.r + 1).count,
-                         mod(g.r + 1, g.n), wire_dtype(in.dtype(), opts), out, op);
+    const Tensor& all = gather_all(comm, in);
+    reduce_in_ring_order(g, bytes_of(all), in.dtype(), g.numel, g.chunk(g.r + 1).begin,
+                         g.chunk(g.r + 1).count, mod(g.r + 1, g.n), wire_dtype(in.dtype(), opts),
+                         bytes_of(out), op);
     return;
   }
   if (exchanges(g, in, opts)) {
