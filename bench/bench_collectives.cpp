@@ -46,7 +46,8 @@ struct Config {
   double min_seconds = 0.01;
   int repetitions = 5;
   // The switch points, to measure them (-1: the defaults): LocalOptions::oneshot_max_bytes
-  // and RingOptions::oneshot_max_bytes, RingOptions::exchange_max_bytes; 0 turns a path off.
+  // and RingOptions::oneshot_max_bytes, RingOptions::exchange_max_bytes (with
+  // reduce_scatter_exchange_max_bytes); 0 turns a path off.
   std::int64_t oneshot_max = -1, ring_oneshot_max = -1, ring_exchange_max = -1;
   std::vector<std::int64_t> sizes;  // --sizes: these instead of the sweep
   std::vector<std::string> ops = {"all-reduce", "reduce-scatter", "all-gather", "all-to-all",
@@ -180,8 +181,9 @@ int run_threads(const Config& cfg) {
   const bool ring = cfg.impl == "ring";
   ch04::RingOptions ro;
   if (cfg.ring_oneshot_max >= 0) ro.oneshot_max_bytes = static_cast<std::size_t>(cfg.ring_oneshot_max);
-  if (cfg.ring_exchange_max >= 0) {
-    ro.exchange_max_bytes = static_cast<std::size_t>(cfg.ring_exchange_max);
+  if (cfg.ring_exchange_max >= 0) {  // both of the ring's exchange limits
+    ro.exchange_max_bytes = ro.reduce_scatter_exchange_max_bytes =
+        static_cast<std::size_t>(cfg.ring_exchange_max);
   }
   world.run([&](Communicator& c) {
     Tensor scalar = Tensor::zeros({1}, DType::kF64, MemCategory::kCommBuffers);

@@ -243,9 +243,10 @@ void reduce_in_ring_order(const Ring& g, const std::byte* all, DType dtype, std:
   }
 }
 
-// The exchange path for mid-sized buffers (RingOptions::exchange_max_bytes).
-// A reduction takes it from 3 ranks: with 2 the hops are 2 hand-offs already, and the
-// exchange's copy of the chunks it receives would only add a pass over memory.
+// The exchange path for mid-sized buffers (RingOptions::exchange_max_bytes, and
+// reduce_scatter_exchange_max_bytes for ring_reduce_scatter). A reduction takes it from 3
+// ranks: with 2 the hops are as few hand-offs, and the exchange's copy of the chunks it
+// receives would only add a pass over memory.
 bool exchanges(const Tensor& buf, const RingOptions& o) {
   return !o.trace && buf.nbytes() <= o.exchange_max_bytes;
 }
@@ -377,7 +378,8 @@ void ring_reduce_scatter(Communicator& comm, const Tensor& in, Tensor& out, Redu
                          bytes_of(out), op);
     return;
   }
-  if (exchanges(g, in, opts)) {
+  if (!opts.trace && g.n >= 3 && g.n <= kMaxExchangeRanks &&
+      in.nbytes() <= opts.reduce_scatter_exchange_max_bytes) {
     exchange_reduce_scatter(g, in, out, op, wire_dtype(in.dtype(), opts));  // block r: chunk r
     return;
   }

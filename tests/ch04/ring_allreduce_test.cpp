@@ -225,6 +225,7 @@ TEST(Ring, BlockReduceScatterAndAllGatherHaveTheBackendsSemanticsAndTraffic) {
         Tensor mine = Tensor::empty({k}, DType::kBF16), theirs = mine.clone();
         RingOptions hops;  // the hops' traffic: small blocks would take the gather path
         hops.oneshot_max_bytes = hops.exchange_max_bytes = 0;
+        hops.reduce_scatter_exchange_max_bytes = 0;
         ring_reduce_scatter(c, in, mine, ReduceOp::kSum, hops);
         c.reduce_scatter(in, theirs);
         EXPECT_TRUE(same_bits(mine, theirs)) << "N=" << n << " k=" << k;
@@ -248,6 +249,7 @@ TEST(Ring, BlockReduceScatterAndAllGatherHaveTheBackendsSemanticsAndTraffic) {
 TEST(Ring, GatherPathForSmallBuffersHasTheHopsBits) {
   RingOptions hops;
   hops.oneshot_max_bytes = hops.exchange_max_bytes = 0;
+  hops.reduce_scatter_exchange_max_bytes = 0;
   for (int n = 2; n <= 5; ++n) {
     for (DType dt : {DType::kF32, DType::kBF16, DType::kF16, DType::kE4M3, DType::kF64}) {
       for (RingAccumulation acc : {RingAccumulation::kPerHop, RingAccumulation::kFp32Partials}) {
@@ -290,6 +292,7 @@ TEST(Ring, GatherPathForSmallBuffersHasTheHopsBits) {
 TEST(Ring, ExchangePathHasTheHopsBitsAndTraffic) {
   RingOptions hops, exchange;
   hops.oneshot_max_bytes = hops.exchange_max_bytes = 0;
+  hops.reduce_scatter_exchange_max_bytes = 0;
   exchange.oneshot_max_bytes = 0;  // no gather path: the exchange from the first byte
   for (int n = 2; n <= 5; ++n) {
     for (DType dt : {DType::kF32, DType::kBF16, DType::kF16, DType::kE4M3, DType::kF64}) {
