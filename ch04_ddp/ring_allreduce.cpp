@@ -163,11 +163,12 @@ bool gathers(int ranks, const Tensor& buf, const RingOptions& o) {
   return !o.trace && buf.nbytes() * static_cast<std::size_t>(ranks) <= o.oneshot_max_bytes;
 }
 
-// The gather path's buffers, kept from call to call by each thread (a rank is a thread, or
-// a process's main thread under MPI, and its calls on all its communicators run one after
-// another, so one set per thread is never used by two calls at once). Allocating them on
-// every call cost as much as the rest of a small all-reduce. They are the ring's own memory,
-// at most oneshot_max_bytes each, charged to a ledger of their own like the local backend's
+// The gather and exchange paths' buffers, kept from call to call by each thread (a rank is a
+// thread, or a process's main thread under MPI, and its calls on all its communicators run
+// one after another, so one set per thread is never used by two calls at once). Allocating
+// them on every call cost as much as the rest of a small all-reduce. They are the ring's own
+// memory, each at most the larger of oneshot_max_bytes and a buffer that the exchange limits
+// admit (plus one chunk's padding), charged to a ledger of their own like the local backend's
 // one-shot staging buffers are the fabric's (comm/local_oneshot.h): a rank's ledger sees no
 // buffer that outlives the call it served. Declared first, the ledger outlives the tensors.
 struct GatherScratch {
