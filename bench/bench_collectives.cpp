@@ -273,8 +273,8 @@ int usage(const char* why) {
   std::fprintf(stderr,
                "bench_collectives: %s\nusage: bench_collectives --impl local|ring [--ranks N] "
                "[--full] [--min-ms MS] [--repetitions R] [--ops a,b,...] [--sizes b,b,...]\n"
-               "       [--oneshot-max BYTES] [--ring-oneshot-max BYTES] [--ring-exchange-max BYTES]\n"
-               "       [--label NAME]   the switch points\n"
+               "       [--oneshot-max BYTES] [--ring-oneshot-max BYTES]\n"
+               "       [--ring-exchange-max BYTES] [--label NAME]   the switch points\n"
                "       mpirun -np N bench_collectives --impl mpi [same flags]\n",
                why);
   return 2;

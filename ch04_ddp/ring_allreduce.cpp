@@ -230,9 +230,12 @@ void reduce_in_ring_order(const Ring& g, const std::byte* all, DType dtype, std:
                           std::byte* out, ReduceOp op) {
   if (count == 0) return;
   const std::size_t elem = dtype_size(dtype);
-  const auto own = [&](int q) { return all + static_cast<std::size_t>(q * stride + offset) * elem; };
+  const auto own = [&](int q) {
+    return all + static_cast<std::size_t>(q * stride + offset) * elem;
+  };
   // The running partial result (wire dtype); two ranks never need it: their one hop is the last.
-  std::byte* acc = g.n > 2 ? gather_scratch().reserve(gather_scratch().acc, count, wire) : nullptr;
+  GatherScratch& s = gather_scratch();
+  std::byte* acc = g.n > 2 ? s.reserve(s.acc, count, wire) : nullptr;
   const std::byte* partial = own(first);
   DType partial_dtype = dtype;
   for (int k = 1; k < g.n; ++k) {
@@ -248,11 +251,12 @@ void reduce_in_ring_order(const Ring& g, const std::byte* all, DType dtype, std:
 // reduce_scatter_exchange_max_bytes for ring_reduce_scatter). A reduction takes it from 3
 // ranks: with 2 the hops are as few hand-offs, and the exchange's copy of the chunks it
 // receives would only add a pass over memory.
-bool exchanges(const Tensor& buf, const RingOptions& o) {
-  return !o.trace && buf.nbytes() <= o.exchange_max_bytes;
+bool exchanges(const Tensor& buf, const RingOptions& o, std::size_t limit) {
+  return !o.trace && buf.nbytes() <= limit;
 }
-bool exchanges(const Ring& g, const Tensor& buf, const RingOptions& o) {
-  return g.n >= 3 && g.n <= kMaxExchangeRanks && exchanges(buf, o);
+bool reduction_exchanges(const Ring& g, const Tensor& buf, const RingOptions& o,
+                         std::size_t limit) {
+  return g.n >= 3 && g.n <= kMaxExchangeRanks && exchanges(buf, o, limit);
 }
 
 // The exchange path's reduce-scatter: rank r reduces physical chunk r (of the in-place
@@ -329,7 +333,7 @@ void ring_all_reduce(Communicator& comm, Tensor& buf, ReduceOp op, const RingOpt
     }
     return;
   }
-  if (exchanges(g, buf, opts)) {
+  if (reduction_exchanges(g, buf, opts, opts.exchange_max_bytes)) {
     GatherScratch& gs = gather_scratch();
     Tensor mine = gs.take(gs.mine, ring_chunk(g.numel, g.n, 0).count, buf.dtype());
     Tensor reduced = mine.flat_slice(0, ring_chunk(g.numel, g.n, g.r).count);
@@ -379,8 +383,7 @@ void ring_reduce_scatter(Communicator& comm, const Tensor& in, Tensor& out, Redu
                          bytes_of(out), op);
     return;
   }
-  if (!opts.trace && g.n >= 3 && g.n <= kMaxExchangeRanks &&
-      in.nbytes() <= opts.reduce_scatter_exchange_max_bytes) {
+  if (reduction_exchanges(g, in, opts, opts.reduce_scatter_exchange_max_bytes)) {
     exchange_reduce_scatter(g, in, out, op, wire_dtype(in.dtype(), opts));  // block r: chunk r
     return;
   }
@@ -391,7 +394,7 @@ void ring_reduce_scatter(Communicator& comm, const Tensor& in, Tensor& out, Redu
 
 void ring_all_gather(Communicator& comm, const Tensor& in, Tensor& out, const RingOptions& opts) {
   check_blocks(out, in, comm.size(), "ring_all_gather");
-  if (comm.size() > 1 && (gathers(1, out, opts) || exchanges(out, opts))) {
+  if (comm.size() > 1 && (gathers(1, out, opts) || exchanges(out, opts, opts.exchange_max_bytes))) {
     comm.all_gather(in, out);  // copies: the hops' bits
     return;
   }

@@ -65,8 +65,9 @@ for n in 2 4; do
 done
 # The switch points between the one-shot paths and the large ones: all-reduce on each path
 # forced, around the default limits (comm/local_oneshot.h, ch04_ddp/ring_allreduce.h); the
-# ring's exchange path against its hops up to 16 MiB (4 ranks). A forced limit is what the largest size
-# needs (4 ranks x 256 KiB), not more: the one-shot path's staging buffers are that size.
+# ring's exchange path against its hops up to 16 MiB (4 ranks). A forced limit is what the
+# largest size needs (4 ranks x 256 KiB), not more: the one-shot path's staging buffers are
+# that size.
 mkdir -p "$out/switch"
 rm -f "$out"/switch/*.csv
 sizes=1024,4096,8192,16384,32768,65536,131072,262144
