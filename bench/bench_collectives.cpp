@@ -46,8 +46,9 @@ struct Config {
   double min_seconds = 0.01;
   int repetitions = 5;
   // The switch points, to measure them (-1: the defaults): LocalOptions::oneshot_max_bytes
-  // and RingOptions::oneshot_max_bytes; 0 turns a one-shot path off.
-  std::int64_t oneshot_max = -1, ring_oneshot_max = -1;
+  // and RingOptions::oneshot_max_bytes, RingOptions::exchange_max_bytes (with
+  // reduce_scatter_exchange_max_bytes); 0 turns a path off.
+  std::int64_t oneshot_max = -1, ring_oneshot_max = -1, ring_exchange_max = -1;
   std::vector<std::int64_t> sizes;  // --sizes: these instead of the sweep
   std::vector<std::string> ops = {"all-reduce", "reduce-scatter", "all-gather", "all-to-all",
                                   "sendrecv"};
@@ -180,6 +181,10 @@ int run_threads(const Config& cfg) {
   const bool ring = cfg.impl == "ring";
   ch04::RingOptions ro;
   if (cfg.ring_oneshot_max >= 0) ro.oneshot_max_bytes = static_cast<std::size_t>(cfg.ring_oneshot_max);
+  if (cfg.ring_exchange_max >= 0) {  // both of the ring's exchange limits
+    ro.exchange_max_bytes = ro.reduce_scatter_exchange_max_bytes =
+        static_cast<std::size_t>(cfg.ring_exchange_max);
+  }
   world.run([&](Communicator& c) {
     Tensor scalar = Tensor::zeros({1}, DType::kF64, MemCategory::kCommBuffers);
     const Sync sync{[&] { c.barrier(); },
@@ -268,8 +273,8 @@ int usage(const char* why) {
   std::fprintf(stderr,
                "bench_collectives: %s\nusage: bench_collectives --impl local|ring [--ranks N] "
                "[--full] [--min-ms MS] [--repetitions R] [--ops a,b,...] [--sizes b,b,...]\n"
-               "       [--oneshot-max BYTES] [--ring-oneshot-max BYTES] [--label NAME]   the "
-               "switch points\n"
+               "       [--oneshot-max BYTES] [--ring-oneshot-max BYTES]\n"
+               "       [--ring-exchange-max BYTES] [--label NAME]   the switch points\n"
                "       mpirun -np N bench_collectives --impl mpi [same flags]\n",
                why);
   return 2;
@@ -294,6 +299,7 @@ int main(int argc, char** argv) {
       else if (a == "--repetitions") cfg.repetitions = std::stoi(value());
       else if (a == "--oneshot-max") cfg.oneshot_max = std::stoll(value());
       else if (a == "--ring-oneshot-max") cfg.ring_oneshot_max = std::stoll(value());
+      else if (a == "--ring-exchange-max") cfg.ring_exchange_max = std::stoll(value());
       else if (a == "--sizes") {
         std::string v = value();
         for (std::size_t p = 0; p <= v.size();) {

@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "comm/local_kernels.h"
 #include "ring_kernels.h"
 #include "tensor/ledger.h"
 
@@ -16,6 +17,9 @@ namespace mixpar::ch04 {
 namespace {
 
 int mod(int a, int n) { return ((a % n) + n) % n; }
+
+// Up to this many ranks the exchange path keeps its all_to_all counts on the stack.
+constexpr int kMaxExchangeRanks = 64;
 
 bool is_narrow(DType dt) { return dtype_size(dt) < 4; }
 
@@ -159,23 +163,42 @@ bool gathers(int ranks, const Tensor& buf, const RingOptions& o) {
   return !o.trace && buf.nbytes() * static_cast<std::size_t>(ranks) <= o.oneshot_max_bytes;
 }
 
-// The gather path's buffers, kept from call to call by each thread (a rank is a thread, or
-// a process's main thread under MPI, and its calls on all its communicators run one after
-// another, so one set per thread is never used by two calls at once). Allocating them on
-// every call cost as much as the rest of a small all-reduce. They are the ring's own memory,
-// at most oneshot_max_bytes each, charged to a ledger of their own like the local backend's
+// The gather and exchange paths' buffers, kept from call to call by each thread (a rank is a
+// thread, or a process's main thread under MPI, and its calls on all its communicators run
+// one after another, so one set per thread is never used by two calls at once). Allocating
+// them on every call cost as much as the rest of a small all-reduce. They are the ring's own
+// memory, each at most the larger of oneshot_max_bytes and a buffer that the exchange limits
+// admit (plus one chunk's padding), charged to a ledger of their own like the local backend's
 // one-shot staging buffers are the fabric's (comm/local_oneshot.h): a rank's ledger sees no
 // buffer that outlives the call it served. Declared first, the ledger outlives the tensors.
 struct GatherScratch {
   MemoryLedger ledger{-1};
   Tensor all, acc;
-  // numel elements of `dtype` from `slot`, reallocated when too small or of another dtype.
-  Tensor take(Tensor& slot, std::int64_t numel, DType dtype) {
+  Tensor mine, padded;  // the exchange path's reduced chunk, and an uneven chunking's gather
+  Tensor all_view;      // the last view take_all() gave of `all`
+  // The data of `slot`, which holds at least numel elements of `dtype` (reallocated when too
+  // small or of another dtype).
+  std::byte* reserve(Tensor& slot, std::int64_t numel, DType dtype) {
     if (!slot.defined() || slot.dtype() != dtype || slot.numel() < numel) {
+      if (&slot == &all) all_view = Tensor();
       slot = Tensor();  // freed before its successor is allocated
       slot = Tensor::empty({numel}, dtype, MemCategory::kCommBuffers, Device::kCPU, &ledger);
     }
+    return static_cast<std::byte*>(slot.data());
+  }
+  // numel elements of `dtype` from `slot`.
+  Tensor take(Tensor& slot, std::int64_t numel, DType dtype) {
+    reserve(slot, numel, dtype);
     return slot.flat_slice(0, numel);
+  }
+  // The same from `all`, the view kept while the size repeats: a Tensor view allocates its
+  // shape, which at a few bytes per rank cost as much as the reduction.
+  Tensor& take_all(std::int64_t numel, DType dtype) {
+    if (all_view.defined() && all_view.numel() == numel && all_view.dtype() == dtype) {
+      return all_view;
+    }
+    all_view = take(all, numel, dtype);
+    return all_view;
   }
 };
 
@@ -184,35 +207,98 @@ GatherScratch& gather_scratch() {
   return s;
 }
 
+std::byte* bytes_of(const Tensor& t) { return static_cast<std::byte*>(t.data()); }
+
 // Every rank's `numel` elements of buf, rank after rank (in the thread's gather scratch).
-Tensor gather_all(Communicator& comm, const Tensor& buf) {
-  GatherScratch& s = gather_scratch();
-  Tensor all = s.take(s.all, buf.numel() * comm.size(), buf.dtype());
+const Tensor& gather_all(Communicator& comm, const Tensor& buf) {
+  Tensor& all = gather_scratch().take_all(buf.numel() * comm.size(), buf.dtype());
   comm.all_gather(buf, all);
   return all;
 }
 
-// Physical chunk c of the reduction, from every rank's input (all: N x numel), in the order
-// and with the roundings the hops give it: it starts as rank `first`'s values (sent in the
-// wire dtype), and each next rank round the ring adds its own values to what arrives
-// (hop_combine(incoming, own), as reduce_hop), the last one rounding into `out`.
-void reduce_in_ring_order(const Ring& g, const Tensor& all, ChunkRange c, int first, DType wire,
-                          Tensor& out, ReduceOp op) {
-  if (c.count == 0) return;
-  const auto own = [&](int q) { return all.flat_slice(q * g.numel + c.begin, c.count); };
-  // The running partial result; two ranks of the buffer's own dtype never need it.
-  const bool needs_acc = g.n > 2 || wire != all.dtype();
+// One chunk of the reduction, from every rank's values of it (rank q's `count` elements at
+// element q * stride + offset of `all`, of `dtype`), in the order and with the roundings the
+// hops give it: it starts as rank `first`'s values (sent in the wire dtype), and each next
+// rank round the ring adds its own values to what arrives (hop_combine(incoming, own), as
+// reduce_hop), the last one rounding into `out` (`dtype`). The chunk's bits do not depend on
+// which rank computes them. On raw pointers (hop_combine's kernel): no Tensor view per hop.
+// The first hop adds rank `first`'s values as they are, not widened to the wire dtype first
+// as the hops send them: widening to FP32 is exact and the kernel adds in FP32 (or double)
+// either way, so the sum is the same.
+void reduce_in_ring_order(const Ring& g, const std::byte* all, DType dtype, std::int64_t stride,
+                          std::int64_t offset, std::int64_t count, int first, DType wire,
+                          std::byte* out, ReduceOp op) {
+  if (count == 0) return;
+  const std::size_t elem = dtype_size(dtype);
+  const auto own = [&](int q) {
+    return all + static_cast<std::size_t>(q * stride + offset) * elem;
+  };
+  // The running partial result (wire dtype); two ranks never need it: their one hop is the last.
   GatherScratch& s = gather_scratch();
-  Tensor acc = needs_acc ? s.take(s.acc, c.count, wire) : Tensor();
-  Tensor partial = own(first);
-  if (wire != all.dtype()) {
-    acc.copy_from(partial);
-    partial = acc;
-  }
+  std::byte* acc = g.n > 2 ? s.reserve(s.acc, count, wire) : nullptr;
+  const std::byte* partial = own(first);
+  DType partial_dtype = dtype;
   for (int k = 1; k < g.n; ++k) {
-    Tensor& dst = k == g.n - 1 ? out : acc;
-    hop_combine(partial, own(mod(first + k, g.n)), dst, op);
+    const bool last = k == g.n - 1;
+    local::combine_elements(partial, partial_dtype, own(mod(first + k, g.n)), dtype,
+                            last ? out : acc, last ? dtype : wire, count, op);
     partial = acc;
+    partial_dtype = wire;
+  }
+}
+
+// The exchange path for mid-sized buffers (RingOptions::exchange_max_bytes, and
+// reduce_scatter_exchange_max_bytes for ring_reduce_scatter). A reduction takes it from 3
+// ranks: with 2 the hops are as few hand-offs, and the exchange's copy of the chunks it
+// receives would only add a pass over memory.
+bool exchanges(const Tensor& buf, const RingOptions& o, std::size_t limit) {
+  return !o.trace && buf.nbytes() <= limit;
+}
+bool reduction_exchanges(const Ring& g, const Tensor& buf, const RingOptions& o,
+                         std::size_t limit) {
+  return g.n >= 3 && g.n <= kMaxExchangeRanks && exchanges(buf, o, limit);
+}
+
+// The exchange path's reduce-scatter: rank r reduces physical chunk r (of the in-place
+// convention's chunks or of the blocks, as g.shift says) into `out`. One all_to_all hands it
+// the N ranks' values of that chunk (rank q's block for rank p is q's physical chunk p, so
+// the input is the buffer itself, in order), which it adds in the ring order of its logical
+// chunk: the hops' bits, whoever computes them. Traffic: each rank sends the N-1 chunks it
+// does not reduce and receives N-1 of its own, the ring's (N-1)/N.
+void exchange_reduce_scatter(const Ring& g, const Tensor& in, Tensor& out, ReduceOp op,
+                             DType wire) {
+  const ChunkRange mine = ring_chunk(g.numel, g.n, g.r);
+  std::int64_t send[kMaxExchangeRanks], recv[kMaxExchangeRanks];
+  for (int p = 0; p < g.n; ++p) {
+    send[p] = ring_chunk(g.numel, g.n, p).count;
+    recv[p] = mine.count;
+  }
+  Tensor& parts = gather_scratch().take_all(mine.count * g.n, in.dtype());
+  g.comm->all_to_all(in, {send, static_cast<std::size_t>(g.n)}, parts,
+                     {recv, static_cast<std::size_t>(g.n)});
+  // Physical chunk r is logical chunk r - shift, which starts at rank r - shift.
+  reduce_in_ring_order(g, bytes_of(parts), in.dtype(), mine.count, 0, mine.count,
+                       mod(g.r - g.shift, g.n), wire, bytes_of(out), op);
+}
+
+// The exchange path's all-gather, in place on buf: every rank's reduced physical chunk lands
+// at its place in buf on every rank. `mine` holds this rank's chunk in its first elements and
+// has room for the longest chunk: equal chunks are one all_gather straight into buf; uneven
+// ones (numel not a multiple of N) travel padded to the longest chunk and are copied out.
+void exchange_all_gather(const Ring& g, Tensor& mine, Tensor& buf) {
+  const std::int64_t longest = ring_chunk(g.numel, g.n, 0).count;
+  if (longest * g.n == g.numel) {
+    g.comm->all_gather(mine, buf);
+    return;
+  }
+  const std::int64_t count = ring_chunk(g.numel, g.n, g.r).count;
+  if (count < longest) mine.flat_slice(count, longest - count).fill(0.0f);  // the padding
+  GatherScratch& s = gather_scratch();
+  Tensor all = s.take(s.padded, longest * g.n, buf.dtype());
+  g.comm->all_gather(mine, all);
+  for (int p = 0; p < g.n; ++p) {
+    const ChunkRange c = ring_chunk(g.numel, g.n, p);
+    if (c.count > 0) view(buf, c).copy_from(all.flat_slice(p * longest, c.count));
   }
 }
 
@@ -237,11 +323,22 @@ void ring_all_reduce(Communicator& comm, Tensor& buf, ReduceOp op, const RingOpt
   const Ring g = make_ring(comm, buf.numel(), buf.dtype(), 0, opts);
   if (gathers(comm.size(), buf, opts)) {
     // Logical chunk L starts at rank L and, shift 0, is physical chunk L.
-    const Tensor all = gather_all(comm, buf);
+    const std::byte* all = bytes_of(gather_all(comm, buf));
+    const std::size_t elem = dtype_size(buf.dtype());
     for (int c = 0; c < g.n; ++c) {
-      Tensor out = view(buf, g.chunk(c));
-      reduce_in_ring_order(g, all, g.chunk(c), c, wire_dtype(buf.dtype(), opts), out, op);
+      const ChunkRange r = g.chunk(c);
+      reduce_in_ring_order(g, all, buf.dtype(), g.numel, r.begin, r.count, c,
+                           wire_dtype(buf.dtype(), opts),
+                           bytes_of(buf) + static_cast<std::size_t>(r.begin) * elem, op);
     }
+    return;
+  }
+  if (reduction_exchanges(g, buf, opts, opts.exchange_max_bytes)) {
+    GatherScratch& gs = gather_scratch();
+    Tensor mine = gs.take(gs.mine, ring_chunk(g.numel, g.n, 0).count, buf.dtype());
+    Tensor reduced = mine.flat_slice(0, ring_chunk(g.numel, g.n, g.r).count);
+    exchange_reduce_scatter(g, buf, reduced, op, wire_dtype(buf.dtype(), opts));
+    exchange_all_gather(g, mine, buf);
     return;
   }
   Scratch s(g, wire_dtype(buf.dtype(), opts));
@@ -280,9 +377,14 @@ void ring_reduce_scatter(Communicator& comm, const Tensor& in, Tensor& out, Redu
   const Ring g = make_ring(comm, in.numel(), in.dtype(), -1, opts);
   if (gathers(comm.size(), in, opts)) {
     // Block r is logical chunk r + 1, which starts at rank r + 1.
-    const Tensor all = gather_all(comm, in);
-    reduce_in_ring_order(g, all, g.chunk(g.r + 1), mod(g.r + 1, g.n), wire_dtype(in.dtype(), opts),
-                         out, op);
+    const Tensor& all = gather_all(comm, in);
+    reduce_in_ring_order(g, bytes_of(all), in.dtype(), g.numel, g.chunk(g.r + 1).begin,
+                         g.chunk(g.r + 1).count, mod(g.r + 1, g.n), wire_dtype(in.dtype(), opts),
+                         bytes_of(out), op);
+    return;
+  }
+  if (reduction_exchanges(g, in, opts, opts.reduce_scatter_exchange_max_bytes)) {
+    exchange_reduce_scatter(g, in, out, op, wire_dtype(in.dtype(), opts));  // block r: chunk r
     return;
   }
   Scratch s(g, wire_dtype(in.dtype(), opts));
@@ -292,7 +394,7 @@ void ring_reduce_scatter(Communicator& comm, const Tensor& in, Tensor& out, Redu
 
 void ring_all_gather(Communicator& comm, const Tensor& in, Tensor& out, const RingOptions& opts) {
   check_blocks(out, in, comm.size(), "ring_all_gather");
-  if (comm.size() > 1 && gathers(1, out, opts)) {
+  if (comm.size() > 1 && (gathers(1, out, opts) || exchanges(out, opts, opts.exchange_max_bytes))) {
     comm.all_gather(in, out);  // copies: the hops' bits
     return;
   }

@@ -61,6 +61,26 @@ struct RingOptions {
   // on 4 ranks 5.6 / 25 us at 1 KiB, 26 / 34 us at 32 KiB, even at 64 KiB (44 / 43). A run
   // under a load average of 6 agreed (4 ranks: faster up to 32 KiB). N x bytes <= 128 KiB.
   std::size_t oneshot_max_bytes = std::size_t{128} << 10;
+  // Larger buffers of at most this many bytes skip the hops too, with the ring's traffic (not
+  // when tracing), from 3 ranks (with 2 the hops are as few): the exchange path. One
+  // all_to_all gives each rank the N ranks' values of one chunk, which it adds in that
+  // chunk's ring order, rounding where the hops round, and one all_gather hands the reduced
+  // chunks round: the ring's bits and its 2(N-1)/N B per rank in 2 hand-offs instead of
+  // 2(N-1). ring_all_gather takes the backend's all_gather (copies: the same bytes) up to the
+  // same limit, on any number of ranks. 0: the hops above the gather path.
+  // Measured (PERFORMANCE.md, "The ring's exchange path": bench_collectives, f32, fastest of
+  // 5 repetitions, 3 runs back to back, 2-core AMD EPYC, load average 2.8-3.1), exchange /
+  // hops in us, all-reduce on 4 ranks: 70-120 / 351-548 at 256 KiB, 211-350 / 492-863 at
+  // 1 MiB, 2805-4437 / 3045-5438 at 4 MiB; on 3 ranks 84-94 / 133-165 at 256 KiB, 246-379 /
+  // 437-582 at 1 MiB, slower at 4 MiB (2393-4344 / 1806-2719); all-gather on 4 ranks 34-35 /
+  // 253-275 at 256 KiB, 104 / 127-130 at 1 MiB. Buffers of at most 1 MiB.
+  std::size_t exchange_max_bytes = std::size_t{1} << 20;
+  // The same for ring_reduce_scatter (its input's bytes). Its hops read their neighbour's
+  // slice in place, so the exchange's copy of what it receives costs more there: exchange /
+  // hops in us (runs of the same kind) on 4 ranks 25 / 27-121 at 64 KiB, 34-97 / 49-625 at 256 KiB,
+  // slower from 512 KiB (120-183 / 92-143); on 3 ranks 17 / 33-92 at 64 KiB, 31-47 / 31-173
+  // at 256 KiB, slower from 512 KiB (58-85 / 57-123). Inputs of at most 256 KiB.
+  std::size_t reduce_scatter_exchange_max_bytes = std::size_t{256} << 10;
   int tag = 40;                         // tag of the ring's point-to-point messages
   std::vector<RingEvent>* trace = nullptr;  // this rank's events are appended when set
 };

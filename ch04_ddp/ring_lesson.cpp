@@ -96,7 +96,7 @@ TrafficMeasure measure_traffic(AllReduceAlgo algo, int n, std::int64_t numel) {
   TrafficMeasure m{algo, n, static_cast<std::size_t>(numel) * 4, {}};
   LocalWorld world(n);
   RingOptions hops;
-  hops.oneshot_max_bytes = 0;  // the traffic of the hops themselves, whatever the size
+  hops.oneshot_max_bytes = hops.exchange_max_bytes = 0;  // the hops' own traffic, any size
   world.run([&](Communicator& c) {
     Tensor buf = Tensor::zeros({numel}, DType::kF32);
     all_reduce_with(algo, c, buf, ReduceOp::kSum, hops);

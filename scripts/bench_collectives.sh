@@ -64,19 +64,27 @@ for n in 2 4; do
   done
 done
 # The switch points between the one-shot paths and the large ones: all-reduce on each path
-# forced, around the default limits (comm/local_oneshot.h, ch04_ddp/ring_allreduce.h).
+# forced, around the default limits (comm/local_oneshot.h, ch04_ddp/ring_allreduce.h); the
+# ring's exchange path against its hops up to 16 MiB (4 ranks). A forced limit is what the
+# largest size needs (4 ranks x 256 KiB), not more: the one-shot path's staging buffers are
+# that size.
 mkdir -p "$out/switch"
 rm -f "$out"/switch/*.csv
 sizes=1024,4096,8192,16384,32768,65536,131072,262144
+large=$sizes,1048576,4194304,16777216
 for n in 2 4; do
-  "$bin" --impl local --ranks "$n" --ops all-reduce --sizes $sizes --oneshot-max 1073741824 \
+  "$bin" --impl local --ranks "$n" --ops all-reduce --sizes $sizes --oneshot-max 1048576 \
     --label local-oneshot > "$out/switch/local-oneshot-$n.csv"
   "$bin" --impl local --ranks "$n" --ops all-reduce --sizes $sizes --oneshot-max 0 \
     --label local-chunked > "$out/switch/local-chunked-$n.csv"
-  "$bin" --impl ring --ranks "$n" --ops all-reduce --sizes $sizes --ring-oneshot-max 1073741824 \
+  "$bin" --impl ring --ranks "$n" --ops all-reduce --sizes $sizes --ring-oneshot-max 1048576 \
     --label ring-gather > "$out/switch/ring-gather-$n.csv"
-  "$bin" --impl ring --ranks "$n" --ops all-reduce --sizes $sizes --ring-oneshot-max 0 \
-    --label ring-hops > "$out/switch/ring-hops-$n.csv"
+  "$bin" --impl ring --ranks "$n" --ops all-reduce --sizes $large --ring-oneshot-max 0 \
+    --ring-exchange-max 0 --label ring-hops > "$out/switch/ring-hops-$n.csv"
+  if [ "$n" -ge 3 ]; then  # below 3 ranks the ring's reductions never take the exchange
+    "$bin" --impl ring --ranks "$n" --ops all-reduce --sizes $large --ring-oneshot-max 0 \
+      --ring-exchange-max 1073741824 --label ring-exchange > "$out/switch/ring-exchange-$n.csv"
+  fi
 done
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 cpu=$(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')

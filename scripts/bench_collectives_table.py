@@ -222,10 +222,12 @@ def targets_block(rows):
 def switch_block(rows):
     """The one-shot paths against the large ones, all-reduce, each forced; the fastest
     repetition (other processes only ever slow a run down, and this is an A/B comparison)."""
-    out = ["Switch points (all-reduce, each path forced with bench_collectives' --oneshot-max and "
-           "--ring-oneshot-max; fastest of 5 repetitions, microseconds):", ""]
+    out = ["Switch points (all-reduce, each path forced with bench_collectives' --oneshot-max, "
+           "--ring-oneshot-max and --ring-exchange-max; fastest of 5 repetitions, microseconds; "
+           "the ring's exchange path is taken from 3 ranks):", ""]
     pairs = [("local-oneshot", "local-chunked", "local backend: one-shot / chunked"),
-             ("ring-gather", "ring-hops", "ring: gather / hops")]
+             ("ring-gather", "ring-hops", "ring: gather / hops"),
+             ("ring-exchange", "ring-hops", "ring: exchange / hops")]
     ranks = sorted({k[2] for k in rows})
     sizes = sorted({k[3] for k in rows})
     head = ["size"] + ["%s, %d ranks" % (name, n) for n in ranks for _, _, name in pairs]

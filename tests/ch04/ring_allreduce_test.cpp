@@ -224,7 +224,8 @@ TEST(Ring, BlockReduceScatterAndAllGatherHaveTheBackendsSemanticsAndTraffic) {
         const Tensor in = integer_data(c.rank(), n * k, DType::kBF16);
         Tensor mine = Tensor::empty({k}, DType::kBF16), theirs = mine.clone();
         RingOptions hops;  // the hops' traffic: small blocks would take the gather path
-        hops.oneshot_max_bytes = 0;
+        hops.oneshot_max_bytes = hops.exchange_max_bytes = 0;
+        hops.reduce_scatter_exchange_max_bytes = 0;
         ring_reduce_scatter(c, in, mine, ReduceOp::kSum, hops);
         c.reduce_scatter(in, theirs);
         EXPECT_TRUE(same_bits(mine, theirs)) << "N=" << n << " k=" << k;
@@ -247,7 +248,8 @@ TEST(Ring, BlockReduceScatterAndAllGatherHaveTheBackendsSemanticsAndTraffic) {
 // accumulation, on every rank, for the all-reduce and both halves with block semantics.
 TEST(Ring, GatherPathForSmallBuffersHasTheHopsBits) {
   RingOptions hops;
-  hops.oneshot_max_bytes = 0;
+  hops.oneshot_max_bytes = hops.exchange_max_bytes = 0;
+  hops.reduce_scatter_exchange_max_bytes = 0;
   for (int n = 2; n <= 5; ++n) {
     for (DType dt : {DType::kF32, DType::kBF16, DType::kF16, DType::kE4M3, DType::kF64}) {
       for (RingAccumulation acc : {RingAccumulation::kPerHop, RingAccumulation::kFp32Partials}) {
@@ -280,6 +282,58 @@ TEST(Ring, GatherPathForSmallBuffersHasTheHopsBits) {
       }
     }
   }
+}
+
+// The exchange path for mid-sized buffers (RingOptions::exchange_max_bytes): one all_to_all,
+// each rank adding the N values of its chunk in the ring's order, then one all_gather. The
+// same bits as the hops for every N, dtype, op and accumulation, on every rank, whether the
+// chunks are even or not (sizes below N leave some ranks an empty chunk), for the all-reduce
+// and both halves with block semantics; and the ring's traffic.
+TEST(Ring, ExchangePathHasTheHopsBitsAndTraffic) {
+  RingOptions hops, exchange;
+  hops.oneshot_max_bytes = hops.exchange_max_bytes = 0;
+  hops.reduce_scatter_exchange_max_bytes = 0;
+  exchange.oneshot_max_bytes = 0;  // no gather path: the exchange from the first byte
+  for (int n = 2; n <= 5; ++n) {
+    for (DType dt : {DType::kF32, DType::kBF16, DType::kF16, DType::kE4M3, DType::kF64}) {
+      for (RingAccumulation acc : {RingAccumulation::kPerHop, RingAccumulation::kFp32Partials}) {
+        for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax}) {
+          for (std::int64_t size : {std::int64_t{1}, std::int64_t{13}, std::int64_t{60}}) {
+            RingOptions ex = exchange, hop = hops;
+            ex.accumulation = hop.accumulation = acc;
+            const std::string label = what(n, dt, size, op) +
+                                      (acc == RingAccumulation::kPerHop ? " per-hop" : " fp32");
+            run_local(n, [&](Communicator& c) {
+              Tensor a = rank_data(c.rank(), size, dt), b = a.clone();
+              ring_all_reduce(c, a, op, ex);
+              ring_all_reduce(c, b, op, hop);
+              EXPECT_TRUE(same_bits(a, b)) << label << " rank " << c.rank();
+              const Tensor in = rank_data(c.rank(), size * n, dt);
+              Tensor ra = Tensor::empty({size}, dt), rb = ra.clone();
+              ring_reduce_scatter(c, in, ra, op, ex);
+              ring_reduce_scatter(c, in, rb, op, hop);
+              EXPECT_TRUE(same_bits(ra, rb)) << label << " reduce-scatter rank " << c.rank();
+              Tensor ga = Tensor::empty({size * n}, dt), gb = ga.clone();
+              ring_all_gather(c, ra, ga, ex);
+              ring_all_gather(c, ra, gb, hop);
+              EXPECT_TRUE(same_bits(ga, gb)) << label << " all-gather rank " << c.rank();
+            });
+          }
+        }
+      }
+    }
+  }
+  // Traffic, 3 ranks of 300 f32 (even chunks): the all_to_all and the all_gather each move
+  // (N-1)/N of the buffer, together the hops' 2(N-1)/N, and no sendrecv.
+  run_local(3, [&](Communicator& c) {
+    Tensor buf = rank_data(c.rank(), 300, DType::kF32);
+    ring_all_reduce(c, buf, ReduceOp::kSum, exchange);
+    const TrafficTotals all = c.traffic().total();
+    EXPECT_EQ(all.bytes_sent, all_reduce_traffic(300, DType::kF32, 3, c.rank()).bytes_sent);
+    EXPECT_EQ(all.bytes_received,
+              all_reduce_traffic(300, DType::kF32, 3, c.rank()).bytes_received);
+    EXPECT_EQ(c.traffic().totals("sendrecv").bytes_sent, 0u);
+  });
 }
 
 TEST(Ring, NaiveAllReduceAddsInRankOrderLikeTheBackend) {

@@ -254,12 +254,30 @@ TEST(MpiBackend, TheHandBuiltRingRunsOnMpiWithTheSameBitsAndBytes) {
   Tensor ring = Tensor::from_floats(std::vector<float>(840, float(c.rank() + 1)), {840});
   Tensor backend = ring.clone();
   ch04::RingOptions hops;  // the hops themselves: 3360 bytes would take the gather path
-  hops.oneshot_max_bytes = 0;
+  hops.oneshot_max_bytes = hops.exchange_max_bytes = 0;
   ch04::ring_all_reduce(c, ring, ReduceOp::kSum, hops);
   c.all_reduce(backend);
   EXPECT_TRUE(same_bits(ring, backend));
   const std::size_t want = 2 * std::size_t(c.size() - 1) * 840 * 4 / std::size_t(c.size());
   EXPECT_EQ(c.traffic().totals("sendrecv").bytes_sent, want);
+}
+
+// The ring's exchange path (one all_to_all of uneven chunks, one padded all_gather) on MPI's
+// collectives (on 3 or more processes; on 2 the reductions keep the hops): the hops' bits,
+// f32 and bf16, an odd size.
+TEST(MpiBackend, TheRingsExchangePathRunsOnMpiWithTheHopsBits) {
+  MpiCommunicator c(MPI_COMM_WORLD, fast_options());
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    std::vector<float> v(1031);
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] = 0.1f * float((i * 7 + c.rank() * 3) % 23);
+    Tensor ex = Tensor::from_floats(v, {1031}, dt), hop = ex.clone();
+    ch04::RingOptions exchange, hops;
+    exchange.oneshot_max_bytes = 0;
+    hops.oneshot_max_bytes = hops.exchange_max_bytes = 0;
+    ch04::ring_all_reduce(c, ex, ReduceOp::kSum, exchange);
+    ch04::ring_all_reduce(c, hop, ReduceOp::kSum, hops);
+    EXPECT_TRUE(same_bits(ex, hop)) << dtype_name(dt);
+  }
 }
 
 // A watchdog report names the stopped process by its world rank, its place in the grid (the
