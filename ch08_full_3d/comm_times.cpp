@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <utility>
 
 namespace mixpar::ch08 {
 
@@ -60,7 +61,9 @@ std::vector<GroupTime> step_group_times(const CommTimes& step, double sync_wait_
     for (GroupTime& g : out) {
       if (g.name == name) return g;
     }
-    out.push_back({name});
+    GroupTime g;
+    g.name = name;
+    out.push_back(std::move(g));
     return out.back();
   };
   CommTimes pp_step;
@@ -70,6 +73,12 @@ std::vector<GroupTime> step_group_times(const CommTimes& step, double sync_wait_
     GroupTime& g = at(name);
     g.busy_s += t.owner_s + t.other_s;
     g.exposed_s += t.owner_s;
+    for (const auto& [op, o] : ops) {
+      CommTime& into = g.ops[op];
+      into.calls += o.calls;
+      into.owner_s += o.owner_s;
+      into.other_s += o.other_s;
+    }
     if (name == "pp") pp_step.by_group[clock_name] = ops;
   }
   if (sync_wait_s > 0) {
@@ -123,6 +132,15 @@ Json group_times_json(const std::vector<GroupTime>& groups) {
     e.set("ms", g.busy_s * 1e3);
     e.set("exposed_ms", g.exposed_s * 1e3);
     if (g.name == "pp") e.set("waiting_ms", g.waiting_s * 1e3);
+    Json ops = Json::object();
+    for (const auto& [op, t] : g.ops) {
+      Json o = Json::object();
+      o.set("calls", t.calls);
+      o.set("ms", (t.owner_s + t.other_s) * 1e3);
+      o.set("exposed_ms", t.owner_s * 1e3);
+      ops.set(op, std::move(o));
+    }
+    e.set("ops", std::move(ops));
     j.set(g.name, std::move(e));
   }
   return j;

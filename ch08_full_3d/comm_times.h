@@ -27,6 +27,7 @@ struct GroupTime {
   double busy_s = 0;      // inside the group's calls, on any thread
   double exposed_s = 0;   // the compute thread inside them (dp: also its wait for the others)
   double waiting_s = 0;   // pp: the receives' estimated wait for the upstream stage (bubble)
+  std::map<std::string, CommTime> ops;  // by operation ("all_reduce", "send", ...)
 };
 
 // The group a clock's name counts under: a split of a group counts as the group ("dp.split",
@@ -47,7 +48,8 @@ std::vector<GroupTime> step_group_times(const CommTimes& step, double sync_wait_
 // "tp 3.1 ms, pp 1.2 ms (1.0 waiting), dp 6.7 ms (0.4 exposed)": the groups with any time,
 // pp's with its embedding group's, dp's with its exposed part; "" when none.
 std::string group_times_text(const std::vector<GroupTime>& groups);
-// The JSONL's comm_ms_by_group: {"tp": {"ms": ..., "exposed_ms": ...}, "pp": {..., "waiting_ms"}}.
+// The JSONL's comm_ms_by_group: {"tp": {"ms": ..., "exposed_ms": ..., "ops": {"all_reduce":
+// {"calls": ..., "ms": ..., "exposed_ms": ...}, ...}}, "pp": {..., "waiting_ms": ...}, ...}.
 Json group_times_json(const std::vector<GroupTime>& groups);
 
 }  // namespace mixpar::ch08
