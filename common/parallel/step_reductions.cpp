@@ -32,19 +32,10 @@ double StepReductions::loss(double local) {
   const bool last_stage =
       loss_pp_rank_ < 0 ? grid_->is_last_stage() : grid_->coord().pp == loss_pp_rank_;
   double mean = last_stage ? local : 0.0;
-  const int replicas = grid_->dp_cp().size();
-  if (replicas > 1 && grid_->pp().size() > 1) {
-    // Both hops below in one call over the world: the last stage's tp rank 0 adds its loss
-    // (its tp peers hold the same one), every other rank an exact 0. The world's sum runs in
-    // rank order, so it adds the dp x cp ranks' losses in their group's order with zeros
-    // between (x + 0 = x): the bits of the two hops, one collective fewer.
-    const double mine = last_stage && grid_->coord().tp == 0 ? local : 0.0;
-    mean = all_reduce_sum(grid_->world(), mine) / replicas;
-    timed("loss average", t0);
-    return mean;
-  }
   // Over dp x cp (the dp group when cp == 1): each cp rank's loss is its rows' mean.
-  if (replicas > 1) mean = all_reduce_sum(grid_->dp_cp(), mean) / replicas;
+  if (grid_->dp_cp().size() > 1) {
+    mean = all_reduce_sum(grid_->dp_cp(), mean) / grid_->dp_cp().size();
+  }
   if (grid_->pp().size() > 1) mean = all_reduce_sum(grid_->pp(), mean);
   timed("loss average", t0);
   return mean;
