@@ -140,6 +140,23 @@ TEST(StepCommTimes, DataParallelBucketsOverlapOnTheirOwnThread) {
   }
 }
 
+TEST(StepCommTimes, ContextParallelSumsItsGradientsInOneCall) {
+  // CpGradSync sums every gradient over cp in one all-reduce of the flat buffer (the registry's
+  // entries are adjacent in it), where it made one per tensor.
+  TrainerConfig c = grid(1, 1, 1);
+  c.cp = c.ranks = 2;
+  const auto ranks = run(c);
+  expect_accounts_hold(ranks);
+  for (const auto& steps : ranks) {
+    for (const StepStats& s : steps) {
+      const GroupTime* cp = find(s, "cp");
+      ASSERT_NE(cp, nullptr);
+      ASSERT_EQ(cp->ops.count("all_reduce"), 1u);
+      EXPECT_EQ(cp->ops.at("all_reduce").calls, 1);
+    }
+  }
+}
+
 TEST(StepCommTimes, ASplitOfAGroupCountsAsTheGroupAndDpCpAsDp) {
   EXPECT_EQ(group_of_clock_name("dp.split"), "dp");
   EXPECT_EQ(group_of_clock_name("dp_cp"), "dp");
