@@ -61,7 +61,9 @@ struct StepStats {
   bool skipped = false;     // inf/NaN: the optimizer did not step
   double seconds = 0.0;     // wall time of the step
   std::int64_t tokens = 0;  // tokens processed by the step, over all replicas
-  // Distributed runs only (ranks > 0): this rank's split of the step.
+  // Distributed runs only (ranks > 0): this rank's split of the step. compute_s is the
+  // forwards and backwards without the collectives they call; comm_s and exposed_s are the
+  // sums of group_times' busy and exposed seconds (every group: tp, cp, pp, dp, world, ...).
   int ranks = 0;
   StepTimes times;
   // Where the step's first micro-batch starts in the token stream, and in which epoch: a
