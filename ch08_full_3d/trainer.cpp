@@ -8,8 +8,8 @@
 #include <Eigen/Core>
 #include <algorithm>
 #include <chrono>
-#include <map>
 #include <cmath>
+#include <map>
 #include <stdexcept>
 #include <utility>
 
