@@ -9,7 +9,8 @@ namespace mixpar::ch08 {
 namespace {
 
 // The order the log lists groups in: the layers' collectives first, then the step's.
-constexpr const char* kOrder[] = {"tp", "cp", "pp", "embedding", "dp", "world", "model_parallel"};
+constexpr const char* kOrder[] = {"tp", "cp", "ep", "pp",    "embedding",
+                                  "dp", "edp", "world", "model_parallel"};
 
 std::size_t rank_of(const std::string& name) {
   for (std::size_t i = 0; i < std::size(kOrder); ++i) {

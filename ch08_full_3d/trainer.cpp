@@ -158,7 +158,7 @@ std::unique_ptr<MoeBlocks> make_moe(const TrainerConfig& c, Communicator* world,
     for (std::int64_t b = 0; b < c.model.n_layer; ++b) blocks.push_back(b);
   }
   return std::make_unique<MoeBlocks>(c, grid ? world : nullptr, grid ? &grid->mesh() : nullptr,
-                                     blocks);
+                                     blocks, grid ? &grid->clock() : nullptr);
 }
 
 GptOptions with_moe(GptOptions o, MoeBlocks* moe) {

@@ -157,9 +157,25 @@ TEST(StepCommTimes, ContextParallelSumsItsGradientsInOneCall) {
   }
 }
 
+TEST(StepCommTimes, ExpertParallelAllToAllsCountAsEp) {
+  TrainerConfig c = grid(2, 1, 1);
+  c.moe.n_experts = 4;
+  c.moe.top_k = 2;
+  c.ep = 2;
+  const auto ranks = run(c);
+  expect_accounts_hold(ranks);  // ep's and edp's bytes included
+  for (const auto& steps : ranks) {
+    for (const StepStats& s : steps) {
+      EXPECT_GT(bytes(s, "ep"), 0u);
+      EXPECT_GT(busy(s, "ep"), 0.0);
+    }
+  }
+}
+
 TEST(StepCommTimes, ASplitOfAGroupCountsAsTheGroupAndDpCpAsDp) {
   EXPECT_EQ(group_of_clock_name("dp.split"), "dp");
   EXPECT_EQ(group_of_clock_name("dp_cp"), "dp");
+  EXPECT_EQ(group_of_clock_name("dp.moe"), "dp");
   EXPECT_EQ(group_of_clock_name("tp"), "tp");
   EXPECT_EQ(group_of_clock_name("world.split.split"), "world");
 }
