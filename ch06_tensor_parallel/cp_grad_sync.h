@@ -26,8 +26,11 @@ namespace mixpar::ch06 {
 // rank of cp, the replica's gradient. Collective over cp.
 void sum_cp_shares(Communicator& cp, Tensor& grad);
 
-// A GradSync decorator: each gradient's cp shares summed (sum_cp_shares) as it becomes ready
-// in the last backward, before the inner dp sync (DDP, ZeRO or one replica) sees it.
+// A GradSync decorator: each gradient's cp shares summed (sum_cp_shares) after the last
+// backward, before the inner dp sync (DDP, ZeRO or one replica) sees it. Where every gradient
+// is a view of the registry's flat buffer, the entries adjacent in it are summed in one call
+// (finish(): one all-reduce for a whole model instead of one per tensor, the same bits);
+// otherwise (ZeRO-3's released buffers) each is summed as it becomes ready.
 class CpGradSync final : public ForwardingGradSync {
  public:
   // inner: the dp sync; params: the registry both are built on. Checks that the cp ranks
@@ -45,11 +48,17 @@ class CpGradSync final : public ForwardingGradSync {
 
  private:
   void reduce(std::size_t entry);  // sum_cp_shares, once per entry and step
+  // Every gradient a view of the flat buffer at its offset: the entries can be summed in runs.
+  bool batches() const;
+  // sum_cp_shares over each run of adjacent entries not yet summed this step.
+  void reduce_in_runs(const std::vector<std::size_t>& entries);
 
   Communicator& cp_;
   ParamRegistry& params_;
   bool in_last_backward_ = false;
   std::vector<bool> reduced_;  // by entry, this step
+  std::vector<std::size_t> ready_;  // reported by the last backward, not yet handed on
+  bool batch_ = false;              // batches(), as the last backward started
   double comm_s_ = 0;
 };
 

@@ -109,13 +109,22 @@ bool MoeBlocks::is_moe_block(const TrainerConfig& c, std::int64_t layer) {
 }
 
 MoeBlocks::MoeBlocks(const TrainerConfig& c, Communicator* world, const DeviceMesh* mesh,
-                     const std::vector<std::int64_t>& model_blocks)
+                     const std::vector<std::int64_t>& model_blocks, CommClock* clock)
     : config_(c) {
   if (!c.uses_moe()) throw std::logic_error("MoeBlocks without --n-experts");
   if (world != nullptr && mesh != nullptr) {
     groups_ = ch09::split_expert_groups(*world, *mesh, c.ep);
     if (mesh->size("pp") > 1) {  // the stages of this rank's pipeline
       pp_ = world->split(mesh->group_index(world->rank(), {"pp"}), world->rank());
+    }
+    if (clock != nullptr) {  // the same bits and bytes, their seconds in the grid's clock
+      const auto timed = [&](std::unique_ptr<Communicator>& g, const char* name) {
+        if (g) g = std::make_unique<TimedCommunicator>(std::move(g), *clock, name);
+      };
+      timed(groups_.ep, "ep");
+      timed(groups_.edp, "edp");
+      timed(groups_.dense, "dp.moe");
+      timed(pp_, "pp.moe");
     }
     // With tp every tp rank of a place runs the same MoE layer on the same tokens (the
     // blocks' ln_2 output is whole there): its tensors are replicated over tp too, and tp

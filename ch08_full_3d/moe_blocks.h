@@ -61,6 +61,7 @@
 #include "ch09_expert_parallel/moe_layer.h"
 #include "comm/communicator.h"
 #include "comm/device_mesh.h"
+#include "comm/timed_communicator.h"
 #include "model/block_feed_forward.h"
 #include "trainer_config.h"
 #include "util/json.h"
@@ -73,8 +74,11 @@ class MoeBlocks final : public FeedForwardSeam {
   // one device, every expert here. c must have passed validate() with c.uses_moe().
   // model_blocks: the blocks this rank's model (its chunks) runs, every block unless a
   // pipeline (chapter 7) gives this rank some only: it holds the MoE blocks among them.
+  // clock (optional): the grid's, which then times the expert groups' calls as "ep", "edp",
+  // "dp.moe" (dp x cp) and "pp.moe" (comm/timed_communicator.h; the log counts the last two
+  // as dp's and pp's).
   MoeBlocks(const TrainerConfig& c, Communicator* world, const DeviceMesh* mesh,
-            const std::vector<std::int64_t>& model_blocks);
+            const std::vector<std::int64_t>& model_blocks, CommClock* clock = nullptr);
   // An evaluation copy: one rank, every block, every expert, no communicator
   // (gather_for_eval fills it).
   explicit MoeBlocks(const TrainerConfig& c);

@@ -62,6 +62,7 @@ Json step_json(const StepStats& s, const MemorySnapshot& mem,
     j.set("compute_ms", s.times.compute_s * 1e3);
     j.set("comm_ms", s.times.comm_s * 1e3);
     j.set("exposed_comm_ms", s.times.exposed_s * 1e3);
+    j.set("comm_ms_by_group", group_times_json(s.group_times));
   }
   j.set("mem_bytes", bytes_by_category(mem.live));
   j.set("mem_peak_bytes", static_cast<std::int64_t>(mem.peak_total));
@@ -161,6 +162,8 @@ std::string progress_line(const StepStats& s, std::int64_t total_steps, bool sho
     std::snprintf(buf, sizeof buf, " | compute %.0f ms, comm %.1f ms (%.1f exposed)",
                   s.times.compute_s * 1e3, s.times.comm_s * 1e3, s.times.exposed_s * 1e3);
     line += buf;
+    const std::string by_group = group_times_text(s.group_times);
+    if (!by_group.empty()) line += ": " + by_group;
   }
   if (!s.moe.is_null()) {
     // The MoE blocks' worst: the largest dropped fraction and max / mean load of the step.

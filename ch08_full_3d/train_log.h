@@ -29,6 +29,7 @@ MemorySnapshot memory_snapshot(const MemoryLedger& ledger);
 
 // Keys: step, loss, grad_norm, clip_coef, lr, loss_scale, skipped, tokens_per_s, step_ms,
 // data_position, epoch, and in a distributed run ranks, compute_ms, comm_ms, exposed_comm_ms,
+// comm_ms_by_group (comm_times.h: per group ms, exposed_ms, and pp's waiting_ms),
 // mem_bytes {parameters, gradients, master_params, optimizer_state, activations, comm_buffers,
 // other} (this rank's), mem_peak_bytes; heldout_accuracy (built-in data) and val_loss
 // (--val-data) when the step was evaluated; with
@@ -42,7 +43,8 @@ Json step_json(const StepStats& s, const MemorySnapshot& mem,
                std::optional<double> val_loss = std::nullopt);
 
 // "step   12/1500 | loss 2.1034 | norm 0.532 | lr 2.00e-03 | 48.1k tok/s | ETA 1m52s", plus
-// "| scale 65536" under fp16, "| compute 65 ms, comm 9.7 ms (3.1 exposed)" when data parallel,
+// "| scale 65536" under fp16, "| compute 65 ms, comm 9.7 ms (3.1 exposed): tp 2.0 ms, dp 7.7 ms
+// (1.1 exposed)" when distributed (comm_times.h: the step's communication by group),
 // and "| SKIPPED (inf/nan)" for a skipped step.
 std::string progress_line(const StepStats& s, std::int64_t total_steps, bool show_scale,
                           double eta_seconds);

@@ -6,8 +6,10 @@
 #include "trainer.h"
 
 #include <Eigen/Core>
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <map>
 #include <stdexcept>
 #include <utility>
 
@@ -156,7 +158,7 @@ std::unique_ptr<MoeBlocks> make_moe(const TrainerConfig& c, Communicator* world,
     for (std::int64_t b = 0; b < c.model.n_layer; ++b) blocks.push_back(b);
   }
   return std::make_unique<MoeBlocks>(c, grid ? world : nullptr, grid ? &grid->mesh() : nullptr,
-                                     blocks);
+                                     blocks, grid ? &grid->clock() : nullptr);
 }
 
 GptOptions with_moe(GptOptions o, MoeBlocks* moe) {
@@ -602,14 +604,20 @@ StepStats Trainer::train_step() {
   s.loss_scale = optimizer_.loss_scale();
   const std::uint64_t bytes_before = bytes_sent_so_far();
   const GroupBytes groups_before = group_bytes_so_far();
+  const CommTimes clock_before = comm_clock_now();
+  const std::map<std::string, TrafficTotals> pp_ops_before = pp_ops_now();
   const ScheduleResult r = run_micro_batches(s.loss_scale);
+  // The schedule's compute spans hold the collectives its forwards and backwards call (tp, cp,
+  // ZeRO-3's gathers); its pipeline transfers are spans of their own. Compute is without them.
+  const CommTimes in_schedule = comm_clock_now().since(clock_before);
+  const double layer_comm_s = in_schedule.owner_total() - in_schedule.group("pp").owner_s;
   synchronise_gradients();
-  times_.compute_s += r.compute_s;
+  times_.compute_s += std::max(0.0, r.compute_s - layer_comm_s);
   s.data_position = r.position;  // the first replica's rows start the global window
   s.epoch = r.epoch;
   s.loss = global_loss(r);
   step_optimizer(s);
-  close_step_accounts(s, bytes_before, groups_before);
+  close_step_accounts(s, bytes_before, groups_before, clock_before, pp_ops_before);
   ++step_;
   s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return s;
@@ -633,7 +641,12 @@ ScheduleResult Trainer::run_micro_batches(float loss_scale) {
 
 void Trainer::synchronise_gradients() {
   const double w0 = trace_now_us();
+  const CommTimes clock0 = comm_clock_now();
   const double waited = sync_->finish();  // every gradient of this rank synchronised
+  // Of finish()'s wall time, what its own calls on this thread did not take: the wait for the
+  // communication thread (whose calls the clock counts as not this thread's).
+  sync_wait_s_ = std::max(0.0, (trace_now_us() - w0) * 1e-6 -
+                                   comm_clock_now().since(clock0).owner_total());
   if (moe_) {
     // The MoE blocks' gradients divided as the dense ones (moe_blocks.h): the cp ranks' sum
     // by cp in any case (ch06 cp_grad_sync.h), the replicas' by dp x m when the sync averages.
@@ -645,7 +658,13 @@ void Trainer::synchronise_gradients() {
   // the factory left them to the sync: strategy_factory.cpp).
   schedule_->after_sync(model_);
   if (grid_) spans_.push_back({"wait for gradients", "exposed", rank(), 0, w0, waited * 1e6});
-  times_.exposed_s += waited;
+}
+
+CommTimes Trainer::comm_clock_now() const { return grid_ ? grid_->clock().snapshot() : CommTimes{}; }
+
+std::map<std::string, TrafficTotals> Trainer::pp_ops_now() const {
+  if (!pipelined()) return {};
+  return grid_->pp().traffic().by_op();
 }
 
 double Trainer::global_loss(const ScheduleResult& r) {
@@ -673,12 +692,29 @@ void Trainer::step_optimizer(StepStats& s) {
 }
 
 void Trainer::close_step_accounts(StepStats& s, std::uint64_t bytes_before,
-                                  const GroupBytes& groups_before) {
+                                  const GroupBytes& groups_before, const CommTimes& clock_before,
+                                  const std::map<std::string, TrafficTotals>& pp_ops_before) {
   s.tokens = config_.tokens_per_step();
   if (grid_) {
     s.ranks = world();
-    reductions_.add_times_to(times_);
-    times_.comm_s += sync_->take_comm_seconds();
+    // The reductions' and the sync's own clocks time calls the grid's clock times too (every
+    // group of theirs is the grid's): drained, and the grid's clock read instead.
+    StepTimes drained;
+    reductions_.add_times_to(drained);
+    (void)sync_->take_comm_seconds();
+    std::map<std::string, TrafficTotals> pp_ops = pp_ops_now();
+    for (const auto& [op, t] : pp_ops_before) {
+      TrafficTotals& now = pp_ops[op];
+      now.calls -= t.calls;
+      now.bytes_sent -= t.bytes_sent;
+      now.bytes_received -= t.bytes_received;
+    }
+    s.group_times = step_group_times(comm_clock_now().since(clock_before),
+                                     std::exchange(sync_wait_s_, 0.0), pp_ops);
+    for (const GroupTime& g : s.group_times) {
+      times_.comm_s += g.busy_s;
+      times_.exposed_s += g.exposed_s;
+    }
     s.times = std::exchange(times_, {});
   } else {
     times_ = {};

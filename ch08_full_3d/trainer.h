@@ -14,6 +14,7 @@
 
 #include <array>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -21,6 +22,7 @@
 
 #include "ch03_master_weights/mixed_precision_optimizer.h"
 #include "checkpoint_pieces.h"
+#include "comm_times.h"
 #include "comm/communicator.h"
 #include "comm/parallel_grid.h"
 #include "async_checkpoint.h"
@@ -59,7 +61,9 @@ struct StepStats {
   bool skipped = false;     // inf/NaN: the optimizer did not step
   double seconds = 0.0;     // wall time of the step
   std::int64_t tokens = 0;  // tokens processed by the step, over all replicas
-  // Distributed runs only (ranks > 0): this rank's split of the step.
+  // Distributed runs only (ranks > 0): this rank's split of the step. compute_s is the
+  // forwards and backwards without the collectives they call; comm_s and exposed_s are the
+  // sums of group_times' busy and exposed seconds (every group: tp, cp, pp, dp, world, ...).
   int ranks = 0;
   StepTimes times;
   // Where the step's first micro-batch starts in the token stream, and in which epoch: a
@@ -72,6 +76,9 @@ struct StepStats {
   double flops = 0, mfu = 0;
   // Distributed: the bytes this rank sent in the step over each of its groups.
   GroupBytes group_bytes;
+  // Distributed: the seconds of the step's communication over each of its groups
+  // (comm_times.h); times.comm_s and times.exposed_s are their sums.
+  std::vector<GroupTime> group_times;
   // --dtype fp8: this rank's casts of the step by role (fp8_step_json); null otherwise.
   Json fp8;
   // --n-experts: each MoE block's step (MoeBlocks::step_stats: per-expert token counts,
@@ -220,7 +227,11 @@ class Trainer {
   void step_optimizer(StepStats& s);
   // Tokens, times, bytes by group and FLOPs of the step just taken: into s.
   void close_step_accounts(StepStats& s, std::uint64_t bytes_before,
-                           const GroupBytes& groups_before);
+                           const GroupBytes& groups_before, const CommTimes& clock_before,
+                           const std::map<std::string, TrafficTotals>& pp_ops_before);
+  // The grid's clock now, and the pp group's traffic by operation (empty without a grid / pp).
+  CommTimes comm_clock_now() const;
+  std::map<std::string, TrafficTotals> pp_ops_now() const;
   Json end_fp8_step();  // --dtype fp8: after the optimizer step (trainer.cpp)
   std::uint64_t bytes_sent_so_far() const;
   GroupBytes group_bytes_so_far() const;
@@ -267,6 +278,9 @@ class Trainer {
   TokenLoader loader_;
   std::int64_t step_ = 0;
   StepTimes times_;
+  // The compute thread's wait in the sync's finish() outside any call of its own: for the
+  // communication other threads run (chapter 4's buckets), dp's exposed time.
+  double sync_wait_s_ = 0;
   std::vector<TraceSpan> spans_;
   std::uint64_t step_bytes_sent_ = 0;  // by this rank, over all its groups, in the last step
 };

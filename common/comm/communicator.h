@@ -180,8 +180,9 @@ class Communicator {
   // A negative color joins no group and gets nullptr.
   virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
 
-  TrafficRecorder& traffic() { return traffic_; }
-  const TrafficRecorder& traffic() const { return traffic_; }
+  // Virtual so that a decorator (comm/timed_communicator.h) reports its inner backend's record.
+  virtual TrafficRecorder& traffic() { return traffic_; }
+  virtual const TrafficRecorder& traffic() const { return traffic_; }
 
  protected:
   // sendrecv_reduce's preconditions on its receiving side; throws std::invalid_argument.

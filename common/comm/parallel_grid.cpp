@@ -157,7 +157,11 @@ ParallelGrid::ParallelGrid(Communicator& world, GridShape shape)
     : ParallelGrid(world, validated(shape, world.size())) {}
 
 ParallelGrid::ParallelGrid(Communicator& world, DeviceMesh mesh)
-    : world_(&world), mesh_(std::move(mesh)), shape_(GridShape::of(mesh_)) {
+    : clock_(std::make_unique<CommClock>()),
+      timed_world_(std::make_unique<TimedCommunicator>(world, *clock_, "world")),
+      world_(timed_world_.get()),
+      mesh_(std::move(mesh)),
+      shape_(GridShape::of(mesh_)) {
   validate(mesh_, world.size());
   const int r = world.rank();
   coord_ = coord_in(mesh_, r);
@@ -171,7 +175,11 @@ ParallelGrid::ParallelGrid(Communicator& world, DeviceMesh mesh)
       continue;
     }
     const bool member = !g.ends_of_pipeline || holds_embedding;
-    groups_.push_back(world.split(member ? mesh_.group_index(r, g.dims) : -1, r));
+    // Every group timed into the grid's clock (timed_communicator.h): the bytes and bits
+    // are the backend's, the seconds per group what the trainer's log reads.
+    std::unique_ptr<Communicator> c = world.split(member ? mesh_.group_index(r, g.dims) : -1, r);
+    if (c) c = std::make_unique<TimedCommunicator>(std::move(c), *clock_, g.name);
+    groups_.push_back(std::move(c));
     check_group(spoken(g.name), groups_.back().get(),
                 g.ends_of_pipeline ? embedding_group_of(mesh_, r) : mesh_.group(r, g.dims), r);
   }

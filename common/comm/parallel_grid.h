@@ -58,6 +58,7 @@
 
 #include "comm/communicator.h"
 #include "comm/device_mesh.h"
+#include "comm/timed_communicator.h"
 
 namespace mixpar {
 
@@ -158,6 +159,12 @@ class ParallelGrid {
   // stage's embedding group, a group whose `needs` is 1).
   std::vector<std::pair<std::string, Communicator*>> groups() const;
 
+  // The world and every group are timed (comm/timed_communicator.h) into one clock, built on
+  // the thread that built the grid: the seconds this rank spent in each group's calls, by
+  // group name ("world" and grid_groups()' names) and operation. Not const: communicators a
+  // caller splits for itself (chapter 9's expert groups) can be timed into it too.
+  CommClock& clock() const { return *clock_; }
+
   Communicator& world() const { return *world_; }
   Communicator& dp() const { return *dp_; }
   Communicator& tp() const { return *tp_; }
@@ -181,6 +188,8 @@ class ParallelGrid {
 
  private:
   Communicator* named(std::string_view name) const;
+  std::unique_ptr<CommClock> clock_;
+  std::unique_ptr<Communicator> timed_world_;  // the world given, timed
   Communicator* world_;
   DeviceMesh mesh_;
   GridShape shape_;
