@@ -83,8 +83,11 @@ std::vector<GroupTime> step_group_times(const CommTimes& step, double sync_wait_
     if (name == "pp") pp_step.by_group[clock_name] = ops;
   }
   if (sync_wait_s > 0) {
+    // The wait holds finish()'s own bookkeeping too (unpacking buckets, the average's
+    // division), which is compute: the compute thread cannot wait for dp's communication
+    // longer than that communication took, so exposed is at most busy.
     GroupTime& dp = at("dp");
-    dp.exposed_s += sync_wait_s;
+    dp.exposed_s = std::min(dp.busy_s, dp.exposed_s + sync_wait_s);
   }
   if (!pp_step.by_group.empty()) at("pp").waiting_s = pp_receive_wait(pp_step, pp_bytes);
   std::stable_sort(out.begin(), out.end(), [](const GroupTime& a, const GroupTime& b) {

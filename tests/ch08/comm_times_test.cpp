@@ -54,9 +54,10 @@ std::uint64_t bytes(const StepStats& s, const std::string& name) {
   return 0;
 }
 
-// Every step of every rank: the comm totals are the groups' sums, and the exposed figures,
-// compute and the pipeline's wait are parts of the step's wall time (disjoint intervals of the
-// rank's compute thread), each group that sent bytes was timed.
+// Every step of every rank: the comm totals are the groups' sums, each group's exposed time is
+// at most its busy time, the exposed figures, compute and the pipeline's wait are parts of the
+// step's wall time (disjoint intervals of the rank's compute thread), and each group that sent
+// bytes was timed.
 void expect_accounts_hold(const std::vector<std::vector<StepStats>>& ranks) {
   for (std::size_t r = 0; r < ranks.size(); ++r) {
     for (const StepStats& s : ranks[r]) {
@@ -66,6 +67,8 @@ void expect_accounts_hold(const std::vector<std::vector<StepStats>>& ranks) {
         EXPECT_GE(g.busy_s, 0.0) << at << " " << g.name;
         EXPECT_GE(g.exposed_s, 0.0) << at << " " << g.name;
         EXPECT_LE(g.waiting_s, g.busy_s) << at << " " << g.name;
+        // The compute thread waits for a group's communication at most as long as it took.
+        EXPECT_LE(g.exposed_s, g.busy_s) << at << " " << g.name;
         sum_busy += g.busy_s;
         sum_exposed += g.exposed_s;
       }
