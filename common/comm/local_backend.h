@@ -25,10 +25,12 @@ struct LocalOptions {
   // thanks to buffering. sendrecv() is safe in both modes.
   bool synchronous_sends = false;
   // sendrecv's two protocols, as MPI's: a message of at most this many bytes is copied into a
-  // queue and the sender does not wait for its receiver (eager: for a small message a copy
-  // costs less than a hand-off between threads); a larger one is lent, the receiver copying
-  // (or adding) straight out of the sender's buffer while the sender waits (rendezvous: one
-  // copy per byte instead of two). 0 lends every message; synchronous sends lend every message.
+  // slot of the pair's fast channel (comm/local_channel.h), or into the mailbox when the
+  // slots are all in flight, and the sender does not wait for its receiver (eager: for a small
+  // message a copy costs less than a hand-off between threads); a larger one is lent, the
+  // receiver copying (or adding) straight out of the sender's buffer while the sender waits
+  // (rendezvous: one copy per byte instead of two). 0 lends every message; synchronous sends
+  // lend every message. A buffered send() copies any size, into a slot up to this limit.
   std::size_t eager_limit_bytes = std::size_t{64} << 10;
   // A rank about to wait first spins this long watching for a wake-up, as MPI's shared-memory
   // transports and NCCL's proxies poll: waking a sleeping thread costs tens of microseconds on

@@ -2,7 +2,10 @@
 // one rendezvous slot per collective call, what each rank is doing, and the checks that turn
 // an inconsistent or stuck world into a CommError on every rank: mismatch, deadlock,
 // watchdog, failure of a rank. One mutex guards it all; each rank sleeps on its own condvar.
-// Data is never copied under the mutex: a receiver copies after take() returns.
+// Data is never copied under the mutex: a receiver copies after take() returns. Beside the
+// mailboxes, each ordered pair of ranks has a lock-free fast channel (comm/local_channel.h)
+// that carries messages while both ranks are on time; a receiver that has to wait moves what
+// its channel holds into the mailbox, so every check above sees every message.
 #pragma once
 
 #include <atomic>
