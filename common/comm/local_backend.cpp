@@ -97,12 +97,12 @@ Tensor LocalCommunicator::host_copy(const Tensor& t) const {
 // protocol: the receiver copies straight out of it and the sender returns once it has, so
 // each byte is copied once, not twice. Device tensors go through a host copy.
 
-void LocalCommunicator::post(const Tensor& host, const Tensor& t, int to, int tag) {
+void LocalCommunicator::post(const Tensor& host, bool staged, int to, int tag) {
   if (host.nbytes() <= fabric_->eager_limit_bytes() &&
       fabric_->post_inline(group_, world_rank(), to, tag, host)) {
     return;
   }
-  fabric_->post(group_, world_rank(), to, tag, &host == &t ? host_copy(t) : host);
+  fabric_->post(group_, world_rank(), to, tag, staged ? host : host_copy(host));
 }
 
 void LocalCommunicator::send(const Tensor& t, int dst, int tag) {
@@ -113,7 +113,7 @@ void LocalCommunicator::send(const Tensor& t, int dst, int tag) {
     const local::Fabric::Loan loan = fabric_->lend(group_, world_rank(), to, tag, host);
     fabric_->await_copied(group_, world_rank(), to, tag, loan);
   } else {
-    post(host, t, to, tag);
+    post(host, !t.is_cpu(), to, tag);
   }
   traffic_.record("send", t.nbytes(), 0);
 }
@@ -153,7 +153,7 @@ void LocalCommunicator::exchange(const Tensor& send_t, int dst, int src, int tag
   const int to = world_peer(dst, "sendrecv");
   const int from = world_peer(src, "sendrecv");
   if (eager(send_t)) {
-    post(send_t, send_t, to, tag);
+    post(send_t, false, to, tag);
     const local::Delivery d = fabric_->take(group_, from, world_rank(), tag, count, dtype);
     use(d.data());
     return;

@@ -96,9 +96,10 @@ class LocalCommunicator final : public Communicator {
   Tensor host_buffer_like(const Tensor& t) const;  // CPU, charged to the network ledger
   Tensor host_copy(const Tensor& t) const;         // host_buffer_like(t) holding t's values
   void receive_into(Tensor& t, int src, int tag);
-  // An eager message: host is t's bytes on the host (t itself for a CPU tensor), copied into
-  // the pair's fast channel or, when it does not fit there, queued as a copy in the mailbox.
-  void post(const Tensor& host, const Tensor& t, int to, int tag);
+  // An eager message on the host, copied into the pair's fast channel or, when it does not fit
+  // there, queued in the mailbox: as it is if `staged` (already a copy of a device tensor),
+  // else as a copy.
+  void post(const Tensor& host, bool staged, int to, int tag);
   bool eager(const Tensor& message) const;  // sendrecv's protocol for this message
   template <class Use> void exchange(const Tensor& send_t, int dst, int src, int tag,
                                      std::int64_t count, DType dtype, Use&& use);

@@ -60,6 +60,36 @@ TEST(LocalChannel, MessagesOverflowingTheSlotsKeepTheirOrderAcrossRoutes) {
   EXPECT_EQ(world.network_ledger().live_total(), 0u);  // slots are returned when the run ends
 }
 
+// A buffered send is a copy whatever its route (a slot, the mailbox above the eager limit or
+// with every slot in flight): the sender overwrites its buffer as soon as send() returns, and
+// the receiver, which only starts receiving after that, still gets what was sent.
+TEST(LocalChannel, ABufferedSendIsACopyOnEveryRoute) {
+  constexpr int kMessages = 12;  // more than a channel's slots
+  for (const std::int64_t n : {std::int64_t{4}, std::int64_t{5000}}) {  // 16 B, 20 KB
+    run_local(
+        2,
+        [&](Communicator& c) {
+          Tensor buf = Tensor::empty({n}, DType::kF32);
+          if (c.rank() == 0) {
+            for (int i = 0; i < kMessages; ++i) {
+              buf.fill(static_cast<float>(i));
+              c.send(buf, 1, 2);
+            }
+            buf.fill(-1.0f);
+            c.send(buf, 1, 3);  // "all sent"
+            return;
+          }
+          c.recv(buf, 0, 3);
+          for (int i = 0; i < kMessages; ++i) {
+            c.recv(buf, 0, 2);
+            ASSERT_EQ(buf.to_floats(), std::vector<float>(static_cast<std::size_t>(n), float(i)))
+                << n << " elements, message " << i;
+          }
+        },
+        {.eager_limit_bytes = 1024});
+  }
+}
+
 // Rank 0's small message on tag 1 sits at the channel's head when rank 1 asks for the lent
 // buffer behind it on tag 2: the lent one is still read in place (nothing staged for it), and
 // the small one is received afterwards.
