@@ -31,7 +31,12 @@ struct LocalOptions {
   // receiver copying (or adding) straight out of the sender's buffer while the sender waits
   // (rendezvous: one copy per byte instead of two). 0 lends every message; synchronous sends
   // lend every message. A buffered send() copies any size, into a slot up to this limit.
-  std::size_t eager_limit_bytes = std::size_t{64} << 10;
+  // Measured with bench_collectives --ops sendrecv --eager-limit (2-core AMD EPYC, load 3-5,
+  // median us of 5 repetitions, ranges over 2-3 runs): copied / lent, 2 ranks 16 KiB 3.4-3.7
+  // / 1.6-4.9, 64 KiB 7.7-75 / 3.7-7.3; 4 ranks 16 KiB 4.8-5.7 / 8.4-14, 64 KiB 14-97 /
+  // 12-24. A copied message is copied twice in a row on the critical path, which a preempted
+  // thread stretches; a lent one waits for its receiver but is copied once.
+  std::size_t eager_limit_bytes = std::size_t{16} << 10;
   // A rank about to wait first spins this long watching for a wake-up, as MPI's shared-memory
   // transports and NCCL's proxies poll: waking a sleeping thread costs tens of microseconds on
   // a VM, and a ring pays one hand-off per slice per hop. With more ranks than cores the spin
