@@ -7,8 +7,8 @@
 // a lent message, a pointer to its own buffer) and then raises the channel's write count with
 // a sequentially consistent store; the receiver reads the count with acquire order, so it sees
 // the header and the bytes: a flag beside the data, as in NCCL's LL protocol and MPI's
-// shared-memory transports (docs/REFERENCE.md). No lock on either side while the ranks are on
-// time; the fabric's mutex is taken only to wake a rank that went to sleep.
+// shared-memory transports. No lock on either side while the ranks are on time; the
+// fabric's mutex is taken only to wake a rank that went to sleep.
 //
 // A slot's state says who owns it: free (the producer may fill it), full (published, waiting
 // for the receiver), taken (a lent buffer being read by the receiver; the sender waits for
