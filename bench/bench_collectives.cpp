@@ -49,6 +49,7 @@ struct Config {
   // and RingOptions::oneshot_max_bytes, RingOptions::exchange_max_bytes (with
   // reduce_scatter_exchange_max_bytes); 0 turns a path off.
   std::int64_t oneshot_max = -1, ring_oneshot_max = -1, ring_exchange_max = -1;
+  std::int64_t eager_limit = -1;  // LocalOptions::eager_limit_bytes: sendrecv's copy or loan
   std::vector<std::int64_t> sizes;  // --sizes: these instead of the sweep
   std::vector<std::string> ops = {"all-reduce", "reduce-scatter", "all-gather", "all-to-all",
                                   "sendrecv"};
@@ -177,6 +178,7 @@ void run_rank(const Config& cfg, const Sync& sync, int rank, const MakeOp& make)
 int run_threads(const Config& cfg) {
   LocalOptions opts{.watchdog_seconds = 0};
   if (cfg.oneshot_max >= 0) opts.oneshot_max_bytes = static_cast<std::size_t>(cfg.oneshot_max);
+  if (cfg.eager_limit >= 0) opts.eager_limit_bytes = static_cast<std::size_t>(cfg.eager_limit);
   LocalWorld world(cfg.ranks, opts);
   const bool ring = cfg.impl == "ring";
   ch04::RingOptions ro;
@@ -273,7 +275,7 @@ int usage(const char* why) {
   std::fprintf(stderr,
                "bench_collectives: %s\nusage: bench_collectives --impl local|ring [--ranks N] "
                "[--full] [--min-ms MS] [--repetitions R] [--ops a,b,...] [--sizes b,b,...]\n"
-               "       [--oneshot-max BYTES] [--ring-oneshot-max BYTES]\n"
+               "       [--oneshot-max BYTES] [--ring-oneshot-max BYTES] [--eager-limit BYTES]\n"
                "       [--ring-exchange-max BYTES] [--label NAME]   the switch points\n"
                "       mpirun -np N bench_collectives --impl mpi [same flags]\n",
                why);
@@ -300,6 +302,7 @@ int main(int argc, char** argv) {
       else if (a == "--oneshot-max") cfg.oneshot_max = std::stoll(value());
       else if (a == "--ring-oneshot-max") cfg.ring_oneshot_max = std::stoll(value());
       else if (a == "--ring-exchange-max") cfg.ring_exchange_max = std::stoll(value());
+      else if (a == "--eager-limit") cfg.eager_limit = std::stoll(value());
       else if (a == "--sizes") {
         std::string v = value();
         for (std::size_t p = 0; p <= v.size();) {

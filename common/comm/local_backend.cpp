@@ -90,20 +90,30 @@ Tensor LocalCommunicator::host_copy(const Tensor& t) const {
 // ---- Point to point
 //
 // An eager send() copies the message into the network's memory and returns: MPI's eager
-// protocol. A synchronous send() and a sendrecv() above the eager limit lend the sender's own
-// buffer instead, MPI's rendezvous protocol: the receiver copies straight out of it and the
-// sender returns once it has, so each byte is copied once, not twice. Device tensors go
-// through a host copy.
+// protocol. Up to the eager limit that memory is a slot of the pair's fast channel
+// (comm/local_channel.h), reused from message to message; a larger message, or one that finds
+// the channel's slots all in flight, is a fresh copy in the mailbox. A synchronous send() and
+// a sendrecv() above the eager limit lend the sender's own buffer instead, MPI's rendezvous
+// protocol: the receiver copies straight out of it and the sender returns once it has, so
+// each byte is copied once, not twice. Device tensors go through a host copy.
+
+void LocalCommunicator::post(const Tensor& host, bool staged, int to, int tag) {
+  if (host.nbytes() <= fabric_->eager_limit_bytes() &&
+      fabric_->post_inline(group_, world_rank(), to, tag, host)) {
+    return;
+  }
+  fabric_->post(group_, world_rank(), to, tag, staged ? host : host_copy(host));
+}
 
 void LocalCommunicator::send(const Tensor& t, int dst, int tag) {
   require_defined(t, "send");
   const int to = world_peer(dst, "send");
+  const Tensor host = t.is_cpu() ? t : host_copy(t);
   if (fabric_->synchronous_sends()) {
-    const Tensor host = t.is_cpu() ? t : host_copy(t);
-    const std::uint64_t id = fabric_->lend(group_, world_rank(), to, tag, host);
-    fabric_->await_copied(group_, world_rank(), to, tag, id);
+    const local::Fabric::Loan loan = fabric_->lend(group_, world_rank(), to, tag, host);
+    fabric_->await_copied(group_, world_rank(), to, tag, loan);
   } else {
-    fabric_->post(group_, world_rank(), to, tag, host_copy(t));
+    post(host, !t.is_cpu(), to, tag);
   }
   traffic_.record("send", t.nbytes(), 0);
 }
@@ -143,20 +153,20 @@ void LocalCommunicator::exchange(const Tensor& send_t, int dst, int src, int tag
   const int to = world_peer(dst, "sendrecv");
   const int from = world_peer(src, "sendrecv");
   if (eager(send_t)) {
-    fabric_->post(group_, world_rank(), to, tag, host_copy(send_t));
+    post(send_t, false, to, tag);
     const local::Delivery d = fabric_->take(group_, from, world_rank(), tag, count, dtype);
     use(d.data());
     return;
   }
-  const std::uint64_t id = fabric_->lend(group_, world_rank(), to, tag, send_t);
+  const local::Fabric::Loan loan = fabric_->lend(group_, world_rank(), to, tag, send_t);
   try {
     const local::Delivery d = fabric_->take(group_, from, world_rank(), tag, count, dtype);
     use(d.data());
   } catch (...) {
-    fabric_->withdraw(group_, world_rank(), to, tag, id);
+    fabric_->withdraw(group_, world_rank(), to, tag, loan);
     throw;
   }
-  fabric_->await_copied(group_, world_rank(), to, tag, id);
+  fabric_->await_copied(group_, world_rank(), to, tag, loan);
 }
 
 void LocalCommunicator::sendrecv(const Tensor& send_t, int dst, Tensor& recv_t, int src, int tag) {

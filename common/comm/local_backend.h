@@ -25,11 +25,18 @@ struct LocalOptions {
   // thanks to buffering. sendrecv() is safe in both modes.
   bool synchronous_sends = false;
   // sendrecv's two protocols, as MPI's: a message of at most this many bytes is copied into a
-  // queue and the sender does not wait for its receiver (eager: for a small message a copy
-  // costs less than a hand-off between threads); a larger one is lent, the receiver copying
-  // (or adding) straight out of the sender's buffer while the sender waits (rendezvous: one
-  // copy per byte instead of two). 0 lends every message; synchronous sends lend every message.
-  std::size_t eager_limit_bytes = std::size_t{64} << 10;
+  // slot of the pair's fast channel (comm/local_channel.h), or into the mailbox when the
+  // slots are all in flight, and the sender does not wait for its receiver (eager: for a small
+  // message a copy costs less than a hand-off between threads); a larger one is lent, the
+  // receiver copying (or adding) straight out of the sender's buffer while the sender waits
+  // (rendezvous: one copy per byte instead of two). 0 lends every message; synchronous sends
+  // lend every message. A buffered send() copies any size, into a slot up to this limit.
+  // Measured with bench_collectives --ops sendrecv --eager-limit (2-core AMD EPYC, load 3-5,
+  // median us of 5 repetitions, ranges over 2-3 runs): copied / lent, 2 ranks 16 KiB 3.4-3.7
+  // / 1.6-4.9, 64 KiB 7.7-75 / 3.7-7.3; 4 ranks 16 KiB 4.8-5.7 / 8.4-14, 64 KiB 14-97 /
+  // 12-24. A copied message is copied twice in a row on the critical path, which a preempted
+  // thread stretches; a lent one waits for its receiver but is copied once.
+  std::size_t eager_limit_bytes = std::size_t{16} << 10;
   // A rank about to wait first spins this long watching for a wake-up, as MPI's shared-memory
   // transports and NCCL's proxies poll: waking a sleeping thread costs tens of microseconds on
   // a VM, and a ring pays one hand-off per slice per hop. With more ranks than cores the spin
@@ -94,6 +101,10 @@ class LocalCommunicator final : public Communicator {
   Tensor host_buffer_like(const Tensor& t) const;  // CPU, charged to the network ledger
   Tensor host_copy(const Tensor& t) const;         // host_buffer_like(t) holding t's values
   void receive_into(Tensor& t, int src, int tag);
+  // An eager message on the host, copied into the pair's fast channel or, when it does not fit
+  // there, queued in the mailbox: as it is if `staged` (already a copy of a device tensor),
+  // else as a copy.
+  void post(const Tensor& host, bool staged, int to, int tag);
   bool eager(const Tensor& message) const;  // sendrecv's protocol for this message
   template <class Use> void exchange(const Tensor& send_t, int dst, int src, int tag,
                                      std::int64_t count, DType dtype, Use&& use);

@@ -5,6 +5,7 @@
 
 #include "comm/local_fabric.h"
 
+#include "comm/local_kernels.h"
 #include "comm/local_oneshot.h"
 
 #include <algorithm>
@@ -84,6 +85,22 @@ struct Fabric::PhaseGuard {
   ~PhaseGuard() { status.phase = on_exit; }
 };
 
+namespace {
+
+// A rank in a wait of the fabric that a lock-free change (a message published in a channel, a
+// slot freed) must wake. Set before the waiter's last check of the condition and read after
+// the change, both sequentially consistent: either the waiter sees the change or the changer
+// sees the flag and wakes it under the mutex (the one-shot path's `sleepers`, likewise).
+struct Asleep {
+  std::atomic<int>& n;
+  explicit Asleep(std::atomic<int>& c) : n(c) { n.fetch_add(1, std::memory_order_seq_cst); }
+  ~Asleep() { n.fetch_sub(1, std::memory_order_seq_cst); }
+  Asleep(const Asleep&) = delete;
+  Asleep& operator=(const Asleep&) = delete;
+};
+
+}  // namespace
+
 Fabric::Fabric(int world_size, double watchdog_seconds, bool synchronous_sends,
                std::size_t eager_limit_bytes, double spin_microseconds,
                std::size_t oneshot_max_bytes)
@@ -99,6 +116,11 @@ Fabric::Fabric(int world_size, double watchdog_seconds, bool synchronous_sends,
   if (world_size < 1) {
     throw std::invalid_argument("local world of " + std::to_string(world_size) + " ranks");
   }
+  const auto pairs = static_cast<std::size_t>(world_size) * static_cast<std::size_t>(world_size);
+  channels_ = std::make_unique<std::atomic<Channel*>[]>(pairs);
+  parked_ = std::make_unique<std::atomic<std::int64_t>[]>(pairs);
+  asleep_ = std::make_unique<std::atomic<int>[]>(static_cast<std::size_t>(world_size));
+  next_order_.assign(pairs, 0);
   for (int r = 0; r < world_size; ++r) ledgers_.push_back(std::make_unique<MemoryLedger>(r));
   Group world;
   world.members.resize(static_cast<std::size_t>(world_size));
@@ -121,6 +143,10 @@ Fabric::Fabric(int world_size, double watchdog_seconds, bool synchronous_sends,
               ? std::chrono::duration_cast<Clock::duration>(
                     std::chrono::duration<double, std::micro>(std::min(spin_microseconds, 1e6)))
               : Clock::duration::zero();
+}
+
+Fabric::~Fabric() {
+  for (std::size_t p = 0; p < next_order_.size(); ++p) delete channels_[p].load();
 }
 
 std::vector<int> Fabric::members(int group) {
@@ -187,51 +213,248 @@ void Fabric::block(std::unique_lock<std::mutex>& lock, int me, Ready ready) {
 // ---- Point to point
 
 Delivery::Delivery(Delivery&& o) noexcept
-    : lender_fabric_(std::exchange(o.lender_fabric_, nullptr)),
+    : owner_(std::exchange(o.owner_, nullptr)),
       src_(o.src_),
       id_(o.id_),
+      slot_(o.slot_),
       copy_(std::move(o.copy_)),
       data_(o.data_) {}
 
 Delivery::~Delivery() {
-  if (lender_fabric_) lender_fabric_->copied(src_, id_);
+  if (!owner_) return;
+  if (slot_) owner_->release(src_, *slot_);
+  else owner_->copied(src_, id_);
 }
 
+// A queue is sorted by the pair's order numbers: messages moved out of a channel are older
+// than the ones the sender queued here after them, and are inserted before those.
 std::uint64_t Fabric::queue(const MailKey& key, Message m) {
   const std::uint64_t id = m.id = next_message_++;
-  mail_[key].push_back(std::move(m));
+  std::deque<Message>& q = mail_[key];
+  const auto at = std::upper_bound(q.begin(), q.end(), m.order, [](std::uint64_t o, const Message& x) {
+    return o < x.order;
+  });
+  q.insert(at, std::move(m));
+  parked_[pair(std::get<1>(key), std::get<2>(key))].fetch_add(1, std::memory_order_relaxed);
   wake(std::get<2>(key));
   return id;
 }
 
-std::uint64_t Fabric::post(int group, int src, int dst, int tag, Tensor copy) {
+void Fabric::post(int group, int src, int dst, int tag, Tensor copy) {
   std::lock_guard lock(mu_);
   throw_if_aborted();
   const auto* data = static_cast<const std::byte*>(copy.data());
   const std::int64_t count = copy.numel();
   const DType dtype = copy.dtype();
-  return queue({group, src, dst, tag}, {0, count, dtype, data, std::move(copy), false});
+  const std::uint64_t order = next_order_[pair(src, dst)]++;
+  queue({group, src, dst, tag}, {0, order, count, dtype, data, std::move(copy), false});
 }
 
-std::uint64_t Fabric::lend(int group, int src, int dst, int tag, const Tensor& buffer) {
+Fabric::Loan Fabric::lend(int group, int src, int dst, int tag, const Tensor& buffer) {
+  const auto* data = static_cast<const std::byte*>(buffer.data());
+  if (ChannelSlot* s = claim(src, dst)) {
+    s->group = group;
+    s->tag = tag;
+    s->count = buffer.numel();
+    s->dtype = buffer.dtype();
+    s->lent = data;
+    publish(src, dst, *s);
+    return {0, s};
+  }
   std::lock_guard lock(mu_);
   throw_if_aborted();
-  const auto* data = static_cast<const std::byte*>(buffer.data());
-  return queue({group, src, dst, tag}, {0, buffer.numel(), buffer.dtype(), data, Tensor(), true});
+  const std::uint64_t order = next_order_[pair(src, dst)]++;
+  return {queue({group, src, dst, tag},
+                {0, order, buffer.numel(), buffer.dtype(), data, Tensor(), true}),
+          nullptr};
 }
 
 bool Fabric::taken(const MailKey& key, std::uint64_t id) const {
   const auto it = mail_.find(key);
-  return it == mail_.end() || it->second.front().id > id;
+  return it == mail_.end() ||
+         std::none_of(it->second.begin(), it->second.end(),
+                      [&](const Message& m) { return !m.slot && m.id == id; });
 }
 
 void Fabric::remove_if_queued(const MailKey& key, std::uint64_t id) {
   const auto it = mail_.find(key);
   if (it == mail_.end()) return;
   std::deque<Message>& q = it->second;
-  q.erase(std::remove_if(q.begin(), q.end(), [&](const Message& m) { return m.id == id; }),
-          q.end());
+  const auto end = std::remove_if(q.begin(), q.end(),
+                                  [&](const Message& m) { return !m.slot && m.id == id; });
+  parked_[pair(std::get<1>(key), std::get<2>(key))].fetch_sub(q.end() - end,
+                                                               std::memory_order_relaxed);
+  q.erase(end, q.end());
   if (q.empty()) mail_.erase(it);
+}
+
+// ---- The fast channels (comm/local_channel.h)
+
+ChannelSlot* Fabric::claim(int src, int dst) {
+  std::atomic<Channel*>& entry = channels_[pair(src, dst)];
+  Channel* ch = entry.load(std::memory_order_relaxed);  // only this thread stores it
+  if (!ch) {
+    ch = new Channel();
+    entry.store(ch, std::memory_order_release);
+  }
+  ChannelSlot& s = ch->at(ch->written.load(std::memory_order_relaxed));
+  return s.state.load(std::memory_order_acquire) == kSlotFree ? &s : nullptr;
+}
+
+void Fabric::publish(int src, int dst, ChannelSlot& slot) {
+  slot.order = next_order_[pair(src, dst)]++;
+  slot.state.store(kSlotFull, std::memory_order_relaxed);
+  Channel& ch = *channels_[pair(src, dst)].load(std::memory_order_relaxed);
+  // The release half makes the header and bytes visible with the count; the sequentially
+  // consistent half orders it before the read of the receiver's `asleep_` in notify().
+  ch.written.store(ch.written.load(std::memory_order_relaxed) + 1, std::memory_order_seq_cst);
+  notify(dst);
+}
+
+void Fabric::notify(int rank) {
+  if (asleep_[static_cast<std::size_t>(rank)].load(std::memory_order_seq_cst) == 0) return;
+  std::lock_guard lock(mu_);
+  wake(rank);
+}
+
+bool Fabric::post_inline(int group, int src, int dst, int tag, const Tensor& message) {
+  ChannelSlot* s = claim(src, dst);
+  if (!s) return false;
+  const std::size_t bytes = message.nbytes();
+  if (s->capacity < bytes) {  // grows to the largest message: a ring's hops reuse it
+    std::size_t capacity = 64;
+    while (capacity < bytes) capacity *= 2;
+    if (s->capacity) network_->on_free(MemCategory::kCommBuffers, Device::kCPU, s->capacity);
+    s->buffer.reset();
+    s->capacity = 0;
+    s->buffer = std::make_unique_for_overwrite<std::byte[]>(capacity);
+    network_->on_alloc(MemCategory::kCommBuffers, Device::kCPU, capacity);
+    s->capacity = capacity;
+  }
+  copy_bytes(s->buffer.get(), static_cast<const std::byte*>(message.data()), bytes);
+  s->group = group;
+  s->tag = tag;
+  s->count = message.numel();
+  s->dtype = message.dtype();
+  s->lent = nullptr;
+  publish(src, dst, *s);
+  return true;
+}
+
+ChannelSlot* Fabric::take_fast(int group, int src, int dst, int tag, std::int64_t count,
+                               DType dtype) {
+  std::atomic<std::int64_t>& parked = parked_[pair(src, dst)];
+  Channel* ch = nullptr;
+  const auto arrived = [&] {
+    if (parked.load(std::memory_order_relaxed) != 0) return true;
+    if (!ch) ch = channel(src, dst);
+    return ch && ch->written.load(std::memory_order_acquire) >
+                     ch->read.load(std::memory_order_relaxed);
+  };
+  if (!poll(arrived) || !ch) return nullptr;
+  const std::uint64_t r = ch->read.load(std::memory_order_relaxed);
+  if (ch->written.load(std::memory_order_acquire) == r) return nullptr;
+  // Read after the head's count (acquire): a mailbox message older than the head was queued,
+  // and counted, before the head was published, so a zero means the head is the oldest.
+  if (parked.load(std::memory_order_relaxed) != 0) return nullptr;
+  ChannelSlot& s = ch->at(r);
+  if (s.group != group || s.tag != tag || s.count != count || s.dtype != dtype) return nullptr;
+  if (s.lent) {
+    int full = kSlotFull;
+    if (!s.state.compare_exchange_strong(full, kSlotTaken, std::memory_order_acquire)) {
+      return nullptr;  // withdrawn: drain() frees it
+    }
+  }
+  ch->read.store(r + 1, std::memory_order_relaxed);
+  return &s;
+}
+
+void Fabric::drain(int src, int dst) {
+  Channel* ch = channel(src, dst);
+  if (!ch) return;
+  const std::uint64_t w = ch->written.load(std::memory_order_acquire);
+  for (std::uint64_t r = ch->read.load(std::memory_order_relaxed); r < w; ++r) {
+    ChannelSlot& s = ch->at(r);
+    ch->read.store(r + 1, std::memory_order_relaxed);
+    const MailKey key{s.group, src, dst, s.tag};
+    if (s.lent) {
+      // Still full: its sender withdraws only under mu_, and finds it in the mailbox then.
+      if (s.state.load(std::memory_order_acquire) == kSlotWithdrawn) {
+        release_locked(src, s);
+      } else {
+        queue(key, {0, s.order, s.count, s.dtype, s.lent, Tensor(), true, &s});
+      }
+      continue;
+    }
+    Tensor copy = Tensor::empty({s.count}, s.dtype, MemCategory::kCommBuffers, Device::kCPU,
+                                network_.get());
+    copy_bytes(static_cast<std::byte*>(copy.data()), s.buffer.get(), copy.nbytes());
+    const auto* data = static_cast<const std::byte*>(copy.data());
+    queue(key, {0, s.order, s.count, s.dtype, data, std::move(copy), false});
+    release_locked(src, s);
+  }
+}
+
+bool Fabric::in_channel(const MailKey& key) const {
+  const auto& [group, src, dst, tag] = key;
+  const Channel* ch = channel(src, dst);
+  if (!ch) return false;
+  const std::uint64_t w = ch->written.load(std::memory_order_acquire);
+  for (std::uint64_t r = ch->read.load(std::memory_order_relaxed); r < w; ++r) {
+    const ChannelSlot& s = ch->at(r);
+    if (s.group == group && s.tag == tag &&
+        s.state.load(std::memory_order_acquire) == kSlotFull) {
+      return true;
+    }
+  }
+  return false;
+}
+
+void Fabric::release(int src, ChannelSlot& slot) noexcept {
+  slot.state.store(kSlotFree, std::memory_order_seq_cst);
+  if (asleep_[static_cast<std::size_t>(src)].load(std::memory_order_seq_cst) == 0) return;
+  std::lock_guard lock(mu_);
+  wake(src);
+}
+
+void Fabric::release_locked(int src, ChannelSlot& slot) {
+  slot.state.store(kSlotFree, std::memory_order_seq_cst);
+  if (asleep_[static_cast<std::size_t>(src)].load(std::memory_order_seq_cst) != 0) wake(src);
+}
+
+// Under mu_: after this no receiver reads the slot's lent buffer.
+void Fabric::withdraw_slot(std::unique_lock<std::mutex>& lock, const MailKey& key,
+                           ChannelSlot& slot) {
+  const auto it = mail_.find(key);
+  if (it != mail_.end()) {  // moved to the mailbox and not taken: the receiver is past it
+    std::deque<Message>& q = it->second;
+    const auto m = std::find_if(q.begin(), q.end(), [&](const Message& x) { return x.slot == &slot; });
+    if (m != q.end()) {
+      q.erase(m);
+      if (q.empty()) mail_.erase(it);
+      parked_[pair(std::get<1>(key), std::get<2>(key))].fetch_sub(1, std::memory_order_relaxed);
+      slot.state.store(kSlotFree, std::memory_order_release);
+      return;
+    }
+  }
+  int full = kSlotFull;
+  if (slot.state.compare_exchange_strong(full, kSlotWithdrawn, std::memory_order_acq_rel)) return;
+  // Taken: being copied, which never blocks.
+  const int src = std::get<1>(key);
+  wait_without_deadline(lock, src, [&] {
+    return slot.state.load(std::memory_order_acquire) == kSlotFree;
+  });
+}
+
+void Fabric::free_channels() {
+  for (std::size_t p = 0; p < next_order_.size(); ++p) {
+    Channel* ch = channels_[p].exchange(nullptr);
+    if (!ch) continue;
+    for (ChannelSlot& s : ch->slots) {
+      if (s.capacity) network_->on_free(MemCategory::kCommBuffers, Device::kCPU, s.capacity);
+    }
+    delete ch;
+  }
 }
 
 void Fabric::copied(int src, std::uint64_t id) {
@@ -240,9 +463,36 @@ void Fabric::copied(int src, std::uint64_t id) {
   wake(src);
 }
 
-void Fabric::await_copied(int group, int src, int dst, int tag, std::uint64_t id) {
-  std::unique_lock lock(mu_);
+void Fabric::await_copied(int group, int src, int dst, int tag, const Loan& loan) {
   const MailKey key{group, src, dst, tag};
+  if (ChannelSlot* const slot = loan.slot) {
+    const auto free = [slot] { return slot->state.load(std::memory_order_acquire) == kSlotFree; };
+    if (poll(free)) return;
+    std::unique_lock lock(mu_);
+    const Asleep asleep(asleep_[static_cast<std::size_t>(src)]);
+    if (slot->state.load(std::memory_order_seq_cst) == kSlotFull) {
+      RankStatus& s = status_[static_cast<std::size_t>(src)];
+      s.phase = Phase::kSend;
+      s.group = group;
+      s.peer = dst;
+      s.tag = tag;
+      s.slot = slot;
+      s.count = slot->count;
+      s.dtype = slot->dtype;
+      PhaseGuard guard{s};
+      try {
+        block(lock, src, [&] { return slot->state.load(std::memory_order_acquire) != kSlotFull; });
+      } catch (...) {
+        withdraw_slot(lock, key, *slot);  // the world failed first
+        throw;
+      }
+    }
+    wait_without_deadline(lock, src, free);  // taken: being copied, which never blocks
+    throw_if_aborted();
+    return;
+  }
+  const std::uint64_t id = loan.id;
+  std::unique_lock lock(mu_);
   RankStatus& s = status_[static_cast<std::size_t>(src)];
   if (!taken(key, id)) {
     const std::deque<Message>& q = mail_.at(key);
@@ -253,6 +503,7 @@ void Fabric::await_copied(int group, int src, int dst, int tag, std::uint64_t id
     s.peer = dst;
     s.tag = tag;
     s.message = id;
+    s.slot = nullptr;
     s.count = mine->count;
     s.dtype = mine->dtype;
     PhaseGuard guard{s};
@@ -270,15 +521,33 @@ void Fabric::await_copied(int group, int src, int dst, int tag, std::uint64_t id
   throw_if_aborted();  // e.g. the receiver found a mismatch: the sender hears of it too
 }
 
-void Fabric::withdraw(int group, int src, int dst, int tag, std::uint64_t id) noexcept {
+void Fabric::withdraw(int group, int src, int dst, int tag, const Loan& loan) noexcept {
   std::unique_lock lock(mu_);
-  remove_if_queued({group, src, dst, tag}, id);
-  wait_without_deadline(lock, src, [&] { return being_copied_.count(id) == 0; });
+  if (loan.slot) {
+    const Asleep asleep(asleep_[static_cast<std::size_t>(src)]);
+    withdraw_slot(lock, {group, src, dst, tag}, *loan.slot);
+    return;
+  }
+  remove_if_queued({group, src, dst, tag}, loan.id);
+  wait_without_deadline(lock, src, [&] { return being_copied_.count(loan.id) == 0; });
 }
 
+// The message is taken from the channel without a lock when it is at the head and no older one
+// of the pair waits in the mailbox; otherwise, or after the spin, under the mutex from the
+// mailbox, into which the wait moves whatever the channel holds (so a message of another tag
+// never blocks this one, and the deadlock check sees every message).
 Delivery Fabric::take(int group, int src, int dst, int tag, std::int64_t count, DType dtype) {
+  if (ChannelSlot* const slot = take_fast(group, src, dst, tag, count, dtype)) {
+    Delivery d;
+    d.owner_ = this;
+    d.src_ = src;
+    d.slot_ = slot;
+    d.data_ = slot->data();
+    return d;
+  }
   std::unique_lock lock(mu_);
   throw_if_aborted();
+  const Asleep asleep(asleep_[static_cast<std::size_t>(dst)]);
   RankStatus& s = status_[static_cast<std::size_t>(dst)];
   s.phase = Phase::kRecv;
   s.group = group;
@@ -288,20 +557,29 @@ Delivery Fabric::take(int group, int src, int dst, int tag, std::int64_t count, 
   s.dtype = dtype;
   PhaseGuard guard{s};
   const MailKey key{group, src, dst, tag};
-  block(lock, dst, [&] { return mail_.count(key) != 0; });
+  block(lock, dst, [&] {
+    drain(src, dst);
+    return mail_.count(key) != 0;
+  });
   const auto it = mail_.find(key);
   Message m = std::move(it->second.front());
   it->second.pop_front();
   if (it->second.empty()) mail_.erase(it);
+  parked_[pair(src, dst)].fetch_sub(1, std::memory_order_relaxed);
+  // A lent slot stays full: its sender, hearing of the failure, withdraws it.
   if (m.count != count || m.dtype != dtype) fail(recv_mismatch(s, dst, m));
   Delivery d;
   d.src_ = src;
   d.id_ = m.id;
   d.data_ = m.data;
   d.copy_ = std::move(m.copy);
-  if (m.lent) {  // the sender now waits for d's destruction
+  if (m.slot) {  // a lent buffer from a channel: its sender waits for the slot to be free
+    m.slot->state.store(kSlotTaken, std::memory_order_relaxed);
+    d.slot_ = m.slot;
+    d.owner_ = this;
+  } else if (m.lent) {  // the sender now waits for d's destruction
     being_copied_.insert(m.id);
-    d.lender_fabric_ = this;
+    d.owner_ = this;
   }
   return d;
 }
@@ -531,8 +809,14 @@ void Fabric::check_deadlock() {
 
 bool Fabric::stuck(int rank) const {
   const RankStatus& s = status_[static_cast<std::size_t>(rank)];
-  if (s.phase == Phase::kRecv) return mail_.count({s.group, s.peer, rank, s.tag}) == 0;
-  if (s.phase == Phase::kSend) return !taken({s.group, rank, s.peer, s.tag}, s.message);
+  if (s.phase == Phase::kRecv) {
+    const MailKey key{s.group, s.peer, rank, s.tag};
+    return mail_.count(key) == 0 && !in_channel(key);
+  }
+  if (s.phase == Phase::kSend) {
+    if (s.slot) return s.slot->state.load(std::memory_order_acquire) == kSlotFull;
+    return !taken({s.group, rank, s.peer, s.tag}, s.message);
+  }
   if (s.phase != Phase::kCollective) return false;
   const Group& g = groups_[static_cast<std::size_t>(s.group)];
   if (s.oneshot) return !g.oneshot->all_published(s.seq);
@@ -616,7 +900,12 @@ void Fabric::rank_failed(int rank, std::exception_ptr error) {
 
 std::exception_ptr Fabric::end_run() {
   std::lock_guard lock(mu_);
+  // Every rank has joined: what is left in a channel was never received.
+  for (int src = 0; src < world_size(); ++src) {
+    for (int dst = 0; dst < world_size(); ++dst) drain(src, dst);
+  }
   if (!aborted_ && !mail_.empty()) abort(undelivered());
+  if (mail_.empty()) free_channels();  // else lent messages there may still point into them
   if (!aborted_) return nullptr;
   dead_ = true;
   if (first_error_) return first_error_;

@@ -2,7 +2,10 @@
 // one rendezvous slot per collective call, what each rank is doing, and the checks that turn
 // an inconsistent or stuck world into a CommError on every rank: mismatch, deadlock,
 // watchdog, failure of a rank. One mutex guards it all; each rank sleeps on its own condvar.
-// Data is never copied under the mutex: a receiver copies after take() returns.
+// Data is never copied under the mutex: a receiver copies after take() returns. Beside the
+// mailboxes, each ordered pair of ranks has a lock-free fast channel (comm/local_channel.h)
+// that carries messages while both ranks are on time; a receiver that has to wait moves what
+// its channel holds into the mailbox, so every check above sees every message.
 #pragma once
 
 #include <atomic>
@@ -22,6 +25,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "comm/local_channel.h"
 
 namespace mixpar::local {
 
@@ -82,8 +86,9 @@ struct Ticket {
 class Fabric;
 class OneShotGroup;  // comm/local_oneshot.h
 
-// A message taken out of the mailbox, its bytes readable for as long as this lives. An eager
-// message owns a copy of the sender's data; a lent one is the sender's own buffer, and the
+// A message taken out of the mailbox or a fast channel, its bytes readable for as long as this
+// lives. An eager message owns a copy of the sender's data or sits in a channel slot, which
+// stays the receiver's until this is destroyed; a lent one is the sender's own buffer, and the
 // sender waits in Fabric::await_copied until the receiver has destroyed this Delivery (that
 // wait is what makes reading another rank's memory safe: MPI's rendezvous protocol).
 class Delivery {
@@ -96,9 +101,10 @@ class Delivery {
 
  private:
   friend class Fabric;
-  Fabric* lender_fabric_ = nullptr;  // set while a lent buffer is being read
+  Fabric* owner_ = nullptr;          // set while a slot or a lent buffer is being read
   int src_ = -1;                     // the sender (world rank)
-  std::uint64_t id_ = 0;
+  std::uint64_t id_ = 0;             // a lent mailbox message
+  ChannelSlot* slot_ = nullptr;      // a channel's slot, freed when this is destroyed
   Tensor copy_;                      // an eager message's data
   const std::byte* data_ = nullptr;  // copy_'s bytes or the sender's buffer
 };
@@ -107,29 +113,39 @@ class Fabric {
  public:
   Fabric(int world_size, double watchdog_seconds, bool synchronous_sends,
          std::size_t eager_limit_bytes, double spin_microseconds, std::size_t oneshot_max_bytes);
+  ~Fabric();
+  Fabric(const Fabric&) = delete;
+  Fabric& operator=(const Fabric&) = delete;
   int world_size() const { return static_cast<int>(status_.size()); }
   MemoryLedger& ledger(int rank) { return *ledgers_.at(static_cast<std::size_t>(rank)); }
   MemoryLedger& network_ledger() { return *network_; }
   std::vector<int> members(int group);  // world ranks, by group rank
 
   // Point to point between world ranks; messages of one (group, src, dst, tag) are taken in
-  // the order they were queued. post() queues an eager message that owns its data and returns
-  // at once. lend() queues the sender's own CPU buffer instead, and the sender must then call
-  // await_copied() (or withdraw() when unwinding) before touching or freeing it: the receiver
-  // copies straight out of it, so each byte is copied once instead of twice.
+  // the order they were sent. post_inline() copies an eager message into the pair's fast
+  // channel (comm/local_channel.h) and returns false when its next slot is busy; post() queues
+  // one that owns its data in the mailbox. Either returns at once. lend() hands the receiver
+  // the sender's own CPU buffer instead (through the channel when a slot is free), and the
+  // sender must then call await_copied() (or withdraw() when unwinding) before touching or
+  // freeing it: the receiver copies straight out of it, so each byte is copied once, not twice.
   // take() blocks until a message is there and checks its count and dtype against what the
   // receiver expects (a mismatch is a CommError naming both ranks).
+  struct Loan {
+    std::uint64_t id = 0;          // a mailbox message
+    ChannelSlot* slot = nullptr;   // or a channel's slot
+  };
   bool synchronous_sends() const { return synchronous_sends_; }
   std::size_t eager_limit_bytes() const { return eager_limit_bytes_; }
-  std::uint64_t post(int group, int src, int dst, int tag, Tensor copy);
-  std::uint64_t lend(int group, int src, int dst, int tag, const Tensor& buffer);
+  bool post_inline(int group, int src, int dst, int tag, const Tensor& message);
+  void post(int group, int src, int dst, int tag, Tensor copy);
+  Loan lend(int group, int src, int dst, int tag, const Tensor& buffer);
   Delivery take(int group, int src, int dst, int tag, std::int64_t count, DType dtype);
-  // Blocks until the receiver has copied lent message `id` out of the sender's buffer. If the
+  // Blocks until the receiver has copied the lent message out of the sender's buffer. If the
   // world fails before the receiver took it, the message is withdrawn and this throws.
-  void await_copied(int group, int src, int dst, int tag, std::uint64_t id);
+  void await_copied(int group, int src, int dst, int tag, const Loan& loan);
   // For a sender leaving on an exception: after this no receiver can read the lent buffer
   // (withdrawn if still queued; if being copied, waits for the copy, which never blocks).
-  void withdraw(int group, int src, int dst, int tag, std::uint64_t id) noexcept;
+  void withdraw(int group, int src, int dst, int tag, const Loan& loan) noexcept;
 
   // arrive() registers this rank's call and blocks until the whole group has arrived;
   // finish() marks this rank's share of the data movement done and waits for the others'.
@@ -193,6 +209,7 @@ class Fabric {
     std::int64_t count = 0;     // send, recv
     DType dtype = DType::kF32;  // send, recv
     std::uint64_t message = 0;  // send: the id of the lent message not yet copied
+    const ChannelSlot* slot = nullptr;  // send: or the channel slot lent
     std::int64_t seq = 0;       // collective call number
     CallDesc desc;              // collective
     bool oneshot = false;       // collective: waits for one-shot flags, not a rendezvous slot
@@ -205,12 +222,14 @@ class Fabric {
   };
   using MailKey = std::tuple<int, int, int, int>;  // group, src, dst, tag
   struct Message {
-    std::uint64_t id;  // increasing: a queue is taken from the front, so taken = id < front's
+    std::uint64_t id;     // the fabric's, for a lent message's sender to find it
+    std::uint64_t order;  // the pair's message number: a queue is kept sorted by it
     std::int64_t count;
     DType dtype;
     const std::byte* data;  // copy's bytes (eager) or the sender's buffer (lent)
     Tensor copy;            // eager only
     bool lent;
+    ChannelSlot* slot = nullptr;  // a lent message moved here from a channel
   };
   using Clock = std::chrono::steady_clock;
   friend class Delivery;
@@ -252,6 +271,30 @@ class Fabric {
   bool taken(const MailKey& key, std::uint64_t id) const;
   void remove_if_queued(const MailKey& key, std::uint64_t id);
   void copied(int src, std::uint64_t id);  // Delivery's destructor: the lent buffer is free
+
+  // The fast channels. channel() is null until the pair's first message; the producer (src's
+  // thread) creates it. Order numbers come from next_order_, which only src's thread touches.
+  std::size_t pair(int src, int dst) const {
+    return static_cast<std::size_t>(src) * static_cast<std::size_t>(world_size()) +
+           static_cast<std::size_t>(dst);
+  }
+  Channel* channel(int src, int dst) const {
+    return channels_[pair(src, dst)].load(std::memory_order_acquire);
+  }
+  ChannelSlot* claim(int src, int dst);  // the producer's next slot if free, else nullptr
+  void publish(int src, int dst, ChannelSlot& slot);
+  // Lock-free: the message at the head of channel src -> dst if it is the one asked for and no
+  // older message of the pair waits in the mailbox (nullptr otherwise, after polling).
+  ChannelSlot* take_fast(int group, int src, int dst, int tag, std::int64_t count, DType dtype);
+  // Under mu_, the consumer only: moves everything published in channel src -> dst into the
+  // mailbox (inline bytes copied out, lent buffers as lent messages), in order.
+  void drain(int src, int dst);
+  bool in_channel(const MailKey& key) const;  // under mu_: a matching full slot is published
+  void release(int src, ChannelSlot& slot) noexcept;  // the slot is free again: wakes src
+  void release_locked(int src, ChannelSlot& slot);    // the same, under mu_
+  void notify(int rank);  // after a lock-free change: wakes `rank` if it sleeps in the fabric
+  void withdraw_slot(std::unique_lock<std::mutex>& lock, const MailKey& key, ChannelSlot& slot);
+  void free_channels();  // between runs: every thread has joined
   std::string where(int rank) const;   // "rank 0 waits in recv(from 1, tag 0, 4 x f32)"
   std::string report() const;          // where() of every rank
   std::string group_name(int group) const;
@@ -273,6 +316,10 @@ class Fabric {
   std::unique_ptr<MemoryLedger> network_;  // in-flight messages and device staging copies
   std::deque<Group> groups_;  // by id, 0 is the world; a deque keeps references stable
   std::map<MailKey, std::deque<Message>> mail_;
+  std::unique_ptr<std::atomic<Channel*>[]> channels_;    // by pair (src, dst)
+  std::unique_ptr<std::atomic<std::int64_t>[]> parked_;  // mailbox messages, by pair
+  std::unique_ptr<std::atomic<int>[]> asleep_;  // by world rank: in a wait of the fabric
+  std::vector<std::uint64_t> next_order_;       // by pair, the sender's
   std::set<std::uint64_t> being_copied_;  // lent messages taken, whose copy is not done yet
   std::uint64_t next_message_ = 0;
   Clock::duration watchdog_;  // zero: no watchdog
