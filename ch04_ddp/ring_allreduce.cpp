@@ -20,6 +20,9 @@ int mod(int a, int n) { return ((a % n) + n) % n; }
 
 // Up to this many ranks the exchange path keeps its all_to_all counts on the stack.
 constexpr int kMaxExchangeRanks = 64;
+// A 2-rank reduce-scatter's input from which the exchange beats the gather path (measured:
+// ring_reduce_scatter).
+constexpr std::size_t kTwoRankExchangeMinBytes = 1024;
 
 bool is_narrow(DType dt) { return dtype_size(dt) < 4; }
 
@@ -375,6 +378,19 @@ void ring_reduce_scatter(Communicator& comm, const Tensor& in, Tensor& out, Redu
   }
   if (out.numel() == 0) return;
   const Ring g = make_ring(comm, in.numel(), in.dtype(), -1, opts);
+  // On 2 ranks the exchange's one all_to_all hands each rank the half it reduces, where the
+  // gather path reads both whole inputs. Exchange / gather in us, three alternating runs (f32,
+  // 2-core AMD EPYC, load 1.0-1.2; bench_collectives --impl ring --ranks 2 --ops
+  // reduce-scatter, the gather path with --ring-exchange-max 0): 1 KiB 0.39-0.49 / 0.47-0.61,
+  // 4 KiB 0.96-1.42 / 1.09-1.56, 16 KiB 2.2-2.9 / 3.3-4.7, 64 KiB 4.0-5.8 / 4.9-6.6; but
+  // 8 B 0.28-0.38 / 0.23-0.30 and 128 B 0.30-0.40 / 0.24-0.33. So the exchange from 1 KiB.
+  // On 4 ranks the gather path's all_gather stays faster at small sizes (8 B: 2.7 us against
+  // 3.5), so from 3 ranks the exchange starts where the gather path ends.
+  if (g.n == 2 && in.nbytes() >= kTwoRankExchangeMinBytes &&
+      exchanges(in, opts, opts.reduce_scatter_exchange_max_bytes)) {
+    exchange_reduce_scatter(g, in, out, op, wire_dtype(in.dtype(), opts));  // block r: chunk r
+    return;
+  }
   if (gathers(comm.size(), in, opts)) {
     // Block r is logical chunk r + 1, which starts at rank r + 1.
     const Tensor& all = gather_all(comm, in);

@@ -298,7 +298,10 @@ TEST(Ring, ExchangePathHasTheHopsBitsAndTraffic) {
     for (DType dt : {DType::kF32, DType::kBF16, DType::kF16, DType::kE4M3, DType::kF64}) {
       for (RingAccumulation acc : {RingAccumulation::kPerHop, RingAccumulation::kFp32Partials}) {
         for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax}) {
-          for (std::int64_t size : {std::int64_t{1}, std::int64_t{13}, std::int64_t{60}}) {
+          // 520: a 2-rank reduce-scatter's input of at least 1 KiB in every dtype, which
+          // takes the exchange there (smaller ones the gather path, off here: the hops).
+          for (std::int64_t size : {std::int64_t{1}, std::int64_t{13}, std::int64_t{60},
+                                    std::int64_t{520}}) {
             RingOptions ex = exchange, hop = hops;
             ex.accumulation = hop.accumulation = acc;
             const std::string label = what(n, dt, size, op) +
