@@ -55,13 +55,16 @@ struct Config {
                                   "sendrecv"};
 };
 
-// The default sweep: the sizes of issue tables (4 KiB, 64 KiB, 1 MiB, 64 MiB) and the small
-// ones tensor parallelism and control votes send. --full: 8 B x 4^k up to 128 MiB, and 256 MiB.
+// The default sweep: the sizes chapter 4's earlier measurements used (4 KiB, 64 KiB, 1 MiB,
+// 64 MiB) and the small ones tensor parallelism and control votes send. --full: those and
+// 8 B x 4^k up to 128 MiB, and 256 MiB, in order.
 std::vector<std::int64_t> sweep(bool full) {
-  if (!full) return {8, 128, 4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20};
-  std::vector<std::int64_t> s;
-  for (std::int64_t b = 8; b <= (std::int64_t{128} << 20); b *= 4) s.push_back(b);
+  std::vector<std::int64_t> s = {8, 128, 4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20};
+  if (!full) return s;
+  for (std::int64_t b = 32; b <= (std::int64_t{128} << 20); b *= 4) s.push_back(b);
   s.push_back(std::int64_t{256} << 20);
+  std::sort(s.begin(), s.end());
+  s.erase(std::unique(s.begin(), s.end()), s.end());
   return s;
 }
 

@@ -7,23 +7,29 @@
 # replaces them) and the raw lines to build/bench_collectives/.
 #
 #   scripts/bench_collectives.sh            the default sweep (8 B .. 64 MiB), a few minutes
-#   scripts/bench_collectives.sh --full     8 B x 4^k .. 128 MiB and 256 MiB
+#   scripts/bench_collectives.sh --full     the default sizes and 8 B x 4^k .. 128 MiB, and 256 MiB
 #   scripts/bench_collectives.sh --no-build --no-readme   measure only (table on stdout)
+#   --rounds=N   run every implementation N times (default 2), each cell the fastest round's
 #
 # Open MPI runs in each configuration of MPI_CONFIGS below and the table takes, per op, rank
 # count and size, the fastest one ("OpenMPI at its best"), naming it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-full=""; build=1; readme=1
+full=""; build=1; readme=1; rounds=2
 for a in "$@"; do
   case "$a" in
     --full) full="--full" ;;
     --no-build) build=0 ;;
     --no-readme) readme=0 ;;
+    --rounds=*) rounds="${a#--rounds=}" ;;
     *) echo "bench_collectives.sh: unknown flag $a" >&2; exit 2 ;;
   esac
 done
+case "$rounds" in
+  ''|*[!0-9]*|0) echo "bench_collectives.sh: --rounds=N takes a count of at least 1, not '$rounds'" >&2
+                 exit 2 ;;
+esac
 
 if [ "$build" = 1 ]; then
   export CMAKE_CXX_COMPILER_LAUNCHER="${CMAKE_CXX_COMPILER_LAUNCHER:-ccache}"
@@ -48,19 +54,26 @@ MPI_CONFIGS=(
   "sm-coll|--mca coll_sm_priority 100"
 )
 
+# Rounds: every implementation and configuration runs once per round, the rounds one after
+# another, so that a burst of other load (seconds long on a shared machine) falls on one
+# round of each rather than on every measurement of one. The table keeps, per cell, the round
+# with the lowest median, ours and Open MPI's alike (bench_collectives_table.py reads every
+# CSV file and keeps the fastest row of each implementation, op, rank count and size).
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
-for n in 2 4; do
-  for impl in local ring; do
-    "$bin" --impl "$impl" --ranks "$n" $full > "$out/$impl-$n.csv"
-  done
-  for cfg in "${MPI_CONFIGS[@]}"; do
-    name="${cfg%%|*}"; opts="${cfg#*|}"
-    # shellcheck disable=SC2086
-    if ! mpirun --oversubscribe -np "$n" $opts "$bin" --impl mpi $full \
-         > "$out/mpi_$name-$n.csv" 2> "$out/mpi_$name-$n.err"; then
-      echo "bench_collectives.sh: Open MPI configuration $name failed ($out/mpi_$name-$n.err)" >&2
-      rm -f "$out/mpi_$name-$n.csv"
-    fi
+for round in $(seq 1 "$rounds"); do
+  for n in 2 4; do
+    for impl in local ring; do
+      "$bin" --impl "$impl" --ranks "$n" $full > "$out/$impl-$n.r$round.csv"
+    done
+    for cfg in "${MPI_CONFIGS[@]}"; do
+      name="${cfg%%|*}"; opts="${cfg#*|}"
+      f="$out/mpi_$name-$n.r$round"
+      # shellcheck disable=SC2086
+      if ! mpirun --oversubscribe -np "$n" $opts "$bin" --impl mpi $full > "$f.csv" 2> "$f.err"; then
+        echo "bench_collectives.sh: Open MPI configuration $name failed ($f.err)" >&2
+        rm -f "$f.csv"
+      fi
+    done
   done
 done
 # The switch points between the one-shot paths and the large ones: all-reduce on each path
@@ -90,10 +103,11 @@ load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 cpu=$(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
 cores=$(nproc)
 ompi=$(mpirun --version 2>/dev/null | head -1 || true)
-cmd="scripts/bench_collectives.sh${full:+ --full}"
+cmd="scripts/bench_collectives.sh${full:+ --full}${rounds:+ --rounds=$rounds}"
 
 python3 scripts/bench_collectives_table.py --dir "$out" --cpu "$cpu" --cores "$cores" \
-  --load "$load_before -> $load_after" --mpi-version "$ompi" --command "$cmd" > "$out/table.md"
+  --load "$load_before -> $load_after" --mpi-version "$ompi" --command "$cmd" \
+  --rounds "$rounds" > "$out/table.md"
 cat "$out/table.md"
 if [ "$readme" = 1 ]; then
   python3 scripts/bench_collectives_table.py --splice ch04_ddp/README.md "$out/table.md"

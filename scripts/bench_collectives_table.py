@@ -94,9 +94,12 @@ def block(rows, a):
     out.append("Measured by `%s` (bench/bench_collectives.cpp), f32, on %s, %s cores; "
                "load average (1, 5, 15 min) %s during the run; %s. Each cell: busbw in GB/s "
                "(nccl-tests' convention) and the latency per call in microseconds, the median "
-               "of 5 repetitions of at least 10 ms each. OpenMPI: the fastest of the "
+               "of 5 repetitions of at least 10 ms each%s. OpenMPI: the fastest of the "
                "configurations the script runs, per cell. Ratios: our busbw / OpenMPI's "
-               "(above 1: faster)." % (a.command, a.cpu, a.cores, a.load, a.mpi_version))
+               "(above 1: faster)." % (
+                   a.command, a.cpu, a.cores, a.load, a.mpi_version,
+                   ", the lowest such median of %s rounds run one after another (ours and "
+                   "OpenMPI's alike)" % a.rounds if a.rounds and a.rounds != "1" else ""))
     out.append("")
     ranks = sorted({k[2] for k in rows})
     sizes = sorted({k[3] for k in rows})
@@ -282,6 +285,7 @@ def main():
     p.add_argument("--load", default="?")
     p.add_argument("--mpi-version", default="Open MPI")
     p.add_argument("--command", default="scripts/bench_collectives.sh")
+    p.add_argument("--rounds", default="1")
     p.add_argument("--splice", nargs=2, metavar=("README", "BLOCK"))
     a = p.parse_args()
     if a.splice:
