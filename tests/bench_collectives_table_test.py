@@ -5,7 +5,8 @@ Each case writes bench_collectives CSV lines (OpenMPI's in two configurations, t
 backend's and the ring's) into a temporary directory, runs the script and checks the
 "Targets" lines it prints: every target met when ours are faster everywhere; each shortfall
 named with its ratio otherwise (one slow cell, a slow 4 KiB latency, a large all-reduce under
-2x); OpenMPI taken at its fastest configuration per cell. Exit 0 when every case holds.
+2x); OpenMPI taken in its fastest configuration over an op's sweep, not cell by cell. Exit 0
+when every case holds.
 """
 import os
 import subprocess
@@ -98,10 +99,20 @@ def main():
     expect("OpenMPI at its best", targets(mpi_at_its_best),
            "all-reduce local 2 ranks 8 B (0.75)")
 
+    def one_lucky_cell(d):
+        # A configuration slower over the whole sweep but 10x faster in one cell is not that
+        # cell's OpenMPI: the configuration is chosen per op and rank count, not per cell.
+        all_faster(d)
+        write(d, "mpi_other-4", "mpi",
+              lambda op, n, b: mpi(op, n, b) / 10 if (op, b) == ("sendrecv", 8) else
+              10 * mpi(op, n, b))
+    expect("one lucky cell", targets(one_lucky_cell),
+           "every size, op and rank count: met.")
+
     if failures:
         print("\n".join(failures))
         return 1
-    print("bench_collectives_table.py: 4 cases, every verdict as expected")
+    print("bench_collectives_table.py: 5 cases, every verdict as expected")
     return 0
 
 
