@@ -61,7 +61,7 @@ for s in "${stages[@]}"; do
       # itself runs none of what it compiled, which a CPU without that ISA could not run (the
       # programs refuse to start there), so the stage passes on any x86-64 CPU.
       for preset in isa-v4 isa-spr; do
-        stage "isa: the whole tree compiled for $preset, warnings as errors"
+        stage "isa: the CPU engine compiled for $preset (isa-v4: all but the tests), warnings as errors"
         cmake --preset "$preset"
         cmake --build --preset "$preset" -j "$jobs"
       done
