@@ -22,7 +22,7 @@
 # test executables' own code at -O1 (tests/CMakeLists.txt): an instrumented compile costs
 # several times a plain one, and that, not the tests' run, is most of these stages' time.
 # GPU tests skip, saying why, where no GPU is visible. With no argument CI runs every stage,
-# main, fuzz, asan, tsan, to fit CI's 30 minutes on its 2 cores (the stages' measured times:
+# main, isa, fuzz, asan, tsan, to fit the 40 minutes aimed at on CI's 2 cores (the stages' measured times:
 # README.md, "Quick start").
 # Usage: bash scripts/test.sh [main|isa|asan|tsan|fuzz ...]   (no argument: main isa fuzz asan tsan)
 set -euo pipefail
