@@ -22,8 +22,8 @@
 # test executables' own code at -O1 (tests/CMakeLists.txt): an instrumented compile costs
 # several times a plain one, and that, not the tests' run, is most of these stages' time.
 # GPU tests skip, saying why, where no GPU is visible. With no argument CI runs every stage,
-# main, isa, fuzz, asan, tsan, to fit the 40 minutes aimed at on CI's 2 cores (the stages' measured times:
-# README.md, "Quick start").
+# main, isa, fuzz, asan, tsan, to fit the 40 minutes aimed at on CI's 2 cores (the stages'
+# measured times: README.md, "Quick start").
 # Usage: bash scripts/test.sh [main|isa|asan|tsan|fuzz ...]   (no argument: main isa fuzz asan tsan)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -61,7 +61,7 @@ for s in "${stages[@]}"; do
       # itself runs none of what it compiled, which a CPU without that ISA could not run (the
       # programs refuse to start there), so the stage passes on any x86-64 CPU.
       for preset in isa-v4 isa-spr; do
-        stage "isa: the CPU engine compiled for $preset (isa-v4: all but the tests), warnings as errors"
+        stage "isa: the CPU engine for $preset (isa-v4: all but the tests), warnings as errors"
         cmake --preset "$preset"
         cmake --build --preset "$preset" -j "$jobs"
       done
