@@ -9,14 +9,14 @@
 #   scripts/bench_collectives.sh            the default sweep (8 B .. 64 MiB), a few minutes
 #   scripts/bench_collectives.sh --full     the default sizes and 8 B x 4^k .. 128 MiB, and 256 MiB
 #   scripts/bench_collectives.sh --no-build --no-readme   measure only (table on stdout)
-#   --rounds=N   run every implementation N times (default 2), each cell the fastest round's
+#   --rounds=N   run every implementation N times (default 3), each cell the fastest round's
 #
 # Open MPI runs in each configuration of MPI_CONFIGS below and the table takes, per op, rank
 # count and size, the fastest one ("OpenMPI at its best"), naming it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-full=""; build=1; readme=1; rounds=2
+full=""; build=1; readme=1; rounds=3
 for a in "$@"; do
   case "$a" in
     --full) full="--full" ;;
@@ -59,15 +59,21 @@ MPI_CONFIGS=(
 # round of each rather than on every measurement of one. The table keeps, per cell, the round
 # with the lowest median, ours and Open MPI's alike (bench_collectives_table.py reads every
 # CSV file and keeps the fastest row of each implementation, op, rank count and size).
+# Each run starts a second after the last one ended: a run that followed mpirun at once was,
+# now and then, slower over its whole sweep (4x at 8 B), as if mpirun's processes were still
+# leaving; the pause costs every implementation alike.
+settle() { sleep 1; }
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 for round in $(seq 1 "$rounds"); do
   for n in 2 4; do
     for impl in local ring; do
+      settle
       "$bin" --impl "$impl" --ranks "$n" $full > "$out/$impl-$n.r$round.csv"
     done
     for cfg in "${MPI_CONFIGS[@]}"; do
       name="${cfg%%|*}"; opts="${cfg#*|}"
       f="$out/mpi_$name-$n.r$round"
+      settle
       # shellcheck disable=SC2086
       if ! mpirun --oversubscribe -np "$n" $opts "$bin" --impl mpi $full > "$f.csv" 2> "$f.err"; then
         echo "bench_collectives.sh: Open MPI configuration $name failed ($f.err)" >&2
