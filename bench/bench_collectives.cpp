@@ -296,16 +296,31 @@ int main(int argc, char** argv) {
         if (i + 1 >= argc) throw std::invalid_argument(a + " needs a value");
         return argv[++i];
       };
+      // A byte count: a whole number >= 0, named with its flag when it is not one.
+      const auto bytes = [&]() -> std::int64_t {
+        const std::string v = value();
+        std::size_t end = 0;
+        long long b = -1;
+        try {
+          b = std::stoll(v, &end);
+        } catch (const std::exception&) {
+          end = 0;
+        }
+        if (end != v.size() || b < 0) {
+          throw std::invalid_argument(a + " takes a byte count >= 0, not '" + v + "'");
+        }
+        return b;
+      };
       if (a == "--impl") cfg.impl = value();
       else if (a == "--ranks") cfg.ranks = std::stoi(value());
       else if (a == "--label") cfg.label = value();
       else if (a == "--full") cfg.full = true;
       else if (a == "--min-ms") cfg.min_seconds = std::stod(value()) / 1e3;
       else if (a == "--repetitions") cfg.repetitions = std::stoi(value());
-      else if (a == "--oneshot-max") cfg.oneshot_max = std::stoll(value());
-      else if (a == "--ring-oneshot-max") cfg.ring_oneshot_max = std::stoll(value());
-      else if (a == "--ring-exchange-max") cfg.ring_exchange_max = std::stoll(value());
-      else if (a == "--eager-limit") cfg.eager_limit = std::stoll(value());
+      else if (a == "--oneshot-max") cfg.oneshot_max = bytes();
+      else if (a == "--ring-oneshot-max") cfg.ring_oneshot_max = bytes();
+      else if (a == "--ring-exchange-max") cfg.ring_exchange_max = bytes();
+      else if (a == "--eager-limit") cfg.eager_limit = bytes();
       else if (a == "--sizes") {
         std::string v = value();
         for (std::size_t p = 0; p <= v.size();) {
