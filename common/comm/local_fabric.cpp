@@ -5,6 +5,7 @@
 
 #include "comm/local_fabric.h"
 
+#include "comm/asymmetric_fence.h"
 #include "comm/local_kernels.h"
 #include "comm/local_oneshot.h"
 
@@ -88,12 +89,16 @@ struct Fabric::PhaseGuard {
 namespace {
 
 // A rank in a wait of the fabric that a lock-free change (a message published in a channel, a
-// slot freed) must wake. Set before the waiter's last check of the condition and read after
-// the change, both sequentially consistent: either the waiter sees the change or the changer
-// sees the flag and wakes it under the mutex (the one-shot path's `sleepers`, likewise).
+// slot freed) must wake. Set before the waiter's last check of the condition, then the heavy
+// half of the asymmetric fence (comm/asymmetric_fence.h); the changer stores, takes the light
+// half and reads it: either the waiter sees the change or the changer sees the count and
+// wakes it under the mutex (the one-shot path's `sleepers`, likewise).
 struct Asleep {
   std::atomic<int>& n;
-  explicit Asleep(std::atomic<int>& c) : n(c) { n.fetch_add(1, std::memory_order_seq_cst); }
+  Asleep(std::atomic<int>& c, bool asymmetric) : n(c) {
+    n.fetch_add(1, std::memory_order_seq_cst);
+    heavy_fence(asymmetric);
+  }
   ~Asleep() { n.fetch_sub(1, std::memory_order_seq_cst); }
   Asleep(const Asleep&) = delete;
   Asleep& operator=(const Asleep&) = delete;
@@ -143,6 +148,9 @@ Fabric::Fabric(int world_size, double watchdog_seconds, bool synchronous_sends,
               ? std::chrono::duration_cast<Clock::duration>(
                     std::chrono::duration<double, std::micro>(std::min(spin_microseconds, 1e6)))
               : Clock::duration::zero();
+  // The heavy half runs once per sleep: worth it where ranks spin on cores of their own and
+  // rarely sleep, not where they sleep at once (no spin) or often (more ranks than cores).
+  asymmetric_ = !spin_yields_ && spin_ != Clock::duration::zero() && asymmetric_fence_available();
 }
 
 Fabric::~Fabric() {
@@ -305,14 +313,15 @@ void Fabric::publish(int src, int dst, ChannelSlot& slot) {
   slot.order = next_order_[pair(src, dst)]++;
   slot.state.store(kSlotFull, std::memory_order_relaxed);
   Channel& ch = *channels_[pair(src, dst)].load(std::memory_order_relaxed);
-  // The release half makes the header and bytes visible with the count; the sequentially
-  // consistent half orders it before the read of the receiver's `asleep_` in notify().
-  ch.written.store(ch.written.load(std::memory_order_relaxed) + 1, std::memory_order_seq_cst);
+  // Release: the header and bytes are visible with the count. notify() then fences (the
+  // light half) before it reads the receiver's `asleep_`.
+  ch.written.store(ch.written.load(std::memory_order_relaxed) + 1, std::memory_order_release);
   notify(dst);
 }
 
 void Fabric::notify(int rank) {
-  if (asleep_[static_cast<std::size_t>(rank)].load(std::memory_order_seq_cst) == 0) return;
+  light_fence(asymmetric_);
+  if (asleep_[static_cast<std::size_t>(rank)].load(std::memory_order_relaxed) == 0) return;
   std::lock_guard lock(mu_);
   wake(rank);
 }
@@ -411,8 +420,9 @@ bool Fabric::in_channel(const MailKey& key) const {
 }
 
 void Fabric::release(int src, ChannelSlot& slot) noexcept {
-  slot.state.store(kSlotFree, std::memory_order_seq_cst);
-  if (asleep_[static_cast<std::size_t>(src)].load(std::memory_order_seq_cst) == 0) return;
+  slot.state.store(kSlotFree, std::memory_order_release);
+  light_fence(asymmetric_);
+  if (asleep_[static_cast<std::size_t>(src)].load(std::memory_order_relaxed) == 0) return;
   std::lock_guard lock(mu_);
   wake(src);
 }
@@ -469,7 +479,7 @@ void Fabric::await_copied(int group, int src, int dst, int tag, const Loan& loan
     const auto free = [slot] { return slot->state.load(std::memory_order_acquire) == kSlotFree; };
     if (poll(free)) return;
     std::unique_lock lock(mu_);
-    const Asleep asleep(asleep_[static_cast<std::size_t>(src)]);
+    const Asleep asleep(asleep_[static_cast<std::size_t>(src)], asymmetric_);
     if (slot->state.load(std::memory_order_seq_cst) == kSlotFull) {
       RankStatus& s = status_[static_cast<std::size_t>(src)];
       s.phase = Phase::kSend;
@@ -524,7 +534,7 @@ void Fabric::await_copied(int group, int src, int dst, int tag, const Loan& loan
 void Fabric::withdraw(int group, int src, int dst, int tag, const Loan& loan) noexcept {
   std::unique_lock lock(mu_);
   if (loan.slot) {
-    const Asleep asleep(asleep_[static_cast<std::size_t>(src)]);
+    const Asleep asleep(asleep_[static_cast<std::size_t>(src)], asymmetric_);
     withdraw_slot(lock, {group, src, dst, tag}, *loan.slot);
     return;
   }
@@ -547,7 +557,7 @@ Delivery Fabric::take(int group, int src, int dst, int tag, std::int64_t count, 
   }
   std::unique_lock lock(mu_);
   throw_if_aborted();
-  const Asleep asleep(asleep_[static_cast<std::size_t>(dst)]);
+  const Asleep asleep(asleep_[static_cast<std::size_t>(dst)], asymmetric_);
   RankStatus& s = status_[static_cast<std::size_t>(dst)];
   s.phase = Phase::kRecv;
   s.group = group;
@@ -707,7 +717,8 @@ std::int64_t* Fabric::call_counter(int group, int group_rank) {
 }
 
 void Fabric::oneshot_posted(int group, OneShotGroup& os) {
-  if (os.sleepers.load(std::memory_order_seq_cst) == 0) return;
+  light_fence(asymmetric_);  // the flag's store before this read (comm/asymmetric_fence.h)
+  if (os.sleepers.load(std::memory_order_relaxed) == 0) return;
   std::lock_guard lock(mu_);
   for (int m : groups_[static_cast<std::size_t>(group)].members) wake(m);
 }
@@ -726,11 +737,7 @@ void Fabric::oneshot_wait(int group, int group_rank, std::int64_t seq, const Cal
   s.desc = d;
   s.oneshot = true;
   PhaseGuard guard{s};
-  struct Asleep {  // counted before the last check of the flags, uncounted on every exit
-    std::atomic<int>& n;
-    explicit Asleep(std::atomic<int>& c) : n(c) { n.fetch_add(1, std::memory_order_seq_cst); }
-    ~Asleep() { n.fetch_sub(1, std::memory_order_seq_cst); }
-  } asleep(os.sleepers);
+  const Asleep asleep(os.sleepers, asymmetric_);  // counted before the last check of the flags
   block(lock, me, [&] { return os.all_published(seq); });
 }
 

@@ -173,9 +173,14 @@ class Fabric {
     if (ready()) return true;
     if (spin_ == Clock::duration::zero()) return false;
     // The clock is read once every kPollsPerClockRead polls: on a VM a read costs as much as
-    // a few polls, and it only bounds the spin, which may overrun by those few polls.
-    const Clock::time_point until = Clock::now() + spin_;
+    // a few polls, and it only bounds the spin, which may overrun by those few polls. The
+    // first of them come before any read: most waits end there.
     int polls = 0;
+    for (int i = 0; i < kPollsPerClockRead; ++i) {
+      relax(polls++);
+      if (ready()) return true;
+    }
+    const Clock::time_point until = Clock::now() + spin_;
     do {
       for (int i = 0; i < kPollsPerClockRead; ++i) {
         relax(polls++);
@@ -310,6 +315,7 @@ class Fabric {
   std::unique_ptr<std::atomic<std::uint64_t>[]> wakes_;
   Clock::duration spin_;  // zero: sleep at once
   bool spin_yields_ = false;  // more ranks than cores: polls yield the core
+  bool asymmetric_ = false;   // the wake-up checks' fence is split (comm/asymmetric_fence.h)
   std::size_t oneshot_max_bytes_;
   std::vector<RankStatus> status_;           // by world rank
   std::vector<std::unique_ptr<MemoryLedger>> ledgers_;

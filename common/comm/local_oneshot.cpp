@@ -17,29 +17,35 @@ std::byte* OneShotGroup::stage(int rank, std::int64_t seq) {
 }
 
 void OneShotGroup::publish(int rank, std::int64_t seq, const CallDesc& d) {
-  Rank& r = ranks_[static_cast<std::size_t>(rank)];
-  r.seq[seq % 2] = seq;
-  r.desc[seq % 2] = d;
-  r.flag.store(seq, std::memory_order_seq_cst);  // pairs with `sleepers` (see the header)
+  Half& h = ranks_[static_cast<std::size_t>(rank)].half[seq % 2];
+  h.desc = d;
+  // Release: a peer that reads the flag sees the description and the staged bytes. The fabric's
+  // oneshot_posted() then fences (light half) before it reads `sleepers`.
+  h.flag.store(seq, std::memory_order_release);
 }
 
+// A rank's calls are published in order, each parity's flag rising by 2, so its last call is
+// the larger of the two flags. The parity of `seq` is read first: where the rank is on time
+// that is the one line the check needs.
 bool OneShotGroup::published(int rank, std::int64_t seq) const {
-  return at(rank).flag.load(std::memory_order_acquire) >= seq;
+  const Rank& r = at(rank);
+  return r.half[seq % 2].flag.load(std::memory_order_acquire) >= seq ||
+         r.half[(seq + 1) % 2].flag.load(std::memory_order_acquire) >= seq;
 }
 
 bool OneShotGroup::all_published(std::int64_t seq) const {
   for (int p = 0; p < size_; ++p) {
-    if (at(p).flag.load(std::memory_order_seq_cst) < seq) return false;
+    if (!published(p, seq)) return false;
   }
   return true;
 }
 
 bool OneShotGroup::posted_call(int rank, std::int64_t seq) const {
-  return published(rank, seq) && at(rank).seq[seq % 2] == seq;
+  return at(rank).half[seq % 2].flag.load(std::memory_order_acquire) == seq;
 }
 
 const CallDesc& OneShotGroup::desc(int rank, std::int64_t seq) const {
-  return at(rank).desc[seq % 2];
+  return at(rank).half[seq % 2].desc;
 }
 
 const std::byte* OneShotGroup::data(int rank, std::int64_t seq) const {

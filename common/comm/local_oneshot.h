@@ -58,15 +58,22 @@ class OneShotGroup {
   const std::byte* data(int rank, std::int64_t seq) const;
 
   // Ranks asleep in the fabric waiting for a flag: a publisher wakes them only when this is
-  // non-zero (sequentially consistent on both sides, so one of the two always sees the other).
+  // non-zero. The publisher stores its flag and then reads this; a sleeper counts itself here
+  // and then reads the flags: the two halves of comm/asymmetric_fence.h, so one of the two
+  // always sees the other.
   std::atomic<int> sleepers{0};
 
  private:
+  // One parity's call: its flag and its description in one cache line, so a peer that sees
+  // the flag finds the description in the same line it just fetched (a second line is a
+  // second trip between cores, which is what a small collective's time is made of).
+  struct alignas(64) Half {
+    std::atomic<std::int64_t> flag{0};  // the last call published in this parity
+    CallDesc desc;
+  };
   struct alignas(64) Rank {
-    std::atomic<std::int64_t> flag{0};  // the last call published
-    std::int64_t seq[2] = {0, 0};       // the call each parity's description belongs to
-    CallDesc desc[2];
-    std::unique_ptr<std::byte[]> buffer;  // 2 x capacity, by parity
+    Half half[2];
+    std::unique_ptr<std::byte[]> buffer;  // 2 x capacity, by parity; set before the first flag
   };
   const Rank& at(int rank) const { return ranks_[static_cast<std::size_t>(rank)]; }
   std::size_t capacity_;
