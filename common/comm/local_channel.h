@@ -4,11 +4,14 @@
 // the world's one mutex on each side, a map node, a freshly allocated copy and a condition
 // variable hand-off; for small messages that was the whole cost (a 2-rank sendrecv of 8 B took
 // 1.5 us against OpenMPI's 0.22). Here the sender writes the slot's header and bytes (or, for
-// a lent message, a pointer to its own buffer) and then raises the channel's write count with
-// a sequentially consistent store; the receiver reads the count with acquire order, so it sees
-// the header and the bytes: a flag beside the data, as in NCCL's LL protocol and MPI's
-// shared-memory transports. No lock on either side while the ranks are on time; the
-// fabric's mutex is taken only to wake a rank that went to sleep.
+// a lent message, a pointer to its own buffer) and then stores the message's number in the
+// slot's first cache line with release order; the receiver polls that number in the slot it
+// expects next, with acquire order, so it sees the header and the bytes: a flag beside the
+// data, as in NCCL's LL protocol and Open MPI's shared-memory "fastboxes". A message of up to
+// kInlineBytes travels in the slot's own lines, the first 24 bytes in the flag's line: what
+// the receiver waits for arrives in one trip between cores, not three (a count, a header, a
+// buffer, each its own line, as this channel first had it). No lock on either side while the
+// ranks are on time; the fabric's mutex is taken only to wake a rank that went to sleep.
 //
 // A slot's state says who owns it: free (the producer may fill it), full (published, waiting
 // for the receiver), taken (a lent buffer being read by the receiver; the sender waits for
@@ -36,20 +39,36 @@ namespace mixpar::local {
 enum SlotState : int { kSlotFree = 0, kSlotFull = 1, kSlotTaken = 2, kSlotWithdrawn = 3 };
 
 struct alignas(64) ChannelSlot {
+  // The first cache line: what the receiver reads of every message, and the first bytes.
+  // The channel's message number + 1 of the message published here (0: none yet), stored
+  // last with release order: the receiver's flag.
+  std::atomic<std::uint64_t> published{0};
   std::atomic<int> state{kSlotFree};
   // The header, written by the producer while the slot is free, read once it is published.
   int group = 0;
   int tag = 0;
   DType dtype = DType::kF32;
   std::int64_t count = 0;
-  std::uint64_t order = 0;          // the pair's message number (mailbox messages share it)
-  const std::byte* lent = nullptr;  // the sender's own buffer; nullptr: the bytes are inline
-  // Inline bytes: grown by the producer to the largest message it copied here, charged to the
-  // network ledger, freed when the run ends.
+  const std::byte* lent = nullptr;  // the sender's own buffer; nullptr: the bytes are copied
+  // A copied message of at most kInlineBytes: here, from the first line on; a larger one in
+  // `buffer`.
+  static constexpr std::size_t kInlineBytes = 216;
+  std::byte inline_bytes[kInlineBytes];
+  // The producer's own fields, in a line the receiver's polls do not touch.
+  alignas(64) std::uint64_t order = 0;  // the pair's message number (mailbox messages share it)
+  // Copied bytes beyond kInlineBytes: grown by the producer to the largest message it copied
+  // here, charged to the network ledger, freed when the run ends.
   std::unique_ptr<std::byte[]> buffer;
   std::size_t capacity = 0;
-  const std::byte* data() const { return lent ? lent : buffer.get(); }
+  std::size_t bytes() const { return static_cast<std::size_t>(count) * dtype_size(dtype); }
+  const std::byte* data() const {
+    if (lent) return lent;
+    return bytes() <= kInlineBytes ? inline_bytes : buffer.get();
+  }
 };
+// 40 bytes of flag and header, then the inline bytes to the end of line 4 (24 of them in the
+// flag's line), then the producer's line.
+static_assert(sizeof(ChannelSlot) == 5 * 64, "flag, header and inline bytes in 4 lines");
 
 struct Channel {
   // Messages a sender may have in flight to one receiver before it falls back to the mailbox:
@@ -58,8 +77,10 @@ struct Channel {
   ChannelSlot& at(std::uint64_t i) { return slots[i % kSlots]; }
   const ChannelSlot& at(std::uint64_t i) const { return slots[i % kSlots]; }
   ChannelSlot slots[kSlots];
-  alignas(64) std::atomic<std::uint64_t> written{0};  // published, the producer's
-  alignas(64) std::atomic<std::uint64_t> read{0};     // taken or moved, the consumer's
+  // Published, the producer's: how drain() and the deadlock check find every message in
+  // flight. The receiver's fast path polls the slot's own `published` instead.
+  alignas(64) std::atomic<std::uint64_t> written{0};
+  alignas(64) std::atomic<std::uint64_t> read{0};  // taken or moved, the consumer's
 };
 
 }  // namespace mixpar::local

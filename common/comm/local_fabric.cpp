@@ -125,12 +125,14 @@ Fabric::Fabric(int world_size, double watchdog_seconds, bool synchronous_sends,
   channels_ = std::make_unique<std::atomic<Channel*>[]>(pairs);
   parked_ = std::make_unique<std::atomic<std::int64_t>[]>(pairs);
   asleep_ = std::make_unique<std::atomic<int>[]>(static_cast<std::size_t>(world_size));
-  next_order_.assign(pairs, 0);
+  order_lines_per_rank_ = (static_cast<std::size_t>(world_size) + 7) / 8;
+  next_order_ = std::make_unique<OrderLine[]>(static_cast<std::size_t>(world_size) *
+                                               order_lines_per_rank_);
   for (int r = 0; r < world_size; ++r) ledgers_.push_back(std::make_unique<MemoryLedger>(r));
   Group world;
   world.members.resize(static_cast<std::size_t>(world_size));
   std::iota(world.members.begin(), world.members.end(), 0);
-  world.calls.assign(world.members.size(), 0);
+  world.calls.resize(world.members.size());
   world.oneshot = std::make_shared<OneShotGroup>(world_size, oneshot_max_bytes);
   groups_.push_back(std::move(world));
   // Range-checked as on every backend, so the conversion to clock ticks cannot overflow.
@@ -154,7 +156,7 @@ Fabric::Fabric(int world_size, double watchdog_seconds, bool synchronous_sends,
 }
 
 Fabric::~Fabric() {
-  for (std::size_t p = 0; p < next_order_.size(); ++p) delete channels_[p].load();
+  for (std::size_t p = 0; p < pairs(); ++p) delete channels_[p].load();
 }
 
 std::vector<int> Fabric::members(int group) {
@@ -254,7 +256,7 @@ void Fabric::post(int group, int src, int dst, int tag, Tensor copy) {
   const auto* data = static_cast<const std::byte*>(copy.data());
   const std::int64_t count = copy.numel();
   const DType dtype = copy.dtype();
-  const std::uint64_t order = next_order_[pair(src, dst)]++;
+  const std::uint64_t order = next_order(src, dst)++;
   queue({group, src, dst, tag}, {0, order, count, dtype, data, std::move(copy), false});
 }
 
@@ -271,7 +273,7 @@ Fabric::Loan Fabric::lend(int group, int src, int dst, int tag, const Tensor& bu
   }
   std::lock_guard lock(mu_);
   throw_if_aborted();
-  const std::uint64_t order = next_order_[pair(src, dst)]++;
+  const std::uint64_t order = next_order(src, dst)++;
   return {queue({group, src, dst, tag},
                 {0, order, buffer.numel(), buffer.dtype(), data, Tensor(), true}),
           nullptr};
@@ -310,12 +312,14 @@ ChannelSlot* Fabric::claim(int src, int dst) {
 }
 
 void Fabric::publish(int src, int dst, ChannelSlot& slot) {
-  slot.order = next_order_[pair(src, dst)]++;
+  slot.order = next_order(src, dst)++;
   slot.state.store(kSlotFull, std::memory_order_relaxed);
   Channel& ch = *channels_[pair(src, dst)].load(std::memory_order_relaxed);
-  // Release: the header and bytes are visible with the count. notify() then fences (the
-  // light half) before it reads the receiver's `asleep_`.
-  ch.written.store(ch.written.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+  const std::uint64_t n = ch.written.load(std::memory_order_relaxed) + 1;
+  // Release: the header and bytes are visible with the flag (and with the count, for drain()).
+  // notify() then fences (the light half) before it reads the receiver's `asleep_`.
+  slot.published.store(n, std::memory_order_release);
+  ch.written.store(n, std::memory_order_release);
   notify(dst);
 }
 
@@ -330,7 +334,8 @@ bool Fabric::post_inline(int group, int src, int dst, int tag, const Tensor& mes
   ChannelSlot* s = claim(src, dst);
   if (!s) return false;
   const std::size_t bytes = message.nbytes();
-  if (s->capacity < bytes) {  // grows to the largest message: a ring's hops reuse it
+  if (bytes > ChannelSlot::kInlineBytes && s->capacity < bytes) {
+    // Grows to the largest message: a ring's hops reuse it.
     std::size_t capacity = 64;
     while (capacity < bytes) capacity *= 2;
     if (s->capacity) network_->on_free(MemCategory::kCommBuffers, Device::kCPU, s->capacity);
@@ -340,7 +345,8 @@ bool Fabric::post_inline(int group, int src, int dst, int tag, const Tensor& mes
     network_->on_alloc(MemCategory::kCommBuffers, Device::kCPU, capacity);
     s->capacity = capacity;
   }
-  copy_bytes(s->buffer.get(), static_cast<const std::byte*>(message.data()), bytes);
+  copy_bytes(bytes <= ChannelSlot::kInlineBytes ? s->inline_bytes : s->buffer.get(),
+             static_cast<const std::byte*>(message.data()), bytes);
   s->group = group;
   s->tag = tag;
   s->count = message.numel();
@@ -354,19 +360,24 @@ ChannelSlot* Fabric::take_fast(int group, int src, int dst, int tag, std::int64_
                                DType dtype) {
   std::atomic<std::int64_t>& parked = parked_[pair(src, dst)];
   Channel* ch = nullptr;
+  std::uint64_t r = 0;  // the head's number: only this thread moves `read`
+  // The head is published when its slot's flag holds its number + 1 (the slot's line: the
+  // header and a small message's bytes arrive with it).
   const auto arrived = [&] {
     if (parked.load(std::memory_order_relaxed) != 0) return true;
-    if (!ch) ch = channel(src, dst);
-    return ch && ch->written.load(std::memory_order_acquire) >
-                     ch->read.load(std::memory_order_relaxed);
+    if (!ch) {
+      ch = channel(src, dst);
+      if (!ch) return false;
+      r = ch->read.load(std::memory_order_relaxed);
+    }
+    return ch->at(r).published.load(std::memory_order_acquire) == r + 1;
   };
   if (!poll(arrived) || !ch) return nullptr;
-  const std::uint64_t r = ch->read.load(std::memory_order_relaxed);
-  if (ch->written.load(std::memory_order_acquire) == r) return nullptr;
-  // Read after the head's count (acquire): a mailbox message older than the head was queued,
+  ChannelSlot& s = ch->at(r);
+  if (s.published.load(std::memory_order_acquire) != r + 1) return nullptr;
+  // Read after the head's flag (acquire): a mailbox message older than the head was queued,
   // and counted, before the head was published, so a zero means the head is the oldest.
   if (parked.load(std::memory_order_relaxed) != 0) return nullptr;
-  ChannelSlot& s = ch->at(r);
   if (s.group != group || s.tag != tag || s.count != count || s.dtype != dtype) return nullptr;
   if (s.lent) {
     int full = kSlotFull;
@@ -397,7 +408,7 @@ void Fabric::drain(int src, int dst) {
     }
     Tensor copy = Tensor::empty({s.count}, s.dtype, MemCategory::kCommBuffers, Device::kCPU,
                                 network_.get());
-    copy_bytes(static_cast<std::byte*>(copy.data()), s.buffer.get(), copy.nbytes());
+    copy_bytes(static_cast<std::byte*>(copy.data()), s.data(), copy.nbytes());
     const auto* data = static_cast<const std::byte*>(copy.data());
     queue(key, {0, s.order, s.count, s.dtype, data, std::move(copy), false});
     release_locked(src, s);
@@ -457,7 +468,7 @@ void Fabric::withdraw_slot(std::unique_lock<std::mutex>& lock, const MailKey& ke
 }
 
 void Fabric::free_channels() {
-  for (std::size_t p = 0; p < next_order_.size(); ++p) {
+  for (std::size_t p = 0; p < pairs(); ++p) {
     Channel* ch = channels_[p].exchange(nullptr);
     if (!ch) continue;
     for (ChannelSlot& s : ch->slots) {
@@ -611,7 +622,7 @@ Ticket Fabric::arrive(int group, int group_rank, const Arrival& a) {
   Group& g = groups_.at(static_cast<std::size_t>(group));
   const auto n = static_cast<int>(g.members.size());
   const int me = g.members[static_cast<std::size_t>(group_rank)];
-  const std::int64_t seq = ++g.calls[static_cast<std::size_t>(group_rank)];
+  const std::int64_t seq = ++g.calls[static_cast<std::size_t>(group_rank)].n;
   std::shared_ptr<Slot>& entry = g.slots[seq];
   if (!entry) {
     entry = std::make_shared<Slot>();
@@ -697,7 +708,7 @@ void Fabric::make_split(int group, Slot& slot) {
       child.members.push_back(parent[k]);
       slot.split[k] = {id, static_cast<int>(i)};
     }
-    child.calls.assign(ranks.size(), 0);
+    child.calls.resize(ranks.size());
     child.oneshot = std::make_shared<OneShotGroup>(static_cast<int>(ranks.size()),
                                                    oneshot_max_bytes_);
     groups_.push_back(std::move(child));
@@ -713,7 +724,7 @@ OneShotGroup& Fabric::oneshot(int group) {
 
 std::int64_t* Fabric::call_counter(int group, int group_rank) {
   std::lock_guard lock(mu_);
-  return &groups_.at(static_cast<std::size_t>(group)).calls.at(static_cast<std::size_t>(group_rank));
+  return &groups_.at(static_cast<std::size_t>(group)).calls.at(static_cast<std::size_t>(group_rank)).n;
 }
 
 void Fabric::oneshot_posted(int group, OneShotGroup& os) {

@@ -221,7 +221,13 @@ class Fabric {
   };
   struct Group {
     std::vector<int> members;         // world ranks, by group rank
-    std::vector<std::int64_t> calls;  // collectives started, by group rank
+    // Collectives started, by group rank. Each rank's counter has a cache line of its own:
+    // every call bumps it, and a neighbour's bump would otherwise pull the line away from
+    // under the next call (false sharing: a trip between cores per collective).
+    struct alignas(64) CallCount {
+      std::int64_t n = 0;
+    };
+    std::vector<CallCount> calls;
     std::map<std::int64_t, std::shared_ptr<Slot>> slots;  // by call number (from 1)
     std::shared_ptr<OneShotGroup> oneshot;
   };
@@ -278,10 +284,15 @@ class Fabric {
   void copied(int src, std::uint64_t id);  // Delivery's destructor: the lent buffer is free
 
   // The fast channels. channel() is null until the pair's first message; the producer (src's
-  // thread) creates it. Order numbers come from next_order_, which only src's thread touches.
+  // thread) creates it. Order numbers come from next_order(), which only src's thread touches.
   std::size_t pair(int src, int dst) const {
     return static_cast<std::size_t>(src) * static_cast<std::size_t>(world_size()) +
            static_cast<std::size_t>(dst);
+  }
+  std::size_t pairs() const { return pair(world_size(), 0); }
+  std::uint64_t& next_order(int src, int dst) {
+    const auto d = static_cast<std::size_t>(dst);
+    return next_order_[static_cast<std::size_t>(src) * order_lines_per_rank_ + d / 8].n[d % 8];
   }
   Channel* channel(int src, int dst) const {
     return channels_[pair(src, dst)].load(std::memory_order_acquire);
@@ -325,7 +336,13 @@ class Fabric {
   std::unique_ptr<std::atomic<Channel*>[]> channels_;    // by pair (src, dst)
   std::unique_ptr<std::atomic<std::int64_t>[]> parked_;  // mailbox messages, by pair
   std::unique_ptr<std::atomic<int>[]> asleep_;  // by world rank: in a wait of the fabric
-  std::vector<std::uint64_t> next_order_;       // by pair, the sender's
+  // The pairs' next order numbers, src's row starting a cache line of its own: every message
+  // bumps one, and rows sharing a line would pull it back and forth between the senders.
+  struct alignas(64) OrderLine {
+    std::uint64_t n[8] = {};
+  };
+  std::unique_ptr<OrderLine[]> next_order_;
+  std::size_t order_lines_per_rank_ = 0;
   std::set<std::uint64_t> being_copied_;  // lent messages taken, whose copy is not done yet
   std::uint64_t next_message_ = 0;
   Clock::duration watchdog_;  // zero: no watchdog
