@@ -52,7 +52,6 @@ void heavy_fence(bool asymmetric) {
   }
 #endif
   (void)asymmetric;
-  std::atomic_thread_fence(std::memory_order_seq_cst);
 }
 
 }  // namespace mixpar::local

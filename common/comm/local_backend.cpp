@@ -221,7 +221,7 @@ template <class Write, class Read>
 void LocalCommunicator::oneshot(const local::CallDesc& d, Write&& write, Read&& read) {
   const std::int64_t seq = ++*calls_;
   write(oneshot_->stage(rank_, seq));
-  oneshot_->publish(rank_, seq, d);
+  oneshot_->publish(rank_, seq, d, fabric_->asymmetric_fence());
   fabric_->oneshot_posted(group_, *oneshot_);
   if (!fabric_->poll([&] { return oneshot_->all_published(seq); })) {
     fabric_->oneshot_wait(group_, rank_, seq, d);
@@ -439,7 +439,7 @@ void LocalCommunicator::all_to_all(const Tensor& in, std::span<const std::int64_
     bool all_staged = false;
     if (!stages) {  // publishes its vote, and neither stages nor waits for the flags
       const std::int64_t seq = ++*calls_;
-      oneshot_->publish(rank_, seq, vote);
+      oneshot_->publish(rank_, seq, vote, fabric_->asymmetric_fence());
       fabric_->oneshot_posted(group_, *oneshot_);
       fabric_->oneshot_check(group_, seq);
     } else oneshot(
@@ -576,6 +576,7 @@ LocalWorld::~LocalWorld() { fabric_->park_busy_ledgers(); }
 
 MemoryLedger& LocalWorld::ledger(int rank) { return fabric_->ledger(rank); }
 MemoryLedger& LocalWorld::network_ledger() { return fabric_->network_ledger(); }
+std::int64_t LocalWorld::lost_wakeups() const { return fabric_->lost_wakeups(); }
 LocalCommunicator& LocalWorld::comm(int rank) { return *comms_.at(static_cast<std::size_t>(rank)); }
 
 void LocalWorld::run(const std::function<void(Communicator&)>& fn) {

@@ -146,6 +146,9 @@ class LocalWorld {
   int size() const { return static_cast<int>(comms_.size()); }
   MemoryLedger& ledger(int rank);
   MemoryLedger& network_ledger();
+  // Waits that a publisher never woke, rescued by the watchdog's deadline (a protocol bug
+  // the tests look for; 0 in a correct run).
+  std::int64_t lost_wakeups() const;
   LocalCommunicator& comm(int rank);  // the world communicator (and traffic) of a rank
 
  private:

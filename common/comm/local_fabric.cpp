@@ -210,12 +210,16 @@ void Fabric::block(std::unique_lock<std::mutex>& lock, int me, Ready ready) {
     if (ready()) break;  // some changes wake no one: a lent message taken (its copy's end will)
     if (watchdog_ == Clock::duration::zero()) {
       cv.wait(lock);
-    } else if (cv.wait_until(lock, deadline) == std::cv_status::timeout && !ready() && !aborted_) {
-      char limit[32];
-      std::snprintf(limit, sizeof limit, "%g", watchdog_seconds_);
-      watchdog_fired_ = true;
-      abort("watchdog: rank " + std::to_string(me) + " waited " + limit +
-            " s in the communicator; " + report());
+    } else if (cv.wait_until(lock, deadline) == std::cv_status::timeout) {
+      if (ready()) {
+        ++lost_wakeups_;  // what it waited for came, and no one woke it: a protocol bug
+      } else if (!aborted_) {
+        char limit[32];
+        std::snprintf(limit, sizeof limit, "%g", watchdog_seconds_);
+        watchdog_fired_ = true;
+        abort("watchdog: rank " + std::to_string(me) + " waited " + limit +
+              " s in the communicator; " + report());
+      }
     }
   }
 }
@@ -316,16 +320,15 @@ void Fabric::publish(int src, int dst, ChannelSlot& slot) {
   slot.state.store(kSlotFull, std::memory_order_relaxed);
   Channel& ch = *channels_[pair(src, dst)].load(std::memory_order_relaxed);
   const std::uint64_t n = ch.written.load(std::memory_order_relaxed) + 1;
-  // Release: the header and bytes are visible with the flag (and with the count, for drain()).
-  // notify() then fences (the light half) before it reads the receiver's `asleep_`.
+  // Release: the header and bytes are visible with the flag, and with the count, which is
+  // what a receiver about to sleep reads (drain()): notify() reads its `asleep_` after it.
   slot.published.store(n, std::memory_order_release);
-  ch.written.store(n, std::memory_order_release);
+  publish_flag(ch.written, n, asymmetric_);
   notify(dst);
 }
 
 void Fabric::notify(int rank) {
-  light_fence(asymmetric_);
-  if (asleep_[static_cast<std::size_t>(rank)].load(std::memory_order_relaxed) == 0) return;
+  if (sleepers_after_publish(asleep_[static_cast<std::size_t>(rank)], asymmetric_) == 0) return;
   std::lock_guard lock(mu_);
   wake(rank);
 }
@@ -431,9 +434,8 @@ bool Fabric::in_channel(const MailKey& key) const {
 }
 
 void Fabric::release(int src, ChannelSlot& slot) noexcept {
-  slot.state.store(kSlotFree, std::memory_order_release);
-  light_fence(asymmetric_);
-  if (asleep_[static_cast<std::size_t>(src)].load(std::memory_order_relaxed) == 0) return;
+  publish_flag(slot.state, int{kSlotFree}, asymmetric_);
+  if (sleepers_after_publish(asleep_[static_cast<std::size_t>(src)], asymmetric_) == 0) return;
   std::lock_guard lock(mu_);
   wake(src);
 }
@@ -728,8 +730,7 @@ std::int64_t* Fabric::call_counter(int group, int group_rank) {
 }
 
 void Fabric::oneshot_posted(int group, OneShotGroup& os) {
-  light_fence(asymmetric_);  // the flag's store before this read (comm/asymmetric_fence.h)
-  if (os.sleepers.load(std::memory_order_relaxed) == 0) return;
+  if (sleepers_after_publish(os.sleepers, asymmetric_) == 0) return;
   std::lock_guard lock(mu_);
   for (int m : groups_[static_cast<std::size_t>(group)].members) wake(m);
 }

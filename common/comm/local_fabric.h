@@ -119,6 +119,10 @@ class Fabric {
   int world_size() const { return static_cast<int>(status_.size()); }
   MemoryLedger& ledger(int rank) { return *ledgers_.at(static_cast<std::size_t>(rank)); }
   MemoryLedger& network_ledger() { return *network_; }
+  // Waits that ended at the watchdog's deadline with their condition met: whoever met it did
+  // not wake the rank (a lost wake-up, which the deadline rescues after watchdog_seconds).
+  // Under mu_ or between runs.
+  std::int64_t lost_wakeups() const { return lost_wakeups_; }
   std::vector<int> members(int group);  // world ranks, by group rank
 
   // Point to point between world ranks; messages of one (group, src, dst, tag) are taken in
@@ -165,6 +169,8 @@ class Fabric {
   // numbers from the same counter as arrive()'s (call_counter: stable, used by that rank's
   // thread only), so a mismatch between a one-shot call and a rendezvous is reported as one.
   std::size_t oneshot_max_bytes() const { return oneshot_max_bytes_; }
+  // Whether the wake-up checks' store-load fence is split (comm/asymmetric_fence.h).
+  bool asymmetric_fence() const { return asymmetric_; }
   OneShotGroup& oneshot(int group);
   std::int64_t* call_counter(int group, int group_rank);
   // Spins for at most the spin time until ready() (true) or not (false): with a pause
@@ -350,6 +356,7 @@ class Fabric {
   bool synchronous_sends_;
   std::size_t eager_limit_bytes_;
   bool aborted_ = false;
+  std::int64_t lost_wakeups_ = 0;
   bool watchdog_fired_ = false;  // the abort was the watchdog's: CommWatchdogTimeout
   bool dead_ = false;  // a failed run leaves the world unusable
   std::string reason_;

@@ -1,6 +1,8 @@
 // The one-shot path's flags and staging buffers.
 #include "comm/local_oneshot.h"
 
+#include "comm/asymmetric_fence.h"
+
 namespace mixpar::local {
 
 OneShotGroup::OneShotGroup(int size, std::size_t capacity)
@@ -16,12 +18,12 @@ std::byte* OneShotGroup::stage(int rank, std::int64_t seq) {
   return r.buffer.get() + static_cast<std::size_t>(seq % 2) * capacity_;
 }
 
-void OneShotGroup::publish(int rank, std::int64_t seq, const CallDesc& d) {
+void OneShotGroup::publish(int rank, std::int64_t seq, const CallDesc& d, bool asymmetric) {
   Half& h = ranks_[static_cast<std::size_t>(rank)].half[seq % 2];
   h.desc = d;
-  // Release: a peer that reads the flag sees the description and the staged bytes. The fabric's
-  // oneshot_posted() then fences (light half) before it reads `sleepers`.
-  h.flag.store(seq, std::memory_order_release);
+  // At least release: a peer that reads the flag sees the description and the staged bytes.
+  // The fabric's oneshot_posted() reads `sleepers` after it (comm/asymmetric_fence.h).
+  publish_flag(h.flag, seq, asymmetric);
 }
 
 // A rank's calls are published in order, each parity's flag rising by 2, so its last call is

@@ -46,8 +46,9 @@ class OneShotGroup {
 
   // The owner's staging buffer for call `seq` (allocated on its first use). Owner only.
   std::byte* stage(int rank, std::int64_t seq);
-  // The owner publishes call `seq`: its description, then the flag (release).
-  void publish(int rank, std::int64_t seq, const CallDesc& d);
+  // The owner publishes call `seq`: its description, then the flag (release; sequentially
+  // consistent where the fabric's fence is not asymmetric, Fabric::asymmetric_fence()).
+  void publish(int rank, std::int64_t seq, const CallDesc& d, bool asymmetric);
   // Whether every rank of the group has published call `seq` (acquire: their data is visible).
   bool all_published(std::int64_t seq) const;
   bool published(int rank, std::int64_t seq) const;

@@ -158,5 +158,58 @@ TEST(LocalChannel, NoDeadlockIsReportedWhileTheAwaitedMessageSitsInAChannel) {
   }
 }
 
+// A copied message of up to ChannelSlot::kInlineBytes (216: 54 f32) travels in the slot's own
+// lines, a larger one in the slot's buffer. Sizes on both sides of that line, through the same
+// 8 slots again and again (a slot that held a large message then holds a small one and back),
+// each arrive whole: the receiver reads the bytes where the sender put them.
+TEST(LocalChannel, MessagesEitherSideOfTheInlineLimitArriveWhole) {
+  const std::vector<std::int64_t> sizes = {1, 6, 53, 54, 55, 200, 54, 2, 55, 1000, 6};
+  run_local(2, [&](Communicator& c) {
+    const int peer = 1 - c.rank();
+    for (int round = 0; round < 40; ++round) {
+      for (std::size_t k = 0; k < sizes.size(); ++k) {
+        const float v = static_cast<float>(1000 * c.rank() + 10 * round + static_cast<int>(k));
+        const float want = static_cast<float>(1000 * peer + 10 * round + static_cast<int>(k));
+        Tensor got = Tensor::empty({sizes[k]}, DType::kF32);
+        c.sendrecv(filled(sizes[k], v), peer, got, peer, 5);
+        ASSERT_EQ(got.to_floats(), std::vector<float>(static_cast<std::size_t>(sizes[k]), want))
+            << "round " << round << ", " << sizes[k] << " f32";
+      }
+    }
+  });
+}
+
+// A rank that stops spinning and sleeps must be woken by a publish that does not take the
+// mutex (a channel's flag, a slot freed, a one-shot flag): the publisher reads the sleeper's
+// count after its store and the sleeper reads the flags after counting itself, with the
+// store-load fence split between them (comm/asymmetric_fence.h). With a spin of a fraction of
+// a microsecond the ranks sleep at most hand-offs, the two ranks' timing skewed by busy work on
+// one side. A lost wake-up leaves a rank asleep until the watchdog's deadline (1 s here),
+// which then finds its wait over and counts it.
+TEST(LocalChannel, ASleepingRankIsWokenByEveryPublishWithoutTheMutex) {
+  LocalWorld world(2, {.watchdog_seconds = 1, .eager_limit_bytes = 64, .spin_microseconds = 0.2});
+  world.run(
+      [&](Communicator& c) {
+        const int peer = 1 - c.rank();
+        Tensor small = filled(4, 1.0f), large = filled(64, 2.0f);
+        Tensor got_small = Tensor::empty({4}, DType::kF32), got_large = Tensor::empty({64}, DType::kF32);
+        Tensor sum = Tensor::empty({4}, DType::kF32);
+        volatile std::uint64_t busy = 0;
+        for (int i = 0; i < 2000; ++i) {
+          // Skews the ranks: one is late by up to about 100 us, every third round the other.
+          if ((i % 3 == 0) == (c.rank() == 0)) {
+            for (int k = 0; k < 30000 * (i % 5); ++k) busy = busy + static_cast<std::uint64_t>(k);
+          }
+          c.sendrecv(small, peer, got_small, peer, 1);  // copied into a slot: its flag
+          c.sendrecv(large, peer, got_large, peer, 2);  // lent: the slot freed after the read
+          sum.fill(static_cast<float>(c.rank() + i));
+          c.all_reduce(sum);  // one-shot: the group's flags
+          ASSERT_EQ(sum.to_floats().front(), static_cast<float>(1 + 2 * i)) << "round " << i;
+        }
+        EXPECT_EQ(got_large.to_floats().back(), 2.0f);
+      });
+  EXPECT_EQ(world.lost_wakeups(), 0);
+}
+
 }  // namespace
 }  // namespace mixpar
