@@ -182,17 +182,22 @@ class Fabric {
     // a few polls, and it only bounds the spin, which may overrun by those few polls. The
     // first of them come before any read: most waits end there.
     int polls = 0;
+    const auto done = [&] {
+      pause_polls_ = polls <= pause_polls_ ? kPausePollsIdle : kPausePollsBusy;
+      return true;
+    };
     for (int i = 0; i < kPollsPerClockRead; ++i) {
       relax(polls++);
-      if (ready()) return true;
+      if (ready()) return done();
     }
     const Clock::time_point until = Clock::now() + spin_;
     do {
       for (int i = 0; i < kPollsPerClockRead; ++i) {
         relax(polls++);
-        if (ready()) return true;
+        if (ready()) return done();
       }
     } while (Clock::now() < until);
+    pause_polls_ = kPausePollsBusy;
     return false;
   }
   // A rank published a one-shot call: wakes the group's ranks asleep in oneshot_wait, if any.
@@ -260,15 +265,21 @@ class Fabric {
   // A peer that is running answers within about a microsecond (a 2-rank one-shot all-reduce
   // of 4 KiB took 1.0 us here): the first polls only pause. Later ones, or all of them when
   // ranks outnumber cores, yield the core: the rank waited for is then most likely not
-  // running, on a machine whose cores other processes share too. Few pauses, because a wrong
-  // guess costs far more that way: with 2 ranks on the 2-core EPYC while compilers kept both
+  // running, on a machine whose cores other processes share too. How many pauses depends on
+  // how this thread's last wait ended. On an idle machine 40 (a pause takes 25 ns on the
+  // 2-core EPYC, a yield 0.5 us): with 8, a 2-rank all-reduce of 2 KiB took 0.65 us and an
+  // all-gather of 4 KiB 0.58 us, yielding while the peer was still copying; with 40, 0.61 and
+  // 0.50. But where the last wait had to yield (the peer was not running), 8, because there
+  // a wrong guess costs far more: with 2 ranks on the 2-core EPYC while compilers kept both
   // cores busy (load average 3.7), a 2-rank all-reduce of 8 B / 4 KiB took 1.8 / 2.4 us with
   // 8 pauses before the first yield, 3.4 / 3.9 with 64, 9 / 9.4 with 256 and 105 us with no
-  // yield at all; a yield with nothing else to run returns within about a microsecond.
-  static constexpr int kPausePolls = 8;
+  // yield at all.
+  static constexpr int kPausePollsIdle = 40;
+  static constexpr int kPausePollsBusy = 8;
+  static inline thread_local int pause_polls_ = kPausePollsIdle;  // this thread's, as above
   static constexpr int kPollsPerClockRead = 8;
   void relax(int polls) const {
-    if (spin_yields_ || polls >= kPausePolls) {
+    if (spin_yields_ || polls >= pause_polls_) {
       std::this_thread::yield();
     } else {
 #if defined(__x86_64__) || defined(__i386__)
