@@ -86,11 +86,13 @@ void sizes(benchmark::internal::Benchmark* b) {
   b->Iterations(3)->ComputeStatistics("max", best);
 }
 
-// The ring's slice size at 64 MiB (-1: the default, 0: whole chunks).
+// The ring's slice size at 8 and 64 MiB (-1: the default, 0: whole chunks).
 void slices(benchmark::internal::Benchmark* b) {
   for (int n : {2, 4, 8}) {
-    for (std::int64_t kib : {64, 256, 1024, 2048, 4096, 8192, 0}) {
-      b->Args({n, std::int64_t{64} << 20, kib << 10});
+    for (std::int64_t mib : {8, 64}) {
+      for (std::int64_t kib : {64, 256, 512, 1024, 2048, 8192, 0}) {
+        b->Args({n, mib << 20, kib << 10});
+      }
     }
   }
   b->ArgNames({"ranks", "bytes", "slice"})->UseManualTime()->Unit(benchmark::kMicrosecond);

@@ -48,7 +48,7 @@ struct Config {
   // The switch points, to measure them (-1: the defaults): LocalOptions::oneshot_max_bytes
   // and RingOptions::oneshot_max_bytes, RingOptions::exchange_max_bytes (with
   // reduce_scatter_exchange_max_bytes); 0 turns a path off.
-  std::int64_t oneshot_max = -1, ring_oneshot_max = -1, ring_exchange_max = -1;
+  std::int64_t oneshot_max = -1, ring_oneshot_max = -1, ring_exchange_max = -1, ring_slice = -1;
   std::int64_t eager_limit = -1;  // LocalOptions::eager_limit_bytes: sendrecv's copy or loan
   std::vector<std::int64_t> sizes;  // --sizes: these instead of the sweep
   std::vector<std::string> ops = {"all-reduce", "reduce-scatter", "all-gather", "all-to-all",
@@ -186,6 +186,7 @@ int run_threads(const Config& cfg) {
   const bool ring = cfg.impl == "ring";
   ch04::RingOptions ro;
   if (cfg.ring_oneshot_max >= 0) ro.oneshot_max_bytes = static_cast<std::size_t>(cfg.ring_oneshot_max);
+  if (cfg.ring_slice >= 0) ro.slice_bytes = static_cast<std::size_t>(cfg.ring_slice);
   if (cfg.ring_exchange_max >= 0) {  // both of the ring's exchange limits
     ro.exchange_max_bytes = ro.reduce_scatter_exchange_max_bytes =
         static_cast<std::size_t>(cfg.ring_exchange_max);
@@ -279,7 +280,7 @@ int usage(const char* why) {
                "bench_collectives: %s\nusage: bench_collectives --impl local|ring [--ranks N] "
                "[--full] [--min-ms MS] [--repetitions R] [--ops a,b,...] [--sizes b,b,...]\n"
                "       [--oneshot-max BYTES] [--ring-oneshot-max BYTES] [--eager-limit BYTES]\n"
-               "       [--ring-exchange-max BYTES] [--label NAME]   the switch points\n"
+               "       [--ring-exchange-max BYTES] [--ring-slice BYTES] [--label NAME]   the switch points\n"
                "       mpirun -np N bench_collectives --impl mpi [same flags]\n",
                why);
   return 2;
@@ -320,6 +321,7 @@ int main(int argc, char** argv) {
       else if (a == "--oneshot-max") cfg.oneshot_max = bytes();
       else if (a == "--ring-oneshot-max") cfg.ring_oneshot_max = bytes();
       else if (a == "--ring-exchange-max") cfg.ring_exchange_max = bytes();
+      else if (a == "--ring-slice") cfg.ring_slice = bytes();
       else if (a == "--eager-limit") cfg.eager_limit = bytes();
       else if (a == "--sizes") {
         std::string v = value();

@@ -55,9 +55,11 @@ Ring make_ring(Communicator& comm, std::int64_t numel, DType dt, int shift,
   Ring g{&comm, comm.size(), comm.rank(), (comm.rank() + 1) % comm.size(),
          (comm.rank() + comm.size() - 1) % comm.size(), numel, shift, 1, 0};
   const std::int64_t longest = ring_chunk(numel, g.n, 0).count;
-  const auto per_slice = static_cast<std::int64_t>(o.slice_bytes / dtype_size(dt));
-  g.slice_elems = o.slice_bytes == 0 ? std::max<std::int64_t>(longest, 1)
-                                     : std::max<std::int64_t>(per_slice, 1);
+  const std::size_t slice_bytes = o.slice_bytes.value_or(
+      g.n <= 2 ? RingOptions::kSliceBytesTwoRanks : RingOptions::kSliceBytesMoreRanks);
+  const auto per_slice = static_cast<std::int64_t>(slice_bytes / dtype_size(dt));
+  g.slice_elems = slice_bytes == 0 ? std::max<std::int64_t>(longest, 1)
+                                   : std::max<std::int64_t>(per_slice, 1);
   g.slices = static_cast<int>((longest + g.slice_elems - 1) / g.slice_elems);
   return g;
 }

@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,9 +46,14 @@ struct RingOptions {
   // ring before the next starts: on a real network the next hop's link starts after one slice
   // instead of one chunk, and here the slice is still in cache when it is reduced and sent on.
   // Each slice costs every rank 2(N-1) hand-offs between threads, so slices must not be too
-  // small either: 2 MiB (one core's L2 here) was fastest at 64 MiB, N = 4 and 8, and within
-  // 10% of the fastest at N = 2 (PERFORMANCE.md, "The ring's slices and hops").
-  std::size_t slice_bytes = std::size_t{2} << 20;
+  // small either. Unset: 2 MiB on 2 ranks, 512 KiB on more, the fastest (or within 5% of it)
+  // at 8 and 64 MiB on 2, 4 and 8 ranks on the 2-core EPYC. On 2 ranks each rank has a core
+  // and its L2 (1 MiB) to itself; on more, ranks share a core, and 2 MiB slices took 2.5x
+  // longer at 8 MiB on 4 ranks than 512 KiB ones (PERFORMANCE.md, "The ring's slices and
+  // hops"). 0: whole chunks.
+  std::optional<std::size_t> slice_bytes;
+  static constexpr std::size_t kSliceBytesTwoRanks = std::size_t{2} << 20;
+  static constexpr std::size_t kSliceBytesMoreRanks = std::size_t{512} << 10;
   RingAccumulation accumulation = RingAccumulation::kPerHop;
   // Buffers whose N copies (what each rank gathers) take at most this many bytes skip the
   // hops (ring_all_reduce, ring_reduce_scatter, ring_all_gather; not when tracing): every rank
