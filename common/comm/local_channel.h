@@ -80,6 +80,12 @@ struct Channel {
   // Published, the producer's: how drain() and the deadlock check find every message in
   // flight. The receiver's fast path polls the slot's own `published` instead.
   alignas(64) std::atomic<std::uint64_t> written{0};
+  // The producer's own record of slots it saw free (bit k: slot k) and has not filled since:
+  // such a slot is still free, since only the producer fills one. Reading a slot's state is a
+  // trip to the receiver's core whenever the receiver freed it since, so the producer reads
+  // the states only when its next slot is not known free, all 8 at once: in a steady exchange
+  // one read in 8 messages instead of one per message.
+  std::uint8_t known_free = 0xff;
   alignas(64) std::atomic<std::uint64_t> read{0};  // taken or moved, the consumer's
 };
 

@@ -311,8 +311,19 @@ ChannelSlot* Fabric::claim(int src, int dst) {
     ch = new Channel();
     entry.store(ch, std::memory_order_release);
   }
-  ChannelSlot& s = ch->at(ch->written.load(std::memory_order_relaxed));
-  return s.state.load(std::memory_order_acquire) == kSlotFree ? &s : nullptr;
+  const std::uint64_t w = ch->written.load(std::memory_order_relaxed);
+  const auto bit = static_cast<std::uint8_t>(1u << (w % Channel::kSlots));
+  if ((ch->known_free & bit) == 0) {
+    // Acquire: the receiver's last reads of a slot it freed come before our writes to it.
+    for (int k = 0; k < Channel::kSlots; ++k) {
+      if (ch->slots[k].state.load(std::memory_order_acquire) == kSlotFree) {
+        ch->known_free = static_cast<std::uint8_t>(ch->known_free | (1u << k));
+      }
+    }
+    if ((ch->known_free & bit) == 0) return nullptr;
+  }
+  ch->known_free = static_cast<std::uint8_t>(ch->known_free & ~bit);
+  return &ch->at(w);
 }
 
 void Fabric::publish(int src, int dst, ChannelSlot& slot) {
