@@ -18,6 +18,7 @@
 // barrier, its time the slowest rank's. A line reports the median, the fastest and the slowest
 // repetition's time per call: their spread says how far the machine's load moved the figure.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -25,6 +26,7 @@
 #include <functional>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "ch04_ddp/ring_allreduce.h"
@@ -281,14 +283,57 @@ int usage(const char* why) {
                "[--full] [--min-ms MS] [--repetitions R] [--ops a,b,...] [--sizes b,b,...]\n"
                "       [--oneshot-max BYTES] [--ring-oneshot-max BYTES] [--eager-limit BYTES]\n"
                "       [--ring-exchange-max BYTES] [--ring-slice BYTES] [--label NAME]   the switch points\n"
-               "       mpirun -np N bench_collectives --impl mpi [same flags]\n",
+               "       mpirun -np N bench_collectives --impl mpi [same flags]\n"
+               "       bench_collectives --probe   two threads' cache-line round trip, us\n",
                why);
   return 2;
 }
 
 }  // namespace
 
+// --probe: the round trip of one cache line between two threads, in us (the median of 5 runs
+// of 50,000 trips): each thread stores its count, then polls for the other's, as a one-shot
+// collective's flags do. On a VM it moves with where the host puts the two virtual CPUs (on the
+// 2-core EPYC 0.05-0.07 us for a while, then 0.25-0.3): scripts/bench_collectives.sh starts
+// each run when it reads near its best, ch04_ddp/PERFORMANCE.md "Trips between cores".
+int probe() {
+  struct alignas(64) Flag {
+    std::atomic<std::int64_t> v{0};
+  };
+  constexpr std::int64_t kTrips = 50000;
+  std::vector<double> us;
+  for (int run = 0; run < 5; ++run) {
+    Flag flags[2];
+    std::thread peer([&] {
+      for (std::int64_t i = 1; i <= kTrips; ++i) {
+        while (flags[0].v.load(std::memory_order_acquire) < i) {
+#if defined(__x86_64__) || defined(__i386__)
+          __builtin_ia32_pause();
+#endif
+        }
+        flags[1].v.store(i, std::memory_order_release);
+      }
+    });
+    const auto t0 = Clock::now();
+    for (std::int64_t i = 1; i <= kTrips; ++i) {
+      flags[0].v.store(i, std::memory_order_release);
+      while (flags[1].v.load(std::memory_order_acquire) < i) {
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+      }
+    }
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    peer.join();
+    us.push_back(s * 1e6 / double(kTrips));
+  }
+  std::sort(us.begin(), us.end());
+  std::printf("%.3f\n", us[us.size() / 2]);
+  return 0;
+}
+
 int main(int argc, char** argv) {
+  if (argc == 2 && std::string(argv[1]) == "--probe") return probe();
   Config cfg;
   try {
     for (int i = 1; i < argc; ++i) {

@@ -63,17 +63,47 @@ MPI_CONFIGS=(
 # now and then, slower over its whole sweep (4x at 8 B), as if mpirun's processes were still
 # leaving; the pause costs every implementation alike.
 settle() { sleep 1; }
+# The host's regime: on a VM the round trip of a cache line between two cores moves with where
+# the host puts the virtual CPUs (on the 2-core EPYC 0.05-0.07 us for a while, then 0.25-0.3,
+# for seconds to minutes; ch04_ddp/PERFORMANCE.md, "Trips between cores"), and small messages
+# move with it, ours and Open MPI's alike. So every run, ours and Open MPI's, starts when
+# `bench_collectives --probe` reads within 1.5x of the fastest round trip seen so far, waiting
+# for that up to a minute (then it runs anyway). Each run's probe goes to probes.txt.
+best_probe=""
+probe() { "$bin" --probe; }
+regime() {
+  local p t
+  for t in $(seq 1 30); do
+    p=$(probe)
+    if [ -z "$best_probe" ] || awk -v p="$p" -v b="$best_probe" 'BEGIN{exit !(p<b)}'; then
+      best_probe=$p
+    fi
+    if awk -v p="$p" -v b="$best_probe" 'BEGIN{exit !(p<=1.5*b)}'; then break; fi
+    sleep 2
+  done
+  echo "$1 $p" >> "$out/probes.txt"
+}
+rm -f "$out/probes.txt"
+for t in $(seq 1 10); do  # the fastest round trip of the first 20 s, for the first runs' gate
+  p=$(probe)
+  if [ -z "$best_probe" ] || awk -v p="$p" -v b="$best_probe" 'BEGIN{exit !(p<b)}'; then
+    best_probe=$p
+  fi
+  sleep 2
+done
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 for round in $(seq 1 "$rounds"); do
   for n in 2 4; do
     for impl in local ring; do
       settle
+      regime "$impl-$n.r$round"
       "$bin" --impl "$impl" --ranks "$n" $full > "$out/$impl-$n.r$round.csv"
     done
     for cfg in "${MPI_CONFIGS[@]}"; do
       name="${cfg%%|*}"; opts="${cfg#*|}"
       f="$out/mpi_$name-$n.r$round"
       settle
+      regime "mpi_$name-$n.r$round"
       # shellcheck disable=SC2086
       if ! mpirun --oversubscribe -np "$n" $opts "$bin" --impl mpi $full > "$f.csv" 2> "$f.err"; then
         echo "bench_collectives.sh: Open MPI configuration $name failed ($f.err)" >&2
@@ -111,9 +141,10 @@ cores=$(nproc)
 ompi=$(mpirun --version 2>/dev/null | head -1 || true)
 cmd="scripts/bench_collectives.sh${full:+ --full}${rounds:+ --rounds=$rounds}"
 
+probes=$(awk '{print $2}' "$out/probes.txt" | sort -g | awk '{a[NR]=$1} END{printf "%s-%s", a[1], a[NR]}')
 python3 scripts/bench_collectives_table.py --dir "$out" --cpu "$cpu" --cores "$cores" \
   --load "$load_before -> $load_after" --mpi-version "$ompi" --command "$cmd" \
-  --rounds "$rounds" > "$out/table.md"
+  --rounds "$rounds" --probe "$best_probe" --probes "$probes" > "$out/table.md"
 cat "$out/table.md"
 if [ "$readme" = 1 ]; then
   python3 scripts/bench_collectives_table.py --splice ch04_ddp/README.md "$out/table.md"

@@ -124,6 +124,12 @@ def block(rows, a):
                    a.command, a.cpu, a.cores, a.load, a.mpi_version,
                    ", the lowest such median of %s rounds run one after another (ours and "
                    "OpenMPI's alike)" % a.rounds if a.rounds and a.rounds != "1" else ""))
+    if a.probe:
+        out[-1] += (" Each run, ours and OpenMPI's, started when two threads' cache-line round "
+                    "trip (`bench_collectives --probe`) read within 1.5x of the fastest seen, "
+                    "%s us (the host moves this machine's virtual CPUs between cores that share "
+                    "a cache and cores that do not: ch04_ddp/PERFORMANCE.md, \"Trips between "
+                    "cores\"); the runs started at %s us." % (a.probe, a.probes or "?"))
     out.append("")
     ranks = sorted({k[2] for k in rows})
     sizes = sorted({k[3] for k in rows})
@@ -312,6 +318,8 @@ def main():
     p.add_argument("--mpi-version", default="Open MPI")
     p.add_argument("--command", default="scripts/bench_collectives.sh")
     p.add_argument("--rounds", default="1")
+    p.add_argument("--probe", default="", help="the fastest round trip the script saw, us")
+    p.add_argument("--probes", default="", help="the runs' round trips, lowest-highest, us")
     p.add_argument("--splice", nargs=2, metavar=("README", "BLOCK"))
     a = p.parse_args()
     if a.splice:
