@@ -12,7 +12,8 @@
 #   --rounds=N   run every implementation N times (default 3), each cell the fastest round's
 #
 # Open MPI runs in each configuration of MPI_CONFIGS below and the table takes, per op, rank
-# count and size, the fastest one ("OpenMPI at its best"), naming it.
+# count and size, the fastest one ("OpenMPI at its best"), naming it. Every run, ours and Open
+# MPI's, waits (a minute at most) for the host's fast regime: see regime() below.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
