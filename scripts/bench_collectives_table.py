@@ -126,7 +126,7 @@ def block(rows, a):
                    "OpenMPI's alike)" % a.rounds if a.rounds and a.rounds != "1" else ""))
     if a.probe:
         out[-1] += (" Each run, ours and OpenMPI's, started when two threads' cache-line round "
-                    "trip (`bench_collectives --probe`) read within 1.5x of the fastest seen, "
+                    "trip (`bench_collectives --probe`) read within 3x of the fastest seen, "
                     "%s us (the host moves this machine's virtual CPUs between cores that share "
                     "a cache and cores that do not: ch04_ddp/PERFORMANCE.md, \"Trips between "
                     "cores\"); the runs started at %s us." % (a.probe, a.probes or "?"))
