@@ -20,6 +20,10 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#if defined(__linux__)
+#include <pthread.h>
+#include <sched.h>
+#endif
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -51,6 +55,8 @@ struct Config {
   // and RingOptions::oneshot_max_bytes, RingOptions::exchange_max_bytes (with
   // reduce_scatter_exchange_max_bytes); 0 turns a path off.
   std::int64_t oneshot_max = -1, ring_oneshot_max = -1, ring_exchange_max = -1, ring_slice = -1;
+  double spin_us = -1;
+  bool bind = false;
   std::int64_t eager_limit = -1;  // LocalOptions::eager_limit_bytes: sendrecv's copy or loan
   std::vector<std::int64_t> sizes;  // --sizes: these instead of the sweep
   std::vector<std::string> ops = {"all-reduce", "reduce-scatter", "all-gather", "all-to-all",
@@ -179,11 +185,47 @@ void run_rank(const Config& cfg, const Sync& sync, int rank, const MakeOp& make)
   }
 }
 
+// --bind: rank r's thread runs only on the r-th CPU this process may use, as mpirun binds each
+// of its processes to a core of its own when there are enough (its default for 2 processes on
+// the 2-core EPYC; oversubscribed, it binds none, and neither does --bind). Unbound, the
+// kernel now and then woke both rank threads on one CPU for a whole run: a 2-rank ring
+// all-reduce of 8 MiB then took 2.1-3.5 ms instead of 0.35, with ten times the context
+// switches (1 run in 22 at one time, every run for minutes at another).
+std::vector<int> allowed_cpus() {
+  std::vector<int> cpus;
+#if defined(__linux__)
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) {
+    for (int c = 0; c < CPU_SETSIZE; ++c) {
+      if (CPU_ISSET(c, &set)) cpus.push_back(c);
+    }
+  }
+#endif
+  return cpus;
+}
+
+void bind_to(int cpu) {
+#if defined(__linux__)
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  if (pthread_setaffinity_np(pthread_self(), sizeof set, &set) != 0) {
+    std::fprintf(stderr, "bench_collectives: could not bind a rank thread to CPU %d\n", cpu);
+  }
+#else
+  (void)cpu;
+#endif
+}
+
 // Rank threads: the local backend's own collectives, or chapter 4's ring on its sendrecv.
 int run_threads(const Config& cfg) {
   LocalOptions opts{.watchdog_seconds = 0};
   if (cfg.oneshot_max >= 0) opts.oneshot_max_bytes = static_cast<std::size_t>(cfg.oneshot_max);
   if (cfg.eager_limit >= 0) opts.eager_limit_bytes = static_cast<std::size_t>(cfg.eager_limit);
+  if (cfg.spin_us >= 0) opts.spin_microseconds = cfg.spin_us;
+  const std::vector<int> cpus = cfg.bind ? allowed_cpus() : std::vector<int>{};
+  const bool binds = !cpus.empty() && cfg.ranks <= static_cast<int>(cpus.size());
   LocalWorld world(cfg.ranks, opts);
   const bool ring = cfg.impl == "ring";
   ch04::RingOptions ro;
@@ -194,6 +236,7 @@ int run_threads(const Config& cfg) {
         static_cast<std::size_t>(cfg.ring_exchange_max);
   }
   world.run([&](Communicator& c) {
+    if (binds) bind_to(cpus[static_cast<std::size_t>(c.rank())]);
     Tensor scalar = Tensor::zeros({1}, DType::kF64, MemCategory::kCommBuffers);
     const Sync sync{[&] { c.barrier(); },
                     [&](double x) {
@@ -282,7 +325,8 @@ int usage(const char* why) {
                "bench_collectives: %s\nusage: bench_collectives --impl local|ring [--ranks N] "
                "[--full] [--min-ms MS] [--repetitions R] [--ops a,b,...] [--sizes b,b,...]\n"
                "       [--oneshot-max BYTES] [--ring-oneshot-max BYTES] [--eager-limit BYTES]\n"
-               "       [--ring-exchange-max BYTES] [--ring-slice BYTES] [--label NAME]   the switch points\n"
+               "       [--ring-exchange-max BYTES] [--ring-slice BYTES] [--spin-us US] [--label NAME]\n"
+               "       [--bind]   each rank thread on a core of its own, where there are enough\n"
                "       mpirun -np N bench_collectives --impl mpi [same flags]\n"
                "       bench_collectives --probe   two threads' cache-line round trip, us\n",
                why);
@@ -367,6 +411,21 @@ int main(int argc, char** argv) {
       else if (a == "--ring-oneshot-max") cfg.ring_oneshot_max = bytes();
       else if (a == "--ring-exchange-max") cfg.ring_exchange_max = bytes();
       else if (a == "--ring-slice") cfg.ring_slice = bytes();
+      else if (a == "--bind") cfg.bind = true;
+      else if (a == "--spin-us") {
+        const std::string v = value();
+        std::size_t end = 0;
+        double us = -1;
+        try {
+          us = std::stod(v, &end);
+        } catch (const std::exception&) {
+          end = 0;
+        }
+        if (end != v.size() || !(us >= 0) || us > 1e6) {
+          throw std::invalid_argument("--spin-us takes microseconds in 0..1e6, not '" + v + "'");
+        }
+        cfg.spin_us = us;
+      }
       else if (a == "--eager-limit") cfg.eager_limit = bytes();
       else if (a == "--sizes") {
         std::string v = value();

@@ -99,7 +99,8 @@ for round in $(seq 1 "$rounds"); do
     for impl in local ring; do
       settle
       regime "$impl-$n.r$round"
-      "$bin" --impl "$impl" --ranks "$n" $full > "$out/$impl-$n.r$round.csv"
+      # --bind: a rank thread per core where there are enough, as mpirun binds its processes
+      "$bin" --impl "$impl" --ranks "$n" --bind $full > "$out/$impl-$n.r$round.csv"
     done
     for cfg in "${MPI_CONFIGS[@]}"; do
       name="${cfg%%|*}"; opts="${cfg#*|}"

@@ -130,6 +130,8 @@ def block(rows, a):
                     "%s us (the host moves this machine's virtual CPUs between cores that share "
                     "a cache and cores that do not: ch04_ddp/PERFORMANCE.md, \"Trips between "
                     "cores\"); the runs started at %s us." % (a.probe, a.probes or "?"))
+    out[-1] += (" Our rank threads run one per core where there are enough (`--bind`), as "
+                "mpirun binds its processes (2 ranks here; 4 ranks on 2 cores: neither binds).")
     out.append("")
     ranks = sorted({k[2] for k in rows})
     sizes = sorted({k[3] for k in rows})
