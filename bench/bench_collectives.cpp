@@ -340,6 +340,18 @@ int usage(const char* why) {
 // collective's flags do. On a VM it moves with where the host puts the two virtual CPUs (on the
 // 2-core EPYC 0.05-0.07 us for a while, then 0.25-0.3): scripts/bench_collectives.sh starts
 // each run when it reads near its best, ch04_ddp/PERFORMANCE.md "Trips between cores".
+// A poll's pause, and a yield once the peer is clearly not running (one CPU for both threads:
+// without it every trip would wait for the scheduler's tick and the probe would take minutes).
+void relax(int spins) {
+  if (spins >= 1000) {
+    std::this_thread::yield();
+    return;
+  }
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
 int probe() {
   struct alignas(64) Flag {
     std::atomic<std::int64_t> v{0};
@@ -350,22 +362,14 @@ int probe() {
     Flag flags[2];
     std::thread peer([&] {
       for (std::int64_t i = 1; i <= kTrips; ++i) {
-        while (flags[0].v.load(std::memory_order_acquire) < i) {
-#if defined(__x86_64__) || defined(__i386__)
-          __builtin_ia32_pause();
-#endif
-        }
+        for (int spins = 0; flags[0].v.load(std::memory_order_acquire) < i; ++spins) relax(spins);
         flags[1].v.store(i, std::memory_order_release);
       }
     });
     const auto t0 = Clock::now();
     for (std::int64_t i = 1; i <= kTrips; ++i) {
       flags[0].v.store(i, std::memory_order_release);
-      while (flags[1].v.load(std::memory_order_acquire) < i) {
-#if defined(__x86_64__) || defined(__i386__)
-        __builtin_ia32_pause();
-#endif
-      }
+      for (int spins = 0; flags[1].v.load(std::memory_order_acquire) < i; ++spins) relax(spins);
     }
     const double s = std::chrono::duration<double>(Clock::now() - t0).count();
     peer.join();
@@ -459,6 +463,12 @@ int main(int argc, char** argv) {
   }
   if (cfg.ranks < 2 || cfg.ranks > 64) return usage("--ranks must be 2..64");
   if (cfg.repetitions < 1 || cfg.min_seconds <= 0) return usage("bad --repetitions or --min-ms");
+  // Flags of ours that would do nothing: refused rather than silently ignored.
+  if (cfg.impl == "mpi" && (cfg.bind || cfg.spin_us >= 0)) {
+    return usage("--bind and --spin-us are for rank threads (--impl local|ring); mpirun binds "
+                 "and polls its processes itself");
+  }
+  if (cfg.impl != "ring" && cfg.ring_slice >= 0) return usage("--ring-slice needs --impl ring");
   if (cfg.impl == "local" || cfg.impl == "ring") return run_threads(cfg);
   if (cfg.impl == "mpi") {
 #ifdef MIXPAR_HAVE_MPI
