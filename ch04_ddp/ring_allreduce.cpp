@@ -64,16 +64,68 @@ Ring make_ring(Communicator& comm, std::int64_t numel, DType dt, int shift,
   return g;
 }
 
-// Slice-sized buffers in the wire dtype. Partial results alternate between two: a hop writes
-// the next partial result into one while its neighbour may still be reading the one it sent.
-// `arrived` is where a message lands when it is received before being added (see reduce_hop).
+// The ring's buffers, kept from call to call by each thread (a rank is a thread, or a
+// process's main thread under MPI, and its calls on all its communicators run one after
+// another, so one set per thread is never used by two calls at once). Allocating them on every
+// call cost as much as the rest of a small all-reduce. They are the ring's own memory: the
+// gather and exchange paths' buffers, each at most the larger of oneshot_max_bytes and a
+// buffer that the exchange limits admit (plus one chunk's padding), and the hops' three
+// slices (at most 3 x slice_bytes). They are charged to a ledger of their own like the local
+// backend's one-shot staging buffers are the fabric's (comm/local_oneshot.h): a rank's ledger
+// sees no buffer that outlives the call it served. Declared first, the ledger outlives the
+// tensors.
+struct RingScratch {
+  MemoryLedger ledger{-1};
+  Tensor all, acc;
+  Tensor mine, padded;  // the exchange path's reduced chunk, and an uneven chunking's gather
+  Tensor partial[2], arrived;  // the hops' slices (Scratch)
+  Tensor all_view;      // the last view take_all() gave of `all`
+  // The data of `slot`, which holds at least numel elements of `dtype` (reallocated when too
+  // small or of another dtype).
+  std::byte* reserve(Tensor& slot, std::int64_t numel, DType dtype) {
+    if (!slot.defined() || slot.dtype() != dtype || slot.numel() < numel) {
+      if (&slot == &all) all_view = Tensor();
+      slot = Tensor();  // freed before its successor is allocated
+      slot = Tensor::empty({numel}, dtype, MemCategory::kCommBuffers, Device::kCPU, &ledger);
+    }
+    return static_cast<std::byte*>(slot.data());
+  }
+  // numel elements of `dtype` from `slot`.
+  Tensor take(Tensor& slot, std::int64_t numel, DType dtype) {
+    reserve(slot, numel, dtype);
+    return slot.flat_slice(0, numel);
+  }
+  // The same from `all`, the view kept while the size repeats: a Tensor view allocates its
+  // shape, which at a few bytes per rank cost as much as the reduction.
+  Tensor& take_all(std::int64_t numel, DType dtype) {
+    if (all_view.defined() && all_view.numel() == numel && all_view.dtype() == dtype) {
+      return all_view;
+    }
+    all_view = take(all, numel, dtype);
+    return all_view;
+  }
+};
+
+RingScratch& ring_scratch() {
+  thread_local RingScratch s;
+  return s;
+}
+
+// Slice-sized buffers in the wire dtype, views of the thread's ring scratch. Partial results
+// alternate between two: a hop writes the next partial result into one while its neighbour may
+// still be reading the one it sent. `arrived` is where a message lands when it is received
+// before being added (see reduce_hop). Kept from call to call like the gather path's buffers:
+// freed on every call, three 64 KiB buffers made glibc return the heap's top to the kernel
+// and fault it back in on the next call, which cost a 2-rank 128 KiB all-reduce two page faults
+// a call and 30 us against the 10 us of 64 KiB.
 struct Scratch {
   Tensor partial[2], arrived;
   Scratch(const Ring& g, DType wire) {
     const std::int64_t n = std::min(g.slice_elems, ring_chunk(g.numel, g.n, 0).count);
-    for (Tensor* t : {&partial[0], &partial[1], &arrived}) {
-      *t = Tensor::empty({n}, wire, MemCategory::kCommBuffers);
-    }
+    RingScratch& s = ring_scratch();
+    partial[0] = s.take(s.partial[0], n, wire);
+    partial[1] = s.take(s.partial[1], n, wire);
+    arrived = s.take(s.arrived, n, wire);
   }
 };
 
@@ -168,55 +220,11 @@ bool gathers(int ranks, const Tensor& buf, const RingOptions& o) {
   return !o.trace && buf.nbytes() * static_cast<std::size_t>(ranks) <= o.oneshot_max_bytes;
 }
 
-// The gather and exchange paths' buffers, kept from call to call by each thread (a rank is a
-// thread, or a process's main thread under MPI, and its calls on all its communicators run
-// one after another, so one set per thread is never used by two calls at once). Allocating
-// them on every call cost as much as the rest of a small all-reduce. They are the ring's own
-// memory, each at most the larger of oneshot_max_bytes and a buffer that the exchange limits
-// admit (plus one chunk's padding), charged to a ledger of their own like the local backend's
-// one-shot staging buffers are the fabric's (comm/local_oneshot.h): a rank's ledger sees no
-// buffer that outlives the call it served. Declared first, the ledger outlives the tensors.
-struct GatherScratch {
-  MemoryLedger ledger{-1};
-  Tensor all, acc;
-  Tensor mine, padded;  // the exchange path's reduced chunk, and an uneven chunking's gather
-  Tensor all_view;      // the last view take_all() gave of `all`
-  // The data of `slot`, which holds at least numel elements of `dtype` (reallocated when too
-  // small or of another dtype).
-  std::byte* reserve(Tensor& slot, std::int64_t numel, DType dtype) {
-    if (!slot.defined() || slot.dtype() != dtype || slot.numel() < numel) {
-      if (&slot == &all) all_view = Tensor();
-      slot = Tensor();  // freed before its successor is allocated
-      slot = Tensor::empty({numel}, dtype, MemCategory::kCommBuffers, Device::kCPU, &ledger);
-    }
-    return static_cast<std::byte*>(slot.data());
-  }
-  // numel elements of `dtype` from `slot`.
-  Tensor take(Tensor& slot, std::int64_t numel, DType dtype) {
-    reserve(slot, numel, dtype);
-    return slot.flat_slice(0, numel);
-  }
-  // The same from `all`, the view kept while the size repeats: a Tensor view allocates its
-  // shape, which at a few bytes per rank cost as much as the reduction.
-  Tensor& take_all(std::int64_t numel, DType dtype) {
-    if (all_view.defined() && all_view.numel() == numel && all_view.dtype() == dtype) {
-      return all_view;
-    }
-    all_view = take(all, numel, dtype);
-    return all_view;
-  }
-};
-
-GatherScratch& gather_scratch() {
-  thread_local GatherScratch s;
-  return s;
-}
-
 std::byte* bytes_of(const Tensor& t) { return static_cast<std::byte*>(t.data()); }
 
 // Every rank's `numel` elements of buf, rank after rank (in the thread's gather scratch).
 const Tensor& gather_all(Communicator& comm, const Tensor& buf) {
-  Tensor& all = gather_scratch().take_all(buf.numel() * comm.size(), buf.dtype());
+  Tensor& all = ring_scratch().take_all(buf.numel() * comm.size(), buf.dtype());
   comm.all_gather(buf, all);
   return all;
 }
@@ -239,7 +247,7 @@ void reduce_in_ring_order(const Ring& g, const std::byte* all, DType dtype, std:
     return all + static_cast<std::size_t>(q * stride + offset) * elem;
   };
   // The running partial result (wire dtype); two ranks never need it: their one hop is the last.
-  GatherScratch& s = gather_scratch();
+  RingScratch& s = ring_scratch();
   std::byte* acc = g.n > 2 ? s.reserve(s.acc, count, wire) : nullptr;
   const std::byte* partial = own(first);
   DType partial_dtype = dtype;
@@ -278,7 +286,7 @@ void exchange_reduce_scatter(const Ring& g, const Tensor& in, Tensor& out, Reduc
     send[p] = ring_chunk(g.numel, g.n, p).count;
     recv[p] = mine.count;
   }
-  Tensor& parts = gather_scratch().take_all(mine.count * g.n, in.dtype());
+  Tensor& parts = ring_scratch().take_all(mine.count * g.n, in.dtype());
   g.comm->all_to_all(in, {send, static_cast<std::size_t>(g.n)}, parts,
                      {recv, static_cast<std::size_t>(g.n)});
   // Physical chunk r is logical chunk r - shift, which starts at rank r - shift.
@@ -298,7 +306,7 @@ void exchange_all_gather(const Ring& g, Tensor& mine, Tensor& buf) {
   }
   const std::int64_t count = ring_chunk(g.numel, g.n, g.r).count;
   if (count < longest) mine.flat_slice(count, longest - count).fill(0.0f);  // the padding
-  GatherScratch& s = gather_scratch();
+  RingScratch& s = ring_scratch();
   Tensor all = s.take(s.padded, longest * g.n, buf.dtype());
   g.comm->all_gather(mine, all);
   for (int p = 0; p < g.n; ++p) {
@@ -339,7 +347,7 @@ void ring_all_reduce(Communicator& comm, Tensor& buf, ReduceOp op, const RingOpt
     return;
   }
   if (reduction_exchanges(g, buf, opts, opts.exchange_max_bytes)) {
-    GatherScratch& gs = gather_scratch();
+    RingScratch& gs = ring_scratch();
     Tensor mine = gs.take(gs.mine, ring_chunk(g.numel, g.n, 0).count, buf.dtype());
     Tensor reduced = mine.flat_slice(0, ring_chunk(g.numel, g.n, g.r).count);
     exchange_reduce_scatter(g, buf, reduced, op, wire_dtype(buf.dtype(), opts));

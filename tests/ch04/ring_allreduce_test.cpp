@@ -13,6 +13,7 @@
 #include "ch04_ddp/ring_allreduce.h"
 #include "comm/local_backend.h"
 #include "comm_local_test_util.h"
+#include "tensor/ledger.h"
 
 namespace mixpar::ch04 {
 namespace {
@@ -155,6 +156,33 @@ TEST(Ring, SlicingChangesNeitherBitsNorBytes) {
       EXPECT_TRUE(same_bits(whole, sliced)) << "N=" << n;
       EXPECT_EQ(after.bytes_sent - before.bytes_sent, before.bytes_sent) << "N=" << n;
       EXPECT_EQ(after.bytes_received - before.bytes_received, before.bytes_received);
+    });
+  }
+}
+
+// The hops' slice buffers are the thread's, kept from call to call: allocated on every call,
+// glibc handed the heap's top back to the kernel and faulted it in again (30 us for a 2-rank
+// 128 KiB all-reduce, against 17 us kept). A call after the first allocates nothing that the
+// rank's ledger sees, whatever the op or the rank count.
+TEST(Ring, HopsAllocateNoBufferAfterTheFirstCall) {
+  RingOptions hops;
+  hops.oneshot_max_bytes = hops.exchange_max_bytes = 0;
+  hops.reduce_scatter_exchange_max_bytes = 0;
+  for (int n : {2, 3}) {
+    run_local(n, [&](Communicator& c) {
+      const std::int64_t size = 32768 * n;  // 128 KiB of f32 a rank
+      Tensor buf = rank_data(c.rank(), size, DType::kF32);
+      Tensor block = Tensor::empty({size / n}, DType::kF32);
+      ring_all_reduce(c, buf, ReduceOp::kSum, hops);
+      ring_reduce_scatter(c, buf, block, ReduceOp::kSum, hops);
+      const std::int64_t before = current_ledger().allocations();
+      for (int call = 0; call < 3; ++call) {
+        ring_all_reduce(c, buf, ReduceOp::kSum, hops);
+        ring_reduce_scatter(c, buf, block, ReduceOp::kSum, hops);
+        ring_reduce_scatter_inplace(c, buf, ReduceOp::kSum, hops);
+      }
+      EXPECT_EQ(current_ledger().allocations(), before) << "N=" << n << " rank "
+                                                             << c.rank();
     });
   }
 }
