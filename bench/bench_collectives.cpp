@@ -35,6 +35,7 @@
 
 #include "ch04_ddp/ring_allreduce.h"
 #include "comm/local_backend.h"
+#include "comm/local_kernels.h"
 #ifdef MIXPAR_HAVE_MPI
 #include "comm/mpi_backend.h"
 #endif
@@ -58,6 +59,7 @@ struct Config {
   double spin_us = -1;
   bool bind = false;
   std::int64_t eager_limit = -1;  // LocalOptions::eager_limit_bytes: sendrecv's copy or loan
+  std::int64_t stream_copy_min = -1;  // local::set_streaming_copy_min_bytes (0: never stream)
   std::vector<std::int64_t> sizes;  // --sizes: these instead of the sweep
   std::vector<std::string> ops = {"all-reduce", "reduce-scatter", "all-gather", "all-to-all",
                                   "sendrecv"};
@@ -326,6 +328,7 @@ int usage(const char* why) {
                "[--full] [--min-ms MS] [--repetitions R] [--ops a,b,...] [--sizes b,b,...]\n"
                "       [--oneshot-max BYTES] [--ring-oneshot-max BYTES] [--eager-limit BYTES]\n"
                "       [--ring-exchange-max BYTES] [--ring-slice BYTES] [--spin-us US] [--label NAME]\n"
+               "       [--stream-copy-min BYTES]   copies from this size bypass the cache (0: none)\n"
                "       [--bind]   each rank thread on a core of its own, where there are enough\n"
                "       mpirun -np N bench_collectives --impl mpi [same flags]\n"
                "       bench_collectives --probe   two threads' cache-line round trip, us\n",
@@ -415,6 +418,7 @@ int main(int argc, char** argv) {
       else if (a == "--ring-oneshot-max") cfg.ring_oneshot_max = bytes();
       else if (a == "--ring-exchange-max") cfg.ring_exchange_max = bytes();
       else if (a == "--ring-slice") cfg.ring_slice = bytes();
+      else if (a == "--stream-copy-min") cfg.stream_copy_min = bytes();
       else if (a == "--bind") cfg.bind = true;
       else if (a == "--spin-us") {
         const std::string v = value();
@@ -467,6 +471,13 @@ int main(int argc, char** argv) {
   if (cfg.impl == "mpi" && (cfg.bind || cfg.spin_us >= 0)) {
     return usage("--bind and --spin-us are for rank threads (--impl local|ring); mpirun binds "
                  "and polls its processes itself");
+  }
+  if (cfg.impl == "mpi" && cfg.stream_copy_min >= 0) {
+    return usage("--stream-copy-min sets our copies (--impl local|ring); Open MPI copies with "
+                 "its own");
+  }
+  if (cfg.stream_copy_min >= 0) {
+    local::set_streaming_copy_min_bytes(static_cast<std::size_t>(cfg.stream_copy_min));
   }
   if (cfg.impl != "ring" && cfg.ring_slice >= 0) return usage("--ring-slice needs --impl ring");
   if (cfg.impl == "local" || cfg.impl == "ring") return run_threads(cfg);

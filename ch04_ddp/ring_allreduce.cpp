@@ -372,9 +372,24 @@ void ring_reduce_scatter_inplace(Communicator& comm, Tensor& buf, ReduceOp op,
   for (int j = 0; j < g.slices; ++j) reduce_scatter_slice(g, j, buf, buf, 0, op, s, opts);
 }
 
-void ring_all_gather_inplace(Communicator& comm, Tensor& buf, const RingOptions& opts) {
+namespace {
+
+// A standalone all-gather on 2 ranks is one hop, and slices exist for the reduce-scatter's
+// cache (see ring_all_reduce) and for pipelining longer rings: there they would only add
+// hand-offs, and one whole message lets the backend stream a copy larger than the cache
+// (local::copy_bytes). So it goes unsliced unless the caller asked for slices.
+RingOptions gather_options(const Communicator& comm, const RingOptions& opts) {
+  RingOptions o = opts;
+  if (comm.size() == 2 && !o.slice_bytes) o.slice_bytes = 0;
+  return o;
+}
+
+}  // namespace
+
+void ring_all_gather_inplace(Communicator& comm, Tensor& buf, const RingOptions& options) {
   require_cpu(buf, "ring_all_gather_inplace");
   if (comm.size() == 1 || buf.numel() == 0) return;
+  const RingOptions opts = gather_options(comm, options);
   const Ring g = make_ring(comm, buf.numel(), buf.dtype(), 0, opts);
   for (int j = 0; j < g.slices; ++j) all_gather_slice(g, j, buf, opts);
 }
@@ -418,14 +433,16 @@ void ring_reduce_scatter(Communicator& comm, const Tensor& in, Tensor& out, Redu
   for (int j = 0; j < g.slices; ++j) reduce_scatter_slice(g, j, in, out, owned_begin, op, s, opts);
 }
 
-void ring_all_gather(Communicator& comm, const Tensor& in, Tensor& out, const RingOptions& opts) {
+void ring_all_gather(Communicator& comm, const Tensor& in, Tensor& out,
+                     const RingOptions& options) {
   check_blocks(out, in, comm.size(), "ring_all_gather");
+  const RingOptions opts = gather_options(comm, options);
   if (comm.size() > 1 && (gathers(1, out, opts) || exchanges(out, opts, opts.exchange_max_bytes))) {
     comm.all_gather(in, out);  // copies: the hops' bits
     return;
   }
   Tensor mine = out.flat_slice(comm.rank() * in.numel(), in.numel());
-  mine.copy_from(in);
+  local::copy_bytes(bytes_of(mine), bytes_of(in), in.nbytes());  // streamed when large
   if (comm.size() == 1 || in.numel() == 0) return;
   const Ring g = make_ring(comm, out.numel(), out.dtype(), -1, opts);
   for (int j = 0; j < g.slices; ++j) all_gather_slice(g, j, out, opts);

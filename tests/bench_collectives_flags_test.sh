@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench_collectives refuses a bad flag with one line naming it and exit code 2, and refuses the
 # flags that would do nothing for the implementation asked for (--bind and --spin-us under
-# mpi, --ring-slice without the ring) instead of ignoring them.
+# mpi, --ring-slice without the ring, --stream-copy-min under mpi) instead of ignoring them.
 set -u
 bin="$1"
 fail=0
@@ -22,6 +22,8 @@ expect "--eager-limit takes a byte count" --impl local --eager-limit -1
 expect "--ring-slice needs --impl ring" --impl local --ring-slice 4096
 expect "--bind and --spin-us are for rank threads" --impl mpi --bind
 expect "--bind and --spin-us are for rank threads" --impl mpi --spin-us 10
+expect "--stream-copy-min takes a byte count" --impl local --stream-copy-min 16M
+expect "--stream-copy-min sets our copies" --impl mpi --stream-copy-min 0
 expect "unknown flag --probe" --probe extra
-[ "$fail" = 0 ] && echo "bench_collectives: 9 bad invocations, each refused with exit 2"
+[ "$fail" = 0 ] && echo "bench_collectives: 11 bad invocations, each refused with exit 2"
 exit "$fail"

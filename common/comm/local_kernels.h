@@ -29,6 +29,23 @@ void combine_elements(const std::byte* a, DType a_dtype, const std::byte* b, DTy
                       std::byte* out, DType out_dtype, std::int64_t count, ReduceOp op);
 
 // memcpy that tolerates count 0 (null data) and src == dst (an in-place gather's own block).
+// A copy of streaming_copy_min_bytes() or more bypasses the cache on its way out (non-temporal
+// stores): a plain store first reads the destination's line into the cache (read for
+// ownership) and later writes it back, so a copy too large for the cache moves its bytes
+// through memory three times; streamed, twice. On the 2-core AMD EPYC this book is measured
+// on, two threads each copying 32 MiB took 2.4 ms with memcpy and 1.5 ms streamed
+// (ch04_ddp/PERFORMANCE.md, "Copies larger than the cache"). glibc's memcpy streams too, but
+// from a threshold it derives from the cache size CPUID reports, which a virtual machine may
+// misstate (320 MiB there, so it never streamed below 240 MiB). Every streamed copy ends with
+// a store fence, so a flag published after it is seen after the data.
 void copy_bytes(std::byte* dst, const std::byte* src, std::size_t bytes);
+
+// The size from which copy_bytes streams: half the last-level cache the kernel reports
+// (/sys/devices/system/cpu/cpu0/cache), 16 MiB where it reports none; 0 never streams.
+std::size_t streaming_copy_min_bytes();
+// Sets it for the whole process (benchmarks compare thresholds with it); returns the old one.
+std::size_t set_streaming_copy_min_bytes(std::size_t bytes);
+// The last-level cache's size as the kernel reports it, or 0 where it reports none.
+std::size_t last_level_cache_bytes();
 
 }  // namespace mixpar::local

@@ -187,6 +187,29 @@ TEST(Ring, HopsAllocateNoBufferAfterTheFirstCall) {
   }
 }
 
+// A standalone all-gather on 2 ranks is one hop: unsliced by default (one message that the
+// backend can stream past the cache), in slices only when the caller asks, with the same bits.
+TEST(Ring, TwoRankAllGatherIsOneMessageUnlessSlicesAreAsked) {
+  RingOptions hops;
+  hops.oneshot_max_bytes = hops.exchange_max_bytes = 0;
+  run_local(2, [&](Communicator& c) {
+    const std::int64_t k = 3 << 20;  // 12 MiB a rank: 6 default 2-rank slices
+    const Tensor in = rank_data(c.rank(), k, DType::kF32);
+    Tensor whole = Tensor::empty({2 * k}, DType::kF32), sliced = whole.clone();
+    const std::int64_t before = c.traffic().totals("sendrecv").calls;
+    ring_all_gather(c, in, whole, hops);
+    const std::int64_t after_whole = c.traffic().totals("sendrecv").calls;
+    RingOptions in_slices = hops;
+    in_slices.slice_bytes = RingOptions::kSliceBytesTwoRanks;
+    ring_all_gather(c, in, sliced, in_slices);
+    EXPECT_EQ(after_whole - before, 1);
+    EXPECT_EQ(c.traffic().totals("sendrecv").calls - after_whole, 6);
+    EXPECT_TRUE(same_bits(whole, sliced)) << "rank " << c.rank();
+    EXPECT_TRUE(same_bits(whole.flat_slice((1 - c.rank()) * k, k).clone(),
+                          rank_data(1 - c.rank(), k, DType::kF32)));
+  });
+}
+
 TEST(Ring, Fp32PartialsRoundOnceAndTrackTheBackendCloserThanPerHopRounding) {
   constexpr int n = 8;
   constexpr std::int64_t size = 4096;
