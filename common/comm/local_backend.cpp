@@ -218,10 +218,11 @@ bool LocalCommunicator::oneshot_fits(std::size_t bytes) const {
 }
 
 template <class Write, class Read>
-void LocalCommunicator::oneshot(const local::CallDesc& d, Write&& write, Read&& read) {
+void LocalCommunicator::oneshot(const local::CallDesc& d, Write&& write, Read&& read,
+                                std::span<const std::byte> in_line) {
   const std::int64_t seq = ++*calls_;
   write(oneshot_->stage(rank_, seq));
-  oneshot_->publish(rank_, seq, d, fabric_->asymmetric_fence());
+  oneshot_->publish(rank_, seq, d, fabric_->asymmetric_fence(), in_line);
   fabric_->oneshot_posted(group_, *oneshot_);
   if (!fabric_->poll([&] { return oneshot_->all_published(seq); })) {
     fabric_->oneshot_wait(group_, rank_, seq, d);
@@ -432,6 +433,12 @@ void LocalCommunicator::all_to_all(const Tensor& in, std::span<const std::int64_
   // and goes there without waiting for the flags, so a large call pays only its vote.
   const auto counts_bytes = static_cast<std::size_t>(size()) * sizeof(std::int64_t);
   const std::size_t capacity = oneshot_->capacity();
+  // Where they fit (2 and 3 ranks), the counts travel in the flag's line too: a reader has
+  // them as soon as it sees the flag, and fetches its block at once.
+  const bool counts_in_line = counts_bytes <= local::OneShotGroup::kInLineBytes;
+  // Read from there when the staged input spans lines (judged by ours: an all-to-all's inputs
+  // are usually alike); within one line, the staged counts come with the block.
+  const bool read_in_line = counts_in_line && counts_bytes + in.nbytes() > 64;
   if (oneshot_fits(0) && capacity > 0) {
     const bool stages = counts_bytes + in.nbytes() <= capacity && out.nbytes() <= capacity;
     const local::CallDesc vote{.op = local::CollOp::kAllToAll, .dtype = in.dtype(),
@@ -456,10 +463,12 @@ void LocalCommunicator::all_to_all(const Tensor& in, std::span<const std::int64_
           for (int p = 0; p < size(); ++p) {
             const std::byte* staged = oneshot_->data(p, seq);
             std::int64_t counts[kStackRanks];  // a copy: the staged bytes need no alignment
-            std::memcpy(counts, staged, counts_bytes);
+            std::memcpy(counts, read_in_line ? oneshot_->in_line(p, seq) : staged,
+                        counts_bytes);
             take_block(static_cast<std::size_t>(p), counts, staged + counts_bytes);
           }
-        });
+        },
+        counts_in_line ? std::as_bytes(send_counts) : std::span<const std::byte>{});
     if (all_staged) {
       traffic_.record("all_to_all", v.bytes_sent, v.bytes_received);
       return;

@@ -114,9 +114,11 @@ class LocalCommunicator final : public Communicator {
   // only on what the ranks agree on, so either all of them take it or a mismatch is reported.
   bool oneshot_fits(std::size_t bytes) const;
   // The one-shot path: write(stage) copies this rank's input into its staging buffer, then
-  // the flag goes up; once every flag is up and every rank called the same, read(seq).
+  // the flag goes up, with `in_line` in its cache line (OneShotGroup::in_line); once every
+  // flag is up and every rank called the same, read(seq).
   template <class Write, class Read>
-  void oneshot(const local::CallDesc& d, Write&& write, Read&& read);
+  void oneshot(const local::CallDesc& d, Write&& write, Read&& read,
+               std::span<const std::byte> in_line = {});
 
   local::Fabric* fabric_;
   local::OneShotGroup* oneshot_;  // this group's flags and staging buffers

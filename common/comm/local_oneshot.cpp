@@ -1,6 +1,10 @@
 // The one-shot path's flags and staging buffers.
 #include "comm/local_oneshot.h"
 
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
 #include "comm/asymmetric_fence.h"
 
 namespace mixpar::local {
@@ -18,9 +22,17 @@ std::byte* OneShotGroup::stage(int rank, std::int64_t seq) {
   return r.buffer.get() + static_cast<std::size_t>(seq % 2) * capacity_;
 }
 
-void OneShotGroup::publish(int rank, std::int64_t seq, const CallDesc& d, bool asymmetric) {
+static_assert(OneShotGroup::kInLineBytes >= 16, "a 2-rank all-to-all's counts fit the line");
+
+void OneShotGroup::publish(int rank, std::int64_t seq, const CallDesc& d, bool asymmetric,
+                           std::span<const std::byte> in_line) {
   Half& h = ranks_[static_cast<std::size_t>(rank)].half[seq % 2];
   h.desc = d;
+  if (in_line.size() > kInLineBytes) {
+    throw std::logic_error("OneShotGroup::publish: " + std::to_string(in_line.size()) +
+                           " bytes for a line that holds " + std::to_string(kInLineBytes));
+  }
+  if (!in_line.empty()) std::memcpy(h.in_line, in_line.data(), in_line.size());
   // At least release: a peer that reads the flag sees the description and the staged bytes.
   // The fabric's oneshot_posted() reads `sleepers` after it (comm/asymmetric_fence.h).
   publish_flag(h.flag, seq, asymmetric);
@@ -48,6 +60,10 @@ bool OneShotGroup::posted_call(int rank, std::int64_t seq) const {
 
 const CallDesc& OneShotGroup::desc(int rank, std::int64_t seq) const {
   return at(rank).half[seq % 2].desc;
+}
+
+const std::byte* OneShotGroup::in_line(int rank, std::int64_t seq) const {
+  return at(rank).half[seq % 2].in_line;
 }
 
 const std::byte* OneShotGroup::data(int rank, std::int64_t seq) const {

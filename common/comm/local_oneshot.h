@@ -21,6 +21,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "comm/local_fabric.h"
@@ -46,9 +47,11 @@ class OneShotGroup {
 
   // The owner's staging buffer for call `seq` (allocated on its first use). Owner only.
   std::byte* stage(int rank, std::int64_t seq);
-  // The owner publishes call `seq`: its description, then the flag (release; sequentially
-  // consistent where the fabric's fence is not asymmetric, Fabric::asymmetric_fence()).
-  void publish(int rank, std::int64_t seq, const CallDesc& d, bool asymmetric);
+  // The owner publishes call `seq`: its description and `in_line` (at most kInLineBytes),
+  // then the flag (release; sequentially consistent where the fabric's fence is not
+  // asymmetric, Fabric::asymmetric_fence()).
+  void publish(int rank, std::int64_t seq, const CallDesc& d, bool asymmetric,
+               std::span<const std::byte> in_line = {});
   // Whether every rank of the group has published call `seq` (acquire: their data is visible).
   bool all_published(std::int64_t seq) const;
   bool published(int rank, std::int64_t seq) const;
@@ -57,6 +60,12 @@ class OneShotGroup {
   // After published(rank, seq): what it published.
   const CallDesc& desc(int rank, std::int64_t seq) const;
   const std::byte* data(int rank, std::int64_t seq) const;
+  // After published(rank, seq): the bytes it published in its flag's line (kInLineBytes of
+  // them, the first ones those it passed). A reader that polled the flag has them already: no
+  // trip between cores. All-to-all puts its counts there, which say where each reader's block
+  // lies in the staged data: read from the staging buffer, the counts and then the block
+  // were two trips in a row.
+  const std::byte* in_line(int rank, std::int64_t seq) const;
 
   // Ranks asleep in the fabric waiting for a flag: a publisher wakes them only when this is
   // non-zero. The publisher stores its flag and then reads this; a sleeper counts itself here
@@ -71,7 +80,13 @@ class OneShotGroup {
   struct alignas(64) Half {
     std::atomic<std::int64_t> flag{0};  // the last call published in this parity
     CallDesc desc;
+    std::byte in_line[64 - sizeof(std::atomic<std::int64_t>) - sizeof(CallDesc)];
   };
+
+ public:
+  static constexpr std::size_t kInLineBytes = sizeof(Half::in_line);
+
+ private:
   struct alignas(64) Rank {
     Half half[2];
     std::unique_ptr<std::byte[]> buffer;  // 2 x capacity, by parity; set before the first flag

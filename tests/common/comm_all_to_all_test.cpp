@@ -5,6 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstring>
+#include <span>
+#include <stdexcept>
 #include <vector>
 
 #include "comm/local_backend.h"
@@ -116,6 +119,46 @@ TEST(CommAllToAll, OneShotAndRendezvousGiveTheSameBlocksBackToBackAtMixedSizes) 
           opts);
     }
   }
+}
+
+// On 2 and 3 ranks the one-shot path's counts also travel in the flag's cache line, and a
+// rank whose own input spans more than that line reads them there. Inputs on either side of
+// that line, differing by rank and from call to call (both parities of the flag), uneven
+// counts and zeros: every block lands where the sender's counts say, on 2, 3 and 4 ranks
+// (4 ranks' counts do not fit the line).
+TEST(CommAllToAll, CountsInTheFlagsLineGiveEveryBlockWhateverEachRanksSize) {
+  for (int n : {2, 3, 4}) {
+    run_local(n, [n](Communicator& c) {
+      for (int k = 0; k < 40; ++k) {
+        const auto count = [k, n](int p, int q) -> std::int64_t {
+          const std::int64_t base = (p * 7 + q * 3 + k) % 11;
+          return p == k % n ? base * 9 : base;  // one rank's input spans several lines
+        };
+        const Exchange e = exchange_of(c.rank(), n, count);
+        Tensor out = Tensor::empty(e.want.shape(), DType::kF32);
+        c.all_to_all(e.in, e.send_counts, out, e.recv_counts);
+        ASSERT_TRUE(same_bits(out, e.want)) << "rank " << c.rank() << " of " << n << ", call "
+                                            << k;
+      }
+    });
+  }
+}
+
+TEST(LocalOneShotGroup, BytesPublishedInTheFlagsLineArriveWithItAndNoMoreThanItHolds) {
+  local::OneShotGroup g(2, 64);
+  const std::int64_t counts[2] = {123456789, -5};
+  for (std::int64_t seq = 1; seq <= 2; ++seq) {
+    local::CallDesc d;
+    d.count = seq;
+    g.publish(0, seq, d, false, std::as_bytes(std::span(counts)));
+    ASSERT_TRUE(g.published(0, seq));
+    std::int64_t got[2];
+    std::memcpy(got, g.in_line(0, seq), sizeof got);
+    EXPECT_EQ(got[0], counts[0]) << "call " << seq;
+    EXPECT_EQ(got[1], counts[1]) << "call " << seq;
+  }
+  const std::vector<std::byte> too_long(local::OneShotGroup::kInLineBytes + 1);
+  EXPECT_THROW(g.publish(1, 1, local::CallDesc{}, false, too_long), std::logic_error);
 }
 
 TEST(CommAllToAll, OneShotAgainstAnotherCollectiveIsAMismatchNamingBoth) {
