@@ -2,13 +2,14 @@
 # The collectives side by side, in one session on one machine: Open MPI's own collectives
 # between processes (mpirun), chapter 4's hand-written ring and the local backend between rank
 # threads, on 2 and 4 ranks, all timed by build/bin/bench_collectives (bench/bench_collectives.cpp:
-# min time per repetition, 5 repetitions, the median). Writes the markdown table, the ratios
-# and the alpha-beta fits into ch04_ddp/README.md between its bench_collectives markers (a rerun
-# replaces them) and the raw lines to build/bench_collectives/.
+# min time per repetition, 5 repetitions, the median). Writes the ratios, the alpha-beta fits
+# and the targets' verdicts into ch04_ddp/README.md between its bench_collectives markers, every
+# cell and the switch points into ch04_ddp/PERFORMANCE.md between its bench_collectives_full
+# markers (a rerun replaces both), and the raw lines to build/bench_collectives/.
 #
 #   scripts/bench_collectives.sh            the default sweep (8 B .. 64 MiB), a few minutes
 #   scripts/bench_collectives.sh --full     the default sizes and 8 B x 4^k .. 128 MiB, and 256 MiB
-#   scripts/bench_collectives.sh --no-build --no-readme   measure only (table on stdout)
+#   scripts/bench_collectives.sh --no-build --no-readme   measure only (tables on stdout)
 #   --rounds=N   run every implementation N times (default 3), each cell the fastest round's
 #
 # Open MPI runs in each configuration of MPI_CONFIGS below and the table takes, per op, rank
@@ -145,11 +146,16 @@ ompi=$(mpirun --version 2>/dev/null | head -1 || true)
 cmd="scripts/bench_collectives.sh${full:+ --full}${rounds:+ --rounds=$rounds}"
 
 probes=$(awk '{print $2}' "$out/probes.txt" | sort -g | awk '{a[NR]=$1} END{printf "%s-%s", a[1], a[NR]}')
-python3 scripts/bench_collectives_table.py --dir "$out" --cpu "$cpu" --cores "$cores" \
-  --load "$load_before -> $load_after" --mpi-version "$ompi" --command "$cmd" \
-  --rounds "$rounds" --probe "$best_probe" --probes "$probes" > "$out/table.md"
-cat "$out/table.md"
+for part in readme full; do
+  python3 scripts/bench_collectives_table.py --dir "$out" --cpu "$cpu" --cores "$cores" \
+    --load "$load_before -> $load_after" --mpi-version "$ompi" --command "$cmd" \
+    --rounds "$rounds" --probe "$best_probe" --probes "$probes" --part "$part" \
+    > "$out/table-$part.md"
+done
+cat "$out/table-readme.md" "$out/table-full.md"
 if [ "$readme" = 1 ]; then
-  python3 scripts/bench_collectives_table.py --splice ch04_ddp/README.md "$out/table.md"
-  echo "bench_collectives.sh: table written into ch04_ddp/README.md" >&2
+  python3 scripts/bench_collectives_table.py --splice ch04_ddp/README.md "$out/table-readme.md"
+  python3 scripts/bench_collectives_table.py --splice ch04_ddp/PERFORMANCE.md "$out/table-full.md"
+  echo "bench_collectives.sh: ratios, fit and targets written into ch04_ddp/README.md," \
+       "every cell and the switch points into ch04_ddp/PERFORMANCE.md" >&2
 fi

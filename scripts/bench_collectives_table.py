@@ -2,10 +2,14 @@
 """The markdown block of scripts/bench_collectives.sh, from bench_collectives' CSV lines.
 
   bench_collectives_table.py --dir DIR --cpu .. --cores .. --load .. --mpi-version .. --command ..
-      prints the block: per op, sizes x {OpenMPI, ring, local} busbw and latency on 2 and 4
-      ranks, the ratios against Open MPI at its best, and the alpha-beta model fitted to them.
-  bench_collectives_table.py --splice README.md BLOCK.md
-      replaces what lies between the README's bench_collectives markers with the block.
+      prints chapter 4's README block: our busbw over Open MPI's (at its best) per op, rank
+      count and implementation at a few sizes and at the lowest, Open MPI's configurations,
+      the alpha-beta model fitted to every size, and the targets' verdicts.
+  ... --part full
+      prints ch04_ddp/PERFORMANCE.md's block: per op, every size x {OpenMPI, ring, local}
+      busbw and latency on 2 and 4 ranks with the ratios, and the switch points.
+  bench_collectives_table.py --splice FILE BLOCK.md
+      replaces what lies between FILE's markers of the block's kind with the block.
 
 The alpha-beta model T(n) = alpha + n * beta (Hockney's: a fixed cost per call plus a cost per
 byte, docs/REFERENCE.md) is fitted by least squares on the relative error,
@@ -23,6 +27,10 @@ import sys
 
 BEGIN = "<!-- bench_collectives:begin -->"
 END = "<!-- bench_collectives:end -->"
+FULL_BEGIN = "<!-- bench_collectives_full:begin -->"
+FULL_END = "<!-- bench_collectives_full:end -->"
+# The sizes the README's summary shows (the lowest ratio over every size beside them).
+SUMMARY_SIZES = [8, 4 << 10, 64 << 10, 1 << 20, 64 << 20, 256 << 20]
 OPS = ["all-reduce", "reduce-scatter", "all-gather", "all-to-all", "sendrecv"]
 IMPLS = [("mpi", "OpenMPI"), ("ring", "ring"), ("local", "local")]
 
@@ -112,27 +120,53 @@ def fit(points):
     return alpha, beta
 
 
-def block(rows, a):
-    out = [BEGIN, ""]
-    out.append("Measured by `%s` (bench/bench_collectives.cpp), f32, on %s, %s cores; "
-               "load average (1, 5, 15 min) %s during the run; %s. Each cell: busbw in GB/s "
-               "(nccl-tests' convention) and the latency per call in microseconds, the median "
-               "of 5 repetitions of at least 10 ms each%s. OpenMPI: of the configurations the "
-               "script runs, the fastest over each op's sweep (named below). Ratios: our "
-               "busbw / OpenMPI's "
-               "(above 1: faster)." % (
-                   a.command, a.cpu, a.cores, a.load, a.mpi_version,
-                   ", the lowest such median of %s rounds run one after another (ours and "
-                   "OpenMPI's alike)" % a.rounds if a.rounds and a.rounds != "1" else ""))
+def header(a):
+    """What was measured, where and how: the first paragraph of both blocks."""
+    text = ("Measured by `%s` (bench/bench_collectives.cpp), f32, on %s, %s cores; "
+            "load average (1, 5, 15 min) %s during the run; %s. Each cell: the median "
+            "of 5 repetitions of at least 10 ms each%s. OpenMPI: of the configurations the "
+            "script runs, the fastest over each op's sweep. Ratios: our busbw / OpenMPI's "
+            "(above 1: faster)." % (
+                a.command, a.cpu, a.cores, a.load, a.mpi_version,
+                ", the lowest such median of %s rounds run one after another (ours and "
+                "OpenMPI's alike)" % a.rounds if a.rounds and a.rounds != "1" else ""))
     if a.probe:
-        out[-1] += (" Each run, ours and OpenMPI's, started when two threads' cache-line round "
-                    "trip (`bench_collectives --probe`) read within 3x of the fastest seen, "
-                    "%s us (the host moves this machine's virtual CPUs between cores that share "
-                    "a cache and cores that do not: ch04_ddp/PERFORMANCE.md, \"Trips between "
-                    "cores\"); the runs started at %s us." % (a.probe, a.probes or "?"))
-    out[-1] += (" Our rank threads run one per core where there are enough (`--bind`), as "
-                "mpirun binds its processes (2 ranks here; 4 ranks on 2 cores: neither binds).")
+        text += (" Each run, ours and OpenMPI's, started when two threads' cache-line round "
+                 "trip (`bench_collectives --probe`) read within 3x of the fastest seen, "
+                 "%s us (the host moves this machine's virtual CPUs between cores that share "
+                 "a cache and cores that do not: ch04_ddp/PERFORMANCE.md, \"Trips between "
+                 "cores\"); the runs started at %s us." % (a.probe, a.probes or "?"))
+    text += (" Our rank threads run one per core where there are enough (`--bind`), as "
+             "mpirun binds its processes (2 ranks here; 4 ranks on 2 cores: neither binds).")
+    return text
+
+
+def summary_table(rows):
+    """Per op, rank count and implementation: the ratio at SUMMARY_SIZES and the lowest."""
+    ranks = sorted({k[2] for k in rows})
+    sizes = sorted({k[3] for k in rows})
+    shown = [b for b in SUMMARY_SIZES if b in sizes]
+    head = ["op", "ranks", "impl"] + [size_name(b) for b in shown] + ["lowest (size)"]
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for op in OPS:
+        for n in ranks:
+            for impl, name in IMPLS[1:]:
+                qs = [(ratio(rows, impl, op, n, b), b) for b in sizes]
+                qs = [(q, b) for q, b in qs if q is not None]
+                if not qs:
+                    continue
+                at = dict((b, q) for q, b in qs)
+                q, b = min(qs)
+                out.append("| " + " | ".join(
+                    [op, str(n), name] + ["%.2f" % at[s] if s in at else "-" for s in shown] +
+                    ["%.2f (%s)" % (q, size_name(b))]) + " |")
     out.append("")
+    return out
+
+
+def op_tables(rows):
+    """Per op: every size x {OpenMPI, ring, local} busbw (latency) on each rank count."""
+    out = []
     ranks = sorted({k[2] for k in rows})
     sizes = sorted({k[3] for k in rows})
     for op in OPS:
@@ -161,24 +195,17 @@ def block(rows, a):
                                  if r and mpi else "-")
             out.append("| " + " | ".join(cells) + " |")
         out.append("")
-    chosen = {}
-    for k, r in sorted(rows.items()):
-        if k[0] == "mpi":
-            chosen[(k[1], k[2])] = r["config"]
-    if chosen:
-        out.append("OpenMPI's configuration, the fastest over each op's sweep (geometric mean of "
-                   "its latencies) on each rank count: " +
-                   "; ".join("%s %d ranks %s" % (op, n, c) for (op, n), c in
-                             sorted(chosen.items(), key=lambda x: (OPS.index(x[0][0]), x[0][1])))
-                   + ".")
-        out.append("")
-    out.append("The alpha-beta model T(n) = alpha + n beta fitted to these medians (least "
-               "squares on the relative error): alpha is the fixed cost of a call, 1/beta the "
-               "algorithm bandwidth it tends to, n_1/2 = alpha/beta the size at which half the "
-               "time is the fixed cost.")
-    out.append("")
-    out.append("| op | ranks | impl | alpha (us) | 1/beta (GB/s) | n_1/2 |")
-    out.append("|---|---|---|---|---|---|")
+    return out
+
+
+def fit_table(rows):
+    ranks = sorted({k[2] for k in rows})
+    out = ["The alpha-beta model T(n) = alpha + n beta fitted to the medians at every size "
+           "(least squares on the relative error): alpha is the fixed cost of a call, 1/beta "
+           "the algorithm bandwidth it tends to, n_1/2 = alpha/beta the size at which half the "
+           "time is the fixed cost.", "",
+           "| op | ranks | impl | alpha (us) | 1/beta (GB/s) | n_1/2 |",
+           "|---|---|---|---|---|---|"]
     for op in OPS:
         for n in ranks:
             for i, name in IMPLS:
@@ -194,11 +221,50 @@ def block(rows, a):
                     op, n, name, num(alpha * 1e6), num(1 / beta / 1e9),
                     bytes_name(alpha / beta) if alpha > 0 else "-"))
     out.append("")
+    return out
+
+
+def configurations(rows):
+    chosen = {}
+    for k, r in sorted(rows.items()):
+        if k[0] == "mpi":
+            chosen[(k[1], k[2])] = r["config"]
+    if not chosen:
+        return []
+    return ["OpenMPI's configuration, the fastest over each op's sweep (geometric mean of "
+            "its latencies) on each rank count: " +
+            "; ".join("%s %d ranks %s" % (op, n, c) for (op, n), c in
+                      sorted(chosen.items(), key=lambda x: (OPS.index(x[0][0]), x[0][1])))
+            + ".", ""]
+
+
+def block(rows, a):
+    """Chapter 4's README block: the ratios, the fit and the targets."""
+    out = [BEGIN, "", header(a), ""]
+    sizes = sorted({k[3] for k in rows})
+    out.append("Our busbw over OpenMPI's at some of the sizes, and the lowest over all %d sizes "
+               "measured (%s to %s); every size with busbw and latency: "
+               "[PERFORMANCE.md](PERFORMANCE.md#the-collectives-at-every-size)." % (
+                   len(sizes), size_name(sizes[0]), size_name(sizes[-1])))
+    out.append("")
+    out += summary_table(rows)
+    out += configurations(rows)
+    out += fit_table(rows)
     out += targets_block(rows)
+    out.append(END)
+    return "\n".join(out) + "\n"
+
+
+def full_block(rows, a):
+    """PERFORMANCE.md's block: every cell, and the switch points."""
+    out = [FULL_BEGIN, "", header(a) + " Each cell: busbw in GB/s (nccl-tests' convention) "
+           "and the latency per call in microseconds.", ""]
+    out += op_tables(rows)
+    out += configurations(rows)
     switch = read(os.path.join(a.dir, "switch")) if os.path.isdir(os.path.join(a.dir, "switch")) else {}
     if switch:
         out += switch_block(switch)
-    out.append(END)
+    out.append(FULL_END)
     return "\n".join(out) + "\n"
 
 
@@ -219,7 +285,7 @@ def targets_block(rows):
     """Each target with its verdict, computed from the cells above."""
     ranks = sorted({k[2] for k in rows})
     sizes = sorted({k[3] for k in rows})
-    out = ["Targets, from the cells above:", ""]
+    out = ["Targets, from every cell measured:", ""]
     short = []
     for op in OPS:
         for impl, name in IMPLS[1:]:
@@ -302,9 +368,13 @@ def switch_block(rows):
 def splice(readme, block_path):
     text = open(readme).read()
     new = open(block_path).read().strip("\n")
-    pat = re.compile(re.escape(BEGIN) + r".*?" + re.escape(END), re.S)
+    begin, end = (FULL_BEGIN, FULL_END) if new.startswith(FULL_BEGIN) else (BEGIN, END)
+    if not new.startswith(begin) or not new.endswith(end):
+        sys.exit("bench_collectives_table.py: %s is not a block (%s ... %s)" %
+                 (block_path, begin, end))
+    pat = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.S)
     if not pat.search(text):
-        sys.exit("bench_collectives_table.py: %s has no %s ... %s block" % (readme, BEGIN, END))
+        sys.exit("bench_collectives_table.py: %s has no %s ... %s block" % (readme, begin, end))
     tmp = readme + ".tmp"
     with open(tmp, "w") as f:
         f.write(pat.sub(lambda _: new, text, count=1))
@@ -322,7 +392,9 @@ def main():
     p.add_argument("--rounds", default="1")
     p.add_argument("--probe", default="", help="the fastest round trip the script saw, us")
     p.add_argument("--probes", default="", help="the runs' round trips, lowest-highest, us")
-    p.add_argument("--splice", nargs=2, metavar=("README", "BLOCK"))
+    p.add_argument("--part", choices=["readme", "full"], default="readme",
+                   help="readme: ratios, fit and targets; full: every cell and the switch points")
+    p.add_argument("--splice", nargs=2, metavar=("FILE", "BLOCK"))
     a = p.parse_args()
     if a.splice:
         splice(*a.splice)
@@ -330,7 +402,7 @@ def main():
     rows = read(a.dir)
     if not rows:
         sys.exit("bench_collectives_table.py: no measurements in %s" % a.dir)
-    sys.stdout.write(block(rows, a))
+    sys.stdout.write(full_block(rows, a) if a.part == "full" else block(rows, a))
 
 
 if __name__ == "__main__":

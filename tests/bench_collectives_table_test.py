@@ -5,8 +5,10 @@ Each case writes bench_collectives CSV lines (OpenMPI's in two configurations, t
 backend's and the ring's) into a temporary directory, runs the script and checks the
 "Targets" lines it prints: every target met when ours are faster everywhere; each shortfall
 named with its ratio otherwise (one slow cell, a slow 4 KiB latency, a large all-reduce under
-2x); OpenMPI taken in its fastest configuration over an op's sweep, not cell by cell. Exit 0
-when every case holds.
+2x); OpenMPI taken in its fastest configuration over an op's sweep, not cell by cell. Then the
+two blocks: the README's summary names each row's lowest ratio and its size, the full block
+(PERFORMANCE.md) has every cell and no verdicts, and --splice replaces only the markers of the
+block's own kind. Exit 0 when every case holds.
 """
 import os
 import subprocess
@@ -36,13 +38,17 @@ def write(directory, name, impl, lat):
                                                                  bw))
 
 
-def targets(case):
-    """The script's Targets lines for the measurements `case` writes."""
+def output(case, *flags):
+    """What the script prints for the measurements `case` writes."""
     with tempfile.TemporaryDirectory() as d:
         case(d)
-        out = subprocess.run([sys.executable, SCRIPT, "--dir", d], check=True,
-                             capture_output=True, text=True).stdout
-    lines = out.split("Targets, from the cells above:")[1].strip().split("\n\n")[0]
+        return subprocess.run([sys.executable, SCRIPT, "--dir", d, *flags], check=True,
+                              capture_output=True, text=True).stdout
+
+
+def targets(case):
+    """The script's Targets lines for the measurements `case` writes."""
+    lines = output(case).split("Targets, from every cell measured:")[1].strip().split("\n\n")[0]
     return lines.splitlines()
 
 
@@ -109,10 +115,49 @@ def main():
     expect("one lucky cell", targets(one_lucky_cell),
            "every size, op and rank count: met.")
 
+    summary = output(one_slow_cell)
+    expect("summary's lowest", [summary], "| sendrecv | 4 | local | 0.50 | 3.00 | 3.00 | 0.50 (8 B) |",
+           "lowest over all 4 sizes measured (8 B to 64 MiB)", "| all-reduce | 2 | ring | 2.50 | 2.50 |")
+    if "| 16 MiB |" in summary:
+        failures.append("summary: a row per size, as in the full block:\n" + summary)
+
+    full = output(one_slow_cell, "--part", "full")
+    expect("full block", [full], "<!-- bench_collectives_full:begin -->",
+           "| all-reduce | OpenMPI 2 | ring 2 | local 2 | ring/OpenMPI 2 | local/OpenMPI 2 |",
+           "| 8 B | 0.0079 (1.01 us) | 0.02 (0.4 us) | 0.024 (0.34 us) | 2.50 | 3.00 |",
+           "<!-- bench_collectives_full:end -->")
+    if "Targets" in full:
+        failures.append("full block: has the verdicts, which are the README's:\n" + full)
+
+    with tempfile.TemporaryDirectory() as d:
+        page = os.path.join(d, "page.md")
+        blocks = {"readme": summary, "full": full}
+        for name, text in blocks.items():
+            with open(os.path.join(d, name + ".md"), "w") as f:
+                f.write(text)
+        with open(page, "w") as f:
+            f.write("before\n<!-- bench_collectives:begin -->\nold\n<!-- bench_collectives:end -->\n"
+                    "middle\n<!-- bench_collectives_full:begin -->\nold\n"
+                    "<!-- bench_collectives_full:end -->\nafter\n")
+        for name in blocks:
+            subprocess.run([sys.executable, SCRIPT, "--splice", page, os.path.join(d, name + ".md")],
+                           check=True, capture_output=True)
+        spliced = open(page).read()
+        if spliced != "before\n" + summary + "middle\n" + full + "after\n":
+            failures.append("splice: both blocks in place, the rest kept; got\n" + spliced)
+        with open(os.path.join(d, "junk.md"), "w") as f:
+            f.write("no markers\n")
+        r = subprocess.run([sys.executable, SCRIPT, "--splice", page, os.path.join(d, "junk.md")],
+                           capture_output=True, text=True)
+        if r.returncode == 0 or open(page).read() != spliced:
+            failures.append("splice of a block without markers: exit %d, page %s" %
+                            (r.returncode, "changed" if open(page).read() != spliced else "kept"))
+
     if failures:
         print("\n".join(failures))
         return 1
-    print("bench_collectives_table.py: 5 cases, every verdict as expected")
+    print("bench_collectives_table.py: 5 verdict cases, the two blocks and their splices as "
+          "expected")
     return 0
 
 
