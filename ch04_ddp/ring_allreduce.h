@@ -61,7 +61,7 @@ struct RingOptions {
   // path) and adds them itself in the ring's own order, chunk by chunk, rounding where the hops
   // round. The ring's bits, on every rank, without its 2(N-1) sequential hand-offs; the
   // traffic is the all-gather's, (N-1) B per rank instead of 2(N-1)/N B. 0: always the hops.
-  // Measured with scripts/bench_collectives.sh's switch-point table (ch04_ddp/README.md holds
+  // Measured with scripts/bench_collectives.sh's switch-point table (ch04_ddp/PERFORMANCE.md holds
   // the latest run's; f32 all-reduce, each path forced, fastest of 5 repetitions, 2-core AMD
   // EPYC), in a run at load average 0.9-2.5: gather / hops 2.2 / 14 us at 1 KiB on 2 ranks and faster up to 128 KiB there;
   // on 4 ranks 5.6 / 25 us at 1 KiB, 26 / 34 us at 32 KiB, even at 64 KiB (44 / 43). A run

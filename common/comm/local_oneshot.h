@@ -30,7 +30,7 @@ namespace mixpar::local {
 
 // The default limit of the one-shot path (LocalOptions::oneshot_max_bytes) on N x the bytes
 // one rank publishes: the bytes each rank reads, which is what grows the one-shot's cost with
-// N. Measured with scripts/bench_collectives.sh's switch-point table (ch04_ddp/README.md holds
+// N. Measured with scripts/bench_collectives.sh's switch-point table (ch04_ddp/PERFORMANCE.md holds
 // the latest run's; f32 all-reduce, each path forced, fastest of 5 repetitions, 2-core AMD
 // EPYC), in a run at load average 0.9-2.5: one-shot / chunked 1.7 / 15 us at 1 KiB and 14 / 17 us at 16 KiB on 2 ranks,
 // slower from 32 KiB (24 / 21); on 4 ranks 4.5 / 8.0 us at 1 KiB, 7.0 / 8.4 at 4 KiB, about
