@@ -2,10 +2,13 @@
 // private helpers expect it held. Waits sleep on the rank's own condition variable with a
 // wait_until deadline (the watchdog), and every rank about to sleep first asks whether any
 // rank could still wake it (the deadlock check), so a broken world fails instead of hanging.
+// The pairs' fast channels live in local_channel.cpp, the failure reports in
+// local_fabric_reports.cpp, the waits they share in local_fabric_waits.h.
 
 #include "comm/local_fabric.h"
 
 #include "comm/asymmetric_fence.h"
+#include "comm/local_fabric_waits.h"
 #include "comm/local_kernels.h"
 #include "comm/local_oneshot.h"
 
@@ -17,29 +20,11 @@
 #include <utility>
 
 namespace mixpar::local {
-namespace {
 
-std::string count_str(std::int64_t count, DType dtype) {
-  return std::to_string(count) + " x " + std::string(dtype_name(dtype));
-}
-
-std::string rank_list(const std::vector<int>& ranks) {
-  std::string s = ranks.size() == 1 ? "rank " : "ranks ";
-  for (std::size_t i = 0; i < ranks.size(); ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
-  return s;
-}
-
-std::string exception_text(const std::exception_ptr& e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const std::exception& x) {
-    return x.what();
-  } catch (...) {
-    return "an exception not derived from std::exception";
-  }
-}
-
-}  // namespace
+using detail::Asleep;
+using detail::count_str;
+using detail::exception_text;
+using detail::rank_list;
 
 bool CallDesc::agrees_with(const CallDesc& o) const {
   if (op != o.op) return false;
@@ -85,26 +70,6 @@ struct Fabric::PhaseGuard {
   Phase on_exit = Phase::kComputing;
   ~PhaseGuard() { status.phase = on_exit; }
 };
-
-namespace {
-
-// A rank in a wait of the fabric that a lock-free change (a message published in a channel, a
-// slot freed) must wake. Set before the waiter's last check of the condition, then the heavy
-// half of the asymmetric fence (comm/asymmetric_fence.h); the changer stores, takes the light
-// half and reads it: either the waiter sees the change or the changer sees the count and
-// wakes it under the mutex (the one-shot path's `sleepers`, likewise).
-struct Asleep {
-  std::atomic<int>& n;
-  Asleep(std::atomic<int>& c, bool asymmetric) : n(c) {
-    n.fetch_add(1, std::memory_order_seq_cst);
-    heavy_fence(asymmetric);
-  }
-  ~Asleep() { n.fetch_sub(1, std::memory_order_seq_cst); }
-  Asleep(const Asleep&) = delete;
-  Asleep& operator=(const Asleep&) = delete;
-};
-
-}  // namespace
 
 Fabric::Fabric(int world_size, double watchdog_seconds, bool synchronous_sends,
                std::size_t eager_limit_bytes, double spin_microseconds,
@@ -187,43 +152,6 @@ bool Fabric::spin_until_woken(std::unique_lock<std::mutex>& lock, int me) {
   return count.load(std::memory_order_relaxed) != seen;
 }
 
-// For waits that cannot fail or stall (a peer copying, never blocked): no deadline.
-template <class Ready>
-void Fabric::wait_without_deadline(std::unique_lock<std::mutex>& lock, int me, Ready ready) {
-  while (!ready()) {
-    if (!spin_until_woken(lock, me)) cv_[static_cast<std::size_t>(me)].wait(lock, ready);
-  }
-}
-
-template <class Ready>
-void Fabric::block(std::unique_lock<std::mutex>& lock, int me, Ready ready) {
-  if (ready()) return;
-  check_deadlock();  // this rank is about to sleep: was it the last one able to move?
-  const Clock::time_point deadline = Clock::now() + watchdog_;
-  std::condition_variable& cv = cv_[static_cast<std::size_t>(me)];
-  while (!ready()) {
-    throw_if_aborted();
-    // Past the deadline, no spinning: wait_until below times out at once, so wake-ups for
-    // other messages cannot keep the watchdog from firing.
-    const bool overdue = watchdog_ != Clock::duration::zero() && Clock::now() >= deadline;
-    if (!overdue && spin_until_woken(lock, me)) continue;
-    if (ready()) break;  // some changes wake no one: a lent message taken (its copy's end will)
-    if (watchdog_ == Clock::duration::zero()) {
-      cv.wait(lock);
-    } else if (cv.wait_until(lock, deadline) == std::cv_status::timeout) {
-      if (ready()) {
-        ++lost_wakeups_;  // what it waited for came, and no one woke it: a protocol bug
-      } else if (!aborted_) {
-        char limit[32];
-        std::snprintf(limit, sizeof limit, "%g", watchdog_seconds_);
-        watchdog_fired_ = true;
-        abort("watchdog: rank " + std::to_string(me) + " waited " + limit +
-              " s in the communicator; " + report());
-      }
-    }
-  }
-}
-
 // ---- Point to point
 
 Delivery::Delivery(Delivery&& o) noexcept
@@ -300,195 +228,6 @@ void Fabric::remove_if_queued(const MailKey& key, std::uint64_t id) {
                                                                std::memory_order_relaxed);
   q.erase(end, q.end());
   if (q.empty()) mail_.erase(it);
-}
-
-// ---- The fast channels (comm/local_channel.h)
-
-ChannelSlot* Fabric::claim(int src, int dst) {
-  std::atomic<Channel*>& entry = channels_[pair(src, dst)];
-  Channel* ch = entry.load(std::memory_order_relaxed);  // only this thread stores it
-  if (!ch) {
-    ch = new Channel();
-    entry.store(ch, std::memory_order_release);
-  }
-  const std::uint64_t w = ch->written.load(std::memory_order_relaxed);
-  const auto bit = static_cast<std::uint8_t>(1u << (w % Channel::kSlots));
-  if ((ch->known_free & bit) == 0) {
-    // Acquire: the receiver's last reads of a slot it freed come before our writes to it.
-    for (int k = 0; k < Channel::kSlots; ++k) {
-      if (ch->slots[k].state.load(std::memory_order_acquire) == kSlotFree) {
-        ch->known_free = static_cast<std::uint8_t>(ch->known_free | (1u << k));
-      }
-    }
-    if ((ch->known_free & bit) == 0) return nullptr;
-  }
-  ch->known_free = static_cast<std::uint8_t>(ch->known_free & ~bit);
-  return &ch->at(w);
-}
-
-void Fabric::publish(int src, int dst, ChannelSlot& slot) {
-  slot.order = next_order(src, dst)++;
-  slot.state.store(kSlotFull, std::memory_order_relaxed);
-  Channel& ch = *channels_[pair(src, dst)].load(std::memory_order_relaxed);
-  const std::uint64_t n = ch.written.load(std::memory_order_relaxed) + 1;
-  // Release: the header and bytes are visible with the flag, and with the count, which is
-  // what a receiver about to sleep reads (drain()): notify() reads its `asleep_` after it.
-  slot.published.store(n, std::memory_order_release);
-  publish_flag(ch.written, n, asymmetric_);
-  notify(dst);
-}
-
-void Fabric::notify(int rank) {
-  if (sleepers_after_publish(asleep_[static_cast<std::size_t>(rank)], asymmetric_) == 0) return;
-  std::lock_guard lock(mu_);
-  wake(rank);
-}
-
-bool Fabric::post_inline(int group, int src, int dst, int tag, const Tensor& message) {
-  ChannelSlot* s = claim(src, dst);
-  if (!s) return false;
-  const std::size_t bytes = message.nbytes();
-  if (bytes > ChannelSlot::kInlineBytes && s->capacity < bytes) {
-    // Grows to the largest message: a ring's hops reuse it.
-    std::size_t capacity = 64;
-    while (capacity < bytes) capacity *= 2;
-    if (s->capacity) network_->on_free(MemCategory::kCommBuffers, Device::kCPU, s->capacity);
-    s->buffer.reset();
-    s->capacity = 0;
-    s->buffer = std::make_unique_for_overwrite<std::byte[]>(capacity);
-    network_->on_alloc(MemCategory::kCommBuffers, Device::kCPU, capacity);
-    s->capacity = capacity;
-  }
-  copy_bytes(bytes <= ChannelSlot::kInlineBytes ? s->inline_bytes : s->buffer.get(),
-             static_cast<const std::byte*>(message.data()), bytes);
-  s->group = group;
-  s->tag = tag;
-  s->count = message.numel();
-  s->dtype = message.dtype();
-  s->lent = nullptr;
-  publish(src, dst, *s);
-  return true;
-}
-
-ChannelSlot* Fabric::take_fast(int group, int src, int dst, int tag, std::int64_t count,
-                               DType dtype) {
-  std::atomic<std::int64_t>& parked = parked_[pair(src, dst)];
-  Channel* ch = nullptr;
-  std::uint64_t r = 0;  // the head's number: only this thread moves `read`
-  // The head is published when its slot's flag holds its number + 1 (the slot's line: the
-  // header and a small message's bytes arrive with it).
-  const auto arrived = [&] {
-    if (parked.load(std::memory_order_relaxed) != 0) return true;
-    if (!ch) {
-      ch = channel(src, dst);
-      if (!ch) return false;
-      r = ch->read.load(std::memory_order_relaxed);
-    }
-    return ch->at(r).published.load(std::memory_order_acquire) == r + 1;
-  };
-  if (!poll(arrived) || !ch) return nullptr;
-  ChannelSlot& s = ch->at(r);
-  if (s.published.load(std::memory_order_acquire) != r + 1) return nullptr;
-  // Read after the head's flag (acquire): a mailbox message older than the head was queued,
-  // and counted, before the head was published, so a zero means the head is the oldest.
-  if (parked.load(std::memory_order_relaxed) != 0) return nullptr;
-  if (s.group != group || s.tag != tag || s.count != count || s.dtype != dtype) return nullptr;
-  if (s.lent) {
-    int full = kSlotFull;
-    if (!s.state.compare_exchange_strong(full, kSlotTaken, std::memory_order_acquire)) {
-      return nullptr;  // withdrawn: drain() frees it
-    }
-  }
-  ch->read.store(r + 1, std::memory_order_relaxed);
-  return &s;
-}
-
-void Fabric::drain(int src, int dst) {
-  Channel* ch = channel(src, dst);
-  if (!ch) return;
-  const std::uint64_t w = ch->written.load(std::memory_order_acquire);
-  for (std::uint64_t r = ch->read.load(std::memory_order_relaxed); r < w; ++r) {
-    ChannelSlot& s = ch->at(r);
-    ch->read.store(r + 1, std::memory_order_relaxed);
-    const MailKey key{s.group, src, dst, s.tag};
-    if (s.lent) {
-      // Still full: its sender withdraws only under mu_, and finds it in the mailbox then.
-      if (s.state.load(std::memory_order_acquire) == kSlotWithdrawn) {
-        release_locked(src, s);
-      } else {
-        queue(key, {0, s.order, s.count, s.dtype, s.lent, Tensor(), true, &s});
-      }
-      continue;
-    }
-    Tensor copy = Tensor::empty({s.count}, s.dtype, MemCategory::kCommBuffers, Device::kCPU,
-                                network_.get());
-    copy_bytes(static_cast<std::byte*>(copy.data()), s.data(), copy.nbytes());
-    const auto* data = static_cast<const std::byte*>(copy.data());
-    queue(key, {0, s.order, s.count, s.dtype, data, std::move(copy), false});
-    release_locked(src, s);
-  }
-}
-
-bool Fabric::in_channel(const MailKey& key) const {
-  const auto& [group, src, dst, tag] = key;
-  const Channel* ch = channel(src, dst);
-  if (!ch) return false;
-  const std::uint64_t w = ch->written.load(std::memory_order_acquire);
-  for (std::uint64_t r = ch->read.load(std::memory_order_relaxed); r < w; ++r) {
-    const ChannelSlot& s = ch->at(r);
-    if (s.group == group && s.tag == tag &&
-        s.state.load(std::memory_order_acquire) == kSlotFull) {
-      return true;
-    }
-  }
-  return false;
-}
-
-void Fabric::release(int src, ChannelSlot& slot) noexcept {
-  publish_flag(slot.state, int{kSlotFree}, asymmetric_);
-  if (sleepers_after_publish(asleep_[static_cast<std::size_t>(src)], asymmetric_) == 0) return;
-  std::lock_guard lock(mu_);
-  wake(src);
-}
-
-void Fabric::release_locked(int src, ChannelSlot& slot) {
-  slot.state.store(kSlotFree, std::memory_order_seq_cst);
-  if (asleep_[static_cast<std::size_t>(src)].load(std::memory_order_seq_cst) != 0) wake(src);
-}
-
-// Under mu_: after this no receiver reads the slot's lent buffer.
-void Fabric::withdraw_slot(std::unique_lock<std::mutex>& lock, const MailKey& key,
-                           ChannelSlot& slot) {
-  const auto it = mail_.find(key);
-  if (it != mail_.end()) {  // moved to the mailbox and not taken: the receiver is past it
-    std::deque<Message>& q = it->second;
-    const auto m = std::find_if(q.begin(), q.end(), [&](const Message& x) { return x.slot == &slot; });
-    if (m != q.end()) {
-      q.erase(m);
-      if (q.empty()) mail_.erase(it);
-      parked_[pair(std::get<1>(key), std::get<2>(key))].fetch_sub(1, std::memory_order_relaxed);
-      slot.state.store(kSlotFree, std::memory_order_release);
-      return;
-    }
-  }
-  int full = kSlotFull;
-  if (slot.state.compare_exchange_strong(full, kSlotWithdrawn, std::memory_order_acq_rel)) return;
-  // Taken: being copied, which never blocks.
-  const int src = std::get<1>(key);
-  wait_without_deadline(lock, src, [&] {
-    return slot.state.load(std::memory_order_acquire) == kSlotFree;
-  });
-}
-
-void Fabric::free_channels() {
-  for (std::size_t p = 0; p < pairs(); ++p) {
-    Channel* ch = channels_[p].exchange(nullptr);
-    if (!ch) continue;
-    for (ChannelSlot& s : ch->slots) {
-      if (s.capacity) network_->on_free(MemCategory::kCommBuffers, Device::kCPU, s.capacity);
-    }
-    delete ch;
-  }
 }
 
 void Fabric::copied(int src, std::uint64_t id) {
@@ -796,114 +535,6 @@ std::string Fabric::mismatch_report(int group, std::int64_t seq) const {
     msg += (msg.back() == ':' ? " rank " : ", rank ") + std::to_string(g.members[k]) + " " + c->str();
   }
   if (!absent.empty()) msg += "; " + rank_list(absent) + " not there yet";
-  return msg;
-}
-
-// ---- Aborting, and the reports
-
-void Fabric::throw_if_aborted() const {
-  if (aborted_) throw_aborted();
-}
-
-void Fabric::throw_aborted() const {
-  if (watchdog_fired_) throw CommWatchdogTimeout(reason_);
-  throw CommError(reason_);
-}
-
-void Fabric::fail(std::string reason) {
-  abort(std::move(reason));
-  throw_aborted();  // the first reason, if the world had already failed
-}
-
-void Fabric::abort(std::string reason) {
-  if (aborted_) return;
-  aborted_ = true;
-  reason_ = std::move(reason);
-  for (int r = 0; r < world_size(); ++r) wake(r);
-}
-
-void Fabric::check_deadlock() {
-  if (aborted_) return;
-  bool any_live = false;
-  for (int r = 0; r < world_size(); ++r) {
-    const Phase p = status_[static_cast<std::size_t>(r)].phase;
-    if (p == Phase::kFinished || p == Phase::kFailed) continue;
-    if (!stuck(r)) return;
-    any_live = true;
-  }
-  if (any_live) {
-    abort("deadlock: every unfinished rank waits in the communicator and nothing in flight "
-          "can release any of them; " + report());
-  }
-}
-
-bool Fabric::stuck(int rank) const {
-  const RankStatus& s = status_[static_cast<std::size_t>(rank)];
-  if (s.phase == Phase::kRecv) {
-    const MailKey key{s.group, s.peer, rank, s.tag};
-    return mail_.count(key) == 0 && !in_channel(key);
-  }
-  if (s.phase == Phase::kSend) {
-    if (s.slot) return s.slot->state.load(std::memory_order_acquire) == kSlotFull;
-    return !taken({s.group, rank, s.peer, s.tag}, s.message);
-  }
-  if (s.phase != Phase::kCollective) return false;
-  const Group& g = groups_[static_cast<std::size_t>(s.group)];
-  if (s.oneshot) return !g.oneshot->all_published(s.seq);
-  const auto it = g.slots.find(s.seq);
-  return it != g.slots.end() && it->second->arrived < static_cast<int>(g.members.size());
-}
-
-std::string Fabric::where(int rank) const {
-  const RankStatus& s = status_[static_cast<std::size_t>(rank)];
-  const std::string who = "rank " + std::to_string(rank);
-  const std::string call = " (call #" + std::to_string(s.seq) + " of " + group_name(s.group) + ")";
-  switch (s.phase) {
-    case Phase::kComputing: return who + " is computing (not in the communicator)";
-    case Phase::kFinished: return who + " has finished";
-    case Phase::kFailed: return who + " has failed";
-    case Phase::kCompleting: return who + " is completing " + s.desc.str() + call;
-    case Phase::kSend:
-    case Phase::kRecv:
-      return who + " waits in " + (s.phase == Phase::kSend ? "send(to " : "recv(from ") +
-             std::to_string(s.peer) + ", tag " + std::to_string(s.tag) + ", " +
-             count_str(s.count, s.dtype) + ")" + (s.group == 0 ? "" : " in " + group_name(s.group));
-    case Phase::kCollective: break;
-  }
-  const Group& g = groups_[static_cast<std::size_t>(s.group)];
-  std::vector<int> absent;
-  const auto it = g.slots.find(s.seq);
-  for (std::size_t k = 0; k < g.members.size(); ++k) {
-    const bool missing = s.oneshot ? !g.oneshot->published(static_cast<int>(k), s.seq)
-                                   : it != g.slots.end() && !it->second->arrivals[k];
-    if (missing) absent.push_back(g.members[k]);
-  }
-  return who + " waits in " + s.desc.str() + call +
-         (absent.empty() ? "" : " for " + rank_list(absent));
-}
-
-std::string Fabric::report() const {
-  std::string out;
-  for (int r = 0; r < world_size(); ++r) out += (r ? "; " : "") + where(r);
-  return out;
-}
-
-std::string Fabric::group_name(int group) const {
-  if (group == 0) return "world";
-  const std::vector<int>& m = groups_[static_cast<std::size_t>(group)].members;
-  std::string s = "group {";
-  for (std::size_t i = 0; i < m.size(); ++i) s += (i ? ", " : "") + std::to_string(m[i]);
-  return s + "}";
-}
-
-std::string Fabric::undelivered() const {
-  std::string msg = "messages sent but never received:";
-  for (const auto& [key, queue] : mail_) {
-    const auto& [group, src, dst, tag] = key;
-    msg += (msg.back() == ':' ? " rank " : "; rank ") + std::to_string(src) + " sent " +
-           std::to_string(queue.size()) + " message(s) to rank " + std::to_string(dst) +
-           " (tag " + std::to_string(tag) + ")" + (group == 0 ? "" : " in " + group_name(group));
-  }
   return msg;
 }
 
