@@ -183,7 +183,7 @@ class Fabric {
     // first of them come before any read: most waits end there.
     int polls = 0;
     const auto done = [&] {
-      pause_polls_ = polls <= pause_polls_ ? kPausePollsIdle : kPausePollsBusy;
+      pause_polls_ = pause_polls_after(polls, pause_polls_);
       return true;
     };
     for (int i = 0; i < kPollsPerClockRead; ++i) {
@@ -274,9 +274,29 @@ class Fabric {
   // cores busy (load average 3.7), a 2-rank all-reduce of 8 B / 4 KiB took 1.8 / 2.4 us with
   // 8 pauses before the first yield, 3.4 / 3.9 with 64, 9 / 9.4 with 256 and 105 us with no
   // yield at all.
+  // A wait that ended within a few yields after its pauses counts as one whose peer was
+  // running, though: otherwise the rule traps two ranks that are on time. Once one of them
+  // yields (0.5 us), the other's 8 pauses (0.2 us) run out before its answer, so it yields
+  // too, and so on: on the 2-core EPYC whole sweeps of small calls ran at 0.5-0.6 us instead
+  // of 0.13-0.19, about one yield a call (ch04_ddp/PERFORMANCE.md, "Trips between cores").
+  // Up to kYieldsStillRunning yields, the next wait pauses kPausePollsIdle times again, which
+  // outlasts a peer's yield; measured (bench_collectives --impl local --ranks 2 --ops
+  // reduce-scatter,all-reduce,sendrecv --sizes 8,2048 --bind, alternating, four runs each):
+  // 8 B reduce-scatter 0.48-0.49 us with 0.87-0.96 million yields a run -> 0.12-0.17 us with
+  // 6,500-12,000.
   static constexpr int kPausePollsIdle = 40;
   static constexpr int kPausePollsBusy = 8;
+  static constexpr int kYieldsStillRunning = 8;
   static inline thread_local int pause_polls_ = kPausePollsIdle;  // this thread's, as above
+
+ public:
+  // The pauses before the first yield of a thread's next wait, after a wait that ended at poll
+  // `polls` with `budget` pauses before its first yield (the rule above).
+  static constexpr int pause_polls_after(int polls, int budget) {
+    return polls <= budget + kYieldsStillRunning ? kPausePollsIdle : kPausePollsBusy;
+  }
+
+ private:
   static constexpr int kPollsPerClockRead = 8;
   void relax(int polls) const {
     if (spin_yields_ || polls >= pause_polls_) {

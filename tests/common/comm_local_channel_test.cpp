@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "comm/local_backend.h"
+#include "comm/local_fabric.h"
 #include "comm_local_test_util.h"
 
 namespace mixpar {
@@ -27,6 +28,21 @@ Tensor filled(std::int64_t n, float v) {
 // Rank 0 sends 40 messages on two tags, far more than a channel's slots, with sizes on both
 // sides of the eager limit (inline, mailbox copies) and, on tag 7, a lent sendrecv last; rank
 // 1 receives tag 8 first, then tag 7: each tag's messages arrive in the order sent.
+// A wait's pause budget: a wait that ended within its pauses, or a few yields after them (its
+// peer was running, perhaps yielding once itself), leaves the next wait the full 40 pauses;
+// only a long one (the peer not running) cuts it to 8. With "within its pauses" alone, two
+// ranks that yielded once stayed at 8 pauses, each outlasted by the other's yields, and
+// small calls ran 3-4x slower for seconds at a time.
+TEST(LocalWaits, AWaitThatYieldedAFewTimesStillPausesInFullNextTime) {
+  using local::Fabric;
+  EXPECT_EQ(Fabric::pause_polls_after(5, 40), 40);   // answered while pausing
+  EXPECT_EQ(Fabric::pause_polls_after(9, 8), 40);    // one yield after 8 pauses: the trap
+  EXPECT_EQ(Fabric::pause_polls_after(16, 8), 40);   // 8 yields
+  EXPECT_EQ(Fabric::pause_polls_after(17, 8), 8);    // more: the peer was not running
+  EXPECT_EQ(Fabric::pause_polls_after(200, 40), 8);
+  EXPECT_EQ(Fabric::pause_polls_after(48, 40), 40);
+}
+
 TEST(LocalChannel, MessagesOverflowingTheSlotsKeepTheirOrderAcrossRoutes) {
   constexpr LocalOptions kSmallEager{.eager_limit_bytes = 256};  // 64 f32 inline at most
   constexpr int kEach = 20;
