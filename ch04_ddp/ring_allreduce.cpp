@@ -70,10 +70,10 @@ Ring make_ring(Communicator& comm, std::int64_t numel, DType dt, int shift,
 // call cost as much as the rest of a small all-reduce. They are the ring's own memory: the
 // gather and exchange paths' buffers, each at most the larger of oneshot_max_bytes and a
 // buffer that the exchange limits admit (plus one chunk's padding), and the hops' three
-// slices (at most 3 x slice_bytes). They are charged to a ledger of their own like the local
-// backend's one-shot staging buffers are the fabric's (comm/local_oneshot.h): a rank's ledger
-// sees no buffer that outlives the call it served. Declared first, the ledger outlives the
-// tensors.
+// slices (at most 3 x the default 2-rank slice, 6 MiB; see Scratch). They are charged to a
+// ledger of their own like the local backend's one-shot staging buffers are the fabric's
+// (comm/local_oneshot.h): a rank's ledger sees no buffer that outlives the call it served.
+// Declared first, the ledger outlives the tensors.
 struct RingScratch {
   MemoryLedger ledger{-1};
   Tensor all, acc;
@@ -117,11 +117,20 @@ RingScratch& ring_scratch() {
 // before being added (see reduce_hop). Kept from call to call like the gather path's buffers:
 // freed on every call, three 64 KiB buffers made glibc return the heap's top to the kernel
 // and fault it back in on the next call, which cost a 2-rank 128 KiB all-reduce two page faults
-// a call and 30 us against the 10 us of 64 KiB.
+// a call and 30 us against the 10 us of 64 KiB. Only slices up to the default size are kept:
+// a caller's larger slices (or none, slice_bytes 0: whole chunks) are the call's own buffers,
+// charged to the rank's ledger and freed with the call, so no thread holds three chunks of
+// the largest buffer it ever reduced.
 struct Scratch {
   Tensor partial[2], arrived;
   Scratch(const Ring& g, DType wire) {
     const std::int64_t n = std::min(g.slice_elems, ring_chunk(g.numel, g.n, 0).count);
+    if (static_cast<std::size_t>(n) * dtype_size(wire) > RingOptions::kSliceBytesTwoRanks) {
+      for (Tensor* t : {&partial[0], &partial[1], &arrived}) {
+        *t = Tensor::empty({n}, wire, MemCategory::kCommBuffers);
+      }
+      return;
+    }
     RingScratch& s = ring_scratch();
     partial[0] = s.take(s.partial[0], n, wire);
     partial[1] = s.take(s.partial[1], n, wire);

@@ -183,6 +183,17 @@ TEST(Ring, HopsAllocateNoBufferAfterTheFirstCall) {
       }
       EXPECT_EQ(current_ledger().allocations(), before) << "N=" << n << " rank "
                                                              << c.rank();
+      // Slices larger than the default are the call's own, charged here and freed with it.
+      RingOptions whole = hops;
+      whole.slice_bytes = 0;
+      Tensor big = rank_data(c.rank(), (RingOptions::kSliceBytesTwoRanks / 4) * n * 2,
+                             DType::kF32);
+      const std::size_t live = current_ledger().live(MemCategory::kCommBuffers);
+      current_ledger().reset_peaks();
+      ring_all_reduce(c, big, ReduceOp::kSum, whole);
+      EXPECT_GE(current_ledger().peak(MemCategory::kCommBuffers),
+                live + 3 * RingOptions::kSliceBytesTwoRanks * 2);
+      EXPECT_EQ(current_ledger().live(MemCategory::kCommBuffers), live);
     });
   }
 }
