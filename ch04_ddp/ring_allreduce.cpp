@@ -68,7 +68,7 @@ Ring make_ring(Communicator& comm, std::int64_t numel, DType dt, int shift,
 // process's main thread under MPI, and its calls on all its communicators run one after
 // another, so one set per thread is never used by two calls at once). Allocating them on every
 // call cost as much as the rest of a small all-reduce. They are the ring's own memory: the
-// gather and exchange paths' buffers, each at most the larger of oneshot_max_bytes and a
+// gather and exchange paths' buffers, each at most the larger of the gather limit and a
 // buffer that the exchange limits admit (plus one chunk's padding), and the hops' three
 // slices (at most 3 x the default 2-rank slice, 6 MiB; see Scratch). They are charged to a
 // ledger of their own like the local backend's one-shot staging buffers are the fabric's
@@ -225,8 +225,10 @@ void all_gather_slice(const Ring& g, int j, Tensor& buf, const RingOptions& o) {
 }
 
 // The gather path for small buffers (RingOptions::oneshot_max_bytes).
-bool gathers(int ranks, const Tensor& buf, const RingOptions& o) {
-  return !o.trace && buf.nbytes() * static_cast<std::size_t>(ranks) <= o.oneshot_max_bytes;
+// `ranks` copies of buf; the limit is the ring's size's.
+bool gathers(const Communicator& comm, int ranks, const Tensor& buf, const RingOptions& o) {
+  return !o.trace &&
+         buf.nbytes() * static_cast<std::size_t>(ranks) <= ring_oneshot_max_bytes(o, comm.size());
 }
 
 std::byte* bytes_of(const Tensor& t) { return static_cast<std::byte*>(t.data()); }
@@ -339,11 +341,16 @@ void check_blocks(const Tensor& big, const Tensor& small, int n, const char* wha
 
 int ring_owned_chunk(int rank, int size) { return (rank + 1) % size; }
 
+std::size_t ring_oneshot_max_bytes(const RingOptions& opts, int ranks) {
+  return opts.oneshot_max_bytes.value_or(ranks <= 2 ? RingOptions::kOneShotMaxBytesTwoRanks
+                                                    : RingOptions::kOneShotMaxBytesMoreRanks);
+}
+
 void ring_all_reduce(Communicator& comm, Tensor& buf, ReduceOp op, const RingOptions& opts) {
   require_cpu(buf, "ring_all_reduce");
   if (comm.size() == 1 || buf.numel() == 0) return;
   const Ring g = make_ring(comm, buf.numel(), buf.dtype(), 0, opts);
-  if (gathers(comm.size(), buf, opts)) {
+  if (gathers(comm, comm.size(), buf, opts)) {
     // Logical chunk L starts at rank L and, shift 0, is physical chunk L.
     const std::byte* all = bytes_of(gather_all(comm, buf));
     const std::size_t elem = dtype_size(buf.dtype());
@@ -425,7 +432,7 @@ void ring_reduce_scatter(Communicator& comm, const Tensor& in, Tensor& out, Redu
     exchange_reduce_scatter(g, in, out, op, wire_dtype(in.dtype(), opts));  // block r: chunk r
     return;
   }
-  if (gathers(comm.size(), in, opts)) {
+  if (gathers(comm, comm.size(), in, opts)) {
     // Block r is logical chunk r + 1, which starts at rank r + 1.
     const Tensor& all = gather_all(comm, in);
     reduce_in_ring_order(g, bytes_of(all), in.dtype(), g.numel, g.chunk(g.r + 1).begin,
@@ -446,7 +453,8 @@ void ring_all_gather(Communicator& comm, const Tensor& in, Tensor& out,
                      const RingOptions& options) {
   check_blocks(out, in, comm.size(), "ring_all_gather");
   const RingOptions opts = gather_options(comm, options);
-  if (comm.size() > 1 && (gathers(1, out, opts) || exchanges(out, opts, opts.exchange_max_bytes))) {
+  if (comm.size() > 1 &&
+      (gathers(comm, 1, out, opts) || exchanges(out, opts, opts.exchange_max_bytes))) {
     comm.all_gather(in, out);  // copies: the hops' bits
     return;
   }

@@ -61,12 +61,20 @@ struct RingOptions {
   // path) and adds them itself in the ring's own order, chunk by chunk, rounding where the hops
   // round. The ring's bits, on every rank, without its 2(N-1) sequential hand-offs; the
   // traffic is the all-gather's, (N-1) B per rank instead of 2(N-1)/N B. 0: always the hops.
+  // Unset: 16 KiB on 2 ranks (buffers up to 8 KiB), 128 KiB on more (ring_oneshot_max_bytes).
   // Measured with scripts/bench_collectives.sh's switch-point table (ch04_ddp/PERFORMANCE.md holds
   // the latest run's; f32 all-reduce, each path forced, fastest of 5 repetitions, 2-core AMD
-  // EPYC), in a run at load average 0.9-2.5: gather / hops 2.2 / 14 us at 1 KiB on 2 ranks and faster up to 128 KiB there;
-  // on 4 ranks 5.6 / 25 us at 1 KiB, 26 / 34 us at 32 KiB, even at 64 KiB (44 / 43). A run
-  // under a load average of 6 agreed (4 ranks: faster up to 32 KiB). N x bytes <= 128 KiB.
-  std::size_t oneshot_max_bytes = std::size_t{128} << 10;
+  // EPYC), in a run at load average 0.9-2.5: on 4 ranks 5.6 / 25 us at 1 KiB, 26 / 34 us at
+  // 32 KiB, even at 64 KiB (44 / 43). A run under a load average of 6 agreed (4 ranks: faster up
+  // to 32 KiB). On 2 ranks the hops are two hand-offs, each reading the neighbour's half in
+  // place, where the gather path copies the whole of the neighbour's buffer and then writes
+  // every line of its own that the neighbour has just read; gather / hops in us, 6 alternating
+  // runs (bench_collectives --impl ring --ranks 2 --bind, the hops with --ring-oneshot-max 0):
+  // 8 KiB 1.72-2.25 / 1.79-1.97, 16 KiB 3.46-3.57 / 2.93-3.27, 32 KiB 7.11-7.35 / 5.45-5.61,
+  // 64 KiB 12.6-13.8 / 8.53-8.98.
+  std::optional<std::size_t> oneshot_max_bytes;
+  static constexpr std::size_t kOneShotMaxBytesTwoRanks = std::size_t{16} << 10;
+  static constexpr std::size_t kOneShotMaxBytesMoreRanks = std::size_t{128} << 10;
   // Larger buffers of at most this many bytes skip the hops too, with the ring's traffic (not
   // when tracing), from 3 ranks (with 2 the hops are as few): the exchange path. One
   // all_to_all gives each rank the N ranks' values of one chunk, which it adds in that
@@ -90,6 +98,9 @@ struct RingOptions {
   int tag = 40;                         // tag of the ring's point-to-point messages
   std::vector<RingEvent>* trace = nullptr;  // this rank's events are appended when set
 };
+
+// The gather path's limit on `ranks` ranks (RingOptions::oneshot_max_bytes, or its default).
+std::size_t ring_oneshot_max_bytes(const RingOptions& opts, int ranks);
 
 // The chunk rank r holds complete after the reduce-scatter, and circulates in the all-gather:
 // (r + 1) mod N, the convention of communicator.h.

@@ -321,7 +321,7 @@ TEST(Ring, GatherPathForSmallBuffersHasTheHopsBits) {
           for (std::int64_t size : {std::int64_t{1}, std::int64_t{13}, std::int64_t{200}}) {
             RingOptions gather, hop = hops;
             gather.accumulation = hop.accumulation = acc;
-            ASSERT_LE(std::size_t(size * n * n) * dtype_size(dt), gather.oneshot_max_bytes);
+            ASSERT_LE(std::size_t(size * n * n) * dtype_size(dt), ring_oneshot_max_bytes(gather, n));
             const std::string label = what(n, dt, size, op) +
                                       (acc == RingAccumulation::kPerHop ? " per-hop" : " fp32");
             run_local(n, [&](Communicator& c) {
@@ -343,6 +343,48 @@ TEST(Ring, GatherPathForSmallBuffersHasTheHopsBits) {
         }
       }
     }
+  }
+}
+
+// The gather path's default limit follows the ring's size: on 2 ranks buffers up to 8 KiB
+// gather (16 KiB for both copies) and larger ones take the hops, whose two hand-offs each read
+// the neighbour's half in place (measured: RingOptions::oneshot_max_bytes); from 3 ranks the
+// gather path runs to 128 KiB of copies. Told by the ops each call records.
+TEST(Ring, DefaultGatherLimitIsSixteenKiBOnTwoRanksAndMoreOnMore) {
+  EXPECT_EQ(ring_oneshot_max_bytes({}, 2), RingOptions::kOneShotMaxBytesTwoRanks);
+  EXPECT_EQ(ring_oneshot_max_bytes({}, 3), RingOptions::kOneShotMaxBytesMoreRanks);
+  RingOptions set;
+  set.oneshot_max_bytes = 0;
+  EXPECT_EQ(ring_oneshot_max_bytes(set, 2), 0u);
+  struct Case {
+    int ranks;
+    std::int64_t bytes;
+    bool gathers;
+  };
+  for (const Case k : {Case{2, 8 << 10, true}, Case{2, (8 << 10) + 4, false},
+                       Case{2, 64 << 10, false}, Case{3, 16 << 10, true},
+                       Case{4, 32 << 10, true}, Case{4, (32 << 10) + 4, false}}) {
+    run_local(k.ranks, [&](Communicator& c) {
+      Tensor buf = rank_data(c.rank(), k.bytes / 4, DType::kF32), hopped = buf.clone();
+      const auto calls = [&](const char* op) { return c.traffic().totals(op).calls; };
+      const std::int64_t gathers = calls("all_gather"), exchanges = calls("all_to_all");
+      const std::int64_t hops = calls("sendrecv");
+      ring_all_reduce(c, buf);
+      // The exchange path (from 3 ranks, above the gather limit) ends in an all_gather too.
+      const bool gathered =
+          calls("all_gather") > gathers && calls("all_to_all") == exchanges;
+      const bool hopped_calls = calls("sendrecv") > hops;
+      const std::string label = "N=" + std::to_string(k.ranks) + " " +
+                                std::to_string(k.bytes) + " B rank " + std::to_string(c.rank());
+      EXPECT_EQ(gathered, k.gathers) << label;
+      if (k.ranks == 2) {
+        EXPECT_EQ(hopped_calls, !k.gathers) << label;
+      }
+      RingOptions forced;
+      forced.oneshot_max_bytes = forced.exchange_max_bytes = 0;
+      ring_all_reduce(c, hopped, ReduceOp::kSum, forced);
+      EXPECT_TRUE(same_bits(buf, hopped)) << label;
+    });
   }
 }
 
