@@ -380,7 +380,7 @@ void LocalCommunicator::all_gather(const Tensor& in, Tensor& out) {
   } else collective({d, &in, &out}, [&](const local::Slot& s) {
     const auto srcs = rank_pointers(s, false, 0, in.dtype());
     for (std::size_t r = 0; r < srcs.size(); ++r) {
-      local::copy_bytes(bytes_of(out) + r * in.nbytes(), srcs[r], in.nbytes());
+      local::copy_bytes(bytes_of(out) + r * in.nbytes(), srcs[r], in.nbytes(), out.nbytes());
     }
   });
   const std::size_t moved = out.nbytes() - in.nbytes();  // (N-1)/N of the output
@@ -417,7 +417,7 @@ void LocalCommunicator::all_to_all(const Tensor& in, std::span<const std::int64_
     if (n > 0) {
       local::copy_bytes(bytes_of(out) + static_cast<std::size_t>(at) * elem,
                         input + static_cast<std::size_t>(from) * elem,
-                        static_cast<std::size_t>(n) * elem);
+                        static_cast<std::size_t>(n) * elem, out.nbytes());
     }
     at += n;
   };

@@ -212,10 +212,31 @@ std::size_t set_streaming_copy_min_bytes(std::size_t bytes) {
 }
 
 void copy_bytes(std::byte* dst, const std::byte* src, std::size_t bytes) {
-  if (bytes == 0 || dst == src) return;
+  copy_bytes(dst, src, bytes, bytes);
+}
+
+namespace {
+std::atomic<std::uint64_t>& streamed_total() {
+  static std::atomic<std::uint64_t> bytes{0};
+  return bytes;
+}
+}  // namespace
+
+bool copy_streams(std::size_t bytes, std::size_t footprint) {
   const std::size_t stream_from = streaming_copy_min_bytes();
-  if (stream_from > 0 && bytes >= stream_from) stream_bytes(dst, src, bytes);
-  else std::memcpy(dst, src, bytes);
+  return stream_from > 0 && std::max(bytes, footprint) >= stream_from;
+}
+
+std::uint64_t streamed_copy_bytes() { return streamed_total().load(std::memory_order_relaxed); }
+
+void copy_bytes(std::byte* dst, const std::byte* src, std::size_t bytes, std::size_t footprint) {
+  if (bytes == 0 || dst == src) return;
+  if (copy_streams(bytes, footprint)) {
+    stream_bytes(dst, src, bytes);
+    streamed_total().fetch_add(bytes, std::memory_order_relaxed);
+  } else {
+    std::memcpy(dst, src, bytes);
+  }
 }
 
 }  // namespace mixpar::local

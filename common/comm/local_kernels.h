@@ -39,6 +39,18 @@ void combine_elements(const std::byte* a, DType a_dtype, const std::byte* b, DTy
 // misstate (320 MiB there, so it never streamed below 240 MiB). Every streamed copy ends with
 // a store fence, so a flag published after it is seen after the data.
 void copy_bytes(std::byte* dst, const std::byte* src, std::size_t bytes);
+// The same, one of the copies of a call that writes `footprint` bytes in all (an all-to-all's
+// or an all-gather's output): it streams when the footprint reaches streaming_copy_min_bytes(),
+// however small this copy. The call's output evicts itself from the cache all the same when
+// it is written in blocks: a 2-rank all-to-all of 16 MiB copies two 8 MiB blocks a rank, and
+// took 1.07-1.98 ms with them cached, 0.64-0.78 ms streamed (ch04_ddp/PERFORMANCE.md, "Copies
+// larger than the cache").
+void copy_bytes(std::byte* dst, const std::byte* src, std::size_t bytes, std::size_t footprint);
+// Whether copy_bytes streams a copy of `bytes` in a call writing `footprint` in all.
+bool copy_streams(std::size_t bytes, std::size_t footprint);
+// The bytes every thread's streamed copies have written since the process started (tests tell
+// by it which copies streamed; non-temporal stores leave no other trace).
+std::uint64_t streamed_copy_bytes();
 
 // The size from which copy_bytes streams: half the last-level cache the kernel reports
 // (/sys/devices/system/cpu/cpu0/cache), 16 MiB where it reports none; 0 never streams.

@@ -140,6 +140,45 @@ TEST(LocalKernels, StreamedCopiesEqualMemcpyAtEveryAlignmentAndLength) {
   }
 }
 
+// Whether a copy streams is the whole call's output, not the copy's own size: a call whose
+// output outgrows the cache evicts its own blocks however it cuts them.
+TEST(LocalKernels, ACopyStreamsWhenItOrItsCallsOutputReachesTheThreshold) {
+  const StreamedCopies streamed(1000);
+  EXPECT_FALSE(local::copy_streams(999, 999));
+  EXPECT_FALSE(local::copy_streams(10, 0));
+  EXPECT_TRUE(local::copy_streams(10, 1000));
+  EXPECT_TRUE(local::copy_streams(1000, 0));
+  const StreamedCopies never(0);
+  EXPECT_FALSE(local::copy_streams(std::size_t{1} << 30, std::size_t{1} << 30));
+}
+
+// An all-to-all's and an all-gather's blocks stream once the output reaches the threshold,
+// each block smaller than it; below it none does. Every rank's every block, its own too.
+TEST(LocalComm, AllToAllAndAllGatherStreamTheirBlocksOnceTheOutputReachesTheThreshold) {
+  const StreamedCopies streamed(std::size_t{64} << 10);
+  for (int n : {2, 3}) {
+    for (std::int64_t k : {std::int64_t{1024}, std::int64_t{12288}}) {  // 4 / 48 KiB blocks
+      const std::size_t out_bytes = static_cast<std::size_t>(n * k) * 4;
+      const bool streams = out_bytes >= (std::size_t{64} << 10);
+      const std::uint64_t before = local::streamed_copy_bytes();
+      run_local(n, [&](Communicator& c) {
+        const std::vector<std::int64_t> counts(static_cast<std::size_t>(n), k);
+        const Tensor send = rank_data(c.rank(), n * k, DType::kF32);
+        Tensor recv = Tensor::empty({n * k}, DType::kF32);
+        c.all_to_all(send, counts, recv, counts);
+        const Tensor in = rank_data(c.rank(), k, DType::kF32);
+        Tensor out = Tensor::empty({n * k}, DType::kF32);
+        c.all_gather(in, out);
+        for (int r = 0; r < n; ++r) {
+          EXPECT_TRUE(same_bits(out.flat_slice(r * k, k).clone(), rank_data(r, k, DType::kF32)));
+        }
+      });
+      const std::uint64_t streamed_bytes = local::streamed_copy_bytes() - before;
+      EXPECT_EQ(streamed_bytes, streams ? 2 * n * out_bytes : 0) << "N=" << n << " k=" << k;
+    }
+  }
+}
+
 // The collectives' copies streamed (from 64 bytes): gathers, broadcasts, sends and
 // exchanges deliver the same bits, so each streamed copy is fenced before the flag or
 // hand-off that tells the reader it is done.
