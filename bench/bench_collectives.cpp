@@ -61,6 +61,7 @@ struct Config {
   std::int64_t eager_limit = -1;  // LocalOptions::eager_limit_bytes: sendrecv's copy or loan
   std::int64_t stream_copy_min = -1;  // local::set_streaming_copy_min_bytes (0: never stream)
   std::vector<std::int64_t> sizes;  // --sizes: these instead of the sweep
+  std::int64_t max_bytes = -1;  // --max-bytes: the sweep's (or --sizes') sizes up to this only
   std::vector<std::string> ops = {"all-reduce", "reduce-scatter", "all-gather", "all-to-all",
                                   "sendrecv"};
 };
@@ -166,6 +167,7 @@ void run_rank(const Config& cfg, const Sync& sync, int rank, const MakeOp& make)
   if (rank == 0) print_header();
   for (const std::string& op : cfg.ops) {
     for (std::int64_t bytes : cfg.sizes.empty() ? sweep(cfg.full) : cfg.sizes) {
+      if (cfg.max_bytes >= 0 && bytes > cfg.max_bytes) continue;
       const std::int64_t k = block_elems(op, bytes, n);
       Buffers buf;
       const auto f32 = [](std::int64_t e) {
@@ -329,6 +331,7 @@ int usage(const char* why) {
                "       [--oneshot-max BYTES] [--ring-oneshot-max BYTES] [--eager-limit BYTES]\n"
                "       [--ring-exchange-max BYTES] [--ring-slice BYTES] [--spin-us US] [--label NAME]\n"
                "       [--stream-copy-min BYTES]   copies from this size bypass the cache (0: none)\n"
+               "       [--max-bytes BYTES]   only the sizes up to this\n"
                "       [--bind]   each rank thread on a core of its own, where there are enough\n"
                "       mpirun -np N bench_collectives --impl mpi [same flags]\n"
                "       bench_collectives --probe   two threads' cache-line round trip, us\n",
@@ -419,6 +422,7 @@ int main(int argc, char** argv) {
       else if (a == "--ring-exchange-max") cfg.ring_exchange_max = bytes();
       else if (a == "--ring-slice") cfg.ring_slice = bytes();
       else if (a == "--stream-copy-min") cfg.stream_copy_min = bytes();
+      else if (a == "--max-bytes") cfg.max_bytes = bytes();
       else if (a == "--bind") cfg.bind = true;
       else if (a == "--spin-us") {
         const std::string v = value();

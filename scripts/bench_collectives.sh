@@ -11,6 +11,7 @@
 #   scripts/bench_collectives.sh --full     the default sizes and 8 B x 4^k .. 128 MiB, and 256 MiB
 #   scripts/bench_collectives.sh --no-build --no-readme   measure only (tables on stdout)
 #   --rounds=N   run every implementation N times (default 3), each cell the fastest round's
+#   --small-rounds=N   then N more rounds (default 6) of the sizes up to 64 KiB only
 #
 # Open MPI runs in each configuration of MPI_CONFIGS below and the table takes, per op, rank
 # count and size, the fastest one ("OpenMPI at its best"), naming it. Every run, ours and Open
@@ -18,19 +19,24 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-full=""; build=1; readme=1; rounds=3
+full=""; build=1; readme=1; rounds=3; small_rounds=6
 for a in "$@"; do
   case "$a" in
     --full) full="--full" ;;
     --no-build) build=0 ;;
     --no-readme) readme=0 ;;
     --rounds=*) rounds="${a#--rounds=}" ;;
+    --small-rounds=*) small_rounds="${a#--small-rounds=}" ;;
     *) echo "bench_collectives.sh: unknown flag $a" >&2; exit 2 ;;
   esac
 done
 case "$rounds" in
   ''|*[!0-9]*|0) echo "bench_collectives.sh: --rounds=N takes a count of at least 1, not '$rounds'" >&2
                  exit 2 ;;
+esac
+case "$small_rounds" in
+  ''|*[!0-9]*) echo "bench_collectives.sh: --small-rounds=N takes a count, not '$small_rounds'" >&2
+               exit 2 ;;
 esac
 
 if [ "$build" = 1 ]; then
@@ -41,7 +47,7 @@ fi
 bin=build/bin/bench_collectives
 out=build/bench_collectives
 mkdir -p "$out"
-rm -f "$out"/*.csv
+rm -f "$out"/*.csv "$out"/*.err
 
 # Containers run as root; oversubscription lets 4 processes share 2 cores (Open MPI then
 # yields while it polls, as our rank threads do).
@@ -95,27 +101,39 @@ for t in $(seq 1 10); do  # the fastest round trip of the first 20 s, for the fi
   sleep 2
 done
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
-for round in $(seq 1 "$rounds"); do
+# One round: every implementation and Open MPI configuration on 2 and 4 ranks, each run's
+# lines in $out/<name>-<ranks>.<tag>.csv; extra flags (the small rounds' --max-bytes) last.
+round() {
+  local tag="$1"; shift
+  local n impl cfg name opts f
   for n in 2 4; do
     for impl in local ring; do
       settle
-      regime "$impl-$n.r$round"
+      regime "$impl-$n.$tag"
       # --bind: a rank thread per core where there are enough, as mpirun binds its processes
-      "$bin" --impl "$impl" --ranks "$n" --bind $full > "$out/$impl-$n.r$round.csv"
+      "$bin" --impl "$impl" --ranks "$n" --bind $full "$@" > "$out/$impl-$n.$tag.csv"
     done
     for cfg in "${MPI_CONFIGS[@]}"; do
       name="${cfg%%|*}"; opts="${cfg#*|}"
-      f="$out/mpi_$name-$n.r$round"
+      f="$out/mpi_$name-$n.$tag"
       settle
-      regime "mpi_$name-$n.r$round"
+      regime "mpi_$name-$n.$tag"
       # shellcheck disable=SC2086
-      if ! mpirun --oversubscribe -np "$n" $opts "$bin" --impl mpi $full > "$f.csv" 2> "$f.err"; then
+      if ! mpirun --oversubscribe -np "$n" $opts "$bin" --impl mpi $full "$@" > "$f.csv" 2> "$f.err"; then
         echo "bench_collectives.sh: Open MPI configuration $name failed ($f.err)" >&2
         rm -f "$f.csv"
       fi
     done
   done
-done
+}
+for r in $(seq 1 "$rounds"); do round "r$r"; done
+# The small rounds: the host's regime changes every few seconds, and a cell of up to 64 KiB
+# takes tens of milliseconds, so within one round it falls on one regime or the other by
+# chance (the same round had a 2-rank sendrecv of 8 B at 0.13 us and, minutes later, at 0.32;
+# Open MPI's alike). More rounds of those cells cost little beside the large ones' seconds,
+# and give every implementation and configuration the same number of draws.
+small_max=65536
+for r in $(seq 1 "$small_rounds"); do round "s$r" --max-bytes "$small_max"; done
 # The switch points between the one-shot paths and the large ones: all-reduce on each path
 # forced, around the default limits (comm/local_oneshot.h, ch04_ddp/ring_allreduce.h); the
 # ring's exchange path against its hops up to 16 MiB (4 ranks). A forced limit is what the
@@ -143,13 +161,13 @@ load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 cpu=$(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
 cores=$(nproc)
 ompi=$(mpirun --version 2>/dev/null | head -1 || true)
-cmd="scripts/bench_collectives.sh${full:+ --full}${rounds:+ --rounds=$rounds}"
+cmd="scripts/bench_collectives.sh${full:+ --full} --rounds=$rounds --small-rounds=$small_rounds"
 
 probes=$(awk '{print $2}' "$out/probes.txt" | sort -g | awk '{a[NR]=$1} END{printf "%s-%s", a[1], a[NR]}')
 for part in readme full; do
   python3 scripts/bench_collectives_table.py --dir "$out" --cpu "$cpu" --cores "$cores" \
     --load "$load_before -> $load_after" --mpi-version "$ompi" --command "$cmd" \
-    --rounds "$rounds" --probe "$best_probe" --probes "$probes" --part "$part" \
+    --rounds "$rounds" --small-rounds "$small_rounds" --small-max "$small_max" --probe "$best_probe" --probes "$probes" --part "$part" \
     > "$out/table-$part.md"
 done
 cat "$out/table-readme.md" "$out/table-full.md"

@@ -130,6 +130,11 @@ def header(a):
                 a.command, a.cpu, a.cores, a.load, a.mpi_version,
                 ", the lowest such median of %s rounds run one after another (ours and "
                 "OpenMPI's alike)" % a.rounds if a.rounds and a.rounds != "1" else ""))
+    if a.small_rounds and a.small_rounds != "0":
+        text += (" Sizes up to %s, which take milliseconds where the host's regime (below) "
+                 "changes every few seconds, ran %s rounds more, every implementation and "
+                 "configuration alike, and take the lowest of all their rounds." % (
+                     size_name(int(a.small_max)), a.small_rounds))
     if a.probe:
         text += (" Each run, ours and OpenMPI's, started when two threads' cache-line round "
                  "trip (`bench_collectives --probe`) read within 3x of the fastest seen, "
@@ -390,6 +395,8 @@ def main():
     p.add_argument("--mpi-version", default="Open MPI")
     p.add_argument("--command", default="scripts/bench_collectives.sh")
     p.add_argument("--rounds", default="1")
+    p.add_argument("--small-rounds", default="0", help="the extra rounds of the small sizes")
+    p.add_argument("--small-max", default="65536", help="the small rounds' largest size, bytes")
     p.add_argument("--probe", default="", help="the fastest round trip the script saw, us")
     p.add_argument("--probes", default="", help="the runs' round trips, lowest-highest, us")
     p.add_argument("--part", choices=["readme", "full"], default="readme",

@@ -24,6 +24,7 @@ expect "--bind and --spin-us are for rank threads" --impl mpi --bind
 expect "--bind and --spin-us are for rank threads" --impl mpi --spin-us 10
 expect "--stream-copy-min takes a byte count" --impl local --stream-copy-min 16M
 expect "--stream-copy-min sets our copies" --impl mpi --stream-copy-min 0
+expect "--max-bytes takes a byte count" --impl local --max-bytes 64K
 expect "unknown flag --probe" --probe extra
-[ "$fail" = 0 ] && echo "bench_collectives: 11 bad invocations, each refused with exit 2"
+[ "$fail" = 0 ] && echo "bench_collectives: 12 bad invocations, each refused with exit 2"
 exit "$fail"
