@@ -2,6 +2,7 @@
 #include "comm/local_oneshot.h"
 
 #include <cstring>
+#include <new>
 #include <stdexcept>
 #include <string>
 
@@ -10,16 +11,18 @@
 namespace mixpar::local {
 
 OneShotGroup::OneShotGroup(int size, std::size_t capacity)
-    : capacity_(capacity), ranks_(std::make_unique<Rank[]>(static_cast<std::size_t>(size))),
-      size_(size) {}
+    : capacity_(capacity), stride_((capacity + kLine - 1) / kLine * kLine),
+      ranks_(std::make_unique<Rank[]>(static_cast<std::size_t>(size))), size_(size) {}
 
 std::byte* OneShotGroup::stage(int rank, std::int64_t seq) {
   Rank& r = ranks_[static_cast<std::size_t>(rank)];
   // Written before the first flag is raised, read by peers only after they saw one. Not
   // zeroed: a page is touched only once a call stages that much, so a large limit (the
   // bench's forced one-shot runs) costs no memory its calls do not use.
-  if (!r.buffer) r.buffer = std::make_unique_for_overwrite<std::byte[]>(2 * capacity_);
-  return r.buffer.get() + static_cast<std::size_t>(seq % 2) * capacity_;
+  if (!r.buffer) {
+    r.buffer.reset(static_cast<std::byte*>(::operator new[](2 * stride_, std::align_val_t{kLine})));
+  }
+  return r.buffer.get() + static_cast<std::size_t>(seq % 2) * stride_;
 }
 
 static_assert(OneShotGroup::kInLineBytes >= 16, "a 2-rank all-to-all's counts fit the line");
@@ -67,7 +70,7 @@ const std::byte* OneShotGroup::in_line(int rank, std::int64_t seq) const {
 }
 
 const std::byte* OneShotGroup::data(int rank, std::int64_t seq) const {
-  return at(rank).buffer.get() + static_cast<std::size_t>(seq % 2) * capacity_;
+  return at(rank).buffer.get() + static_cast<std::size_t>(seq % 2) * stride_;
 }
 
 }  // namespace mixpar::local
