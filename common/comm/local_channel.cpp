@@ -66,7 +66,7 @@ bool Fabric::post_inline(int group, int src, int dst, int tag, const Tensor& mes
     if (s->capacity) network_->on_free(MemCategory::kCommBuffers, Device::kCPU, s->capacity);
     s->buffer.reset();
     s->capacity = 0;
-    s->buffer = std::make_unique_for_overwrite<std::byte[]>(capacity);
+    s->buffer.reset(static_cast<std::byte*>(::operator new[](capacity, std::align_val_t{64})));
     network_->on_alloc(MemCategory::kCommBuffers, Device::kCPU, capacity);
     s->capacity = capacity;
   }
@@ -77,6 +77,7 @@ bool Fabric::post_inline(int group, int src, int dst, int tag, const Tensor& mes
   s->count = message.numel();
   s->dtype = message.dtype();
   s->lent = nullptr;
+  s->copied = bytes > ChannelSlot::kInlineBytes ? s->buffer.get() : nullptr;
   publish(src, dst, *s);
   return true;
 }

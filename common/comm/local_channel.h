@@ -31,6 +31,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <new>
 
 #include "numerics/dtype.h"
 
@@ -50,23 +51,32 @@ struct alignas(64) ChannelSlot {
   DType dtype = DType::kF32;
   std::int64_t count = 0;
   const std::byte* lent = nullptr;  // the sender's own buffer; nullptr: the bytes are copied
+  // A copied message larger than kInlineBytes: `buffer`'s data, named here, in the line the
+  // receiver polls. Read from `buffer` itself, in the producer's line, the pointer was one
+  // more trip between the cores before the first byte (a 2-rank sendrecv of 512 B took
+  // 0.26-0.27 us, now 0.20-0.22; ch04_ddp/PERFORMANCE.md, "Trips between cores").
+  const std::byte* copied = nullptr;
   // A copied message of at most kInlineBytes: here, from the first line on; a larger one in
   // `buffer`.
-  static constexpr std::size_t kInlineBytes = 216;
+  static constexpr std::size_t kInlineBytes = 208;
   std::byte inline_bytes[kInlineBytes];
   // The producer's own fields, in a line the receiver's polls do not touch.
   alignas(64) std::uint64_t order = 0;  // the pair's message number (mailbox messages share it)
   // Copied bytes beyond kInlineBytes: grown by the producer to the largest message it copied
-  // here, charged to the network ledger, freed when the run ends.
-  std::unique_ptr<std::byte[]> buffer;
+  // here, charged to the network ledger, freed when the run ends. Line-aligned, so a message
+  // spans no more lines than its bytes need.
+  struct FreeLines {
+    void operator()(std::byte* p) const { ::operator delete[](p, std::align_val_t{64}); }
+  };
+  std::unique_ptr<std::byte[], FreeLines> buffer;
   std::size_t capacity = 0;
   std::size_t bytes() const { return static_cast<std::size_t>(count) * dtype_size(dtype); }
   const std::byte* data() const {
     if (lent) return lent;
-    return bytes() <= kInlineBytes ? inline_bytes : buffer.get();
+    return bytes() <= kInlineBytes ? inline_bytes : copied;
   }
 };
-// 40 bytes of flag and header, then the inline bytes to the end of line 4 (24 of them in the
+// 48 bytes of flag and header, then the inline bytes to the end of line 4 (16 of them in the
 // flag's line), then the producer's line.
 static_assert(sizeof(ChannelSlot) == 5 * 64, "flag, header and inline bytes in 4 lines");
 

@@ -174,12 +174,13 @@ TEST(LocalChannel, NoDeadlockIsReportedWhileTheAwaitedMessageSitsInAChannel) {
   }
 }
 
-// A copied message of up to ChannelSlot::kInlineBytes (216: 54 f32) travels in the slot's own
+// A copied message of up to local::ChannelSlot::kInlineBytes (208: 52 f32) travels in the slot's own
 // lines, a larger one in the slot's buffer. Sizes on both sides of that line, through the same
 // 8 slots again and again (a slot that held a large message then holds a small one and back),
 // each arrive whole: the receiver reads the bytes where the sender put them.
 TEST(LocalChannel, MessagesEitherSideOfTheInlineLimitArriveWhole) {
-  const std::vector<std::int64_t> sizes = {1, 6, 53, 54, 55, 200, 54, 2, 55, 1000, 6};
+  static_assert(local::ChannelSlot::kInlineBytes == 52 * 4);
+  const std::vector<std::int64_t> sizes = {1, 6, 51, 52, 53, 200, 52, 2, 53, 1000, 6};
   run_local(2, [&](Communicator& c) {
     const int peer = 1 - c.rank();
     for (int round = 0; round < 40; ++round) {
