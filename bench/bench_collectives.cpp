@@ -189,12 +189,17 @@ void run_rank(const Config& cfg, const Sync& sync, int rank, const MakeOp& make)
   }
 }
 
-// --bind: rank r's thread runs only on the r-th CPU this process may use, as mpirun binds each
-// of its processes to a core of its own when there are enough (its default for 2 processes on
-// the 2-core EPYC; oversubscribed, it binds none, and neither does --bind). Unbound, the
-// kernel now and then woke both rank threads on one CPU for a whole run: a 2-rank ring
-// all-reduce of 8 MiB then took 2.1-3.5 ms instead of 0.35, with ten times the context
-// switches (1 run in 22 at one time, every run for minutes at another).
+// --bind: rank r's thread runs only on CPU r mod C of the C CPUs this process may use, as
+// mpirun binds each of its processes to a core of its own when there are enough (its default
+// for 2 processes on the 2-core EPYC) and round-robin when asked to with more
+// (`--map-by core:OVERSUBSCRIBE --bind-to core:overload-allowed`, a configuration of
+// scripts/bench_collectives.sh). Unbound, the kernel now and then woke both rank threads on one
+// CPU for a whole run: a 2-rank ring all-reduce of 8 MiB then took 2.1-3.5 ms instead of 0.35,
+// with ten times the context switches (1 run in 22 at one time, every run for minutes at
+// another). On 4 ranks the placement decides the small calls: a sendrecv round the ring of
+// 8 B took 1.53-1.67 us with ranks 0 and 2 on one CPU, 1.79-1.82 with 0 and 1, and either,
+// from run to run, unbound; Open MPI's processes bound round-robin took 1.49-1.57, unbound
+// 2.07-2.20.
 std::vector<int> allowed_cpus() {
   std::vector<int> cpus;
 #if defined(__linux__)
@@ -229,7 +234,7 @@ int run_threads(const Config& cfg) {
   if (cfg.eager_limit >= 0) opts.eager_limit_bytes = static_cast<std::size_t>(cfg.eager_limit);
   if (cfg.spin_us >= 0) opts.spin_microseconds = cfg.spin_us;
   const std::vector<int> cpus = cfg.bind ? allowed_cpus() : std::vector<int>{};
-  const bool binds = !cpus.empty() && cfg.ranks <= static_cast<int>(cpus.size());
+  const bool binds = !cpus.empty();
   LocalWorld world(cfg.ranks, opts);
   const bool ring = cfg.impl == "ring";
   ch04::RingOptions ro;
@@ -240,7 +245,7 @@ int run_threads(const Config& cfg) {
         static_cast<std::size_t>(cfg.ring_exchange_max);
   }
   world.run([&](Communicator& c) {
-    if (binds) bind_to(cpus[static_cast<std::size_t>(c.rank())]);
+    if (binds) bind_to(cpus[static_cast<std::size_t>(c.rank()) % cpus.size()]);
     Tensor scalar = Tensor::zeros({1}, DType::kF64, MemCategory::kCommBuffers);
     const Sync sync{[&] { c.barrier(); },
                     [&](double x) {
@@ -332,7 +337,7 @@ int usage(const char* why) {
                "       [--ring-exchange-max BYTES] [--ring-slice BYTES] [--spin-us US] [--label NAME]\n"
                "       [--stream-copy-min BYTES]   copies from this size bypass the cache (0: none)\n"
                "       [--max-bytes BYTES]   only the sizes up to this\n"
-               "       [--bind]   each rank thread on a core of its own, where there are enough\n"
+               "       [--bind]   rank thread r on CPU r mod (the CPUs this process may use)\n"
                "       mpirun -np N bench_collectives --impl mpi [same flags]\n"
                "       bench_collectives --probe   two threads' cache-line round trip, us\n",
                why);

@@ -55,11 +55,14 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # name|mpirun options. default: Open MPI's own choice (the vader shared-memory BTL with its
 # single-copy mechanism, CMA, where the kernel allows it); vader-copy-in-out: the tests'
 # settings (no single copy: two copies through a shared buffer); sm-coll: the shared-memory
-# collective component preferred for the collectives it implements.
+# collective component preferred for the collectives it implements; bind-cyclic: Open MPI's own
+# choice of transports, each process bound to a core round-robin, also when they outnumber the
+# cores (mpirun binds nothing then by default), as --bind places our rank threads.
 MPI_CONFIGS=(
   "default|"
   "vader-copy-in-out|--mca btl self,vader --mca btl_vader_single_copy_mechanism none"
   "sm-coll|--mca coll_sm_priority 100"
+  "bind-cyclic|--map-by core:OVERSUBSCRIBE --bind-to core:overload-allowed"
 )
 
 # Rounds: every implementation and configuration runs once per round, the rounds one after

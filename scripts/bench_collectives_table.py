@@ -141,8 +141,9 @@ def header(a):
                  "%s us (the host moves this machine's virtual CPUs between cores that share "
                  "a cache and cores that do not: ch04_ddp/PERFORMANCE.md, \"Trips between "
                  "cores\"); the runs started at %s us." % (a.probe, a.probes or "?"))
-    text += (" Our rank threads run one per core where there are enough (`--bind`), as "
-             "mpirun binds its processes (2 ranks here; 4 ranks on 2 cores: neither binds).")
+    text += (" Our rank threads are bound to the cores round-robin (`--bind`: rank r on core "
+             "r mod cores), as mpirun binds its 2 processes by default and, in the bind-cyclic "
+             "configuration, its 4 on 2 cores too (which by default it leaves unbound).")
     return text
 
 
