@@ -66,7 +66,7 @@ bool Fabric::post_inline(int group, int src, int dst, int tag, const Tensor& mes
     if (s->capacity) network_->on_free(MemCategory::kCommBuffers, Device::kCPU, s->capacity);
     s->buffer.reset();
     s->capacity = 0;
-    s->buffer.reset(static_cast<std::byte*>(::operator new[](capacity, std::align_val_t{64})));
+    s->buffer = allocate_lines(capacity);
     network_->on_alloc(MemCategory::kCommBuffers, Device::kCPU, capacity);
     s->capacity = capacity;
   }

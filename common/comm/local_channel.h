@@ -31,8 +31,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <new>
 
+#include "comm/cache_lines.h"
 #include "numerics/dtype.h"
 
 namespace mixpar::local {
@@ -65,10 +65,7 @@ struct alignas(64) ChannelSlot {
   // Copied bytes beyond kInlineBytes: grown by the producer to the largest message it copied
   // here, charged to the network ledger, freed when the run ends. Line-aligned, so a message
   // spans no more lines than its bytes need.
-  struct FreeLines {
-    void operator()(std::byte* p) const { ::operator delete[](p, std::align_val_t{64}); }
-  };
-  std::unique_ptr<std::byte[], FreeLines> buffer;
+  LineBytes buffer;
   std::size_t capacity = 0;
   std::size_t bytes() const { return static_cast<std::size_t>(count) * dtype_size(dtype); }
   const std::byte* data() const {

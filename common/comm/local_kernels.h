@@ -43,7 +43,7 @@ void copy_bytes(std::byte* dst, const std::byte* src, std::size_t bytes);
 // or an all-gather's output): it streams when the footprint reaches streaming_copy_min_bytes(),
 // however small this copy. The call's output evicts itself from the cache all the same when
 // it is written in blocks: a 2-rank all-to-all of 16 MiB copies two 8 MiB blocks a rank, and
-// took 1.07-1.98 ms with them cached, 0.64-0.78 ms streamed (ch04_ddp/PERFORMANCE.md, "Copies
+// took 1.83-2.06 ms with them cached, 1.33-1.42 ms streamed (ch04_ddp/PERFORMANCE.md, "Copies
 // larger than the cache").
 void copy_bytes(std::byte* dst, const std::byte* src, std::size_t bytes, std::size_t footprint);
 // Whether copy_bytes streams a copy of `bytes` in a call writing `footprint` in all.

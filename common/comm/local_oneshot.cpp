@@ -2,7 +2,6 @@
 #include "comm/local_oneshot.h"
 
 #include <cstring>
-#include <new>
 #include <stdexcept>
 #include <string>
 
@@ -11,7 +10,7 @@
 namespace mixpar::local {
 
 OneShotGroup::OneShotGroup(int size, std::size_t capacity)
-    : capacity_(capacity), stride_((capacity + kLine - 1) / kLine * kLine),
+    : capacity_(capacity), stride_((capacity + kCacheLine - 1) / kCacheLine * kCacheLine),
       ranks_(std::make_unique<Rank[]>(static_cast<std::size_t>(size))), size_(size) {}
 
 std::byte* OneShotGroup::stage(int rank, std::int64_t seq) {
@@ -19,9 +18,7 @@ std::byte* OneShotGroup::stage(int rank, std::int64_t seq) {
   // Written before the first flag is raised, read by peers only after they saw one. Not
   // zeroed: a page is touched only once a call stages that much, so a large limit (the
   // bench's forced one-shot runs) costs no memory its calls do not use.
-  if (!r.buffer) {
-    r.buffer.reset(static_cast<std::byte*>(::operator new[](2 * stride_, std::align_val_t{kLine})));
-  }
+  if (!r.buffer) r.buffer = allocate_lines(2 * stride_);
   return r.buffer.get() + static_cast<std::size_t>(seq % 2) * stride_;
 }
 

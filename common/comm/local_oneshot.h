@@ -21,10 +21,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <new>
 #include <span>
 #include <vector>
 
+#include "comm/cache_lines.h"
 #include "comm/local_fabric.h"
 
 namespace mixpar::local {
@@ -93,14 +93,9 @@ class OneShotGroup {
   // its counts and input, 48 bytes, across two lines, and the reader, which finds its block
   // from the counts, fetched the second line only after the first, a second trip between the
   // cores (0.24 us a call against 0.16 at 8 B and 0.20 at 128 B; ch04_ddp/PERFORMANCE.md).
-  static constexpr std::size_t kLine = 64;
-  struct FreeLines {
-    void operator()(std::byte* p) const { ::operator delete[](p, std::align_val_t{kLine}); }
-  };
   struct alignas(64) Rank {
     Half half[2];
-    // 2 x stride_, by parity; set before the first flag.
-    std::unique_ptr<std::byte[], FreeLines> buffer;
+    LineBytes buffer;  // 2 x stride_, by parity; set before the first flag
   };
   const Rank& at(int rank) const { return ranks_[static_cast<std::size_t>(rank)]; }
   std::size_t capacity_;
