@@ -148,7 +148,7 @@ bool Fabric::spin_until_woken(std::unique_lock<std::mutex>& lock, int me) {
   const Clock::time_point until = Clock::now() + spin_;
   int polls = 0;
   while (count.load(std::memory_order_acquire) == seen && Clock::now() < until) relax(polls++);
-  lock.lock();
+  lock = lock_polling(mu_, lock_polls());
   return count.load(std::memory_order_relaxed) != seen;
 }
 
@@ -369,7 +369,7 @@ std::string Fabric::recv_mismatch(const RankStatus& s, int dst, const Message& m
 // ---- Collectives
 
 Ticket Fabric::arrive(int group, int group_rank, const Arrival& a) {
-  std::unique_lock lock(mu_);
+  std::unique_lock lock = lock_polling(mu_, lock_polls());
   throw_if_aborted();
   Group& g = groups_.at(static_cast<std::size_t>(group));
   const auto n = static_cast<int>(g.members.size());
@@ -405,7 +405,7 @@ Ticket Fabric::arrive(int group, int group_rank, const Arrival& a) {
 }
 
 void Fabric::finish(const Ticket& t) {
-  std::unique_lock lock(mu_);
+  std::unique_lock lock = lock_polling(mu_, lock_polls());
   Group& g = groups_.at(static_cast<std::size_t>(t.group));
   const auto n = static_cast<int>(g.members.size());
   const int me = g.members[static_cast<std::size_t>(t.group_rank)];

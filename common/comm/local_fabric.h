@@ -26,6 +26,7 @@
 
 #include "comm/communicator.h"
 #include "comm/local_channel.h"
+#include "comm/polled_lock.h"
 
 namespace mixpar::local {
 
@@ -262,6 +263,10 @@ class Fabric {
   template <class Ready>
   void wait_without_deadline(std::unique_lock<std::mutex>& lock, int me, Ready ready);
   bool spin_until_woken(std::unique_lock<std::mutex>& lock, int me);
+  // How long a rank polls mu_ before it sleeps on it (comm/polled_lock.h), where it takes the
+  // mutex on every collective: arrive(), finish() and after a spin. Not with more ranks than
+  // cores, where the holder may be waiting for this rank's core.
+  int lock_polls() const { return spin_yields_ ? 0 : kLockPolls; }
   // A peer that is running answers within about a microsecond (a 2-rank one-shot all-reduce
   // of 4 KiB took 1.0 us here): the first polls only pause. Later ones, or all of them when
   // ranks outnumber cores, yield the core: the rank waited for is then most likely not

@@ -5,15 +5,18 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <limits>
 #include <map>
 #include <tuple>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "comm/local_backend.h"
 #include "comm/local_kernels.h"
+#include "comm/polled_lock.h"
 #include "comm_local_test_util.h"
 
 namespace mixpar {
@@ -550,6 +553,42 @@ TEST(LocalComm, ACleanWorldCanRunAgainAndKeepsCounting) {
     world.run([](Communicator& c) { c.barrier(); });
   }
   EXPECT_EQ(world.comm(1).traffic().totals("barrier").calls, 3);
+}
+
+// lock_polling (comm/polled_lock.h) returns the mutex locked, whether it was free or held by
+// another thread that releases it later, with polls and without: the holder's writes, made
+// under the lock, are all there once it returns, and no one else can take the mutex then.
+TEST(LocalPolledLock, ReturnsTheMutexLockedWhetherFreeOrReleasedByItsHolder) {
+  for (const int polls : {0, 1, local::kLockPolls}) {
+    std::mutex mu;
+    {
+      std::unique_lock<std::mutex> free_lock = local::lock_polling(mu, polls);
+      ASSERT_TRUE(free_lock.owns_lock()) << polls;
+      bool taken_elsewhere = true;
+      std::thread([&] {
+        taken_elsewhere = mu.try_lock();
+        if (taken_elsewhere) mu.unlock();
+      }).join();
+      EXPECT_FALSE(taken_elsewhere) << polls;
+    }
+    constexpr int kWrites = 200000;
+    int written = 0;  // plain int: only the mutex orders the holder's writes and the reads
+    std::atomic<bool> holding{false};
+    std::thread holder([&] {
+      const std::lock_guard<std::mutex> hold(mu);
+      holding.store(true, std::memory_order_release);
+      for (int i = 0; i < kWrites; ++i) {
+        written = written + 1;
+        if (i % 1024 == 0) std::atomic_signal_fence(std::memory_order_seq_cst);
+      }
+    });
+    while (!holding.load(std::memory_order_acquire)) std::this_thread::yield();
+    std::unique_lock<std::mutex> lock = local::lock_polling(mu, polls);
+    EXPECT_TRUE(lock.owns_lock()) << polls;
+    EXPECT_EQ(written, kWrites) << polls;
+    lock.unlock();
+    holder.join();
+  }
 }
 
 }  // namespace
