@@ -579,6 +579,8 @@ TEST(LocalPolledLock, ReturnsTheMutexLockedWhetherFreeOrReleasedByItsHolder) {
       holding.store(true, std::memory_order_release);
       for (int i = 0; i < kWrites; ++i) {
         written = written + 1;
+        // A compiler barrier now and then: the loop cannot fold into one add, so the holder
+        // keeps the mutex while the main thread asks for it.
         if (i % 1024 == 0) std::atomic_signal_fence(std::memory_order_seq_cst);
       }
     });
