@@ -44,16 +44,18 @@ TEST(IsaPeak, AnFp32RunCountsTheWidestFmaUnitOfTheCpuOnItsCores) {
 }
 
 #if defined(__x86_64__)
-// The measured throughput is that of a real core: at least what its lanes give at 0.2 GHz with
-// one unit (a heavily loaded machine only lowers it), at most two units at 6 GHz. The clock
-// that timing dependent adds gave (14-22 GHz on cores that fold immediate adds) is gone.
-TEST(IsaPeak, TheMeasuredFmaThroughputIsThatOfARealCore) {
+// The measured throughput is never above what a real core can do: two units at 6 GHz. The clock
+// that timing dependent adds gave (14-22 GHz on cores that fold immediate adds) is gone. There
+// is no lower bound: a loaded or slowed machine (a sanitizer build, a shared host, ctest -j2)
+// only lowers a measured rate, so a floor would be a timed assertion that fails on a busy
+// machine, not on a wrong kernel; bench/ measures speed.
+TEST(IsaPeak, TheMeasuredFmaThroughputIsNeverAboveTwoUnitsAtSixGHz) {
   for (ComputeUnit u : {ComputeUnit::kSse, ComputeUnit::kAvx2Fma, ComputeUnit::kAvx512Fma}) {
     std::string why;
     if (!unit_usable(u, &why)) continue;
     const int lanes = u == ComputeUnit::kSse ? 4 : u == ComputeUnit::kAvx2Fma ? 8 : 16;
     const double per_core = measure_core_flops_per_s(u);
-    EXPECT_GT(per_core, 0.2e9 * lanes * 2) << unit_name(u);
+    EXPECT_GT(per_core, 0.0) << unit_name(u);
     EXPECT_LT(per_core, 6e9 * lanes * 2 * 2) << unit_name(u);
   }
 }
