@@ -137,8 +137,8 @@ def header(a):
                      size_name(int(a.small_max)), a.small_rounds))
     if a.probe:
         text += (" Each run, ours and OpenMPI's, started when two threads' cache-line round "
-                 "trip (`bench_collectives --probe`) read within 3x of the fastest seen, "
-                 "%s us (the host moves this machine's virtual CPUs between cores that share "
+                 "trip (`bench_collectives --probe`) read within 3x of the fastest of the "
+                 "30 readings before it (the fastest of the whole run: %s us; the host moves this machine's virtual CPUs between cores that share "
                  "a cache and cores that do not: ch04_ddp/PERFORMANCE.md, \"Trips between "
                  "cores\"); the runs started at %s us." % (a.probe, a.probes or "?"))
     text += (" Our rank threads are bound to the cores round-robin (`--bind`: rank r on core "
