@@ -439,16 +439,16 @@ void LocalCommunicator::all_to_all(const Tensor& in, std::span<const std::int64_
   // Read from there when the staged input spans lines (judged by ours: an all-to-all's inputs
   // are usually alike); within one line, the staged counts come with the block.
   const bool read_in_line = counts_in_line && counts_bytes + in.nbytes() > 64;
+  std::int64_t vote_seq = 0;  // a vote published without waiting: arrive() checks it
   if (oneshot_fits(0) && capacity > 0) {
     const bool stages = counts_bytes + in.nbytes() <= capacity && out.nbytes() <= capacity;
     const local::CallDesc vote{.op = local::CollOp::kAllToAll, .dtype = in.dtype(),
                                .count = stages ? 1 : 0};
     bool all_staged = false;
     if (!stages) {  // publishes its vote, and neither stages nor waits for the flags
-      const std::int64_t seq = ++*calls_;
-      oneshot_->publish(rank_, seq, vote, fabric_->asymmetric_fence());
+      vote_seq = ++*calls_;
+      oneshot_->publish(rank_, vote_seq, vote, fabric_->asymmetric_fence());
       fabric_->oneshot_posted(group_, *oneshot_);
-      fabric_->oneshot_check(group_, seq);
     } else oneshot(
         vote,
         [&](std::byte* stage) {
@@ -475,7 +475,8 @@ void LocalCommunicator::all_to_all(const Tensor& in, std::span<const std::int64_
     }
   }
   const local::CallDesc d{.op = local::CollOp::kAllToAll, .dtype = in.dtype()};
-  collective({.desc = d, .in = &in, .out = &out, .send_counts = send_counts.data()},
+  collective({.desc = d, .in = &in, .out = &out, .send_counts = send_counts.data(),
+              .after_vote = vote_seq},
              [&](const local::Slot& s) {
                for (std::size_t p = 0; p < s.arrivals.size(); ++p) {
                  take_block(p, s.arrivals[p]->send_counts, bytes_of(*s.arrivals[p]->in));

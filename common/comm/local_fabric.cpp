@@ -372,6 +372,12 @@ Ticket Fabric::arrive(int group, int group_rank, const Arrival& a) {
   std::unique_lock lock = lock_polling(mu_, lock_polls());
   throw_if_aborted();
   Group& g = groups_.at(static_cast<std::size_t>(group));
+  // A rank that published a one-shot vote and did not wait for the flags: a peer that took
+  // the rendezvous for the vote's call number is a mismatch, as in oneshot_wait (a peer
+  // arriving there later finds the vote's flag, the check below).
+  if (a.after_vote != 0 && g.slots.count(a.after_vote) != 0) {
+    fail(mismatch_report(group, a.after_vote));
+  }
   const auto n = static_cast<int>(g.members.size());
   const int me = g.members[static_cast<std::size_t>(group_rank)];
   const std::int64_t seq = ++g.calls[static_cast<std::size_t>(group_rank)].n;
@@ -501,14 +507,6 @@ void Fabric::oneshot_wait(int group, int group_rank, std::int64_t seq, const Cal
   PhaseGuard guard{s};
   const Asleep asleep(os.sleepers, asymmetric_);  // counted before the last check of the flags
   block(lock, me, [&] { return os.all_published(seq); });
-}
-
-void Fabric::oneshot_check(int group, std::int64_t seq) {
-  std::lock_guard lock(mu_);
-  throw_if_aborted();
-  if (groups_.at(static_cast<std::size_t>(group)).slots.count(seq) != 0) {
-    fail(mismatch_report(group, seq));
-  }
 }
 
 void Fabric::oneshot_mismatch(int group, std::int64_t seq) {

@@ -60,6 +60,11 @@ struct Arrival {
   const std::byte* in_bytes = nullptr;  // the control collectives' buffers
   std::byte* out_bytes = nullptr;
   const std::int64_t* send_counts = nullptr;  // all_to_all: one count per rank of the group
+  // all_to_all: the call number of the one-shot vote this rank published just before (0:
+  // none). A peer that took the rendezvous for that number is a collective mismatch; arrive()
+  // checks it under the lock it takes anyway (a lock of its own for the check cost a 2-rank
+  // all-to-all of 64 KiB about 2 us on the Xeon: both ranks asked for it at once).
+  std::int64_t after_vote = 0;
 };
 
 struct SplitResult {
@@ -207,10 +212,6 @@ class Fabric {
   // watchdog and the failure of other ranks, as arrive() does; a peer that took the
   // rendezvous for this call number instead is a collective mismatch.
   void oneshot_wait(int group, int group_rank, std::int64_t seq, const CallDesc& d);
-  // For a rank that published call `seq` and does not wait for the flags: a peer that took
-  // the rendezvous for this call number is a collective mismatch, as in oneshot_wait (a peer
-  // arriving later finds the flag, arrive()'s own check).
-  void oneshot_check(int group, std::int64_t seq);
   // Every rank published call `seq` but not the same call: fails the world naming each.
   [[noreturn]] void oneshot_mismatch(int group, std::int64_t seq);
 
