@@ -54,7 +54,7 @@ struct Config {
   int repetitions = 5;
   // The switch points, to measure them (-1: the defaults): LocalOptions::oneshot_max_bytes
   // and RingOptions::oneshot_max_bytes, RingOptions::exchange_max_bytes (with
-  // reduce_scatter_exchange_max_bytes); 0 turns a path off.
+  // reduce_scatter_exchange_max_bytes and all_gather_exchange_max_bytes); 0 turns a path off.
   std::int64_t oneshot_max = -1, ring_oneshot_max = -1, ring_exchange_max = -1, ring_slice = -1;
   double spin_us = -1;
   bool bind = false;
@@ -240,9 +240,9 @@ int run_threads(const Config& cfg) {
   ch04::RingOptions ro;
   if (cfg.ring_oneshot_max >= 0) ro.oneshot_max_bytes = static_cast<std::size_t>(cfg.ring_oneshot_max);
   if (cfg.ring_slice >= 0) ro.slice_bytes = static_cast<std::size_t>(cfg.ring_slice);
-  if (cfg.ring_exchange_max >= 0) {  // both of the ring's exchange limits
+  if (cfg.ring_exchange_max >= 0) {  // all three of the ring's exchange limits
     ro.exchange_max_bytes = ro.reduce_scatter_exchange_max_bytes =
-        static_cast<std::size_t>(cfg.ring_exchange_max);
+        ro.all_gather_exchange_max_bytes = static_cast<std::size_t>(cfg.ring_exchange_max);
   }
   world.run([&](Communicator& c) {
     if (binds) bind_to(cpus[static_cast<std::size_t>(c.rank()) % cpus.size()]);

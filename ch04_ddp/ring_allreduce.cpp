@@ -454,7 +454,7 @@ void ring_all_gather(Communicator& comm, const Tensor& in, Tensor& out,
   check_blocks(out, in, comm.size(), "ring_all_gather");
   const RingOptions opts = gather_options(comm, options);
   if (comm.size() > 1 &&
-      (gathers(comm, 1, out, opts) || exchanges(out, opts, opts.exchange_max_bytes))) {
+      (gathers(comm, 1, out, opts) || exchanges(out, opts, opts.all_gather_exchange_max_bytes))) {
     comm.all_gather(in, out);  // copies: the hops' bits
     return;
   }

@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -80,8 +81,8 @@ struct RingOptions {
   // all_to_all gives each rank the N ranks' values of one chunk, which it adds in that
   // chunk's ring order, rounding where the hops round, and one all_gather hands the reduced
   // chunks round: the ring's bits and its 2(N-1)/N B per rank in 2 hand-offs instead of
-  // 2(N-1). ring_all_gather takes the backend's all_gather (copies: the same bytes) up to the
-  // same limit, on any number of ranks. 0: the hops above the gather path.
+  // 2(N-1). ring_all_gather has a limit of its own (all_gather_exchange_max_bytes, below).
+  // 0: the hops above the gather path.
   // Measured (PERFORMANCE.md, "The ring's exchange path": bench_collectives, f32, fastest of
   // 5 repetitions, 3 runs back to back, 2-core AMD EPYC, load average 2.8-3.1), exchange /
   // hops in us, all-reduce on 4 ranks: 70-120 / 351-548 at 256 KiB, 211-350 / 492-863 at
@@ -95,6 +96,15 @@ struct RingOptions {
   // slower from 512 KiB (120-183 / 92-143); on 3 ranks 17 / 33-92 at 64 KiB, 31-47 / 31-173
   // at 256 KiB, slower from 512 KiB (58-85 / 57-123). Inputs of at most 256 KiB.
   std::size_t reduce_scatter_exchange_max_bytes = std::size_t{256} << 10;
+  // The same for ring_all_gather (its output's bytes), above the gather path: the backend's
+  // all_gather, whose copies are the hops' bits at any size (an all-gather adds nothing, so
+  // no order of additions is at stake). Unset: every size. Each hop is a message through the
+  // backend, where the backend's all_gather copies straight out of the peers' buffers; hops /
+  // backend / the local backend's own all-gather in us, two runs each, on the 2-core Xeon
+  // (PERFORMANCE.md, "The ring's all-gather at every size"): 2 ranks 2 MiB 181-182 / 149-151 /
+  // 147-151, 32 MiB 3289-3942 / 2383-2429 / 2432-2439; 4 ranks 2 MiB 394-417 / 309-314 /
+  // 303-314, 32 MiB 9799-10516 / 6735-7934 / 7095-7500. 0: the hops above the gather path.
+  std::size_t all_gather_exchange_max_bytes = std::numeric_limits<std::size_t>::max();
   int tag = 40;                         // tag of the ring's point-to-point messages
   std::vector<RingEvent>* trace = nullptr;  // this rank's events are appended when set
 };

@@ -166,7 +166,7 @@ TEST(Ring, SlicingChangesNeitherBitsNorBytes) {
 // rank's ledger sees, whatever the op or the rank count.
 TEST(Ring, HopsAllocateNoBufferAfterTheFirstCall) {
   RingOptions hops;
-  hops.oneshot_max_bytes = hops.exchange_max_bytes = 0;
+  hops.oneshot_max_bytes = hops.exchange_max_bytes = hops.all_gather_exchange_max_bytes = 0;
   hops.reduce_scatter_exchange_max_bytes = 0;
   for (int n : {2, 3}) {
     run_local(n, [&](Communicator& c) {
@@ -202,7 +202,7 @@ TEST(Ring, HopsAllocateNoBufferAfterTheFirstCall) {
 // backend can stream past the cache), in slices only when the caller asks, with the same bits.
 TEST(Ring, TwoRankAllGatherIsOneMessageUnlessSlicesAreAsked) {
   RingOptions hops;
-  hops.oneshot_max_bytes = hops.exchange_max_bytes = 0;
+  hops.oneshot_max_bytes = hops.exchange_max_bytes = hops.all_gather_exchange_max_bytes = 0;
   run_local(2, [&](Communicator& c) {
     const std::int64_t k = 3 << 20;  // 12 MiB a rank: 6 default 2-rank slices
     const Tensor in = rank_data(c.rank(), k, DType::kF32);
@@ -287,6 +287,7 @@ TEST(Ring, BlockReduceScatterAndAllGatherHaveTheBackendsSemanticsAndTraffic) {
         Tensor mine = Tensor::empty({k}, DType::kBF16), theirs = mine.clone();
         RingOptions hops;  // the hops' traffic: small blocks would take the gather path
         hops.oneshot_max_bytes = hops.exchange_max_bytes = 0;
+        hops.all_gather_exchange_max_bytes = 0;
         hops.reduce_scatter_exchange_max_bytes = 0;
         ring_reduce_scatter(c, in, mine, ReduceOp::kSum, hops);
         c.reduce_scatter(in, theirs);
@@ -310,7 +311,7 @@ TEST(Ring, BlockReduceScatterAndAllGatherHaveTheBackendsSemanticsAndTraffic) {
 // accumulation, on every rank, for the all-reduce and both halves with block semantics.
 TEST(Ring, GatherPathForSmallBuffersHasTheHopsBits) {
   RingOptions hops;
-  hops.oneshot_max_bytes = hops.exchange_max_bytes = 0;
+  hops.oneshot_max_bytes = hops.exchange_max_bytes = hops.all_gather_exchange_max_bytes = 0;
   hops.reduce_scatter_exchange_max_bytes = 0;
   for (int n = 2; n <= 5; ++n) {
     for (DType dt : {DType::kF32, DType::kBF16, DType::kF16, DType::kE4M3, DType::kF64}) {
@@ -382,8 +383,36 @@ TEST(Ring, DefaultGatherLimitIsSixteenKiBOnTwoRanksAndMoreOnMore) {
       }
       RingOptions forced;
       forced.oneshot_max_bytes = forced.exchange_max_bytes = 0;
+      forced.all_gather_exchange_max_bytes = 0;
       ring_all_reduce(c, hopped, ReduceOp::kSum, forced);
       EXPECT_TRUE(same_bits(buf, hopped)) << label;
+    });
+  }
+}
+
+// A standalone all-gather adds nothing, so the backend's all_gather gives the hops' bits at any
+// size, and by default ring_all_gather takes it at every size, above the exchange limit of the
+// reductions too (measured: RingOptions::all_gather_exchange_max_bytes); a limit of 0 keeps
+// the hops above the gather path. Told by the ops each call records.
+TEST(Ring, AllGatherTakesTheBackendsAllGatherAtEverySizeUnlessTheHopsAreAsked) {
+  RingOptions hops;
+  hops.all_gather_exchange_max_bytes = 0;
+  for (int n : {2, 3}) {
+    run_local(n, [&](Communicator& c) {
+      const std::int64_t k = (std::int64_t{1} << 20) / 4 + 1;  // each block just over 1 MiB
+      const Tensor in = rank_data(c.rank(), k, DType::kF32);
+      Tensor out = Tensor::empty({n * k}, DType::kF32), hopped = out.clone();
+      ASSERT_GT(out.nbytes(), RingOptions{}.exchange_max_bytes);
+      const auto calls = [&](const char* op) { return c.traffic().totals(op).calls; };
+      const std::int64_t gathers = calls("all_gather"), sends = calls("sendrecv");
+      ring_all_gather(c, in, out);
+      const std::string label = "N=" + std::to_string(n) + " rank " + std::to_string(c.rank());
+      EXPECT_EQ(calls("all_gather"), gathers + 1) << label;
+      EXPECT_EQ(calls("sendrecv"), sends) << label;
+      ring_all_gather(c, in, hopped, hops);
+      EXPECT_EQ(calls("all_gather"), gathers + 1) << label;
+      EXPECT_GT(calls("sendrecv"), sends) << label;
+      EXPECT_TRUE(same_bits(out, hopped)) << label;
     });
   }
 }
@@ -395,7 +424,7 @@ TEST(Ring, DefaultGatherLimitIsSixteenKiBOnTwoRanksAndMoreOnMore) {
 // and both halves with block semantics; and the ring's traffic.
 TEST(Ring, ExchangePathHasTheHopsBitsAndTraffic) {
   RingOptions hops, exchange;
-  hops.oneshot_max_bytes = hops.exchange_max_bytes = 0;
+  hops.oneshot_max_bytes = hops.exchange_max_bytes = hops.all_gather_exchange_max_bytes = 0;
   hops.reduce_scatter_exchange_max_bytes = 0;
   exchange.oneshot_max_bytes = 0;  // no gather path: the exchange from the first byte
   for (int n = 2; n <= 5; ++n) {
