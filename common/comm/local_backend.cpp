@@ -368,7 +368,7 @@ void LocalCommunicator::all_gather(const Tensor& in, Tensor& out) {
   }
   const local::CallDesc d{
       .op = local::CollOp::kAllGather, .dtype = in.dtype(), .count = in.numel()};
-  if (oneshot_fits(in.nbytes())) {
+  if (oneshot_fits(local::oneshot_weight(d.op, size()) * in.nbytes())) {
     oneshot(
         d, [&](std::byte* stage) { local::copy_bytes(stage, bytes_of(in), in.nbytes()); },
         [&](std::int64_t seq) {

@@ -41,6 +41,19 @@ namespace mixpar::local {
 // on an idle machine had the one-shot no faster even at 1 KiB (7.1 / 6.5 us).
 inline constexpr std::size_t kOneShotMaxBytes = std::size_t{32} << 10;
 
+// How many times a call's input counts against that limit: twice for an all-gather on 2
+// ranks, once otherwise. The one-shot all-gather copies every byte twice (into the staging
+// buffer, then out of it) where the rendezvous copies the peer's block once, and 2 ranks, a
+// core each, reach the rendezvous in about 3.5 us (comm/polled_lock.h). One-shot / rendezvous
+// in us, 2-core Xeon, three alternating runs (bench_collectives --impl local --ranks 2 --bind
+// --ops all-gather, --oneshot-max 0 for the rendezvous): output 16 KiB 3.3-3.6 / 4.0-4.6,
+// 32 KiB 5.8-6.2 / 4.6-4.8. On 4 ranks, which share the cores and yield, the rendezvous costs
+// 10 us and the one-shot path stays ahead up to the limit (32 KiB 7.6-7.9 / 12.0-12.7). The
+// same bytes either way.
+constexpr std::size_t oneshot_weight(CollOp op, int ranks) {
+  return op == CollOp::kAllGather && ranks == 2 ? 2 : 1;
+}
+
 class OneShotGroup {
  public:
   OneShotGroup(int size, std::size_t capacity);

@@ -101,6 +101,26 @@ TEST(LocalOneShot, TheLimitChangesThePathNotTheBits) {
   }
 }
 
+// On 2 ranks an all-gather counts its input twice against the limit (local::oneshot_weight:
+// its one-shot path copies every byte twice, the rendezvous once); every other call, and an
+// all-gather on more ranks, once. Either side of the 2-rank all-gather's limit, one element
+// apart, the bits are the rendezvous path's.
+TEST(LocalOneShot, TwoRankAllGatherCountsItsInputTwiceAgainstTheLimit) {
+  EXPECT_EQ(local::oneshot_weight(local::CollOp::kAllGather, 2), 2u);
+  EXPECT_EQ(local::oneshot_weight(local::CollOp::kAllGather, 3), 1u);
+  EXPECT_EQ(local::oneshot_weight(local::CollOp::kAllGather, 4), 1u);
+  EXPECT_EQ(local::oneshot_weight(local::CollOp::kAllReduce, 2), 1u);
+  EXPECT_EQ(local::oneshot_weight(local::CollOp::kAllToAll, 2), 1u);
+  const std::int64_t at = std::int64_t(local::kOneShotMaxBytes / (4 * 2 * 2));
+  for (std::int64_t count : {at, at + 1}) {
+    const Results fast = collectives(2, count, DType::kF32, ReduceOp::kSum, {});
+    const Results slow = collectives(2, count, DType::kF32, ReduceOp::kSum, rendezvous_only());
+    for (std::size_t r = 0; r < 2; ++r) {
+      EXPECT_TRUE(same_bits(fast.all_gather[r], slow.all_gather[r])) << count;
+    }
+  }
+}
+
 // Many calls in a row alternate the two staging buffers; each call's inputs change, so a rank
 // that read a stale buffer (its peer's input of two calls ago) gets a wrong sum. Barriers,
 // votes and broadcasts take the one-shot path too, and rendezvous calls are interleaved,
