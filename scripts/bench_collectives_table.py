@@ -138,9 +138,10 @@ def header(a):
     if a.probe:
         text += (" Each run, ours and OpenMPI's, started when two threads' cache-line round "
                  "trip (`bench_collectives --probe`) read within 3x of the fastest of the "
-                 "30 readings before it (the fastest of the whole run: %s us; the host moves this machine's virtual CPUs between cores that share "
-                 "a cache and cores that do not: ch04_ddp/PERFORMANCE.md, \"Trips between "
-                 "cores\"); the runs started at %s us." % (a.probe, a.probes or "?"))
+                 "30 readings before it (the fastest of the whole run: %s us; the host "
+                 "moves this machine's virtual CPUs between cores that share a cache and "
+                 "cores that do not: ch04_ddp/PERFORMANCE.md, \"Trips between cores\"); the "
+                 "runs started at %s us." % (a.probe, a.probes or "?"))
     text += (" Our rank threads are bound to the cores round-robin (`--bind`: rank r on core "
              "r mod cores), as mpirun binds its 2 processes by default and, in the bind-cyclic "
              "configuration, its 4 on 2 cores too (which by default it leaves unbound).")

@@ -3,9 +3,10 @@
 // for well under a microsecond each time, and on 2 ranks the two arrive together. std::mutex
 // puts a rank that finds it taken to sleep in the kernel at once (a futex wait, and a futex
 // wake from the holder): on the 2-core Xeon (KVM) a 2-rank rendezvous then cost 7 us, with
-// about 5 futex calls per call (and 4 sched_yield, the waits' spins between them). Polling the mutex with try_lock for a while first, as glibc's adaptive mutexes do
-// (PTHREAD_MUTEX_ADAPTIVE_NP), finds it free as soon as the holder leaves: 3.2-3.7 us, about 0.15
-// futex calls per call (ch04_ddp/PERFORMANCE.md, "The rendezvous's mutex").
+// about 5 futex calls per call (and 4 sched_yield, the waits' spins between them). Polling
+// the mutex with try_lock for a while first, as glibc's adaptive mutexes do
+// (PTHREAD_MUTEX_ADAPTIVE_NP), finds it free as soon as the holder leaves: 3.2-3.7 us, about
+// 0.15 futex calls per call (ch04_ddp/PERFORMANCE.md, "The rendezvous's mutex").
 #pragma once
 
 #include <mutex>
