@@ -79,15 +79,103 @@ std::vector<std::int64_t> sweep(bool full) {
   return s;
 }
 
-// What the harness needs from a group of ranks: a barrier, and the maximum of one number.
+// The host's regime, read beside every repetition. On a VM the round trip of a cache line
+// between two virtual CPUs moves with where the host puts them: on the 2-core Xeon 0.02-0.03 us
+// when they share a core's cache, 0.25-0.35 us when they do not, and it flips within seconds
+// (ch04_ddp/PERFORMANCE.md, "Trips between cores" and "The regime of each repetition"). Small
+// messages move with it, ours and Open MPI's alike, so a figure means something only beside
+// the regime it was measured in. The probe is the same code for rank threads and for Open MPI's
+// processes: ranks 0 and 1 bounce one cache line over memory both map (a plain allocation for
+// threads, an MPI_Win_allocate_shared segment for processes), and the other ranks yield until
+// they are done, so that they take as little of the two cores as they can in either world.
+// Ranks 0 and 1 start only once every other rank has checked in to that loop: Open MPI's
+// shared-memory barrier (sm-coll) leaves its processes spinning for a while after it returns,
+// and on 4 processes over 2 cores 60% of the readings were then 40-50 us, the barrier's spin
+// and not the host's regime.
+struct alignas(64) ProbeLine {
+  std::int64_t v = 0;
+};
+struct ProbeLines {
+  ProbeLine ping, pong, done, arrived;
+};
+
+// A poll's pause, and a yield once the peer is clearly not running (one CPU for both threads:
+// without it every trip would wait for the scheduler's tick and the probe would take minutes).
+void relax(int spins) {
+  if (spins >= 1000) {
+    std::this_thread::yield();
+    return;
+  }
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+class TripProbe {
+ public:
+  // `lines`: zeroed memory every rank maps; null: no probe (readings of -1).
+  TripProbe(ProbeLines* lines, int rank, int ranks) : lines_(lines), rank_(rank), ranks_(ranks) {}
+
+  // Every rank calls it at the same point; rank 0 gets the round trip in us (the median of
+  // kBursts bursts of kTrips trips, so that one preemption does not move it), the others 0.
+  double read() {
+    if (!lines_) return -1;
+    constexpr int kBursts = 5;
+    constexpr std::int64_t kTrips = 64;
+    const auto at = [](ProbeLine& l) { return std::atomic_ref<std::int64_t>(l.v); };
+    at(lines_->arrived).fetch_add(1, std::memory_order_acq_rel);
+    if (rank_ <= 1) {
+      const std::int64_t all = (reads_ + 1) * ranks_;
+      for (int s = 0; at(lines_->arrived).load(std::memory_order_acquire) < all; ++s) relax(s);
+    }
+    std::vector<double> us;
+    for (int burst = 0; burst < kBursts; ++burst) {
+      const std::int64_t base = trips_;
+      trips_ += kTrips;
+      if (rank_ == 0) {
+        const auto t0 = Clock::now();
+        for (std::int64_t i = base + 1; i <= trips_; ++i) {
+          at(lines_->ping).store(i, std::memory_order_release);
+          for (int s = 0; at(lines_->pong).load(std::memory_order_acquire) < i; ++s) relax(s);
+        }
+        us.push_back(std::chrono::duration<double>(Clock::now() - t0).count() * 1e6 /
+                     double(kTrips));
+      } else if (rank_ == 1) {
+        for (std::int64_t i = base + 1; i <= trips_; ++i) {
+          for (int s = 0; at(lines_->ping).load(std::memory_order_acquire) < i; ++s) relax(s);
+          at(lines_->pong).store(i, std::memory_order_release);
+        }
+      }
+    }
+    ++reads_;
+    if (rank_ == 0) at(lines_->done).store(reads_, std::memory_order_release);
+    if (rank_ >= 2) {
+      while (at(lines_->done).load(std::memory_order_acquire) < reads_) std::this_thread::yield();
+    }
+    if (rank_ != 0) return 0;
+    std::sort(us.begin(), us.end());
+    return us[us.size() / 2];
+  }
+
+ private:
+  ProbeLines* lines_;
+  int rank_, ranks_;
+  std::int64_t trips_ = 0, reads_ = 0;
+};
+
+// What the harness needs from a group of ranks: a barrier, the maximum of one number, and the
+// regime's probe.
 struct Sync {
   std::function<void()> barrier;
   std::function<double(double)> max;
+  TripProbe* probe = nullptr;
 };
 
 struct Timing {
   std::int64_t calls = 0;  // per repetition
   double median = 0, fastest = 0, slowest = 0;  // seconds per call
+  std::vector<double> reps;  // each repetition's seconds per call, in the order they ran
+  std::vector<double> probes;  // the probe before each repetition and after the last (us)
 };
 
 double elapsed(Clock::time_point t0) {
@@ -112,12 +200,24 @@ Timing time_op(const Sync& sync, const std::function<void()>& op, const Config& 
     per_call = timed_run(sync, op, calls);
   }
   calls = std::max<std::int64_t>(1, std::llround(cfg.min_seconds / per_call));
-  std::vector<double> t;
-  for (int r = 0; r < cfg.repetitions; ++r) t.push_back(timed_run(sync, op, calls));
+  Timing timing;
+  timing.calls = calls;
+  const auto probe = [&] {
+    sync.barrier();
+    timing.probes.push_back(sync.probe ? sync.probe->read() : -1);
+  };
+  for (int r = 0; r < cfg.repetitions; ++r) {
+    probe();
+    timing.reps.push_back(timed_run(sync, op, calls));
+  }
+  probe();
+  std::vector<double> t = timing.reps;
   std::sort(t.begin(), t.end());
   const std::size_t m = t.size();
-  const double median = m % 2 ? t[m / 2] : 0.5 * (t[m / 2 - 1] + t[m / 2]);
-  return {calls, median, t.front(), t.back()};
+  timing.median = m % 2 ? t[m / 2] : 0.5 * (t[m / 2 - 1] + t[m / 2]);
+  timing.fastest = t.front();
+  timing.slowest = t.back();
+  return timing;
 }
 
 double bus_factor(const std::string& op, int n) {
@@ -139,18 +239,34 @@ std::int64_t actual_bytes(const std::string& op, std::int64_t bytes, int n) {
   return 4 * (op == "all-reduce" || op == "sendrecv" ? k : k * n);
 }
 
+// rep_us: each repetition's latency in the order they ran; probe_us: the probe's round trip
+// before each repetition and after the last (one more reading than repetitions; -1: none),
+// both space-separated, so that scripts/bench_collectives_table.py can compare each
+// repetition with the other side's in the same regime.
 void print_header() {
   std::printf("impl,op,ranks,bytes,actual_bytes,calls,lat_us_median,lat_us_min,lat_us_max,"
-              "algbw_GBps,busbw_GBps\n");
+              "algbw_GBps,busbw_GBps,rep_us,probe_us\n");
+}
+
+std::string joined_us(const std::vector<double>& v, double scale) {
+  std::string s;
+  char buf[32];
+  for (double x : v) {
+    std::snprintf(buf, sizeof buf, "%s%.4g", s.empty() ? "" : " ", x < 0 ? -1.0 : x * scale);
+    s += buf;
+  }
+  return s;
 }
 
 void print_row(const Config& cfg, const std::string& impl, const std::string& op,
                std::int64_t bytes, const Timing& t) {
   const std::int64_t b = actual_bytes(op, bytes, cfg.ranks);
   const double algbw = double(b) / t.median / 1e9;
-  std::printf("%s,%s,%d,%lld,%lld,%lld,%.3f,%.3f,%.3f,%.6g,%.6g\n", impl.c_str(), op.c_str(),
-              cfg.ranks, (long long)bytes, (long long)b, (long long)t.calls, t.median * 1e6,
-              t.fastest * 1e6, t.slowest * 1e6, algbw, algbw * bus_factor(op, cfg.ranks));
+  std::printf("%s,%s,%d,%lld,%lld,%lld,%.3f,%.3f,%.3f,%.6g,%.6g,%s,%s\n", impl.c_str(),
+              op.c_str(), cfg.ranks, (long long)bytes, (long long)b, (long long)t.calls,
+              t.median * 1e6, t.fastest * 1e6, t.slowest * 1e6, algbw,
+              algbw * bus_factor(op, cfg.ranks), joined_us(t.reps, 1e6).c_str(),
+              joined_us(t.probes, 1).c_str());
   std::fflush(stdout);
 }
 
@@ -244,15 +360,18 @@ int run_threads(const Config& cfg) {
     ro.exchange_max_bytes = ro.reduce_scatter_exchange_max_bytes =
         ro.all_gather_exchange_max_bytes = static_cast<std::size_t>(cfg.ring_exchange_max);
   }
+  ProbeLines lines;  // the probe's cache lines, shared by the rank threads
   world.run([&](Communicator& c) {
     if (binds) bind_to(cpus[static_cast<std::size_t>(c.rank()) % cpus.size()]);
     Tensor scalar = Tensor::zeros({1}, DType::kF64, MemCategory::kCommBuffers);
+    TripProbe probe(&lines, c.rank(), c.size());
     const Sync sync{[&] { c.barrier(); },
                     [&](double x) {
                       scalar.data_as<double>()[0] = x;
                       c.all_reduce(scalar, ReduceOp::kMax);
                       return scalar.data_as<double>()[0];
-                    }};
+                    },
+                    &probe};
     std::vector<std::int64_t> counts;
     const MakeOp make = [&](const std::string& op, Buffers& b, int n,
                             int rank) -> std::function<void()> {
@@ -287,12 +406,33 @@ int run_mpi(const Config& base, int* argc, char*** argv) {
   int rank = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &cfg.ranks);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  // The probe's cache lines in a segment every process maps, where they all share one node
+  // (across nodes there is no cache line between ranks 0 and 1 to bounce: no probe, -1).
+  MPI_Comm node = MPI_COMM_NULL;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
+  int node_size = 0;
+  MPI_Comm_size(node, &node_size);
+  MPI_Win win = MPI_WIN_NULL;
+  ProbeLines* lines = nullptr;
+  if (node_size == cfg.ranks) {
+    void* seg = nullptr;
+    MPI_Win_allocate_shared(rank == 0 ? MPI_Aint(sizeof(ProbeLines)) : 0, 64, MPI_INFO_NULL,
+                            node, &seg, &win);
+    MPI_Aint size = 0;
+    int disp = 0;
+    MPI_Win_shared_query(win, 0, &size, &disp, &seg);
+    lines = static_cast<ProbeLines*>(seg);
+    if (rank == 0) std::memset(static_cast<void*>(lines), 0, sizeof(ProbeLines));
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+  TripProbe probe(lines, rank, cfg.ranks);
   const Sync sync{[] { MPI_Barrier(MPI_COMM_WORLD); },
                   [](double x) {
                     double m = 0;
                     MPI_Allreduce(&x, &m, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
                     return m;
-                  }};
+                  },
+                  &probe};
   const MakeOp make = [](const std::string& op, Buffers& b, int n,
                          int r) -> std::function<void()> {
     const auto f = [](const Tensor& t) { return static_cast<float*>(t.data()); };
@@ -325,6 +465,8 @@ int run_mpi(const Config& base, int* argc, char*** argv) {
     };
   };
   run_rank(cfg, sync, rank, make);
+  if (win != MPI_WIN_NULL) MPI_Win_free(&win);
+  MPI_Comm_free(&node);
   return 0;
 }
 #endif
@@ -351,18 +493,6 @@ int usage(const char* why) {
 // collective's flags do. On a VM it moves with where the host puts the two virtual CPUs (on the
 // 2-core EPYC 0.05-0.07 us for a while, then 0.25-0.3): scripts/bench_collectives.sh starts
 // each run when it reads near its best, ch04_ddp/PERFORMANCE.md "Trips between cores".
-// A poll's pause, and a yield once the peer is clearly not running (one CPU for both threads:
-// without it every trip would wait for the scheduler's tick and the probe would take minutes).
-void relax(int spins) {
-  if (spins >= 1000) {
-    std::this_thread::yield();
-    return;
-  }
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#endif
-}
-
 int probe() {
   struct alignas(64) Flag {
     std::atomic<std::int64_t> v{0};

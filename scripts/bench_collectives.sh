@@ -67,9 +67,11 @@ MPI_CONFIGS=(
 
 # Rounds: every implementation and configuration runs once per round, the rounds one after
 # another, so that a burst of other load (seconds long on a shared machine) falls on one
-# round of each rather than on every measurement of one. The table keeps, per cell, the round
-# with the lowest median, ours and Open MPI's alike (bench_collectives_table.py reads every
-# CSV file and keeps the fastest row of each implementation, op, rank count and size).
+# round of each rather than on every measurement of one. Every repetition carries the host's
+# regime, read by ranks 0 and 1 before and after it (bench_collectives' probe_us column), and
+# the table pools each cell's repetitions of every round by regime and compares ours with Open
+# MPI's within each regime both were measured in (bench_collectives_table.py): a side's one
+# lucky run in the fast regime no longer decides a cell the other side never drew it in.
 # Each run starts a second after the last one ended: a run that followed mpirun at once was,
 # now and then, slower over its whole sweep (4x at 8 B), as if mpirun's processes were still
 # leaving; the pause costs every implementation alike.
@@ -77,8 +79,9 @@ settle() { sleep 1; }
 # The host's regime: on a VM the round trip of a cache line between two cores moves with where
 # the host puts the virtual CPUs (on the 2-core EPYC 0.05-0.07 us for a while, then 0.25-0.3,
 # for seconds to minutes; ch04_ddp/PERFORMANCE.md, "Trips between cores"), and small messages
-# move with it, ours and Open MPI's alike. So every run, ours and Open MPI's, starts when
-# `bench_collectives --probe` reads within 3x of the fastest of the last 30 readings (the two
+# move with it, ours and Open MPI's alike. The table compares within a regime (above); the gate
+# starts each run in the fast regime, the rarer one here, so that every run has repetitions in
+# it to compare: every run, ours and Open MPI's, starts when `bench_collectives --probe` reads within 3x of the fastest of the last 30 readings (the two
 # regimes are 4-5x apart; a machine with one regime always passes), waiting for that up to
 # 30 s (then it runs anyway). Each run's probe goes to probes.txt. The last 30, not the fastest
 # ever: on the 2-core Xeon one reading of 0.022 us early in a run, in a regime that hardly came

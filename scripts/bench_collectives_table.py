@@ -18,6 +18,7 @@ millisecond ones: an absolute least squares would fit the largest sizes only and
 their noise.
 """
 import argparse
+import bisect
 import csv
 import glob
 import math
@@ -60,44 +61,200 @@ def num(x):
     return "%.2g" % x
 
 
-def read(directory):
-    """{(impl, op, ranks, bytes): row}: each implementation's fastest round per key, and for
-    Open MPI the configuration that is fastest over the op's whole sweep on that rank count
-    (the geometric mean of its latencies), in every cell of the op. A configuration is a
-    setting of a whole run; taking the fastest configuration cell by cell would compare our
-    best round against the best of three configurations' rounds, most of which run the same
-    code for that op (sm-coll changes only collectives, vader-copy-in-out only large copies):
-    a minimum over more samples of the same noise."""
-    best = {}  # (impl, config, op, ranks, bytes) -> the fastest round's row
+# A figure in a regime needs at least this many of the cell's repetitions in it.
+MIN_REPS = 3
+
+
+def load(directory):
+    """Every CSV line of the directory: (impl, config, op, ranks, bytes, actual_bytes, reps),
+    reps a list of (latency us, probe before, probe after) per repetition, in run order."""
+    lines = []
     for path in sorted(glob.glob(os.path.join(directory, "*.csv"))):
         base = os.path.basename(path)[:-4]
         config = base.split("_", 1)[1].rsplit("-", 1)[0] if base.startswith("mpi_") else ""
         with open(path) as f:
             for r in csv.DictReader(f):
-                r["config"] = config
-                for k in ("ranks", "bytes", "actual_bytes", "calls"):
-                    r[k] = int(r[k])
-                for k in ("lat_us_median", "lat_us_min", "lat_us_max", "algbw_GBps", "busbw_GBps"):
-                    r[k] = float(r[k])
-                key = (r["impl"], config, r["op"], r["ranks"], r["bytes"])
-                if key not in best or r["lat_us_median"] < best[key]["lat_us_median"]:
-                    best[key] = r
-    rows = {}
-    mpi = {}  # (op, ranks) -> {config: [rows]}
-    for (impl, config, op, n, b), r in best.items():
+                reps = [float(x) for x in (r.get("rep_us") or "").split()]
+                probes = [float(x) for x in (r.get("probe_us") or "").split()]
+                if not reps:  # a line without its repetitions: its median stands for them
+                    reps = [float(r["lat_us_median"])]
+                if len(probes) != len(reps) + 1:
+                    probes = [-1.0] * (len(reps) + 1)
+                lines.append((r["impl"], config, r["op"], int(r["ranks"]), int(r["bytes"]),
+                              int(r["actual_bytes"]),
+                              [(t, probes[i], probes[i + 1]) for i, t in enumerate(reps)]))
+    return lines
+
+
+# A regime needs at least this many probe readings (two runs of one cell: 6 readings a run).
+MIN_READINGS = 12
+
+
+def otsu(xs):
+    """The index i parting sorted xs into xs[:i] and xs[i:] with the most variance between the
+    two classes (Otsu's threshold, N. Otsu 1979), or None."""
+    n, total, low = len(xs), sum(xs), 0.0
+    best, at = -1.0, None
+    for i in range(1, n):
+        low += xs[i - 1]
+        if xs[i] == xs[i - 1]:
+            continue
+        m0, m1 = low / i, (total - low) / (n - i)
+        between = i * (n - i) * (m1 - m0) ** 2
+        if between > best:
+            best, at = between, i
+    return at
+
+
+def split_points(readings):
+    """The round trips that part the host's regimes (sorted; none where there is one).
+
+    Otsu's threshold on the logarithms of every reading, applied again within each class it
+    makes: on the 2-core Xeon the readings gather around 0.02-0.05 us (the two virtual CPUs on
+    cores that share a cache), around 0.3-0.6 us (cores that do not), and, for processes the
+    kernel placed on one CPU, around 50 us (a yield per trip). A cut is kept only where the two
+    classes' geometric means are 3x apart or more (closer, they are one regime's spread) and
+    each holds MIN_READINGS readings."""
+    def split(xs):
+        i = otsu(xs)
+        if i is None or min(i, len(xs) - i) < MIN_READINGS:
+            return []
+        lo, hi = xs[:i], xs[i:]
+        if sum(hi) / len(hi) - sum(lo) / len(lo) < math.log(3):
+            return []
+        return split(lo) + [math.exp(0.5 * (xs[i - 1] + xs[i]))] + split(hi)
+    return split(sorted(math.log(x) for x in readings if x > 0))
+
+
+def regime(before, after, cuts):
+    """A repetition's regime: "A" (the fastest round trips), "B", ... as the probe read it
+    before and after; None where the two readings fall in different regimes (it changed
+    during the repetition) or were not read."""
+    if before < 0 or after < 0:
+        return None
+    a, b = bisect.bisect(cuts, before), bisect.bisect(cuts, after)
+    return "ABCDEFGH"[a] if a == b else None
+
+
+def median(xs):
+    xs = sorted(xs)
+    m = len(xs)
+    return xs[m // 2] if m % 2 else 0.5 * (xs[m // 2 - 1] + xs[m // 2])
+
+
+class Cells(dict):
+    """{(impl, op, ranks, bytes): cell}; a cell: {"config", "actual_bytes", "lat": {regime: the
+    median latency of its repetitions in that regime, every round's together}, "reps": {regime:
+    how many}, "all": the median over every repetition}. Attributes: cuts {ranks: the round
+    trips parting its regimes}, ranges {ranks: {regime: (fastest, slowest reading)}}, primary
+    {ranks: the regime with the most repetitions}."""
+
+
+def read(directory):
+    """The cells of every CSV file in the directory, Open MPI's in its best configuration.
+
+    Each repetition is filed under the regime the probe read before and after it (split_point:
+    the cuts per rank count from every reading of the run, ours and Open MPI's alike), and a
+    cell's figure in a regime is the median of its repetitions there over every round: a
+    fastest-round rule hands a cell to whichever side drew the fast regime once (PERFORMANCE.md,
+    "A second full run on the Xeon: the regime lottery"). Open MPI's configuration is chosen per
+    op and rank count, the fastest over the op's sweep (the geometric mean of its cells' medians
+    over all their repetitions): a configuration is a setting of a whole run, and most of them
+    run the same code for a given op (sm-coll changes only collectives, vader-copy-in-out only
+    large copies), so a choice cell by cell would be a minimum over more samples of the same
+    noise. Where the chosen one has no figure in a regime, the fastest configuration that has
+    one stands in (only ever a faster Open MPI)."""
+    lines = load(directory)
+    readings = {}
+    for _, _, _, n, _, _, reps in lines:
+        readings.setdefault(n, []).extend(x for _, b, a in reps for x in (b, a))
+    cuts = {n: split_points(xs) for n, xs in readings.items()}
+    ranges = {}
+    for n, xs in readings.items():
+        for x in xs:
+            if x > 0:
+                g = "ABCDEFGH"[bisect.bisect(cuts[n], x)]
+                lo, hi = ranges.setdefault(n, {}).get(g, (x, x))
+                ranges[n][g] = (min(lo, x), max(hi, x))
+    pooled = {}  # (impl, config, op, n, b) -> {"actual_bytes", "reps": {regime: [lat]}, "all"}
+    counts = {}  # n -> {regime: repetitions}
+    for impl, config, op, n, b, actual, reps in lines:
+        c = pooled.setdefault((impl, config, op, n, b),
+                              {"actual_bytes": actual, "reps": {}, "all": []})
+        for t, before, after in reps:
+            c["all"].append(t)
+            g = regime(before, after, cuts[n])
+            if g:
+                c["reps"].setdefault(g, []).append(t)
+                counts.setdefault(n, {}).setdefault(g, 0)
+                counts[n][g] += 1
+
+    def cell(config, c):
+        lat = {g: median(ts) for g, ts in c["reps"].items() if len(ts) >= MIN_REPS}
+        return {"config": config, "actual_bytes": c["actual_bytes"], "lat": lat,
+                "reps": {g: len(ts) for g, ts in c["reps"].items()}, "all": median(c["all"])}
+
+    rows = Cells()
+    rows.cuts = cuts
+    rows.ranges = ranges
+    rows.counts = counts
+    rows.primary = {n: max(sorted(g), key=lambda k: g[k]) for n, g in counts.items()}
+    for n in cuts:
+        rows.primary.setdefault(n, "A")
+    mpi = {}  # (op, n) -> {config: {b: cell}}
+    for (impl, config, op, n, b), c in pooled.items():
         if impl == "mpi":
-            mpi.setdefault((op, n), {}).setdefault(config, []).append(r)
+            mpi.setdefault((op, n), {}).setdefault(config, {})[b] = cell(config, c)
         else:
-            rows[(impl, op, n, b)] = r
+            rows[(impl, op, n, b)] = cell("", c)
     for (op, n), configs in mpi.items():
-        sizes = set.intersection(*({r["bytes"] for r in rs} for rs in configs.values()))
+        # Scored in the rank count's commonest regime, by the configurations with figures
+        # there; over all repetitions where none has.
+        g = rows.primary[n]
+        have = {c: {b for b, x in cs.items() if g in x["lat"]} for c, cs in configs.items()}
+        have = {c: bs for c, bs in have.items() if bs}
+        if not have:
+            g, have = "all", {c: set(cs) for c, cs in configs.items()}
+        sizes = set.intersection(*have.values())
 
         def score(config):
-            rs = [r for r in configs[config] if r["bytes"] in sizes]
-            return sum(math.log(r["lat_us_median"]) for r in rs) / max(1, len(rs))
-        chosen = min(sorted(configs), key=score)
-        for r in configs[chosen]:
-            rows[("mpi", op, n, r["bytes"])] = r
+            cs = [configs[config][b] for b in sizes]
+            return sum(math.log(x["all"] if g == "all" else x["lat"][g])
+                       for x in cs) / max(1, len(cs))
+        chosen = min(sorted(have), key=score)
+        for b, x in configs[chosen].items():
+            x = dict(x, lat=dict(x["lat"]), stand_in={})
+            for config in sorted(configs):
+                for g, t in configs[config].get(b, {"lat": {}})["lat"].items():
+                    if g not in x["lat"] or (g in x["stand_in"] and t < x["lat"][g]):
+                        x["lat"][g] = t
+                        x["stand_in"][g] = config
+            rows[("mpi", op, n, b)] = x
+    return rows
+
+
+def figure(rows, key):
+    """(latency us, regime) of a cell for the tables: its rank count's primary regime, else
+    another it has, else the median over all its repetitions ("all")."""
+    r = rows.get(key)
+    if not r:
+        return None
+    primary = rows.primary.get(key[2], "A")
+    for g in [primary] + sorted(r["lat"]):
+        if g in r["lat"]:
+            return r["lat"][g], g
+    return r["all"], "all"
+
+
+def read_runs(directory):
+    """{(label, op, ranks, bytes): row} of the switch points' runs: each its fastest
+    repetition (one run per path, an A/B comparison that load only ever slows)."""
+    rows = {}
+    for path in sorted(glob.glob(os.path.join(directory, "*.csv"))):
+        with open(path) as f:
+            for r in csv.DictReader(f):
+                rows[(r["impl"], r["op"], int(r["ranks"]), int(r["bytes"]))] = {
+                    "lat_us_min": float(r["lat_us_min"])}
     return rows
 
 
@@ -120,31 +277,74 @@ def fit(points):
     return alpha, beta
 
 
-def header(a):
+def named(rows, n, g):
+    """" A", " B", ...: a regime's name where rank count n has more than one, else ""."""
+    return " " + g if rows.cuts.get(n) and g != "all" else ""
+
+
+def regimes_text(rows):
+    """How the repetitions were filed: each rank count's regimes, their readings and sizes."""
+    parts = []
+    for n in sorted(rows.cuts):
+        reps = rows.counts.get(n, {})
+        ranges = rows.ranges.get(n, {})
+        if not rows.cuts[n]:
+            lo, hi = ranges.get("A", (0, 0))
+            parts.append("%d ranks: one regime, %s-%s us" % (n, num(lo), num(hi)))
+            continue
+        parts.append("%d ranks: %s" % (n, ", ".join(
+            "%s %s-%s us (%d repetitions)" % (g, num(ranges[g][0]), num(ranges[g][1]),
+                                              reps.get(g, 0)) for g in sorted(ranges))))
+    both = one = blind = 0
+    for k in rows:
+        if k[0] == "mpi":
+            continue
+        gs = compared(rows, k)
+        if gs is None:
+            continue
+        if gs == ["all"]:
+            blind += 1
+        elif len(gs) > 1:
+            both += 1
+        else:
+            one += 1
+    return ("; ".join(parts) + ". Of our cells, %d were compared in more than one regime, %d "
+            "in one, %d in none (too few repetitions of one side in every regime: compared "
+            "over all their repetitions, marked *)" % (both, one, blind))
+
+
+def header(a, rows):
     """What was measured, where and how: the first paragraph of both blocks."""
     text = ("Measured by `%s` (bench/bench_collectives.cpp), f32, on %s, %s cores; "
-            "load average (1, 5, 15 min) %s during the run; %s. Each cell: the median "
-            "of 5 repetitions of at least 10 ms each%s. OpenMPI: of the configurations the "
-            "script runs, the fastest over each op's sweep. Ratios: our busbw / OpenMPI's "
-            "(above 1: faster)." % (
-                a.command, a.cpu, a.cores, a.load, a.mpi_version,
-                ", the lowest such median of %s rounds run one after another (ours and "
-                "OpenMPI's alike)" % a.rounds if a.rounds and a.rounds != "1" else ""))
+            "load average (1, 5, 15 min) %s during the run; %s. Each run times 5 "
+            "repetitions of at least 10 ms each per cell, %s rounds of runs one after "
+            "another (ours and OpenMPI's alike)." % (
+                a.command, a.cpu, a.cores, a.load, a.mpi_version, a.rounds))
     if a.small_rounds and a.small_rounds != "0":
         text += (" Sizes up to %s, which take milliseconds where the host's regime (below) "
                  "changes every few seconds, ran %s rounds more, every implementation and "
-                 "configuration alike, and take the lowest of all their rounds." % (
-                     size_name(int(a.small_max)), a.small_rounds))
+                 "configuration alike." % (size_name(int(a.small_max)), a.small_rounds))
+    text += (" Beside every repetition, ranks 0 and 1 (our rank threads, OpenMPI's processes "
+             "over a shared segment) time a cache line's round trip between their cores, "
+             "before it and after: the host moves this machine's virtual CPUs between cores "
+             "that share a cache and cores that do not, and small messages move with it "
+             "(ch04_ddp/PERFORMANCE.md, \"The regime of each repetition\"). The readings of "
+             "each rank count fall into regimes, A the fastest (cut where Otsu's threshold on "
+             "their logarithms parts crowds 3x apart or more); a repetition is filed under the "
+             "regime both its readings fall in, or dropped; a "
+             "cell's figure in a regime is the median of its repetitions there, every round's "
+             "together (%d at least), and ours is compared with OpenMPI's within each regime "
+             "both have, its ratio the lowest of those. %s." % (MIN_REPS, regimes_text(rows)))
     if a.probe:
-        text += (" Each run, ours and OpenMPI's, started when two threads' cache-line round "
-                 "trip (`bench_collectives --probe`) read within 3x of the fastest of the "
-                 "30 readings before it (the fastest of the whole run: %s us; the host "
-                 "moves this machine's virtual CPUs between cores that share a cache and "
-                 "cores that do not: ch04_ddp/PERFORMANCE.md, \"Trips between cores\"); the "
-                 "runs started at %s us." % (a.probe, a.probes or "?"))
-    text += (" Our rank threads are bound to the cores round-robin (`--bind`: rank r on core "
-             "r mod cores), as mpirun binds its 2 processes by default and, in the bind-cyclic "
-             "configuration, its 4 on 2 cores too (which by default it leaves unbound).")
+        text += (" Each run also started when `bench_collectives --probe` read within 3x of "
+                 "the fastest of the 30 readings before it (the fastest of the whole run: %s "
+                 "us; the runs started at %s us), so that both regimes come up for every run." %
+                 (a.probe, a.probes or "?"))
+    text += (" OpenMPI: of the configurations the script runs, the fastest over each op's sweep."
+             " Ratios: our busbw / OpenMPI's (above 1: faster). Our rank threads are bound to "
+             "the cores round-robin (`--bind`: rank r on core r mod cores), as mpirun binds its "
+             "2 processes by default and, in the bind-cyclic configuration, its 4 on 2 cores "
+             "too (which by default it leaves unbound).")
     return text
 
 
@@ -163,10 +363,12 @@ def summary_table(rows):
                 if not qs:
                     continue
                 at = dict((b, q) for q, b in qs)
-                q, b = min(qs)
+                (q, g), b = min(qs)
                 out.append("| " + " | ".join(
-                    [op, str(n), name] + ["%.2f" % at[s] if s in at else "-" for s in shown] +
-                    ["%.2f (%s)" % (q, size_name(b))]) + " |")
+                    [op, str(n), name] + [ratio_text(*at[s]) if s in at else "-"
+                                          for s in shown] +
+                    ["%s (%s%s)" % (ratio_text(q, g), size_name(b),
+                                    named(rows, n, g).replace(" ", ", "))]) + " |")
     out.append("")
     return out
 
@@ -189,17 +391,24 @@ def op_tables(rows):
         for b in sizes:
             cells = [size_name(b)]
             for n in ranks:
-                mpi = rows.get(("mpi", op, n, b))
                 for i, _ in impls:
-                    r = rows.get((i, op, n, b))
-                    cells.append("%s (%s us)" % (num(r["busbw_GBps"]), num(r["lat_us_median"]))
-                                 if r else "-")
+                    f = figure(rows, (i, op, n, b))
+                    if not f:
+                        cells.append("-")
+                        continue
+                    lat, g = f
+                    r = rows[(i, op, n, b)]
+                    cells.append("%s (%s us%s)" % (
+                        num(busbw(op, n, r["actual_bytes"], lat)), num(lat),
+                        "" if g == rows.primary.get(n) else
+                        named(rows, n, g).replace(" ", ", ") or ", all"))
                 for i, _ in impls:
                     if i == "mpi":
                         continue
-                    r = rows.get((i, op, n, b))
-                    cells.append("%.2f" % (mpi["lat_us_median"] / r["lat_us_median"])
-                                 if r and mpi else "-")
+                    gs = compared(rows, (i, op, n, b))
+                    cells.append(" / ".join(
+                        ratio_text(regime_ratio(rows, i, op, n, b, g), g) + named(rows, n, g)
+                        for g in gs) if gs else "-")
             out.append("| " + " | ".join(cells) + " |")
         out.append("")
     return out
@@ -208,7 +417,7 @@ def op_tables(rows):
 def fit_table(rows):
     ranks = sorted({k[2] for k in rows})
     out = ["The alpha-beta model T(n) = alpha + n beta fitted to the medians at every size "
-           "(least squares on the relative error): alpha is the fixed cost of a call, 1/beta "
+           "(each rank count's commonest regime; least squares on the relative error): alpha is the fixed cost of a call, 1/beta "
            "the algorithm bandwidth it tends to, n_1/2 = alpha/beta the size at which half the "
            "time is the fixed cost.", "",
            "| op | ranks | impl | alpha (us) | 1/beta (GB/s) | n_1/2 |",
@@ -216,7 +425,7 @@ def fit_table(rows):
     for op in OPS:
         for n in ranks:
             for i, name in IMPLS:
-                pts = [(r["actual_bytes"], r["lat_us_median"] * 1e-6)
+                pts = [(r["actual_bytes"], figure(rows, k)[0] * 1e-6)
                        for k, r in sorted(rows.items()) if k[:3] == (i, op, n)]
                 if len(pts) < 2:
                     continue
@@ -247,7 +456,7 @@ def configurations(rows):
 
 def block(rows, a):
     """Chapter 4's README block: the ratios, the fit and the targets."""
-    out = [BEGIN, "", header(a), ""]
+    out = [BEGIN, "", header(a, rows), ""]
     sizes = sorted({k[3] for k in rows})
     out.append("Our busbw over OpenMPI's at some of the sizes, and the lowest over all %d sizes "
                "measured (%s to %s); every size with busbw and latency: "
@@ -264,11 +473,15 @@ def block(rows, a):
 
 def full_block(rows, a):
     """PERFORMANCE.md's block: every cell, and the switch points."""
-    out = [FULL_BEGIN, "", header(a) + " Each cell: busbw in GB/s (nccl-tests' convention) "
-           "and the latency per call in microseconds.", ""]
+    out = [FULL_BEGIN, "", header(a, rows) + " Each cell: busbw in GB/s (nccl-tests' "
+           "convention) and the latency per call in microseconds, in the rank count's commonest "
+           "regime (%s) unless named; a ratio per regime compared, named where the rank count "
+           "has more than one." % ", ".join("%d ranks %s" % (n, g) for n, g in
+                                            sorted(rows.primary.items())),
+           ""]
     out += op_tables(rows)
     out += configurations(rows)
-    switch = read(os.path.join(a.dir, "switch")) if os.path.isdir(os.path.join(a.dir, "switch")) else {}
+    switch = read_runs(os.path.join(a.dir, "switch")) if os.path.isdir(os.path.join(a.dir, "switch")) else {}
     if switch:
         out += switch_block(switch)
     out.append(FULL_END)
@@ -282,34 +495,69 @@ def full_block(rows, a):
 LARGE = 64 << 20
 
 
+def busbw(op, n, actual_bytes, lat_us):
+    factor = 2.0 * (n - 1) / n if op == "all-reduce" else 1.0 if op == "sendrecv" else (n - 1) / n
+    return actual_bytes / (lat_us * 1e-6) / 1e9 * factor
+
+
+def compared(rows, key):
+    """The regimes in which a cell of ours and Open MPI's are compared: each that both have a
+    figure in; ["all"] (every repetition, whatever its regime) where they share none; None
+    where either cell is missing."""
+    r, mpi = rows.get(key), rows.get(("mpi",) + tuple(key[1:]))
+    if not r or not mpi:
+        return None
+    gs = [g for g in sorted(r["lat"]) if g in mpi["lat"]]
+    return gs or ["all"]
+
+
+def regime_ratio(rows, impl, op, n, b, g):
+    r, mpi = rows[(impl, op, n, b)], rows[("mpi", op, n, b)]
+    return mpi["all"] / r["all"] if g == "all" else mpi["lat"][g] / r["lat"][g]
+
+
+def ratio_text(q, g):
+    return "%.2f%s" % (q, "*" if g == "all" else "")
+
+
 def ratio(rows, impl, op, n, b):
-    """OpenMPI's latency over ours (= our busbw / OpenMPI's), None where either is missing."""
-    r, mpi = rows.get((impl, op, n, b)), rows.get(("mpi", op, n, b))
-    return mpi["lat_us_median"] / r["lat_us_median"] if r and mpi else None
+    """(OpenMPI's latency over ours = our busbw over OpenMPI's, the regime) in the regime where
+    it is lowest; None where either is missing."""
+    gs = compared(rows, (impl, op, n, b))
+    if gs is None:
+        return None
+    return min((regime_ratio(rows, impl, op, n, b, g), g) for g in gs)
 
 
 def targets_block(rows):
     """Each target with its verdict, computed from the cells above."""
     ranks = sorted({k[2] for k in rows})
     sizes = sorted({k[3] for k in rows})
-    out = ["Targets, from every cell measured:", ""]
+    out = ["Targets, from every cell measured, in each regime both sides were measured in:", ""]
     short = []
     for op in OPS:
         for impl, name in IMPLS[1:]:
             for n in ranks:
                 for b in sizes:
-                    q = ratio(rows, impl, op, n, b)
-                    if q is not None and q < 1:
-                        short.append("%s %s %d ranks %s (%.2f)" % (op, name, n, size_name(b), q))
+                    for g in compared(rows, (impl, op, n, b)) or []:
+                        q = regime_ratio(rows, impl, op, n, b, g)
+                        if q < 1:
+                            short.append("%s %s %d ranks %s (%s%s)" % (
+                                op, name, n, size_name(b), ratio_text(q, g),
+                                named(rows, n, g).replace(" ", ", ")))
+    blind = sum(1 for k in rows if k[0] != "mpi" and compared(rows, k) == ["all"])
     out.append("- busbw >= OpenMPI's at every size, op and rank count: " +
-               ("met." if not short else "not met in %d cells: %s." % (len(short), "; ".join(short))))
+               ("met" if not short else "not met in %d cells: %s" % (len(short), "; ".join(short)))
+               + ("; %d cells, marked *, compared over every repetition (no regime in which "
+                  "both sides had %d)." % (blind, MIN_REPS) if blind else "."))
     lat = []
     for impl, name in IMPLS[1:]:
-        r, mpi = rows.get((impl, "all-reduce", 2, 4096)), rows.get(("mpi", "all-reduce", 2, 4096))
-        if r and mpi:
-            q = r["lat_us_median"] / mpi["lat_us_median"]
-            lat.append("%s %s us against %s us, %.2fx: %s" % (
-                name, num(r["lat_us_median"]), num(mpi["lat_us_median"]), q,
+        for g in compared(rows, (impl, "all-reduce", 2, 4096)) or []:
+            r, mpi = rows[(impl, "all-reduce", 2, 4096)], rows[("mpi", "all-reduce", 2, 4096)]
+            ours, theirs = (r["all"], mpi["all"]) if g == "all" else (r["lat"][g], mpi["lat"][g])
+            q = ours / theirs
+            lat.append("%s%s %s us against %s us, %.2fx: %s" % (
+                name, named(rows, 2, g), num(ours), num(theirs), q,
                 "met" if q <= 2 else "not met"))
     if lat:
         out.append("- 4 KiB all-reduce on 2 ranks within 2x of OpenMPI's latency: " +
@@ -320,9 +568,10 @@ def targets_block(rows):
             qs = [(ratio(rows, impl, "all-reduce", n, b), b) for b in sizes if b >= LARGE]
             qs = [(q, b) for q, b in qs if q is not None]
             if qs:
-                q, b = min(qs)
-                large.append("%s %d ranks at least %.2fx (%s)%s" % (
-                    name, n, q, size_name(b), "" if q >= 2 else ": not met"))
+                (q, g), b = min(qs)
+                large.append("%s %d ranks at least %sx (%s%s)%s" % (
+                    name, n, ratio_text(q, g), size_name(b),
+                    named(rows, n, g).replace(" ", ", "), "" if q >= 2 else ": not met"))
     if large:
         out.append("- all-reduce from %s up >= 2x OpenMPI's busbw: " % size_name(LARGE) +
                    "; ".join(large) + ".")

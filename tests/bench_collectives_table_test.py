@@ -5,7 +5,12 @@ Each case writes bench_collectives CSV lines (OpenMPI's in two configurations, t
 backend's and the ring's) into a temporary directory, runs the script and checks the
 "Targets" lines it prints: every target met when ours are faster everywhere; each shortfall
 named with its ratio otherwise (one slow cell, a slow 4 KiB latency, a large all-reduce under
-2x); OpenMPI taken in its fastest configuration over an op's sweep, not cell by cell. Then the
+2x); OpenMPI taken in its fastest configuration over an op's sweep, not cell by cell. The
+host's regimes (the probe's round trip beside each repetition): a side's lucky draw of the near
+regime decides nothing the other side was not measured in; a shortfall within the near regime
+is named as such; a repetition whose regime changed midway is dropped; processes placed on one
+CPU are a regime of their own; a cell the two sides
+share no regime in is compared over every repetition and marked. Then the
 two blocks: the README's summary names each row's lowest ratio and its size, the full block
 (PERFORMANCE.md) has every cell and no verdicts, and --splice replaces only the markers of the
 block's own kind. Exit 0 when every case holds.
@@ -18,14 +23,16 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "scripts", "bench_collectives_table.py")
 HEADER = "impl,op,ranks,bytes,actual_bytes,calls,lat_us_median,lat_us_min,lat_us_max," \
-         "algbw_GBps,busbw_GBps\n"
+         "algbw_GBps,busbw_GBps,rep_us,probe_us\n"
+FAR, NEAR = 0.3, 0.03  # the probe's round trip in the two regimes, us
 OPS = ["all-reduce", "sendrecv"]
 SIZES = [8, 4096, 16 << 20, 64 << 20]
 
 
-def write(directory, name, impl, lat, max_bytes=None):
-    """name "<impl or mpi_config>-<ranks>[.<round>]"; lat(op, ranks, bytes) -> the median
-    latency in us; max_bytes: only the sizes up to it (a small round's run)."""
+def write(directory, name, impl, lat, max_bytes=None, probes=(FAR,) * 6):
+    """name "<impl or mpi_config>-<ranks>[.<round>]"; lat(op, ranks, bytes) -> the latency in us
+    of each of 5 repetitions; max_bytes: only the sizes up to it (a small round's run); probes:
+    the round trips read before each repetition and after the last."""
     n = int(name.split(".")[0].rsplit("-", 1)[1])
     with open(os.path.join(directory, name + ".csv"), "w") as f:
         f.write(HEADER)
@@ -37,8 +44,9 @@ def write(directory, name, impl, lat, max_bytes=None):
                     continue
                 t = lat(op, n, b)
                 bw = b / (t * 1e-6) / 1e9
-                f.write("%s,%s,%d,%d,%d,100,%g,%g,%g,%g,%g\n" % (impl, op, n, b, b, t, t, t, bw,
-                                                                 bw))
+                f.write("%s,%s,%d,%d,%d,100,%g,%g,%g,%g,%g,%s,%s\n" % (
+                    impl, op, n, b, b, t, t, t, bw, bw, " ".join(["%g" % t] * 5),
+                    " ".join("%g" % p for p in probes)))
 
 
 def output(case, *flags):
@@ -51,7 +59,8 @@ def output(case, *flags):
 
 def targets(case):
     """The script's Targets lines for the measurements `case` writes."""
-    lines = output(case).split("Targets, from every cell measured:")[1].strip().split("\n\n")[0]
+    lines = output(case).split("Targets, from every cell measured, in each regime both sides "
+                               "were measured in:")[1].strip().split("\n\n")[0]
     return lines.splitlines()
 
 
@@ -118,17 +127,66 @@ def main():
     expect("one lucky cell", targets(one_lucky_cell),
            "every size, op and rank count: met.")
 
-    def slow_cell_and_a_small_round(d):
-        # A small round's run (sizes up to 4 KiB) found the slow cell at its usual speed: each
-        # cell takes the fastest of every run that measured it, whatever the round.
-        one_slow_cell(d)
-        write(d, "local-4.s1", "local", lambda op, n, b: 10 * mpi(op, n, b) if b > 8 else
-              mpi(op, n, b) / 3, max_bytes=4096)
-    expect("a small round", targets(slow_cell_and_a_small_round),
+    def the_regime_lottery(d):
+        # One small round of OpenMPI's drew the near regime, 10x faster; none of ours did. The
+        # near regime is then not compared (ours have no figure there); the far one is, and
+        # ours lead there.
+        all_faster(d)
+        for r in range(1, 4):
+            write(d, "mpi_default-2.s%d" % r, "mpi", faster(10), max_bytes=4096,
+                  probes=(NEAR,) * 6)
+    expect("the regime lottery", targets(the_regime_lottery),
+           "every size, op and rank count: met.", "ring B 2.04 us against 5.10 us")
+    expect("the regime lottery's header", [output(the_regime_lottery)],
+           "2 ranks: A 0.03-0.03 us (60 repetitions), B 0.3-0.3 us (100 repetitions)",
+           "4 ranks: one regime, 0.3-0.3 us", "0 were compared in more than one regime, 24 in one")
+
+    def slower_near(d):
+        # Both sides drew the near regime; ours lead far but trail near: short, named.
+        the_regime_lottery(d)
+        for r in range(1, 4):
+            write(d, "local-2.s%d" % r, "local", lambda op, n, b: mpi(op, n, b) / 8,
+                  max_bytes=4096, probes=(NEAR,) * 6)
+    expect("slower near", targets(slower_near),
+           "all-reduce local 2 ranks 8 B (0.80, A)", "sendrecv local 2 ranks 4 KiB (0.80, A)",
+           "local A 0.64 us against 0.51 us, 1.25x: met")
+    expect("both regimes in the full block", [output(slower_near, "--part", "full")],
+           "| 8 B | 0.079 (0.1 us) | 0.02 (0.4 us, B) | 0.063 (0.13 us) | 2.50 B | "
+           "0.80 A / 3.00 B |")
+
+    def regime_changed_midway(d):
+        # Repetitions whose probe read near before and far after (or the reverse) belong to
+        # neither regime: dropped, however fast.
+        slower_near(d)
+        for r in range(1, 4):
+            write(d, "local-2.m%d" % r, "local", lambda op, n, b: mpi(op, n, b) / 100,
+                  max_bytes=4096, probes=(NEAR, FAR) * 3)
+    expect("a regime changed midway", targets(regime_changed_midway),
+           "all-reduce local 2 ranks 8 B (0.80, A)")
+
+    def a_placement_of_its_own(d):
+        # An OpenMPI configuration whose unbound processes 0 and 1 shared one CPU (the probe
+        # then yields every trip: ~50 us) is a regime of its own, compared with none of ours.
+        all_faster(d)
+        write(d, "mpi_unbound-4", "mpi", faster(10), probes=(50,) * 6)
+    expect("a placement of its own", targets(a_placement_of_its_own),
            "every size, op and rank count: met.")
+    expect("a placement of its own, header", [output(a_placement_of_its_own)],
+           "4 ranks: A 0.3-0.3 us (100 repetitions), B 50.0-50.0 us (40 repetitions)",
+           "all-reduce 4 ranks default;")
+
+    def no_common_regime(d):
+        # OpenMPI only near, ours only far at 2 ranks: compared over all repetitions, marked.
+        write(d, "mpi_default-2", "mpi", mpi, probes=(NEAR,) * 6)
+        write(d, "mpi_default-4", "mpi", mpi)
+        write(d, "local-2", "local", faster(3))
+        write(d, "local-4", "local", faster(3))
+    expect("no common regime", [output(no_common_regime)],
+           "| all-reduce | 2 | local | 3.00* |", "8 in none",
+           "met; 8 cells, marked *, compared over every repetition")
     expect("the small rounds' header",
            [output(all_faster, "--rounds", "3", "--small-rounds", "6", "--small-max", "65536")],
-           "the lowest such median of 3 rounds",
+           "3 rounds of runs one after another",
            "Sizes up to 64 KiB, which take milliseconds", "ran 6 rounds more")
 
     summary = output(one_slow_cell)
@@ -172,8 +230,8 @@ def main():
     if failures:
         print("\n".join(failures))
         return 1
-    print("bench_collectives_table.py: 6 verdict cases, the header's rounds, the two blocks and "
-          "their splices as expected")
+    print("bench_collectives_table.py: 10 verdict cases (5 of the regimes), the header's rounds, "
+          "the two blocks and their splices as expected")
     return 0
 
 
