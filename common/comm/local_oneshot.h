@@ -54,6 +54,11 @@ constexpr std::size_t oneshot_weight(CollOp op, int ranks) {
   return op == CollOp::kAllGather && ranks == 2 ? 2 : 1;
 }
 
+// How many times a rank has taken the one-shot path for `op`, every rank of every group of the
+// process together (a relaxed counter, one increment per rank per call). The two paths leave
+// the same bits, so tests tell by it which one a call took.
+std::uint64_t oneshot_calls(CollOp op);
+
 class OneShotGroup {
  public:
   OneShotGroup(int size, std::size_t capacity);

@@ -104,7 +104,9 @@ TEST(LocalOneShot, TheLimitChangesThePathNotTheBits) {
 // On 2 ranks an all-gather counts its input twice against the limit (local::oneshot_weight:
 // its one-shot path copies every byte twice, the rendezvous once); every other call, and an
 // all-gather on more ranks, once. Either side of the 2-rank all-gather's limit, one element
-// apart, the bits are the rendezvous path's.
+// apart, the bits are the rendezvous path's, and the call takes the one-shot path up to the
+// limit and not past it (local::oneshot_calls); 3 ranks, whose weight is 1, take it at twice
+// the 2-rank limit's block.
 TEST(LocalOneShot, TwoRankAllGatherCountsItsInputTwiceAgainstTheLimit) {
   EXPECT_EQ(local::oneshot_weight(local::CollOp::kAllGather, 2), 2u);
   EXPECT_EQ(local::oneshot_weight(local::CollOp::kAllGather, 3), 1u);
@@ -119,6 +121,22 @@ TEST(LocalOneShot, TwoRankAllGatherCountsItsInputTwiceAgainstTheLimit) {
       EXPECT_TRUE(same_bits(fast.all_gather[r], slow.all_gather[r])) << count;
     }
   }
+  // The one-shot calls of one all-gather per rank, of `count` elements a rank on n ranks.
+  const auto oneshot_all_gathers = [](int n, std::int64_t count) {
+    const std::uint64_t before = local::oneshot_calls(local::CollOp::kAllGather);
+    run_local(n, [&](Communicator& c) {
+      Tensor in = Tensor::zeros({count}, DType::kF32);
+      Tensor out = Tensor::zeros({count * n}, DType::kF32);
+      c.all_gather(in, out);
+    });
+    return local::oneshot_calls(local::CollOp::kAllGather) - before;
+  };
+  EXPECT_EQ(oneshot_all_gathers(2, at), 2u);
+  EXPECT_EQ(oneshot_all_gathers(2, at + 1), 0u);
+  const std::int64_t at3 = std::int64_t(local::kOneShotMaxBytes / (4 * 3));
+  EXPECT_GT(at3, at + 1);
+  EXPECT_EQ(oneshot_all_gathers(3, at3), 3u);
+  EXPECT_EQ(oneshot_all_gathers(3, at3 + 1), 0u);
 }
 
 // Many calls in a row alternate the two staging buffers; each call's inputs change, so a rank
