@@ -114,15 +114,30 @@ def split_points(readings):
     cores that share a cache), around 0.3-0.6 us (cores that do not), and, for processes the
     kernel placed on one CPU, around 50 us (a yield per trip). A cut is kept only where the two
     classes' geometric means are 3x apart or more (closer, they are one regime's spread) and
-    each holds MIN_READINGS readings."""
+    each holds MIN_READINGS readings; where Otsu's is not, the widest gap between neighbouring
+    readings is tried (widest_gap)."""
+    def parts(xs, i):
+        if i is None or min(i, len(xs) - i) < MIN_READINGS:
+            return False
+        lo, hi = xs[:i], xs[i:]
+        return sum(hi) / len(hi) - sum(lo) / len(lo) >= math.log(3)
+
+    def widest_gap(xs):
+        """Where a rare regime's crowd sits apart from a common one: Otsu's cut, which weighs
+        classes by their size, falls inside the common crowd when the other holds a few
+        readings in a thousand (41 of 15,540 at 0.026-0.046 us on 4 ranks, the rest from
+        0.20 us up). The widest ratio between neighbouring readings, if 3x or more."""
+        ends = range(MIN_READINGS, len(xs) - MIN_READINGS + 1)
+        i = max(ends, key=lambda k: xs[k] - xs[k - 1], default=None)
+        return i if i is not None and xs[i] - xs[i - 1] >= math.log(3) else None
+
     def split(xs):
         i = otsu(xs)
-        if i is None or min(i, len(xs) - i) < MIN_READINGS:
-            return []
-        lo, hi = xs[:i], xs[i:]
-        if sum(hi) / len(hi) - sum(lo) / len(lo) < math.log(3):
-            return []
-        return split(lo) + [math.exp(0.5 * (xs[i - 1] + xs[i]))] + split(hi)
+        if not parts(xs, i):
+            i = widest_gap(xs)
+            if not parts(xs, i):
+                return []
+        return split(xs[:i]) + [math.exp(0.5 * (xs[i - 1] + xs[i]))] + split(xs[i:])
     return split(sorted(math.log(x) for x in readings if x > 0))
 
 
