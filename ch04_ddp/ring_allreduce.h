@@ -88,8 +88,14 @@ struct RingOptions {
   // hops in us, all-reduce on 4 ranks: 70-120 / 351-548 at 256 KiB, 211-350 / 492-863 at
   // 1 MiB, 2805-4437 / 3045-5438 at 4 MiB; on 3 ranks 84-94 / 133-165 at 256 KiB, 246-379 /
   // 437-582 at 1 MiB, slower at 4 MiB (2393-4344 / 1806-2719); all-gather on 4 ranks 34-35 /
-  // 253-275 at 256 KiB, 104 / 127-130 at 1 MiB. Buffers of at most 1 MiB.
-  std::size_t exchange_max_bytes = std::size_t{1} << 20;
+  // 253-275 at 256 KiB, 104 / 127-130 at 1 MiB. On the 2-core Xeon the hops are the faster
+  // from 512 KiB, the median of 5 repetitions, three alternating runs (--ring-oneshot-max 0,
+  // --ring-exchange-max 0 / 1073741824): 4 ranks 220-224 / 273-282 at 512 KiB, 424-453 /
+  // 591-626 at 1 MiB; 3 ranks 145-149 / 353-363 and 323-328 / 776-790 (PERFORMANCE.md, "The
+  // ring's exchange path"). Buffers of at most 512 KiB: on the Xeon the exchange's 1 MiB
+  // all-reduce on 4 ranks fell behind Open MPI's (511 us against 484), where the EPYC's hops
+  // at 1 MiB (492-863 us) were still ahead of Open MPI's there (1,050-3,990).
+  std::size_t exchange_max_bytes = std::size_t{512} << 10;
   // The same for ring_reduce_scatter (its input's bytes). Its hops read their neighbour's
   // slice in place, so the exchange's copy of what it receives costs more there: exchange /
   // hops in us (runs of the same kind) on 4 ranks 25 / 27-121 at 64 KiB, 34-97 / 49-625 at 256 KiB,
