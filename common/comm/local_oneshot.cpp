@@ -26,15 +26,23 @@ std::byte* OneShotGroup::stage(int rank, std::int64_t seq) {
 static_assert(OneShotGroup::kInLineBytes >= 16, "a 2-rank all-to-all's counts fit the line");
 
 namespace {
-constexpr std::size_t kOps = static_cast<std::size_t>(CollOp::kAllToAll) + 1;
 std::atomic<std::uint64_t>& oneshot_count(CollOp op) {
-  static std::atomic<std::uint64_t> counts[kOps]{};
+  static std::atomic<std::uint64_t> counts[kCollOps]{};
   return counts[static_cast<std::size_t>(op)];
 }
 }  // namespace
 
 std::uint64_t oneshot_calls(CollOp op) {
   return oneshot_count(op).load(std::memory_order_relaxed);
+}
+
+OneShotGroup::~OneShotGroup() {
+  for (int r = 0; r < size_; ++r) {
+    for (std::size_t op = 0; op < kCollOps; ++op) {
+      const std::uint64_t n = ranks_[static_cast<std::size_t>(r)].calls.by_op[op];
+      if (n) oneshot_count(static_cast<CollOp>(op)).fetch_add(n, std::memory_order_relaxed);
+    }
+  }
 }
 
 void OneShotGroup::publish(int rank, std::int64_t seq, const CallDesc& d, bool asymmetric,
@@ -46,7 +54,7 @@ void OneShotGroup::publish(int rank, std::int64_t seq, const CallDesc& d, bool a
                            " bytes for a line that holds " + std::to_string(kInLineBytes));
   }
   if (!in_line.empty()) std::memcpy(h.in_line, in_line.data(), in_line.size());
-  oneshot_count(d.op).fetch_add(1, std::memory_order_relaxed);
+  ++ranks_[static_cast<std::size_t>(rank)].calls.by_op[static_cast<std::size_t>(d.op)];
   // At least release: a peer that reads the flag sees the description and the staged bytes.
   // The fabric's oneshot_posted() reads `sleepers` after it (comm/asymmetric_fence.h).
   publish_flag(h.flag, seq, asymmetric);

@@ -55,13 +55,20 @@ constexpr std::size_t oneshot_weight(CollOp op, int ranks) {
 }
 
 // How many times a rank has taken the one-shot path for `op`, every rank of every group of the
-// process together (a relaxed counter, one increment per rank per call). The two paths leave
-// the same bits, so tests tell by it which one a call took.
+// process together, counted as each group is destroyed (when its world's run ends): one per
+// rank per call. The two paths leave the same bits, so tests tell by it which one a call took.
+// Each rank counts in a line of its own while the group lives: one counter that every rank
+// incremented would be a cache line crossing between the cores on every small call, the very
+// cost the one-shot path exists to save.
 std::uint64_t oneshot_calls(CollOp op);
+inline constexpr std::size_t kCollOps = static_cast<std::size_t>(CollOp::kAllToAll) + 1;
 
 class OneShotGroup {
  public:
   OneShotGroup(int size, std::size_t capacity);
+  ~OneShotGroup();  // adds its ranks' counts to oneshot_calls()
+  OneShotGroup(const OneShotGroup&) = delete;
+  OneShotGroup& operator=(const OneShotGroup&) = delete;
   std::size_t capacity() const { return capacity_; }
 
   // The owner's staging buffer for call `seq` (allocated on its first use). Owner only.
@@ -111,9 +118,13 @@ class OneShotGroup {
   // its counts and input, 48 bytes, across two lines, and the reader, which finds its block
   // from the counts, fetched the second line only after the first, a second trip between the
   // cores (0.24 us a call against 0.16 at 8 B and 0.20 at 128 B; ch04_ddp/PERFORMANCE.md).
+  struct alignas(64) Calls {  // the owner's one-shot calls by op; no peer reads them
+    std::uint64_t by_op[kCollOps] = {};
+  };
   struct alignas(64) Rank {
     Half half[2];
     LineBytes buffer;  // 2 x stride_, by parity; set before the first flag
+    Calls calls;
   };
   const Rank& at(int rank) const { return ranks_[static_cast<std::size_t>(rank)]; }
   std::size_t capacity_;
