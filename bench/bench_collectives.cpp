@@ -113,15 +113,16 @@ void relax(int spins) {
 
 class TripProbe {
  public:
-  // `lines`: zeroed memory every rank maps; null: no probe (readings of -1).
-  TripProbe(ProbeLines* lines, int rank, int ranks) : lines_(lines), rank_(rank), ranks_(ranks) {}
+  // `lines`: zeroed memory every rank maps; null: no probe (readings of -1). `trips`: per
+  // burst; 64 beside a repetition (at most 0.2 ms in the far regime), 50,000 for --probe.
+  TripProbe(ProbeLines* lines, int rank, int ranks, std::int64_t trips = 64)
+      : lines_(lines), rank_(rank), ranks_(ranks), burst_trips_(trips) {}
 
   // Every rank calls it at the same point; rank 0 gets the round trip in us (the median of
-  // kBursts bursts of kTrips trips, so that one preemption does not move it), the others 0.
+  // kBursts bursts of burst_trips_ trips, so one preemption does not move it), the others 0.
   double read() {
     if (!lines_) return -1;
     constexpr int kBursts = 5;
-    constexpr std::int64_t kTrips = 64;
     const auto at = [](ProbeLine& l) { return std::atomic_ref<std::int64_t>(l.v); };
     at(lines_->arrived).fetch_add(1, std::memory_order_acq_rel);
     if (rank_ <= 1) {
@@ -131,7 +132,7 @@ class TripProbe {
     std::vector<double> us;
     for (int burst = 0; burst < kBursts; ++burst) {
       const std::int64_t base = trips_;
-      trips_ += kTrips;
+      trips_ += burst_trips_;
       if (rank_ == 0) {
         const auto t0 = Clock::now();
         for (std::int64_t i = base + 1; i <= trips_; ++i) {
@@ -139,7 +140,7 @@ class TripProbe {
           for (int s = 0; at(lines_->pong).load(std::memory_order_acquire) < i; ++s) relax(s);
         }
         us.push_back(std::chrono::duration<double>(Clock::now() - t0).count() * 1e6 /
-                     double(kTrips));
+                     double(burst_trips_));
       } else if (rank_ == 1) {
         for (std::int64_t i = base + 1; i <= trips_; ++i) {
           for (int s = 0; at(lines_->ping).load(std::memory_order_acquire) < i; ++s) relax(s);
@@ -160,6 +161,7 @@ class TripProbe {
  private:
   ProbeLines* lines_;
   int rank_, ranks_;
+  const std::int64_t burst_trips_;
   std::int64_t trips_ = 0, reads_ = 0;
 };
 
@@ -488,36 +490,19 @@ int usage(const char* why) {
 
 }  // namespace
 
-// --probe: the round trip of one cache line between two threads, in us (the median of 5 runs
-// of 50,000 trips): each thread stores its count, then polls for the other's, as a one-shot
-// collective's flags do. On a VM it moves with where the host puts the two virtual CPUs (on the
-// 2-core EPYC 0.05-0.07 us for a while, then 0.25-0.3): scripts/bench_collectives.sh starts
-// each run when it reads near its best, ch04_ddp/PERFORMANCE.md "Trips between cores".
+// --probe: the round trip of one cache line between two threads, in us (TripProbe's, the
+// median of 5 bursts of 50,000 trips): each thread stores its count, then polls for the
+// other's, as a one-shot collective's flags do. On a VM it moves with where the host puts the
+// two virtual CPUs (on the 2-core EPYC 0.05-0.07 us for a while, then 0.25-0.3):
+// scripts/bench_collectives.sh starts each run when it reads near its best,
+// ch04_ddp/PERFORMANCE.md "Trips between cores".
 int probe() {
-  struct alignas(64) Flag {
-    std::atomic<std::int64_t> v{0};
-  };
-  constexpr std::int64_t kTrips = 50000;
-  std::vector<double> us;
-  for (int run = 0; run < 5; ++run) {
-    Flag flags[2];
-    std::thread peer([&] {
-      for (std::int64_t i = 1; i <= kTrips; ++i) {
-        for (int spins = 0; flags[0].v.load(std::memory_order_acquire) < i; ++spins) relax(spins);
-        flags[1].v.store(i, std::memory_order_release);
-      }
-    });
-    const auto t0 = Clock::now();
-    for (std::int64_t i = 1; i <= kTrips; ++i) {
-      flags[0].v.store(i, std::memory_order_release);
-      for (int spins = 0; flags[1].v.load(std::memory_order_acquire) < i; ++spins) relax(spins);
-    }
-    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-    peer.join();
-    us.push_back(s * 1e6 / double(kTrips));
-  }
-  std::sort(us.begin(), us.end());
-  std::printf("%.3f\n", us[us.size() / 2]);
+  ProbeLines lines;
+  TripProbe mine(&lines, 0, 2, 50000), peer(&lines, 1, 2, 50000);
+  std::thread t([&] { peer.read(); });
+  const double us = mine.read();
+  t.join();
+  std::printf("%.3f\n", us);
   return 0;
 }
 

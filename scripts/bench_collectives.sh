@@ -81,8 +81,9 @@ settle() { sleep 1; }
 # for seconds to minutes; ch04_ddp/PERFORMANCE.md, "Trips between cores"), and small messages
 # move with it, ours and Open MPI's alike. The table compares within a regime (above); the gate
 # starts each run in the fast regime, the rarer one here, so that every run has repetitions in
-# it to compare: every run, ours and Open MPI's, starts when `bench_collectives --probe` reads within 3x of the fastest of the last 30 readings (the two
-# regimes are 4-5x apart; a machine with one regime always passes), waiting for that up to
+# it to compare: every run, ours and Open MPI's, starts when `bench_collectives --probe` reads
+# within 3x of the fastest of the last 30 readings (the two regimes are 4-5x apart; a machine
+# with one regime always passes), waiting for that up to
 # 30 s (then it runs anyway). Each run's probe goes to probes.txt. The last 30, not the fastest
 # ever: on the 2-core Xeon one reading of 0.022 us early in a run, in a regime that hardly came
 # back, made nearly every later run wait the whole 30 s, and the full sweep took 55 min instead

@@ -73,17 +73,27 @@ def load(directory):
         base = os.path.basename(path)[:-4]
         config = base.split("_", 1)[1].rsplit("-", 1)[0] if base.startswith("mpi_") else ""
         with open(path) as f:
-            for r in csv.DictReader(f):
-                reps = [float(x) for x in (r.get("rep_us") or "").split()]
-                probes = [float(x) for x in (r.get("probe_us") or "").split()]
-                if not reps:  # a line without its repetitions: its median stands for them
-                    reps = [float(r["lat_us_median"])]
-                if len(probes) != len(reps) + 1:
-                    probes = [-1.0] * (len(reps) + 1)
-                lines.append((r["impl"], config, r["op"], int(r["ranks"]), int(r["bytes"]),
-                              int(r["actual_bytes"]),
-                              [(t, probes[i], probes[i + 1]) for i, t in enumerate(reps)]))
+            for k, r in enumerate(csv.DictReader(f), start=2):
+                try:
+                    reps = [float(x) for x in (r.get("rep_us") or "").split()]
+                    probes = [float(x) for x in (r.get("probe_us") or "").split()]
+                    if not reps:  # a line without its repetitions: its median stands for them
+                        reps = [float(r["lat_us_median"])]
+                    if len(probes) != len(reps) + 1:
+                        probes = [-1.0] * (len(reps) + 1)
+                    lines.append((r["impl"], config, r["op"], int(r["ranks"]), int(r["bytes"]),
+                                  int(r["actual_bytes"]),
+                                  [(t, probes[i], probes[i + 1]) for i, t in enumerate(reps)]))
+                except (KeyError, TypeError, ValueError) as e:
+                    refuse("%s line %d is not a bench_collectives line (%s: %s)" % (
+                        path, k, type(e).__name__, e))
     return lines
+
+
+def refuse(why):
+    """One line on stderr naming the problem, and exit code 2."""
+    sys.stderr.write("bench_collectives_table.py: %s\n" % why)
+    sys.exit(2)
 
 
 # A regime needs at least this many probe readings (two runs of one cell: 6 readings a run).
@@ -432,8 +442,8 @@ def op_tables(rows):
 def fit_table(rows):
     ranks = sorted({k[2] for k in rows})
     out = ["The alpha-beta model T(n) = alpha + n beta fitted to the medians at every size "
-           "(each rank count's commonest regime; least squares on the relative error): alpha is the fixed cost of a call, 1/beta "
-           "the algorithm bandwidth it tends to, n_1/2 = alpha/beta the size at which half the "
+           "(each rank count's commonest regime; least squares on the relative error): alpha is "
+           "the fixed cost of a call, 1/beta the algorithm bandwidth it tends to, n_1/2 = alpha/beta the size at which half the "
            "time is the fixed cost.", "",
            "| op | ranks | impl | alpha (us) | 1/beta (GB/s) | n_1/2 |",
            "|---|---|---|---|---|---|"]
@@ -637,15 +647,17 @@ def switch_block(rows):
 
 
 def splice(readme, block_path):
-    text = open(readme).read()
-    new = open(block_path).read().strip("\n")
+    try:
+        text = open(readme).read()
+        new = open(block_path).read().strip("\n")
+    except OSError as e:
+        refuse("--splice: %s" % e)
     begin, end = (FULL_BEGIN, FULL_END) if new.startswith(FULL_BEGIN) else (BEGIN, END)
     if not new.startswith(begin) or not new.endswith(end):
-        sys.exit("bench_collectives_table.py: %s is not a block (%s ... %s)" %
-                 (block_path, begin, end))
+        refuse("%s is not a block (%s ... %s)" % (block_path, begin, end))
     pat = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.S)
     if not pat.search(text):
-        sys.exit("bench_collectives_table.py: %s has no %s ... %s block" % (readme, begin, end))
+        refuse("%s has no %s ... %s block" % (readme, begin, end))
     tmp = readme + ".tmp"
     with open(tmp, "w") as f:
         f.write(pat.sub(lambda _: new, text, count=1))
@@ -672,9 +684,11 @@ def main():
     if a.splice:
         splice(*a.splice)
         return
+    if not a.dir or not os.path.isdir(a.dir):
+        refuse("--dir takes the directory of bench_collectives' CSV files, not %r" % a.dir)
     rows = read(a.dir)
     if not rows:
-        sys.exit("bench_collectives_table.py: no measurements in %s" % a.dir)
+        refuse("no measurements in %s" % a.dir)
     sys.stdout.write(full_block(rows, a) if a.part == "full" else block(rows, a))
 
 

@@ -27,12 +27,6 @@ FLAGS = ["--ops", "all-reduce,sendrecv", "--sizes", "8,4096", "--min-ms", "2",
          "--repetitions", str(REPS)]
 
 
-def median(xs):
-    xs = sorted(xs)
-    m = len(xs)
-    return xs[m // 2] if m % 2 else 0.5 * (xs[m // 2 - 1] + xs[m // 2])
-
-
 def main():
     binary = sys.argv[1]
     runs = {"local-2": [binary, "--impl", "local", "--ranks", "2", "--bind"] + FLAGS,
@@ -65,7 +59,8 @@ def main():
                     failures.append("%s: %d repetitions, %d probe readings" % (
                         where, len(reps), len(probes)))
                     continue
-                if abs(median(reps) - float(r["lat_us_median"])) > 2e-3 * median(reps) + 1e-3:
+                m = table.median(reps)
+                if abs(m - float(r["lat_us_median"])) > 2e-3 * m + 1e-3:
                     failures.append("%s: median of %s is not %s" % (where, reps,
                                                                      r["lat_us_median"]))
                 if not all(0 < p < 1e5 for p in probes):

@@ -10,7 +10,8 @@ host's regimes (the probe's round trip beside each repetition): a side's lucky d
 regime decides nothing the other side was not measured in; a shortfall within the near regime
 is named as such; a repetition whose regime changed midway is dropped; processes placed on one
 CPU are a regime of their own; a rare regime is parted from a common one; a cell the two sides
-share no regime in is compared over every repetition and marked. Then the
+share no regime in is compared over every repetition and marked; a corrupt line is refused
+with one line naming it and exit code 2. Then the
 two blocks: the README's summary names each row's lowest ratio and its size, the full block
 (PERFORMANCE.md) has every cell and no verdicts, and --splice replaces only the markers of the
 block's own kind. Exit 0 when every case holds.
@@ -246,11 +247,20 @@ def main():
             failures.append("splice of a block without markers: exit %d, page %s" %
                             (r.returncode, "changed" if open(page).read() != spliced else "kept"))
 
+    with tempfile.TemporaryDirectory() as d:
+        all_faster(d)
+        with open(os.path.join(d, "local-2.r9.csv"), "w") as f:
+            f.write(HEADER + "local,all-reduce,2,8,8,100,1,1,1,1,1,0.5 x,0.3 0.3 0.3\n")
+        r = subprocess.run([sys.executable, SCRIPT, "--dir", d], capture_output=True, text=True)
+        err = r.stderr.strip()
+        if r.returncode != 2 or len(err.splitlines()) != 1 or "local-2.r9.csv line 2" not in err:
+            failures.append("a corrupt line: exit %d, stderr %r" % (r.returncode, err))
+
     if failures:
         print("\n".join(failures))
         return 1
-    print("bench_collectives_table.py: 11 verdict cases (6 of the regimes), the header's rounds, "
-          "the two blocks and their splices as expected")
+    print("bench_collectives_table.py: 11 verdict cases (6 of the regimes), a corrupt line "
+          "refused, the header's rounds, the two blocks and their splices as expected")
     return 0
 
 
