@@ -338,6 +338,44 @@ def regimes_text(rows):
             "over all their repetitions, marked *)" % (both, one, blind))
 
 
+def read_other_load(directory):
+    """other_load.txt of bench_collectives.sh: {run name: [each try's other load, %]}, tries in
+    order; {} where the file is absent (runs made before the script recorded it)."""
+    path = os.path.join(directory, "other_load.txt")
+    runs = {}
+    if not os.path.exists(path):
+        return runs
+    with open(path) as f:
+        for k, line in enumerate(f, start=1):
+            parts = line.split()
+            try:
+                if len(parts) != 3 or int(parts[1]) != len(runs.get(parts[0], [])) + 1:
+                    raise ValueError("not 'run try share', tries counted from 1")
+                runs.setdefault(parts[0], []).append(float(parts[2]))
+            except ValueError as e:
+                refuse("%s line %d is not an other-load line (%s)" % (path, k, e))
+    return runs
+
+
+def other_load_text(runs, limit):
+    """What other load the runs met, and which were run again for it."""
+    if not runs:
+        return ""
+    kept = {name: min(tries) for name, tries in runs.items()}
+    again = sorted(name for name, tries in runs.items() if len(tries) > 1)
+    over = sorted(name for name, share in kept.items() if share > limit)
+    text = (" Other load, the CPU time of anything but the run while it ran (other processes, "
+            "and the host's steal on a VM) as a share of all the CPUs over the run, was at "
+            "most %.2f%% in the %d runs kept (median %.2f%%); a run above %g%% was run again, "
+            "twice at most, and the try with the least kept. Run again: " % (
+                max(kept.values()), len(kept), median(list(kept.values())), limit))
+    text += "; ".join("%s (%s)" % (name, ", ".join("%.2f%%" % x for x in runs[name]))
+                      for name in again) or "none"
+    if over:
+        text += "; of these, %s stayed above the limit" % ", ".join(over)
+    return text + "."
+
+
 def header(a, rows):
     """What was measured, where and how: the first paragraph of both blocks."""
     text = ("Measured by `%s` (bench/bench_collectives.cpp), f32, on %s, %s cores; "
@@ -365,6 +403,7 @@ def header(a, rows):
                  "the fastest of the 30 readings before it (the fastest of the whole run: %s "
                  "us; the runs started at %s us), so that both regimes come up for every run." %
                  (a.probe, a.probes or "?"))
+    text += other_load_text(read_other_load(a.dir), a.max_other_load)
     text += (" OpenMPI: of the configurations the script runs, the fastest over each op's sweep."
              " Ratios: our busbw / OpenMPI's (above 1: faster). Our rank threads are bound to "
              "the cores round-robin (`--bind`: rank r on core r mod cores), as mpirun binds its "
@@ -677,6 +716,8 @@ def main():
     p.add_argument("--small-max", default="65536", help="the small rounds' largest size, bytes")
     p.add_argument("--probe", default="", help="the fastest round trip the script saw, us")
     p.add_argument("--probes", default="", help="the runs' round trips, lowest-highest, us")
+    p.add_argument("--max-other-load", type=float, default=1.5,
+                   help="the other load, %% of the CPUs, above which a run was run again")
     p.add_argument("--part", choices=["readme", "full"], default="readme",
                    help="readme: ratios, fit and targets; full: every cell and the switch points")
     p.add_argument("--splice", nargs=2, metavar=("FILE", "BLOCK"))

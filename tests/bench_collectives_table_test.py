@@ -10,8 +10,9 @@ host's regimes (the probe's round trip beside each repetition): a side's lucky d
 regime decides nothing the other side was not measured in; a shortfall within the near regime
 is named as such; a repetition whose regime changed midway is dropped; processes placed on one
 CPU are a regime of their own; a rare regime is parted from a common one; a cell the two sides
-share no regime in is compared over every repetition and marked; a corrupt line is refused
-with one line naming it and exit code 2. Then the
+share no regime in is compared over every repetition and marked; the header reports the other
+load the runs met and which were run again for it; a corrupt line, of a CSV file or of the
+other-load record, is refused with one line naming it and exit code 2. Then the
 two blocks: the README's summary names each row's lowest ratio and its size, the full block
 (PERFORMANCE.md) has every cell and no verdicts, and --splice replaces only the markers of the
 block's own kind. Exit 0 when every case holds.
@@ -209,6 +210,20 @@ def main():
            "3 rounds of runs one after another",
            "Sizes up to 64 KiB, which take milliseconds", "ran 6 rounds more")
 
+    def a_run_run_again(d):
+        # bench_collectives.sh's record of each try's other load (other processes, the host's
+        # steal): the header reports the kept runs' highest and which were run again, and why.
+        all_faster(d)
+        with open(os.path.join(d, "other_load.txt"), "w") as f:
+            f.write("local-2.r1 1 13.21\nlocal-2.r1 2 0.03\nring-2.r1 1 0.65\n"
+                    "mpi_default-2.r1 1 2.50\nmpi_default-2.r1 2 4.00\nmpi_default-2.r1 3 1.90\n")
+    expect("a run run again", [output(a_run_run_again, "--max-other-load", "1.5")],
+           "was at most 1.90% in the 3 runs kept (median 0.65%); a run above 1.5% was run again",
+           "Run again: local-2.r1 (13.21%, 0.03%); mpi_default-2.r1 (2.50%, 4.00%, 1.90%); "
+           "of these, mpi_default-2.r1 stayed above the limit.")
+    if "Other load" in output(all_faster):
+        failures.append("no other_load.txt: the header still reports other load")
+
     summary = output(one_slow_cell)
     expect("summary's lowest", [summary], "| sendrecv | 4 | local | 0.50 | 3.00 | 3.00 | 0.50 (8 B) |",
            "lowest over all 4 sizes measured (8 B to 64 MiB)", "| all-reduce | 2 | ring | 2.50 | 2.50 |")
@@ -255,12 +270,20 @@ def main():
         err = r.stderr.strip()
         if r.returncode != 2 or len(err.splitlines()) != 1 or "local-2.r9.csv line 2" not in err:
             failures.append("a corrupt line: exit %d, stderr %r" % (r.returncode, err))
+    with tempfile.TemporaryDirectory() as d:
+        all_faster(d)
+        with open(os.path.join(d, "other_load.txt"), "w") as f:
+            f.write("local-2.r1 1 0.2\nlocal-2.r1 3 0.1\n")  # a try left out
+        r = subprocess.run([sys.executable, SCRIPT, "--dir", d], capture_output=True, text=True)
+        err = r.stderr.strip()
+        if r.returncode != 2 or len(err.splitlines()) != 1 or "other_load.txt line 2" not in err:
+            failures.append("a corrupt other-load line: exit %d, stderr %r" % (r.returncode, err))
 
     if failures:
         print("\n".join(failures))
         return 1
-    print("bench_collectives_table.py: 11 verdict cases (6 of the regimes), a corrupt line "
-          "refused, the header's rounds, the two blocks and their splices as expected")
+    print("bench_collectives_table.py: 11 verdict cases (6 of the regimes), the runs run again "
+          "for other load, a corrupt line of each file refused, the header's rounds, the two blocks and their splices as expected")
     return 0
 
 
