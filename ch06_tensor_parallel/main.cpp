@@ -125,6 +125,15 @@ void print_traffic(ClaimTable& checks) {
     t.add({"2 + SP", region, std::to_string(m.calls), std::to_string(m.elements),
            format_bytes(m.bytes_sent), ""});
   }
+  {  // every block's replicated gradients and ln_f's wait for one sum after the last block
+    const TpRegionTraffic& r = sp.traffic.at("replicated gradients");
+    const std::int64_t want = 6 * C * L + 2 * C;
+    checks.add({{"SP replicated gradients: one all-reduce of 6 C a block + 2 C (ln_f)",
+                 fmt("1 call, %lld elements", static_cast<long long>(want)),
+                 fmt("%lld call%s, %lld elements", static_cast<long long>(r.calls),
+                     r.calls == 1 ? "" : "s", static_cast<long long>(r.elements)),
+                 r.calls == 1 && r.elements == want}});
+  }
   for (const char* region : {"block forward", "block backward"}) {
     const std::size_t a = plain.traffic.at(region).bytes_sent, b = sp.traffic.at(region).bytes_sent;
     checks.add({{fmt("SP %s: all-gathers + reduce-scatters send what the all-reduces did",

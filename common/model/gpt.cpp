@@ -161,7 +161,7 @@ void GptModel::ensure_buffers(std::int64_t B, std::int64_t T) {
     ensure_tensor(cur().logits, {B, T, V}, dt, kAct);
     ensure_tensor(cur().lse, {B * T}, st, kAct);
   }
-  ws_.ensure(B, T, C, H, dt, tp, sp());
+  ws_.ensure(B, T, C, H, dt, tp, sp(), local_blocks());
 }
 
 GptBlockActs& GptModel::acts_of(std::int64_t layer) {
@@ -385,23 +385,40 @@ void GptModel::backward_head_input(float loss_scale, bool accumulate) {
   }
   ws_.dres.zero();  // layernorm_backward adds into it
   Tensor dw = grad("ln_f.weight"), db = grad("ln_f.bias");
-  if (sp()) {  // ln_f's gradient from this rank's rows, summed over tp
+  if (sp()) {  // ln_f's gradient from this rank's rows, summed over tp (now or with the blocks')
+    Tensor part = ln_f_parts();
     const std::int64_t C = config_.n_embd;
-    Tensor part = ws_.replicated.flat_slice(0, 2 * C);
     Tensor pw = part.flat_slice(0, C), pb = part.flat_slice(C, C);
     layers::layernorm_backward(ws_.dlocal, cur().resid.back(), param("ln_f.weight"),
                                cur().lnf_mean, cur().lnf_rstd, ws_.dres, pw, pb);
-    tp()->sum_replicated_grads(part);
-    for (auto [from, to] : {std::pair<Tensor*, Tensor*>{&pw, &dw}, {&pb, &db}}) {
-      if (accumulate) {
-        ops::axpy(1.0, *from, *to);
-      } else {
-        to->copy_from(*from);
-      }
+    if (!batch_sp_grads()) {
+      tp()->sum_replicated_grads(part);
+      add_ln_f_parts(part, accumulate);
     }
   } else {
     layers::layernorm_backward(ws_.dsmall, cur().resid.back(), param("ln_f.weight"),
                                cur().lnf_mean, cur().lnf_rstd, ws_.dres, dw, db, accumulate);
+  }
+}
+
+// Sequence parallel: where ln_f's two partial gradients wait [2 C], after the blocks' [6 C each]
+// when the sums are batched (GptBlockWorkspace::replicated).
+Tensor GptModel::ln_f_parts() {
+  const std::int64_t C = config_.n_embd;
+  return ws_.replicated.flat_slice(batch_sp_grads() ? local_blocks() * 6 * C : 0, 2 * C);
+}
+
+// ln_f's gradients (+)= their tp sum [2 C].
+void GptModel::add_ln_f_parts(const Tensor& summed, bool accumulate) {
+  const std::int64_t C = config_.n_embd;
+  Tensor dw = grad("ln_f.weight"), db = grad("ln_f.bias");
+  const Tensor pw = summed.flat_slice(0, C), pb = summed.flat_slice(C, C);
+  for (auto [from, to] : {std::pair<const Tensor*, Tensor*>{&pw, &dw}, {&pb, &db}}) {
+    if (accumulate) {
+      ops::axpy(1.0, *from, *to);
+    } else {
+      to->copy_from(*from);
+    }
   }
 }
 
@@ -413,12 +430,27 @@ void GptModel::backward_head_weight(bool accumulate) {
   const bool add = accumulate || options_.wte_grad_shared;
   ops::matmul(logits2d, lnf2d, dwte, true, false, ops::Accumulation::kFP32, 1.0f,
               add ? 1.0f : 0.0f);  // d(wte) [V, C] (+)= dlogits^T lnf
-  report_ready(entry_index("ln_f.weight"), 2);
+  if (!batch_sp_grads()) report_ready(entry_index("ln_f.weight"), 2);  // else with the blocks'
   // A last stage without the embedding holds wte only as the head: final already.
   if (!options_.stage.is_first()) report_ready(entry_index("wte.weight"), 1);
 }
 
 void GptModel::backward_blocks(bool accumulate) {
+  // Sequence parallel: each block's replicated gradients (its LayerNorms' and row-parallel
+  // biases', from this rank's rows) need a sum over tp, 6 C values a block: a call each would
+  // be local_blocks() latency-bound all-reduces of a few KiB. They wait instead, each block's
+  // in its own 6 C of the workspace, for one all-reduce after the stage's last block: the same
+  // sums and additions, so the same bits. (Megatron-LM coalesces them into one all-reduce too,
+  // once a step after gradient accumulation, which sums in another order.) Not under a block
+  // parameter hook (ZeRO-3), which hands each block's gradients on as soon as it is done.
+  const bool batch_sp = batch_sp_grads();
+  const std::int64_t parts_per_block = 6 * config_.n_embd;
+  const auto parts_of = [&](std::int64_t l) {
+    return ws_.replicated.flat_slice(batch_sp ? l * parts_per_block : 0, parts_per_block);
+  };
+  const auto report_block = [&](std::int64_t l) {  // the block's 12 parameters
+    report_ready(entry_index("h." + std::to_string(first_block() + l) + ".ln_1.weight"), 12);
+  };
   for (std::int64_t l = local_blocks() - 1; l >= 0; --l) {
     const auto i = static_cast<std::size_t>(l);
     GptBlockActs& a = acts_of(l);
@@ -429,8 +461,9 @@ void GptModel::backward_blocks(bool accumulate) {
         gpt_block_forward_sp(w_[i], sp_linears_[i], local_heads(), cur().resid[i], a, nullptr,
                              ws_);
       }
+      Tensor parts = parts_of(l);
       gpt_block_backward_sp(w_[i], dw_[i], sp_linears_[i], local_heads(), cur().resid[i], a, ws_,
-                            accumulate, *tp());
+                            accumulate, *tp(), parts, /*sum_now=*/!batch_sp);
     } else {
       if (options_.recompute) {
         gpt_block_forward(w_[i], linears_[i], local_heads(), cur().resid[i], a, nullptr,
@@ -440,9 +473,22 @@ void GptModel::backward_blocks(bool accumulate) {
                          accumulate);
     }
     params_after(first_block() + l, BlockParamHook::Phase::kBackward);
-    // The block's 12 parameters.
-    report_ready(entry_index("h." + std::to_string(first_block() + l) + ".ln_1.weight"), 12);
+    if (!batch_sp) report_block(l);
     if (!options_.keep_buffers && !options_.recompute) a.release();  // the ledger falls here
+  }
+  if (batch_sp) {  // the last stage's ln_f parts wait after the blocks'
+    const bool head = options_.stage.is_last();
+    Tensor all = ws_.replicated.flat_slice(
+        0, local_blocks() * parts_per_block + (head ? 2 * config_.n_embd : 0));
+    if (all.numel() > 0) tp()->sum_replicated_grads(all);  // a stage of no blocks, no head
+    if (head) {
+      add_ln_f_parts(ln_f_parts(), accumulate);
+      report_ready(entry_index("ln_f.weight"), 2);
+    }
+    for (std::int64_t l = local_blocks() - 1; l >= 0; --l) {
+      add_sp_replicated_grads(parts_of(l), dw_[static_cast<std::size_t>(l)], accumulate);
+      report_block(l);
+    }
   }
 }
 

@@ -207,6 +207,8 @@ class GptModel {
   GptBlockActs& acts_of(std::int64_t layer);  // the layer's own set, or the shared one (recompute)
   void backward_head_input(float loss_scale, bool accumulate);
   void backward_head_weight(bool accumulate);
+  Tensor ln_f_parts();
+  void add_ln_f_parts(const Tensor& summed, bool accumulate);
   void backward_blocks(bool accumulate);
   void backward_embedding(const Tensor& dx0, bool accumulate);
   void release_after_backward();  // keep_buffers false: the slot, then the workspace
@@ -224,6 +226,9 @@ class GptModel {
   // The tp group, or null on one rank (the unsplit code path).
   TensorParallelGroup* tp() const { return options_.tp.size > 1 ? options_.tp_ops : nullptr; }
   bool sp() const { return tp() != nullptr && options_.sequence_parallel; }
+  // Sequence parallel: the replicated gradients' sums over tp are one call after the stage's
+  // last block (backward_blocks), the head's ln_f among them; not under a block parameter hook.
+  bool batch_sp_grads() const { return sp() && param_hook_ == nullptr; }
   std::int64_t local_heads() const { return config_.n_head / options_.tp.size; }
 
   GptConfig config_;

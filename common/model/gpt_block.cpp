@@ -3,6 +3,7 @@
 // row-parallel layers with tensor parallelism), everything else common/model/layers.h.
 #include "model/gpt_block.h"
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <utility>
@@ -151,7 +152,7 @@ std::size_t GptBlockActs::bytes(std::int64_t B, std::int64_t T, std::int64_t C, 
 }
 
 void GptBlockWorkspace::ensure(std::int64_t B, std::int64_t T, std::int64_t C, std::int64_t H,
-                               DType dtype, std::int64_t tp, bool sp) {
+                               DType dtype, std::int64_t tp, bool sp, std::int64_t blocks) {
   constexpr MemCategory kWs = MemCategory::kOther;
   for (Tensor* t : {&proj, &dsmall}) ensure_tensor(*t, {B, T, C}, dtype, kWs);
   ensure_tensor(dres, sp ? Shape{1, B * T / tp, C} : Shape{B, T, C}, dtype, kWs);
@@ -160,7 +161,7 @@ void GptBlockWorkspace::ensure(std::int64_t B, std::int64_t T, std::int64_t C, s
   if (sp) {
     ensure_tensor(gathered, {B, T, C}, dtype, kWs);
     ensure_tensor(dlocal, {1, B * T / tp, C}, dtype, kWs);
-    ensure_tensor(replicated, {6 * C}, dtype, kWs);
+    ensure_tensor(replicated, {std::max<std::int64_t>(blocks, 1) * 6 * C + 2 * C}, dtype, kWs);
   }
 }
 
@@ -227,10 +228,12 @@ void gpt_block_forward_sp(const GptBlockWeights& w, const SpBlockLinears& l, std
 // row-parallel layer, f-bar's reduce-scatters the partial LayerNorm-output gradients after
 // each column-parallel one, and the LayerNorm outputs are gathered again for the weight
 // gradients (kept as rows only: the region's activations are divided by tp). The replicated
-// parameters' gradients come from this rank's rows alone: one sum over tp completes them.
+// parameters' gradients come from this rank's rows alone: one sum over tp completes them,
+// here (sum_now) or, for all of a stage's blocks at once, in the caller.
 void gpt_block_backward_sp(const GptBlockWeights& w, GptBlockWeights& g, SpBlockLinears& l,
                            std::int64_t heads, const Tensor& x, const GptBlockActs& a,
-                           GptBlockWorkspace& ws, bool accumulate, TensorParallelGroup& tp) {
+                           GptBlockWorkspace& ws, bool accumulate, TensorParallelGroup& tp,
+                           Tensor& parts, bool sum_now) {
   const bool acc = accumulate;
   const std::int64_t C = x.dim(2);
   Tensor dres = rows2d(ws.dres), dsmall = rows2d(ws.dsmall), dbig = rows2d(ws.dbig);
@@ -239,8 +242,13 @@ void gpt_block_backward_sp(const GptBlockWeights& w, GptBlockWeights& g, SpBlock
   Tensor datty2d = rows2d(datty);
   // [ln_1 w | ln_1 b | attn.c_proj b | ln_2 w | ln_2 b | mlp.c_proj b], this rank's rows' part:
   // the row-parallel biases act on the rows, their gradients are parts too.
+  if (parts.numel() != 6 * C) {
+    throw std::invalid_argument("gpt_block_backward_sp: parts holds " +
+                                std::to_string(parts.numel()) + " elements, not 6 C = " +
+                                std::to_string(6 * C));
+  }
   std::vector<Tensor> part;
-  for (std::int64_t k = 0; k < 6; ++k) part.push_back(ws.replicated.flat_slice(k * C, C));
+  for (std::int64_t k = 0; k < 6; ++k) part.push_back(parts.flat_slice(k * C, C));
   Tensor gathered = rows2d(ws.gathered), mine = rows2d(ws.dlocal);
   // MLP branch.
   l.fc_proj->backward_sp(rows2d(a.fch_gelu), dres, gathered, dbig, part[5], acc);
@@ -254,9 +262,21 @@ void gpt_block_backward_sp(const GptBlockWeights& w, GptBlockWeights& g, SpBlock
   l.attn->backward_sp(rows2d(a.ln1), gathered, rows2d(dqkv), dsmall, mine, acc);
   layers::layernorm_backward(ws.dlocal, x, w.ln1_w, a.ln1_mean, a.ln1_rstd, ws.dres, part[0],
                              part[1]);  // dres = d(x)
-  tp.sum_replicated_grads(ws.replicated);
+  if (!sum_now) return;
+  tp.sum_replicated_grads(parts);
+  add_sp_replicated_grads(parts, g, acc);
+}
+
+void add_sp_replicated_grads(const Tensor& summed, GptBlockWeights& g, bool accumulate) {
   Tensor* whole[6] = {&g.ln1_w, &g.ln1_b, &g.attn_proj_b, &g.ln2_w, &g.ln2_b, &g.fc_proj_b};
-  for (std::size_t k = 0; k < 6; ++k) add_replicated(part[k], *whole[k], acc);
+  const std::int64_t C = g.ln1_w.numel();
+  if (summed.numel() != 6 * C) {
+    throw std::invalid_argument("add_sp_replicated_grads: " + std::to_string(summed.numel()) +
+                                " elements, not 6 C = " + std::to_string(6 * C));
+  }
+  for (std::int64_t k = 0; k < 6; ++k) {
+    add_replicated(summed.flat_slice(k * C, C), *whole[k], accumulate);
+  }
 }
 
 void gpt_block_backward(const GptBlockWeights& w, GptBlockWeights& g, BlockLinears& l,

@@ -107,13 +107,15 @@ struct GptBlockWorkspace {
 
   // Sequence parallel only: the gathered rows of a LayerNorm output or of a gradient
   // [B, T, C]; a reduce-scattered gradient of this rank's rows [1, B T / tp, C]; the partial
-  // gradients of the block's replicated parameters, summed over tp in one call [6 C].
+  // gradients of the blocks' replicated parameters, 6 C a block, and then the head's ln_f's,
+  // 2 C, summed over tp in one call [blocks x 6 C + 2 C].
   Tensor gathered, dlocal, replicated;
 
   // tp > 1: dbig and datt hold this rank's share (4 C / tp columns, H / tp heads); sp: dres
-  // holds this rank's rows [1, B T / tp, C], and the three above are allocated.
+  // holds this rank's rows [1, B T / tp, C], and the three above are allocated, replicated for
+  // `blocks` blocks.
   void ensure(std::int64_t B, std::int64_t T, std::int64_t C, std::int64_t H, DType dtype,
-              std::int64_t tp = 1, bool sp = false);
+              std::int64_t tp = 1, bool sp = false, std::int64_t blocks = 1);
   void release();
 };
 
@@ -139,11 +141,18 @@ void gpt_block_forward_sp(const GptBlockWeights& w, const SpBlockLinears& l, std
 void gpt_block_backward(const GptBlockWeights& w, GptBlockWeights& g, BlockLinears& l,
                         std::int64_t heads, const Tensor& x, GptBlockActs& a,
                         GptBlockWorkspace& ws, bool accumulate);
-// Sequence parallel: the same on this rank's rows (ws.dres [1, B T / tp, C]); the replicated
-// parameters' gradients from this rank's rows, completed by one sum over tp.
+// Sequence parallel: the same on this rank's rows (ws.dres [1, B T / tp, C]). The replicated
+// parameters' gradients come from this rank's rows alone, into `parts` [6 C]:
+// [ln_1 w | ln_1 b | attn.c_proj b | ln_2 w | ln_2 b | mlp.c_proj b]. With sum_now they are
+// completed by one sum over tp and added to g here; without, the caller sums several blocks'
+// parts in one call and adds each block's with add_sp_replicated_grads: the same sums and the
+// same additions, so the same bits, in one call instead of one per block.
 void gpt_block_backward_sp(const GptBlockWeights& w, GptBlockWeights& g, SpBlockLinears& l,
                            std::int64_t heads, const Tensor& x, const GptBlockActs& a,
-                           GptBlockWorkspace& ws, bool accumulate, TensorParallelGroup& tp);
+                           GptBlockWorkspace& ws, bool accumulate, TensorParallelGroup& tp,
+                           Tensor& parts, bool sum_now);
+// g's six replicated gradients (+)= summed [6 C], the tp sum of gpt_block_backward_sp's parts.
+void add_sp_replicated_grads(const Tensor& summed, GptBlockWeights& g, bool accumulate);
 
 // The backward split for zero-bubble pipelines (chapter 7, ZB-H1; Qi et al. 2023): B, the
 // input gradient (d(out) in ws.dres -> d(x) in ws.dres), with the LayerNorms' weight

@@ -182,6 +182,21 @@ TEST(SequenceParallelTraffic, AllGathersAndReduceScattersMoveWhatTheAllReducesDi
   EXPECT_EQ(sp.traffic.at("block backward re-gather").calls, 2 * L);
 }
 
+// The replicated parameters' partial gradients (6 C a block, 2 C of ln_f) wait for the last
+// block and are summed in one all-reduce per micro-batch, not one per block.
+TEST(SequenceParallelTraffic, TheReplicatedGradientsAreOneAllReducePerMicroBatch) {
+  for (std::int64_t layers : {1, 3}) {
+    TpRunConfig c = base(2);
+    c.sequence_parallel = true;
+    c.steps = 1;
+    c.model.n_layer = layers;
+    const TpRunResult sp = train_tensor_parallel(c);
+    const TpRegionTraffic& r = sp.traffic.at("replicated gradients");
+    EXPECT_EQ(r.calls, 1) << layers << " blocks";
+    EXPECT_EQ(r.elements, 6 * c.model.n_embd * layers + 2 * c.model.n_embd) << layers << " blocks";
+  }
+}
+
 TEST(SequenceParallelMemory, ActivationsPerLayerAreDividedByTp) {
   // bf16, per layer (2 blocks minus 1): sbh(32 + 2as/h) / t + 16 sb / t exactly.
   for (int tp : {2, 4}) {
