@@ -43,8 +43,9 @@ case "$small_rounds" in
 esac
 
 case "$max_other" in
-  ''|*[!0-9.]*|*.*.*|.) echo "bench_collectives.sh: --max-other-load=PCT takes a percentage, not '$max_other'" >&2
-                       exit 2 ;;
+  ''|*[!0-9.]*|*.*.*|.)
+    echo "bench_collectives.sh: --max-other-load=PCT takes a percentage, not '$max_other'" >&2
+    exit 2 ;;
 esac
 export LC_ALL=C  # `times` and awk read and write decimal points
 
@@ -239,8 +240,8 @@ probes=$(awk '{print $2}' "$out/probes.txt" | sort -g | awk '{a[NR]=$1} END{prin
 for part in readme full; do
   python3 scripts/bench_collectives_table.py --dir "$out" --cpu "$cpu" --cores "$cores" \
     --load "$load_before -> $load_after" --mpi-version "$ompi" --command "$cmd" \
-    --rounds "$rounds" --small-rounds "$small_rounds" --small-max "$small_max" --probe "$best_probe" --probes "$probes" \
-    --max-other-load "$max_other" --part "$part" \
+    --rounds "$rounds" --small-rounds "$small_rounds" --small-max "$small_max" \
+    --probe "$best_probe" --probes "$probes" --max-other-load "$max_other" --part "$part" \
     > "$out/table-$part.md"
 done
 cat "$out/table-readme.md" "$out/table-full.md"

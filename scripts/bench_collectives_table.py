@@ -482,8 +482,8 @@ def fit_table(rows):
     ranks = sorted({k[2] for k in rows})
     out = ["The alpha-beta model T(n) = alpha + n beta fitted to the medians at every size "
            "(each rank count's commonest regime; least squares on the relative error): alpha is "
-           "the fixed cost of a call, 1/beta the algorithm bandwidth it tends to, n_1/2 = alpha/beta the size at which half the "
-           "time is the fixed cost.", "",
+           "the fixed cost of a call, 1/beta the algorithm bandwidth it tends to, "
+           "n_1/2 = alpha/beta the size at which half the time is the fixed cost.", "",
            "| op | ranks | impl | alpha (us) | 1/beta (GB/s) | n_1/2 |",
            "|---|---|---|---|---|---|"]
     for op in OPS:

@@ -283,7 +283,8 @@ def main():
         print("\n".join(failures))
         return 1
     print("bench_collectives_table.py: 11 verdict cases (6 of the regimes), the runs run again "
-          "for other load, a corrupt line of each file refused, the header's rounds, the two blocks and their splices as expected")
+          "for other load, a corrupt line of each file refused, the header's rounds, the two "
+          "blocks and their splices as expected")
     return 0
 
 

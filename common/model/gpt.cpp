@@ -412,14 +412,8 @@ Tensor GptModel::ln_f_parts() {
 void GptModel::add_ln_f_parts(const Tensor& summed, bool accumulate) {
   const std::int64_t C = config_.n_embd;
   Tensor dw = grad("ln_f.weight"), db = grad("ln_f.bias");
-  const Tensor pw = summed.flat_slice(0, C), pb = summed.flat_slice(C, C);
-  for (auto [from, to] : {std::pair<const Tensor*, Tensor*>{&pw, &dw}, {&pb, &db}}) {
-    if (accumulate) {
-      ops::axpy(1.0, *from, *to);
-    } else {
-      to->copy_from(*from);
-    }
-  }
+  add_replicated(summed.flat_slice(0, C), dw, accumulate);
+  add_replicated(summed.flat_slice(C, C), db, accumulate);
 }
 
 // W of the head: d(wte) (+)= dlogits^T lnf, from the d(logits) B left in the slot's logits.

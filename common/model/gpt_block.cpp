@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -69,15 +70,6 @@ struct Dense {
     return std::make_unique<DenseLinear>(std::move(p));
   }
 };
-
-// g (+)= the tp sum of part, for the replicated parameters of a sequence-parallel region.
-void add_replicated(const Tensor& part, Tensor& g, bool accumulate) {
-  if (accumulate) {
-    ops::axpy(1.0, part, g);
-  } else {
-    g.copy_from(part);
-  }
-}
 
 // Causal attention of this rank's heads: the unsplit kernel, or the seam's (context parallel).
 void attention_forward(GptBlockActs& a, std::int64_t heads) {
@@ -265,6 +257,14 @@ void gpt_block_backward_sp(const GptBlockWeights& w, GptBlockWeights& g, SpBlock
   if (!sum_now) return;
   tp.sum_replicated_grads(parts);
   add_sp_replicated_grads(parts, g, acc);
+}
+
+void add_replicated(const Tensor& summed, Tensor& g, bool accumulate) {
+  if (accumulate) {
+    ops::axpy(1.0, summed, g);
+  } else {
+    g.copy_from(summed);
+  }
 }
 
 void add_sp_replicated_grads(const Tensor& summed, GptBlockWeights& g, bool accumulate) {

@@ -151,6 +151,9 @@ void gpt_block_backward_sp(const GptBlockWeights& w, GptBlockWeights& g, SpBlock
                            std::int64_t heads, const Tensor& x, const GptBlockActs& a,
                            GptBlockWorkspace& ws, bool accumulate, TensorParallelGroup& tp,
                            Tensor& parts, bool sum_now);
+// g (+)= summed: one replicated parameter's gradient of a sequence-parallel region (a block's
+// LayerNorms and row-parallel biases, the head's ln_f) from the tp sum of its parts.
+void add_replicated(const Tensor& summed, Tensor& g, bool accumulate);
 // g's six replicated gradients (+)= summed [6 C], the tp sum of gpt_block_backward_sp's parts.
 void add_sp_replicated_grads(const Tensor& summed, GptBlockWeights& g, bool accumulate);
 
