@@ -387,6 +387,48 @@ void LocalCommunicator::all_gather(const Tensor& in, Tensor& out) {
   traffic_.record("all_gather", moved, moved);
 }
 
+// Ends this rank's part in a one-shot all-to-all call, on every way out of it: it raises its
+// done flag, and where it published its input in place, it leaves only once no peer will read
+// it any more (comm/local_oneshot.h, OneShotGroup::publish_done): withdrawing its flag first
+// when it leaves on an exception before it saw every flag. Before its flag went up, no peer
+// can have its address, and it only raises the done flag.
+class LocalCommunicator::InPlaceExit {
+ public:
+  InPlaceExit(LocalCommunicator& c, std::int64_t seq, bool in_place)
+      : c_(c), seq_(seq), in_place_(in_place) {}
+  ~InPlaceExit() {
+    if (!finished_) finish(true);
+  }
+  InPlaceExit(const InPlaceExit&) = delete;
+  InPlaceExit& operator=(const InPlaceExit&) = delete;
+  void publishing() { published_ = true; }
+  void saw_every_flag() { saw_every_flag_ = true; }
+  // Its reads are over; `read`: the ranks took the one-shot path (else the rendezvous, and
+  // no rank read a published input).
+  void done_reading(bool read) {
+    finished_ = true;
+    finish(read);
+  }
+
+ private:
+  void finish(bool peers_may_read) noexcept {
+    const bool asymmetric = c_.fabric_->asymmetric_fence();
+    c_.oneshot_->publish_done(c_.rank_, seq_, asymmetric);
+    c_.fabric_->oneshot_posted(c_.group_, *c_.oneshot_);
+    if (!in_place_ || !published_ || !peers_may_read) return;
+    if (!saw_every_flag_) c_.oneshot_->withdraw(c_.rank_, seq_, asymmetric);
+    if (!c_.fabric_->poll([&] { return c_.oneshot_->readers_done(c_.rank_, seq_); })) {
+      c_.fabric_->oneshot_wait_readers(c_.group_, c_.rank_, seq_);
+    }
+  }
+  LocalCommunicator& c_;
+  std::int64_t seq_;
+  bool in_place_;
+  bool published_ = false;
+  bool saw_every_flag_ = false;
+  bool finished_ = false;
+};
+
 void LocalCommunicator::all_to_all(const Tensor& in, std::span<const std::int64_t> send_counts,
                                    Tensor& out, std::span<const std::int64_t> recv_counts) {
   require_defined(in, "all_to_all");
@@ -421,55 +463,99 @@ void LocalCommunicator::all_to_all(const Tensor& in, std::span<const std::int64_
     }
     at += n;
   };
-  // The one-shot path (comm/local_oneshot.h): each rank stages its counts and its whole
-  // input, and every rank copies its blocks out of the staged inputs. The counts differ by
-  // rank, so no rank can tell from its own call whether every other rank's input fits the
-  // staging buffer, and taking the path on some ranks and the rendezvous on others would be a
-  // mismatch. So the path is a vote, decided after the flags: a rank stages only when its
-  // counts and input fit and it receives no more than a staging buffer holds (both known from
-  // its own call), and publishes whether it did (the description's count: 1 staged, 0 not).
-  // Every rank then sees the same votes: all staged, each reads; any not, all of them go to
-  // the rendezvous below as their next call. A rank that voted no knows the outcome already
-  // and goes there without waiting for the flags, so a large call pays only its vote.
+  // The one-shot path (comm/local_oneshot.h): each rank publishes its counts and its input,
+  // and every rank copies its blocks out of the published inputs. The counts differ by rank,
+  // so no rank can tell from its own call how the others publish, and taking the path on
+  // some ranks and the rendezvous on others would be a mismatch. So the path is a vote,
+  // decided after the flags (the description's count): 1, staged (its counts and input
+  // copied into the staging buffer: small inputs, where one more copy costs less than making
+  // the peers' reads wait); 2, in place (its counts and its input's address, the peers
+  // copying straight out of the input, once, and this rank then waiting until they have,
+  // OneShotGroup::publish_done); 0, neither (its counts and address do not fit the flag's
+  // line or the staging buffer). Every rank then sees the same votes: none against, each
+  // reads; any against, all of them go to the rendezvous below as their next call. A rank
+  // that voted no knows the outcome already and goes there without waiting for the flags.
   const auto counts_bytes = static_cast<std::size_t>(size()) * sizeof(std::int64_t);
   const std::size_t capacity = oneshot_->capacity();
   // Where they fit (2 and 3 ranks), the counts travel in the flag's line too: a reader has
-  // them as soon as it sees the flag, and fetches its block at once.
+  // them as soon as it sees the flag, and fetches its block at once. The input's address
+  // follows them there where it fits too (2 ranks), else in the staging buffer.
   const bool counts_in_line = counts_bytes <= local::OneShotGroup::kInLineBytes;
+  const std::size_t address_bytes = counts_bytes + sizeof(const std::byte*);
+  const bool address_in_line = address_bytes <= local::OneShotGroup::kInLineBytes;
   // Read from there when the staged input spans lines (judged by ours: an all-to-all's inputs
   // are usually alike); within one line, the staged counts come with the block.
   const bool read_in_line = counts_in_line && counts_bytes + in.nbytes() > 64;
   std::int64_t vote_seq = 0;  // a vote published without waiting: arrive() checks it
   if (oneshot_fits(0) && capacity > 0) {
     const bool stages = counts_bytes + in.nbytes() <= capacity && out.nbytes() <= capacity;
-    const local::CallDesc vote{.op = local::CollOp::kAllToAll, .dtype = in.dtype(),
-                               .count = stages ? 1 : 0};
-    bool all_staged = false;
-    if (!stages) {  // publishes its vote, and neither stages nor waits for the flags
-      vote_seq = ++*calls_;
-      oneshot_->publish(rank_, vote_seq, vote, fabric_->asymmetric_fence());
-      fabric_->oneshot_posted(group_, *oneshot_);
-    } else oneshot(
-        vote,
-        [&](std::byte* stage) {
-          std::memcpy(stage, send_counts.data(), counts_bytes);
-          local::copy_bytes(stage + counts_bytes, bytes_of(in), in.nbytes());
-        },
-        [&](std::int64_t seq) {
-          for (int p = 0; p < size(); ++p) {
-            if (oneshot_->desc(p, seq).count == 0) return;
-          }
-          all_staged = true;
-          for (int p = 0; p < size(); ++p) {
-            const std::byte* staged = oneshot_->data(p, seq);
-            std::int64_t counts[kStackRanks];  // a copy: the staged bytes need no alignment
+    const int vote = stages ? 1 : address_in_line || address_bytes <= capacity ? 2 : 0;
+    const local::CallDesc vote_desc{.op = local::CollOp::kAllToAll, .dtype = in.dtype(),
+                                    .count = vote};
+    const std::int64_t seq = ++*calls_;
+    InPlaceExit exit(*this, seq, vote == 2);
+    // What goes in the flag's line: the counts, and an in-place voter's address after them.
+    std::byte in_line[local::OneShotGroup::kInLineBytes];
+    std::size_t in_line_bytes = vote != 0 && counts_in_line ? counts_bytes : 0;
+    const std::byte* address = bytes_of(in);
+    if (vote == 1) {
+      std::byte* stage = oneshot_->stage(rank_, seq);
+      std::memcpy(stage, send_counts.data(), counts_bytes);
+      local::copy_bytes(stage + counts_bytes, address, in.nbytes());
+    } else if (vote == 2) {
+      std::byte* place = address_in_line ? in_line : oneshot_->stage(rank_, seq);
+      std::memcpy(place, send_counts.data(), counts_bytes);
+      std::memcpy(place + counts_bytes, &address, sizeof address);
+      if (address_in_line) in_line_bytes = address_bytes;
+    }
+    if (in_line_bytes) std::memcpy(in_line, send_counts.data(), counts_bytes);
+    exit.publishing();
+    oneshot_->publish(rank_, seq, vote_desc, fabric_->asymmetric_fence(),
+                      std::span<const std::byte>(in_line, in_line_bytes));
+    fabric_->oneshot_posted(group_, *oneshot_);
+    bool all_read = false;
+    if (vote == 0) {  // neither stages nor waits for the flags
+      vote_seq = seq;
+    } else {
+      if (!fabric_->poll([&] { return oneshot_->all_published(seq); })) {
+        fabric_->oneshot_wait(group_, rank_, seq, vote_desc);
+      }
+      exit.saw_every_flag();
+      bool any_against = false;
+      for (int p = 0; p < size(); ++p) {
+        if (!oneshot_->desc(p, seq).agrees_with(vote_desc)) fabric_->oneshot_mismatch(group_, seq);
+        any_against |= oneshot_->desc(p, seq).count == 0;
+      }
+      if (!any_against) {
+        bool read_in_place = false;
+        for (int p = 0; p < size(); ++p) {
+          const std::byte* staged = oneshot_->data(p, seq);
+          std::int64_t counts[kStackRanks];  // a copy: the published bytes need no alignment
+          const std::byte* input = nullptr;
+          if (oneshot_->desc(p, seq).count == 1) {
             std::memcpy(counts, read_in_line ? oneshot_->in_line(p, seq) : staged,
                         counts_bytes);
-            take_block(static_cast<std::size_t>(p), counts, staged + counts_bytes);
+            input = staged + counts_bytes;
+          } else {
+            // A peer leaving on an exception withdraws its flag: its input may be gone. The
+            // world is failing then; the wait below ends in its error.
+            if (!oneshot_->still_published(p, seq, fabric_->asymmetric_fence())) {
+              fabric_->oneshot_wait(group_, rank_, seq, vote_desc);
+            }
+            const std::byte* place = address_in_line ? oneshot_->in_line(p, seq) : staged;
+            std::memcpy(counts, counts_in_line ? oneshot_->in_line(p, seq) : place,
+                        counts_bytes);
+            std::memcpy(&input, place + counts_bytes, sizeof input);
+            read_in_place = true;
           }
-        },
-        counts_in_line ? std::as_bytes(send_counts) : std::span<const std::byte>{});
-    if (all_staged) {
+          take_block(static_cast<std::size_t>(p), counts, input);
+        }
+        if (read_in_place) oneshot_->count_in_place(rank_);
+        all_read = true;
+      }
+    }
+    exit.done_reading(all_read);
+    if (all_read) {
       traffic_.record("all_to_all", v.bytes_sent, v.bytes_received);
       return;
     }

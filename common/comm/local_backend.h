@@ -120,6 +120,8 @@ class LocalCommunicator final : public Communicator {
   void oneshot(const local::CallDesc& d, Write&& write, Read&& read,
                std::span<const std::byte> in_line = {});
 
+  class InPlaceExit;  // all_to_all's way out of a one-shot call (local_backend.cpp)
+
   local::Fabric* fabric_;
   local::OneShotGroup* oneshot_;  // this group's flags and staging buffers
   std::int64_t* calls_;           // this rank's call counter in the group (the fabric's)

@@ -509,6 +509,14 @@ void Fabric::oneshot_wait(int group, int group_rank, std::int64_t seq, const Cal
   block(lock, me, [&] { return os.all_published(seq); });
 }
 
+void Fabric::oneshot_wait_readers(int group, int group_rank, std::int64_t seq) noexcept {
+  std::unique_lock lock(mu_);
+  OneShotGroup& os = *groups_[static_cast<std::size_t>(group)].oneshot;
+  const int me = groups_[static_cast<std::size_t>(group)].members[static_cast<std::size_t>(group_rank)];
+  const Asleep asleep(os.sleepers, asymmetric_);  // counted before the last check of the flags
+  wait_without_deadline(lock, me, [&] { return os.readers_done(group_rank, seq); });
+}
+
 void Fabric::oneshot_mismatch(int group, std::int64_t seq) {
   std::lock_guard lock(mu_);
   fail(mismatch_report(group, seq));

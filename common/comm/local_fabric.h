@@ -212,6 +212,10 @@ class Fabric {
   // watchdog and the failure of other ranks, as arrive() does; a peer that took the
   // rendezvous for this call number instead is a collective mismatch.
   void oneshot_wait(int group, int group_rank, std::int64_t seq, const CallDesc& d);
+  // Sleeps until no peer will read this rank's in-place all-to-all input of call `seq` any
+  // more (OneShotGroup::readers_done). No deadline and no failure: each peer that may read
+  // it is copying or about to raise its done flag, on every way out of the call.
+  void oneshot_wait_readers(int group, int group_rank, std::int64_t seq) noexcept;
   // Every rank published call `seq` but not the same call: fails the world naming each.
   [[noreturn]] void oneshot_mismatch(int group, std::int64_t seq);
 

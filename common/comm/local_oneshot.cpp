@@ -30,11 +30,17 @@ std::atomic<std::uint64_t>& oneshot_count(CollOp op) {
   static std::atomic<std::uint64_t> counts[kCollOps]{};
   return counts[static_cast<std::size_t>(op)];
 }
+std::atomic<std::uint64_t>& in_place_count() {
+  static std::atomic<std::uint64_t> count{0};
+  return count;
+}
 }  // namespace
 
 std::uint64_t oneshot_calls(CollOp op) {
   return oneshot_count(op).load(std::memory_order_relaxed);
 }
+
+std::uint64_t in_place_calls() { return in_place_count().load(std::memory_order_relaxed); }
 
 OneShotGroup::~OneShotGroup() {
   for (int r = 0; r < size_; ++r) {
@@ -42,6 +48,8 @@ OneShotGroup::~OneShotGroup() {
       const std::uint64_t n = ranks_[static_cast<std::size_t>(r)].calls.by_op[op];
       if (n) oneshot_count(static_cast<CollOp>(op)).fetch_add(n, std::memory_order_relaxed);
     }
+    const std::uint64_t in_place = ranks_[static_cast<std::size_t>(r)].calls.in_place;
+    if (in_place) in_place_count().fetch_add(in_place, std::memory_order_relaxed);
   }
 }
 
@@ -78,6 +86,39 @@ bool OneShotGroup::all_published(std::int64_t seq) const {
 
 bool OneShotGroup::posted_call(int rank, std::int64_t seq) const {
   return at(rank).half[seq % 2].flag.load(std::memory_order_acquire) == seq;
+}
+
+void OneShotGroup::publish_done(int rank, std::int64_t seq, bool asymmetric) {
+  // Release: the owner's copies out of the peers' inputs come before it. The fabric's
+  // oneshot_posted() reads `sleepers` after it, as after a flag.
+  publish_flag(ranks_[static_cast<std::size_t>(rank)].done.seq, seq, asymmetric);
+}
+
+void OneShotGroup::withdraw(int rank, std::int64_t seq, bool asymmetric) {
+  ranks_[static_cast<std::size_t>(rank)].half[seq % 2].flag.store(-seq, std::memory_order_seq_cst);
+  heavy_fence(asymmetric);  // then readers_done() reads the peers' flags
+}
+
+bool OneShotGroup::still_published(int rank, std::int64_t seq, bool asymmetric) const {
+  // The light half: after this rank's own flag, only the compiler's order is needed where
+  // the withdrawal's fence is the membarrier; a sequentially consistent load either way.
+  if (asymmetric) std::atomic_signal_fence(std::memory_order_seq_cst);
+  return at(rank).half[seq % 2].flag.load(std::memory_order_seq_cst) == seq;
+}
+
+bool OneShotGroup::readers_done(int rank, std::int64_t seq) const {
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank) continue;
+    const Rank& r = at(p);
+    if (r.done.seq.load(std::memory_order_acquire) >= seq) continue;
+    // Not done: a reader only if it published an all-to-all as call `seq` and stands by it
+    // (a peer that published another op is a mismatch and reads nothing).
+    const Half& h = r.half[seq % 2];
+    if (h.flag.load(std::memory_order_seq_cst) == seq && h.desc.op == CollOp::kAllToAll) {
+      return false;
+    }
+  }
+  return true;
 }
 
 const CallDesc& OneShotGroup::desc(int rank, std::int64_t seq) const {

@@ -15,6 +15,10 @@
 //
 // Reductions read the inputs in rank order (reduce_elements, as the chunked path does), so
 // the one-shot path gives the same bits as the large path, on every rank.
+//
+// All-to-all also takes these flags above the staging buffer's size, publishing its input in
+// place (its address) instead of a copy, and then waiting for its readers' done flags
+// (publish_done below): the rendezvous's single copy without its mutex.
 #pragma once
 
 #include <atomic>
@@ -61,6 +65,9 @@ constexpr std::size_t oneshot_weight(CollOp op, int ranks) {
 // incremented would be a cache line crossing between the cores on every small call, the very
 // cost the one-shot path exists to save.
 std::uint64_t oneshot_calls(CollOp op);
+// Of those, the all-to-all calls that read at least one peer's block where it lies
+// (OneShotGroup::publish_done), counted the same way.
+std::uint64_t in_place_calls();
 inline constexpr std::size_t kCollOps = static_cast<std::size_t>(CollOp::kAllToAll) + 1;
 
 class OneShotGroup {
@@ -93,6 +100,30 @@ class OneShotGroup {
   // were two trips in a row.
   const std::byte* in_line(int rank, std::int64_t seq) const;
 
+  // An all-to-all whose input is too large to stage publishes where it lies instead (its
+  // address, with its counts) and peers copy their blocks straight out of it: each byte copied
+  // once, as in the rendezvous, with flags instead of the fabric's mutex. The input is the
+  // caller's, so its owner may not leave the call while a peer may still read it. Each rank
+  // in a one-shot all-to-all, whatever it voted, raises its `done` flag to the call number
+  // once it will read nothing more of that call (after its copies, on any exception, or
+  // at once when it reads nothing); the in-place voter then waits for readers_done().
+  //
+  // A rank leaving on an exception before it saw every flag does not know which peers saw
+  // its flag, so it withdraws it first (the flag goes to -seq, then heavy_fence) and waits
+  // only for the peers whose flag it sees: a peer that published before the withdrawal is
+  // seen, and one that publishes after it sees the withdrawal in still_published() and reads
+  // nothing (the Dekker pattern of comm/asymmetric_fence.h, the withdrawal its heavy half).
+  void publish_done(int rank, std::int64_t seq, bool asymmetric);
+  void withdraw(int rank, std::int64_t seq, bool asymmetric);
+  // After published(rank, seq) and this rank's own flag: whether `rank` still stands by call
+  // `seq` (false once it withdrew it). Sequentially consistent, as the Dekker pattern needs.
+  bool still_published(int rank, std::int64_t seq, bool asymmetric) const;
+  // Whether no peer of `rank` will read its input of call `seq` any more: each either raised
+  // its done flag to `seq`, or never published an all-to-all as call `seq` (or withdrew it).
+  bool readers_done(int rank, std::int64_t seq) const;
+  // An all-to-all call of `rank` that read at least one block in place (for in_place_calls()).
+  void count_in_place(int rank) { ++ranks_[static_cast<std::size_t>(rank)].calls.in_place; }
+
   // Ranks asleep in the fabric waiting for a flag: a publisher wakes them only when this is
   // non-zero. The publisher stores its flag and then reads this; a sleeper counts itself here
   // and then reads the flags: the two halves of comm/asymmetric_fence.h, so one of the two
@@ -120,11 +151,16 @@ class OneShotGroup {
   // cores (0.24 us a call against 0.16 at 8 B and 0.20 at 128 B; ch04_ddp/PERFORMANCE.md).
   struct alignas(64) Calls {  // the owner's one-shot calls by op; no peer reads them
     std::uint64_t by_op[kCollOps] = {};
+    std::uint64_t in_place = 0;
+  };
+  struct alignas(64) Done {  // the last call whose reads the owner finished: read by peers
+    std::atomic<std::int64_t> seq{0};
   };
   struct alignas(64) Rank {
     Half half[2];
     LineBytes buffer;  // 2 x stride_, by parity; set before the first flag
     Calls calls;
+    Done done;
   };
   const Rank& at(int rank) const { return ranks_[static_cast<std::size_t>(rank)]; }
   std::size_t capacity_;

@@ -199,32 +199,115 @@ TEST(CommAllToAll, OneShotAgainstAnotherCollectiveIsAMismatchNamingBoth) {
   EXPECT_CONTAINS(f.thrown, "rank 1 all_reduce(4 x f32, sum)");
 }
 
-// A rank whose input is too large votes against the one-shot path and does not wait for the
-// others' flags; a peer that took the rendezvous for that call number instead (a large
-// all-reduce) is still a mismatch, whichever of the two comes first.
+// A rank whose input is too large to stage publishes it in place and waits for the others'
+// flags; where even its counts and address fit nowhere (4 ranks, 32 bytes of staging), it
+// votes against the one-shot path and does not wait. Either way, a peer that took the
+// rendezvous for that call number instead (a large all-reduce) is a mismatch, whichever of
+// the two comes first.
 TEST(CommAllToAll, AVoteAgainstTheOneShotPathAgainstARendezvousIsAMismatch) {
-  const auto large = std::int64_t(local::kOneShotMaxBytes / 4) + 1;
+  struct Case {
+    int n;
+    std::size_t oneshot_max;
+  };
+  for (const Case k : {Case{2, local::kOneShotMaxBytes}, Case{4, 32}}) {
+  const auto large = std::int64_t(k.oneshot_max / 4) + 1;
+  LocalOptions opts;
+  opts.oneshot_max_bytes = k.oneshot_max;
   for (int first : {0, 1}) {
-    const CommFailure f = run_expecting_comm_error(2, [&](Communicator& c) {
+    const CommFailure f = run_expecting_comm_error(k.n, [&](Communicator& c) {
       // A message (which takes no call number) makes `first`'s call tend to come first.
       Tensor token = Tensor::zeros({1}, DType::kF32);
       if (c.rank() == first) c.send(token, 1 - first);
-      else c.recv(token, first);
+      else if (c.rank() == 1 - first) c.recv(token, first);
       const int me = c.rank();
       if (me == 0) {
-        const Exchange e = exchange_of(me, 2, [&](int, int) { return large; });
+        const Exchange e = exchange_of(me, k.n, [&](int, int) { return large; });
         Tensor out = Tensor::empty(e.want.shape(), DType::kF32);
         c.all_to_all(e.in, e.send_counts, out, e.recv_counts);
       } else {
         Tensor t = Tensor::zeros({large}, DType::kF32);
         c.all_reduce(t);
       }
-    });
-    ASSERT_FALSE(f.thrown.empty()) << first;
+    }, opts);
+    ASSERT_FALSE(f.thrown.empty()) << k.n << " ranks, " << first;
     EXPECT_CONTAINS(f.thrown, "collective mismatch at call #1 of world");
     EXPECT_CONTAINS(f.thrown, "rank 0 all_to_all(f32)");
     EXPECT_CONTAINS(f.thrown, "all_reduce(" + std::to_string(large) + " x f32, sum)");
   }
+  }
+}
+
+// Above the staging buffer's size the blocks are copied straight out of the senders' inputs
+// (OneShotGroup::publish_done): the address travels in the flag's line on 2 ranks and in the
+// staging buffer on 3 and 4. Calls where one rank's input is large and the others' small mix
+// staged and in-place inputs in one call. Every block lands where the counts say, and each
+// call with an in-place input counts once per rank.
+TEST(CommAllToAll, InputsTooLargeToStageAreReadWhereTheyLie) {
+  const auto large = std::int64_t(local::kOneShotMaxBytes / 4);  // with its counts: too large
+  for (int n : {2, 3, 4}) {
+    const std::uint64_t before = local::in_place_calls();
+    run_local(n, [&](Communicator& c) {
+      for (int k = 0; k < 30; ++k) {
+        // k % 3 == 0: every rank sends `large` to each; 1: only rank k % n; 2: small.
+        const auto count = [&](int p, int q) -> std::int64_t {
+          if (k % 3 == 0 || (k % 3 == 1 && p == k % n)) return large + q + k;
+          return count_of(p, q) + k % 5;
+        };
+        const Exchange e = exchange_of(c.rank(), n, count);
+        Tensor out = Tensor::empty(e.want.shape(), DType::kF32);
+        c.all_to_all(e.in, e.send_counts, out, e.recv_counts);
+        ASSERT_TRUE(same_bits(out, e.want)) << "rank " << c.rank() << " of " << n << ", call "
+                                            << k;
+      }
+    });
+    EXPECT_EQ(local::in_place_calls() - before, std::uint64_t(20 * n)) << n << " ranks";
+  }
+}
+
+// A rank that published its input in place leaves the call only once no peer will read it:
+// here each rank overwrites its input the moment the call returns, and on 4 ranks sharing
+// the cores a peer is often still copying then. Every block must still be the one sent.
+TEST(CommAllToAll, AnInPlaceInputIsNotLeftWhileAPeerMayStillReadIt) {
+  const int n = 4;
+  const auto large = std::int64_t(local::kOneShotMaxBytes);  // elements: 4x the staging
+  run_local(n, [&](Communicator& c) {
+    for (int k = 0; k < 40; ++k) {
+      const auto count = [&](int p, int q) -> std::int64_t { return large + p + q + k; };
+      Exchange e = exchange_of(c.rank(), n, count);
+      Tensor out = Tensor::empty(e.want.shape(), DType::kF32);
+      c.all_to_all(e.in, e.send_counts, out, e.recv_counts);
+      e.in.fill(-1.0f);  // what a peer still reading would copy
+      ASSERT_TRUE(same_bits(out, e.want)) << "rank " << c.rank() << ", call " << k;
+    }
+  });
+}
+
+// A rank that fails inside an in-place call (its expected count disagrees with the sender's)
+// raises its done flag on the way out, so the rank whose input it read, and which waits for
+// its readers, leaves too: the failure is reported, nothing waits for ever. The same when a
+// rank never calls: the others, waiting for its flag, end in the deadlock report.
+TEST(CommAllToAll, AFailureInAnInPlaceCallLeavesNoRankWaitingForItsReaders) {
+  const auto large = std::int64_t(local::kOneShotMaxBytes / 4) + 8;
+  for (int n : {2, 3}) {
+    EXPECT_THROW(run_local(n, [&](Communicator& c) {
+                   const Exchange e = exchange_of(c.rank(), n, [&](int, int) { return large; });
+                   std::vector<std::int64_t> wrong = e.recv_counts;
+                   if (c.rank() == 1) wrong[0] -= 1;
+                   std::int64_t total = 0;
+                   for (std::int64_t w : wrong) total += w;
+                   Tensor out = Tensor::empty({total}, DType::kF32);
+                   c.all_to_all(e.in, e.send_counts, out, wrong);
+                 }),
+                 CommError) << n << " ranks";
+  }
+  const CommFailure f = run_expecting_comm_error(3, [&](Communicator& c) {
+    if (c.rank() == 2) return;
+    const Exchange e = exchange_of(c.rank(), 3, [&](int, int) { return large; });
+    Tensor out = Tensor::empty(e.want.shape(), DType::kF32);
+    c.all_to_all(e.in, e.send_counts, out, e.recv_counts);
+  });
+  EXPECT_CONTAINS(f.thrown, "deadlock");
+  EXPECT_CONTAINS(f.thrown, "waits in all_to_all(f32) (call #1 of world) for rank 2");
 }
 
 TEST(CommAllToAll, WaitingForARankThatNeverCallsIsADeadlockNamingIt) {
