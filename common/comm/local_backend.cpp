@@ -52,8 +52,7 @@ std::vector<std::byte*> rank_pointers(const local::Slot& s, bool outputs, std::i
 
 static_assert(LocalOptions{}.oneshot_max_bytes == local::kOneShotMaxBytes);
 
-// Up to this many ranks the one-shot path keeps its pointers on the stack.
-constexpr std::size_t kStackRanks = 16;
+using local::kStackRanks;  // up to this many ranks, the one-shot path's pointers on the stack
 
 }  // namespace
 
@@ -217,6 +216,48 @@ bool LocalCommunicator::oneshot_fits(std::size_t bytes) const {
          size() <= static_cast<int>(kStackRanks);
 }
 
+// Ends this rank's part in a one-shot call, on every way out of it: it raises its done flag,
+// and where it published its input in place, it leaves only once no peer will read it any
+// more (comm/local_oneshot.h, OneShotGroup::publish_done): withdrawing its flag first when it
+// leaves on an exception before it saw every flag. Before its flag went up, no peer can have
+// its address, and it only raises the done flag.
+class LocalCommunicator::InPlaceExit {
+ public:
+  InPlaceExit(LocalCommunicator& c, std::int64_t seq, bool in_place)
+      : c_(c), seq_(seq), in_place_(in_place) {}
+  ~InPlaceExit() {
+    if (!finished_) finish(true);
+  }
+  InPlaceExit(const InPlaceExit&) = delete;
+  InPlaceExit& operator=(const InPlaceExit&) = delete;
+  void publishing() { published_ = true; }
+  void saw_every_flag() { saw_every_flag_ = true; }
+  // Its reads are over; `read`: the ranks took the one-shot path (else the rendezvous, and
+  // no rank read a published input).
+  void done_reading(bool read) {
+    finished_ = true;
+    finish(read);
+  }
+
+ private:
+  void finish(bool peers_may_read) noexcept {
+    const bool asymmetric = c_.fabric_->asymmetric_fence();
+    c_.oneshot_->publish_done(c_.rank_, seq_, asymmetric);
+    c_.fabric_->oneshot_posted(c_.group_, *c_.oneshot_);
+    if (!in_place_ || !published_ || !peers_may_read) return;
+    if (!saw_every_flag_) c_.oneshot_->withdraw(c_.rank_, seq_, asymmetric);
+    if (!c_.fabric_->poll([&] { return c_.oneshot_->readers_done(c_.rank_, seq_); })) {
+      c_.fabric_->oneshot_wait_readers(c_.group_, c_.rank_, seq_);
+    }
+  }
+  LocalCommunicator& c_;
+  std::int64_t seq_;
+  bool in_place_;
+  bool published_ = false;
+  bool saw_every_flag_ = false;
+  bool finished_ = false;
+};
+
 template <class Write, class Read>
 void LocalCommunicator::oneshot(const local::CallDesc& d, Write&& write, Read&& read,
                                 std::span<const std::byte> in_line) {
@@ -368,7 +409,7 @@ void LocalCommunicator::all_gather(const Tensor& in, Tensor& out) {
   }
   const local::CallDesc d{
       .op = local::CollOp::kAllGather, .dtype = in.dtype(), .count = in.numel()};
-  if (oneshot_fits(local::oneshot_weight(d.op, size()) * in.nbytes())) {
+  if (local::all_gather_staged(in.nbytes(), size(), fabric_->oneshot_max_bytes())) {
     oneshot(
         d, [&](std::byte* stage) { local::copy_bytes(stage, bytes_of(in), in.nbytes()); },
         [&](std::int64_t seq) {
@@ -377,6 +418,32 @@ void LocalCommunicator::all_gather(const Tensor& in, Tensor& out) {
                               oneshot_->data(p, seq), in.nbytes());
           }
         });
+  } else if (oneshot_fits(0) && oneshot_->capacity() > 0) {
+    // Above the one-shot limit, in place (OneShotGroup::publish_done): each rank publishes its
+    // input's address in the flag's line and copies every block straight out of the peers'
+    // inputs, as the rendezvous does, without the rendezvous's mutex. Every rank decides the
+    // same from the call they agree on.
+    const std::int64_t seq = ++*calls_;
+    InPlaceExit exit(*this, seq, true);
+    const std::byte* address = bytes_of(in);
+    exit.publishing();
+    oneshot_->publish(rank_, seq, d, fabric_->asymmetric_fence(),
+                      std::as_bytes(std::span(&address, 1)));
+    fabric_->oneshot_posted(group_, *oneshot_);
+    if (!fabric_->poll([&] { return oneshot_->all_published(seq); })) {
+      fabric_->oneshot_wait(group_, rank_, seq, d);
+    }
+    exit.saw_every_flag();
+    for (int p = 0; p < size(); ++p) {
+      if (!oneshot_->desc(p, seq).agrees_with(d)) fabric_->oneshot_mismatch(group_, seq);
+    }
+    for (int p = 0; p < size(); ++p) {
+      const std::byte* input = read_in_place(p, seq, d);
+      local::copy_bytes(bytes_of(out) + static_cast<std::size_t>(p) * in.nbytes(), input,
+                        in.nbytes(), out.nbytes());
+    }
+    oneshot_->count_in_place(rank_);
+    exit.done_reading(true);
   } else collective({d, &in, &out}, [&](const local::Slot& s) {
     const auto srcs = rank_pointers(s, false, 0, in.dtype());
     for (std::size_t r = 0; r < srcs.size(); ++r) {
@@ -387,47 +454,19 @@ void LocalCommunicator::all_gather(const Tensor& in, Tensor& out) {
   traffic_.record("all_gather", moved, moved);
 }
 
-// Ends this rank's part in a one-shot all-to-all call, on every way out of it: it raises its
-// done flag, and where it published its input in place, it leaves only once no peer will read
-// it any more (comm/local_oneshot.h, OneShotGroup::publish_done): withdrawing its flag first
-// when it leaves on an exception before it saw every flag. Before its flag went up, no peer
-// can have its address, and it only raises the done flag.
-class LocalCommunicator::InPlaceExit {
- public:
-  InPlaceExit(LocalCommunicator& c, std::int64_t seq, bool in_place)
-      : c_(c), seq_(seq), in_place_(in_place) {}
-  ~InPlaceExit() {
-    if (!finished_) finish(true);
+const std::byte* LocalCommunicator::read_in_place(int p, std::int64_t seq,
+                                                  const local::CallDesc& d,
+                                                  const std::byte* address) const {
+  // A peer leaving on an exception withdraws its flag: its input may be gone. The world is
+  // failing then, and the wait ends in its error.
+  if (!oneshot_->still_published(p, seq, fabric_->asymmetric_fence())) {
+    fabric_->oneshot_wait(group_, rank_, seq, d);
   }
-  InPlaceExit(const InPlaceExit&) = delete;
-  InPlaceExit& operator=(const InPlaceExit&) = delete;
-  void publishing() { published_ = true; }
-  void saw_every_flag() { saw_every_flag_ = true; }
-  // Its reads are over; `read`: the ranks took the one-shot path (else the rendezvous, and
-  // no rank read a published input).
-  void done_reading(bool read) {
-    finished_ = true;
-    finish(read);
-  }
-
- private:
-  void finish(bool peers_may_read) noexcept {
-    const bool asymmetric = c_.fabric_->asymmetric_fence();
-    c_.oneshot_->publish_done(c_.rank_, seq_, asymmetric);
-    c_.fabric_->oneshot_posted(c_.group_, *c_.oneshot_);
-    if (!in_place_ || !published_ || !peers_may_read) return;
-    if (!saw_every_flag_) c_.oneshot_->withdraw(c_.rank_, seq_, asymmetric);
-    if (!c_.fabric_->poll([&] { return c_.oneshot_->readers_done(c_.rank_, seq_); })) {
-      c_.fabric_->oneshot_wait_readers(c_.group_, c_.rank_, seq_);
-    }
-  }
-  LocalCommunicator& c_;
-  std::int64_t seq_;
-  bool in_place_;
-  bool published_ = false;
-  bool saw_every_flag_ = false;
-  bool finished_ = false;
-};
+  if (!address) address = oneshot_->in_line(p, seq);
+  const std::byte* input = nullptr;
+  std::memcpy(&input, address, sizeof input);  // the published bytes need no alignment
+  return input;
+}
 
 void LocalCommunicator::all_to_all(const Tensor& in, std::span<const std::int64_t> send_counts,
                                    Tensor& out, std::span<const std::int64_t> recv_counts) {
@@ -527,7 +566,7 @@ void LocalCommunicator::all_to_all(const Tensor& in, std::span<const std::int64_
         any_against |= oneshot_->desc(p, seq).count == 0;
       }
       if (!any_against) {
-        bool read_in_place = false;
+        bool any_in_place = false;
         for (int p = 0; p < size(); ++p) {
           const std::byte* staged = oneshot_->data(p, seq);
           std::int64_t counts[kStackRanks];  // a copy: the published bytes need no alignment
@@ -537,20 +576,15 @@ void LocalCommunicator::all_to_all(const Tensor& in, std::span<const std::int64_
                         counts_bytes);
             input = staged + counts_bytes;
           } else {
-            // A peer leaving on an exception withdraws its flag: its input may be gone. The
-            // world is failing then; the wait below ends in its error.
-            if (!oneshot_->still_published(p, seq, fabric_->asymmetric_fence())) {
-              fabric_->oneshot_wait(group_, rank_, seq, vote_desc);
-            }
             const std::byte* place = address_in_line ? oneshot_->in_line(p, seq) : staged;
             std::memcpy(counts, counts_in_line ? oneshot_->in_line(p, seq) : place,
                         counts_bytes);
-            std::memcpy(&input, place + counts_bytes, sizeof input);
-            read_in_place = true;
+            input = read_in_place(p, seq, vote_desc, place + counts_bytes);
+            any_in_place = true;
           }
           take_block(static_cast<std::size_t>(p), counts, input);
         }
-        if (read_in_place) oneshot_->count_in_place(rank_);
+        if (any_in_place) oneshot_->count_in_place(rank_);
         all_read = true;
       }
     }

@@ -120,7 +120,11 @@ class LocalCommunicator final : public Communicator {
   void oneshot(const local::CallDesc& d, Write&& write, Read&& read,
                std::span<const std::byte> in_line = {});
 
-  class InPlaceExit;  // all_to_all's way out of a one-shot call (local_backend.cpp)
+  class InPlaceExit;  // the way out of a one-shot call (local_backend.cpp)
+  // Peer p's input address, published in place for call `seq` at `address` (by default the
+  // start of its flag's line), once it is sure p still stands by it.
+  const std::byte* read_in_place(int p, std::int64_t seq, const local::CallDesc& d,
+                                 const std::byte* address = nullptr) const;
 
   local::Fabric* fabric_;
   local::OneShotGroup* oneshot_;  // this group's flags and staging buffers

@@ -111,12 +111,17 @@ bool OneShotGroup::readers_done(int rank, std::int64_t seq) const {
     if (p == rank) continue;
     const Rank& r = at(p);
     if (r.done.seq.load(std::memory_order_acquire) >= seq) continue;
-    // Not done: a reader only if it published an all-to-all as call `seq` and stands by it
-    // (a peer that published another op is a mismatch and reads nothing).
+    // Not done: a reader only if it published as call `seq` a call that reads in place, and
+    // stands by it. Those raise their done flag on every way out, so this wait ends.
     const Half& h = r.half[seq % 2];
-    if (h.flag.load(std::memory_order_seq_cst) == seq && h.desc.op == CollOp::kAllToAll) {
-      return false;
-    }
+    if (h.flag.load(std::memory_order_seq_cst) != seq) continue;
+    const CallDesc& d = h.desc;
+    const bool reads_in_place =
+        d.op == CollOp::kAllToAll ||
+        (d.op == CollOp::kAllGather &&
+         !all_gather_staged(static_cast<std::size_t>(d.count) * dtype_size(d.dtype), size_,
+                            capacity_));
+    if (reads_in_place) return false;
   }
   return true;
 }

@@ -16,9 +16,9 @@
 // Reductions read the inputs in rank order (reduce_elements, as the chunked path does), so
 // the one-shot path gives the same bits as the large path, on every rank.
 //
-// All-to-all also takes these flags above the staging buffer's size, publishing its input in
-// place (its address) instead of a copy, and then waiting for its readers' done flags
-// (publish_done below): the rendezvous's single copy without its mutex.
+// All-to-all and all-gather also take these flags above the staging buffer's size,
+// publishing their input in place (its address) instead of a copy, and then waiting for their
+// readers' done flags (publish_done below): the rendezvous's single copy without its mutex.
 #pragma once
 
 #include <atomic>
@@ -53,9 +53,22 @@ inline constexpr std::size_t kOneShotMaxBytes = std::size_t{32} << 10;
 // --ops all-gather, --oneshot-max 0 for the rendezvous): output 16 KiB 3.3-3.6 / 4.0-4.6,
 // 32 KiB 5.8-6.2 / 4.6-4.8. On 4 ranks, which share the cores and yield, the rendezvous costs
 // 10 us and the one-shot path stays ahead up to the limit (32 KiB 7.6-7.9 / 12.0-12.7). The
-// same bytes either way.
+// same bytes either way. Past the limit an all-gather now reads its peers' inputs in place
+// (the rendezvous's copies without its mutex, OneShotGroup::publish_done); the weight was
+// chosen against the rendezvous. In the benchmark the in-place path is flattered below the
+// limit (ch04_ddp/PERFORMANCE.md, "All-to-all and all-gather in place"), so the limit stays.
 constexpr std::size_t oneshot_weight(CollOp op, int ranks) {
   return op == CollOp::kAllGather && ranks == 2 ? 2 : 1;
+}
+
+// Whether an all-gather of `input_bytes` a rank on `ranks` ranks stages its input (else it
+// publishes it in place, or takes the rendezvous past kStackRanks): the decision every rank
+// of the call makes alike, and which OneShotGroup::readers_done() makes again for a peer.
+inline constexpr std::size_t kStackRanks = 16;  // the one-shot path keeps its pointers on the stack
+constexpr bool all_gather_staged(std::size_t input_bytes, int ranks, std::size_t limit) {
+  return oneshot_weight(CollOp::kAllGather, ranks) * input_bytes *
+                 static_cast<std::size_t>(ranks) <= limit &&
+         ranks <= static_cast<int>(kStackRanks);
 }
 
 // How many times a rank has taken the one-shot path for `op`, every rank of every group of the
@@ -65,8 +78,8 @@ constexpr std::size_t oneshot_weight(CollOp op, int ranks) {
 // incremented would be a cache line crossing between the cores on every small call, the very
 // cost the one-shot path exists to save.
 std::uint64_t oneshot_calls(CollOp op);
-// Of those, the all-to-all calls that read at least one peer's block where it lies
-// (OneShotGroup::publish_done), counted the same way.
+// Of those, the all-to-all and all-gather calls that read at least one peer's block where it
+// lies (OneShotGroup::publish_done), counted the same way.
 std::uint64_t in_place_calls();
 inline constexpr std::size_t kCollOps = static_cast<std::size_t>(CollOp::kAllToAll) + 1;
 
@@ -100,13 +113,15 @@ class OneShotGroup {
   // were two trips in a row.
   const std::byte* in_line(int rank, std::int64_t seq) const;
 
-  // An all-to-all whose input is too large to stage publishes where it lies instead (its
-  // address, with its counts) and peers copy their blocks straight out of it: each byte copied
-  // once, as in the rendezvous, with flags instead of the fabric's mutex. The input is the
-  // caller's, so its owner may not leave the call while a peer may still read it. Each rank
-  // in a one-shot all-to-all, whatever it voted, raises its `done` flag to the call number
-  // once it will read nothing more of that call (after its copies, on any exception, or
-  // at once when it reads nothing); the in-place voter then waits for readers_done().
+  // An all-to-all or all-gather whose input is too large to stage publishes where it lies
+  // instead (its address, with an all-to-all's counts) and peers copy their blocks straight
+  // out of it: each byte copied once, as in the rendezvous, with flags instead of the
+  // fabric's mutex. The input is the caller's, so its owner may not leave the call while a
+  // peer may still read it. Every call that may read a peer's input in place (any one-shot
+  // all-to-all, whatever it voted, and an all-gather past the staging limit) raises its
+  // `done` flag to the call number once it will read nothing more of that call (after its
+  // copies, on any exception, or at once when it reads nothing); a rank that published in
+  // place then waits for readers_done().
   //
   // A rank leaving on an exception before it saw every flag does not know which peers saw
   // its flag, so it withdraws it first (the flag goes to -seq, then heavy_fence) and waits
@@ -119,9 +134,11 @@ class OneShotGroup {
   // `seq` (false once it withdrew it). Sequentially consistent, as the Dekker pattern needs.
   bool still_published(int rank, std::int64_t seq, bool asymmetric) const;
   // Whether no peer of `rank` will read its input of call `seq` any more: each either raised
-  // its done flag to `seq`, or never published an all-to-all as call `seq` (or withdrew it).
+  // its done flag to `seq`, or did not publish as call `seq` a call that may read in place
+  // (a staged all-gather or any other op, which reads only staging buffers, is a mismatch
+  // here and raises no done flag), or withdrew it.
   bool readers_done(int rank, std::int64_t seq) const;
-  // An all-to-all call of `rank` that read at least one block in place (for in_place_calls()).
+  // A call of `rank` that read at least one block in place (for in_place_calls()).
   void count_in_place(int rank) { ++ranks_[static_cast<std::size_t>(rank)].calls.in_place; }
 
   // Ranks asleep in the fabric waiting for a flag: a publisher wakes them only when this is

@@ -1,4 +1,4 @@
-// all_to_all with variable counts on the local backend: every block lands where its
+// all_to_all with variable counts on the local backend (and all_gather's in-place path): every block lands where its
 // definition says (zero counts included, as expert parallelism's empty experts make them),
 // the traffic is the other ranks' blocks, and counts that disagree with the sender's or do
 // not add up are refused.
@@ -280,6 +280,63 @@ TEST(CommAllToAll, AnInPlaceInputIsNotLeftWhileAPeerMayStillReadIt) {
       ASSERT_TRUE(same_bits(out, e.want)) << "rank " << c.rank() << ", call " << k;
     }
   });
+}
+
+// An all-gather above the one-shot limit is read in place too (its address in the flag's
+// line): each rank overwrites its input the moment the call returns, on 2, 3 and 4 ranks,
+// and every block must still be the one sent, each call counted once per rank.
+TEST(CommAllGather, AnInPlaceInputIsNotLeftWhileAPeerMayStillReadIt) {
+  const auto count = std::int64_t(local::kOneShotMaxBytes / 4);  // past the limit on 2 ranks
+  for (int n : {2, 3, 4}) {
+    const std::uint64_t before = local::in_place_calls();
+    run_local(n, [&](Communicator& c) {
+      for (int k = 0; k < 30; ++k) {
+        std::vector<float> mine(static_cast<std::size_t>(count));
+        for (std::int64_t i = 0; i < count; ++i) mine[std::size_t(i)] = value_of(c.rank(), k, i);
+        Tensor in = Tensor::from_floats(mine, {count});
+        Tensor out = Tensor::empty({count * n}, DType::kF32);
+        c.all_gather(in, out);
+        in.fill(-1.0f);  // what a peer still reading would copy
+        const std::vector<float> got = out.to_floats();
+        for (int p = 0; p < n; ++p) {
+          for (std::int64_t i = 0; i < count; i += 97) {
+            ASSERT_EQ(got[std::size_t(p * count + i)], value_of(p, k, i))
+                << "rank " << c.rank() << " of " << n << ", call " << k << ", block " << p;
+          }
+        }
+      }
+    });
+    EXPECT_EQ(local::in_place_calls() - before, std::uint64_t(30 * n)) << n << " ranks";
+  }
+}
+
+// An in-place all-gather against a staged call for the same call number (an all-reduce, or
+// an all-gather of another size) is a mismatch naming both; the in-place rank, which waits for
+// its readers on the way out, does not wait for the peer, which reads only staging buffers
+// and raises no done flag.
+TEST(CommAllGather, InPlaceAgainstAStagedCallIsAMismatchNotAWaitForItsReaders) {
+  const auto count = std::int64_t(local::kOneShotMaxBytes / 4);  // in place on 2 ranks
+  for (const bool other_is_all_gather : {false, true}) {
+    const CommFailure f = run_expecting_comm_error(2, [&](Communicator& c) {
+      if (c.rank() == 0) {
+        Tensor in = Tensor::zeros({count}, DType::kF32);
+        Tensor out = Tensor::zeros({2 * count}, DType::kF32);
+        c.all_gather(in, out);
+      } else if (other_is_all_gather) {
+        Tensor in = Tensor::zeros({4}, DType::kF32);
+        Tensor out = Tensor::zeros({8}, DType::kF32);
+        c.all_gather(in, out);
+      } else {
+        Tensor t = Tensor::zeros({4}, DType::kF32);
+        c.all_reduce(t);
+      }
+    });
+    ASSERT_FALSE(f.thrown.empty()) << other_is_all_gather;
+    EXPECT_CONTAINS(f.thrown, "collective mismatch at call #1 of world");
+    EXPECT_CONTAINS(f.thrown, "rank 0 all_gather(" + std::to_string(count) + " x f32 per rank)");
+    EXPECT_CONTAINS(f.thrown, other_is_all_gather ? "rank 1 all_gather(4 x f32 per rank)"
+                                                  : "rank 1 all_reduce(4 x f32, sum)");
+  }
 }
 
 // A rank that fails inside an in-place call (its expected count disagrees with the sender's)

@@ -104,9 +104,9 @@ TEST(LocalOneShot, TheLimitChangesThePathNotTheBits) {
 // On 2 ranks an all-gather counts its input twice against the limit (local::oneshot_weight:
 // its one-shot path copies every byte twice, the rendezvous once); every other call, and an
 // all-gather on more ranks, once. Either side of the 2-rank all-gather's limit, one element
-// apart, the bits are the rendezvous path's, and the call takes the one-shot path up to the
-// limit and not past it (local::oneshot_calls); 3 ranks, whose weight is 1, take it at twice
-// the 2-rank limit's block.
+// apart, the bits are the rendezvous path's, and the call stages its input up to the limit
+// and publishes it in place past it (local::oneshot_calls, local::in_place_calls); 3 ranks,
+// whose weight is 1, stage at twice the 2-rank limit's block.
 TEST(LocalOneShot, TwoRankAllGatherCountsItsInputTwiceAgainstTheLimit) {
   EXPECT_EQ(local::oneshot_weight(local::CollOp::kAllGather, 2), 2u);
   EXPECT_EQ(local::oneshot_weight(local::CollOp::kAllGather, 3), 1u);
@@ -121,22 +121,32 @@ TEST(LocalOneShot, TwoRankAllGatherCountsItsInputTwiceAgainstTheLimit) {
       EXPECT_TRUE(same_bits(fast.all_gather[r], slow.all_gather[r])) << count;
     }
   }
-  // The one-shot calls of one all-gather per rank, of `count` elements a rank on n ranks.
-  const auto oneshot_all_gathers = [](int n, std::int64_t count) {
-    const std::uint64_t before = local::oneshot_calls(local::CollOp::kAllGather);
+  // The staged and the in-place calls of one all-gather per rank, of `count` elements a rank
+  // on n ranks.
+  struct Calls {
+    std::uint64_t staged, in_place;
+  };
+  const auto all_gathers = [](int n, std::int64_t count) {
+    const std::uint64_t oneshot = local::oneshot_calls(local::CollOp::kAllGather);
+    const std::uint64_t in_place = local::in_place_calls();
     run_local(n, [&](Communicator& c) {
       Tensor in = Tensor::zeros({count}, DType::kF32);
       Tensor out = Tensor::zeros({count * n}, DType::kF32);
       c.all_gather(in, out);
     });
-    return local::oneshot_calls(local::CollOp::kAllGather) - before;
+    const std::uint64_t read_in_place = local::in_place_calls() - in_place;
+    return Calls{local::oneshot_calls(local::CollOp::kAllGather) - oneshot - read_in_place,
+                 read_in_place};
   };
-  EXPECT_EQ(oneshot_all_gathers(2, at), 2u);
-  EXPECT_EQ(oneshot_all_gathers(2, at + 1), 0u);
+  EXPECT_EQ(all_gathers(2, at).staged, 2u);
+  EXPECT_EQ(all_gathers(2, at).in_place, 0u);
+  EXPECT_EQ(all_gathers(2, at + 1).staged, 0u);
+  EXPECT_EQ(all_gathers(2, at + 1).in_place, 2u);
   const std::int64_t at3 = std::int64_t(local::kOneShotMaxBytes / (4 * 3));
   EXPECT_GT(at3, at + 1);
-  EXPECT_EQ(oneshot_all_gathers(3, at3), 3u);
-  EXPECT_EQ(oneshot_all_gathers(3, at3 + 1), 0u);
+  EXPECT_EQ(all_gathers(3, at3).staged, 3u);
+  EXPECT_EQ(all_gathers(3, at3 + 1).staged, 0u);
+  EXPECT_EQ(all_gathers(3, at3 + 1).in_place, 3u);
 }
 
 // Many calls in a row alternate the two staging buffers; each call's inputs change, so a rank
