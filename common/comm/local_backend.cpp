@@ -274,6 +274,26 @@ void LocalCommunicator::oneshot(const local::CallDesc& d, Write&& write, Read&& 
   read(seq);
 }
 
+template <class Work>
+void LocalCommunicator::in_place(const local::CallDesc& d, const std::byte* address, Work&& work) {
+  const std::int64_t seq = ++*calls_;
+  InPlaceExit exit(*this, seq, true);
+  exit.publishing();
+  oneshot_->publish(rank_, seq, d, fabric_->asymmetric_fence(),
+                    std::as_bytes(std::span(&address, 1)));
+  fabric_->oneshot_posted(group_, *oneshot_);
+  if (!fabric_->poll([&] { return oneshot_->all_published(seq); })) {
+    fabric_->oneshot_wait(group_, rank_, seq, d);
+  }
+  exit.saw_every_flag();
+  for (int p = 0; p < size(); ++p) {
+    if (!oneshot_->desc(p, seq).agrees_with(d)) fabric_->oneshot_mismatch(group_, seq);
+  }
+  work(seq);
+  oneshot_->count_in_place(rank_);
+  exit.done_reading(true);
+}
+
 void LocalCommunicator::barrier() {
   const local::CallDesc d{.op = local::CollOp::kBarrier};
   if (oneshot_fits(0)) {
@@ -329,7 +349,7 @@ void LocalCommunicator::all_reduce(Tensor& t, ReduceOp op) {
   }
   const local::CallDesc d{
       .op = local::CollOp::kAllReduce, .dtype = t.dtype(), .count = t.numel(), .reduce = op};
-  if (oneshot_fits(t.nbytes())) {
+  if (local::stages(d.op, t.nbytes(), size(), fabric_->oneshot_max_bytes())) {
     // Every rank reduces the whole buffer from the staged inputs, in rank order: the bits the
     // chunked path below gives, each chunk being the same rank-order reduction.
     oneshot(
@@ -341,6 +361,23 @@ void LocalCommunicator::all_reduce(Tensor& t, ReduceOp op) {
           local::reduce_elements({srcs, static_cast<std::size_t>(size())}, {&dst, 1},
                                  t.numel(), t.dtype(), op);
         });
+  } else if (oneshot_fits(0) && oneshot_->capacity() > 0) {
+    // Past the limit, in place: this rank reduces its ring chunk out of every rank's buffer
+    // and writes it into every rank's buffer, as the rendezvous below does (chunks are
+    // disjoint, so no byte is read by one rank and written by another), without its mutex.
+    in_place(d, bytes_of(t), [&](std::int64_t seq) {
+      const ChunkRange c = ring_chunk(t.numel(), size(), rank_);
+      const std::size_t at = static_cast<std::size_t>(c.begin) * dtype_size(t.dtype());
+      const std::byte* srcs[kStackRanks];
+      std::byte* dsts[kStackRanks];
+      for (int p = 0; p < size(); ++p) {
+        // The peer's buffer, which its owner lent for the call (it waits for our done flag).
+        dsts[p] = const_cast<std::byte*>(read_in_place(p, seq, d)) + at;
+        srcs[p] = dsts[p];
+      }
+      const auto n = static_cast<std::size_t>(size());
+      local::reduce_elements({srcs, n}, {dsts, n}, c.count, t.dtype(), op);
+    });
   } else collective({d, &t, &t}, [&](const local::Slot& s) {
     // This rank reduces its ring chunk for everyone: chunks are disjoint, so in place is safe.
     const ChunkRange c = ring_chunk(t.numel(), size(), rank_);
@@ -409,7 +446,7 @@ void LocalCommunicator::all_gather(const Tensor& in, Tensor& out) {
   }
   const local::CallDesc d{
       .op = local::CollOp::kAllGather, .dtype = in.dtype(), .count = in.numel()};
-  if (local::all_gather_staged(in.nbytes(), size(), fabric_->oneshot_max_bytes())) {
+  if (local::stages(d.op, in.nbytes(), size(), fabric_->oneshot_max_bytes())) {
     oneshot(
         d, [&](std::byte* stage) { local::copy_bytes(stage, bytes_of(in), in.nbytes()); },
         [&](std::int64_t seq) {
@@ -419,31 +456,14 @@ void LocalCommunicator::all_gather(const Tensor& in, Tensor& out) {
           }
         });
   } else if (oneshot_fits(0) && oneshot_->capacity() > 0) {
-    // Above the one-shot limit, in place (OneShotGroup::publish_done): each rank publishes its
-    // input's address in the flag's line and copies every block straight out of the peers'
-    // inputs, as the rendezvous does, without the rendezvous's mutex. Every rank decides the
-    // same from the call they agree on.
-    const std::int64_t seq = ++*calls_;
-    InPlaceExit exit(*this, seq, true);
-    const std::byte* address = bytes_of(in);
-    exit.publishing();
-    oneshot_->publish(rank_, seq, d, fabric_->asymmetric_fence(),
-                      std::as_bytes(std::span(&address, 1)));
-    fabric_->oneshot_posted(group_, *oneshot_);
-    if (!fabric_->poll([&] { return oneshot_->all_published(seq); })) {
-      fabric_->oneshot_wait(group_, rank_, seq, d);
-    }
-    exit.saw_every_flag();
-    for (int p = 0; p < size(); ++p) {
-      if (!oneshot_->desc(p, seq).agrees_with(d)) fabric_->oneshot_mismatch(group_, seq);
-    }
-    for (int p = 0; p < size(); ++p) {
-      const std::byte* input = read_in_place(p, seq, d);
-      local::copy_bytes(bytes_of(out) + static_cast<std::size_t>(p) * in.nbytes(), input,
-                        in.nbytes(), out.nbytes());
-    }
-    oneshot_->count_in_place(rank_);
-    exit.done_reading(true);
+    // Above the one-shot limit, in place: every block copied straight out of the peers'
+    // inputs, as the rendezvous does, without the rendezvous's mutex.
+    in_place(d, bytes_of(in), [&](std::int64_t seq) {
+      for (int p = 0; p < size(); ++p) {
+        local::copy_bytes(bytes_of(out) + static_cast<std::size_t>(p) * in.nbytes(),
+                          read_in_place(p, seq, d), in.nbytes(), out.nbytes());
+      }
+    });
   } else collective({d, &in, &out}, [&](const local::Slot& s) {
     const auto srcs = rank_pointers(s, false, 0, in.dtype());
     for (std::size_t r = 0; r < srcs.size(); ++r) {

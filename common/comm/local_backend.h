@@ -125,6 +125,12 @@ class LocalCommunicator final : public Communicator {
   // start of its flag's line), once it is sure p still stands by it.
   const std::byte* read_in_place(int p, std::int64_t seq, const local::CallDesc& d,
                                  const std::byte* address = nullptr) const;
+  // The in-place path of an all-gather or all-reduce past the one-shot limit: publishes this
+  // rank's buffer's address, and once every flag is up and every rank called the same,
+  // work(seq) reads (and an all-reduce writes) the peers' buffers; then waits until no peer
+  // touches this rank's any more (OneShotGroup::publish_done).
+  template <class Work>
+  void in_place(const local::CallDesc& d, const std::byte* address, Work&& work);
 
   local::Fabric* fabric_;
   local::OneShotGroup* oneshot_;  // this group's flags and staging buffers

@@ -88,6 +88,16 @@ bool OneShotGroup::posted_call(int rank, std::int64_t seq) const {
   return at(rank).half[seq % 2].flag.load(std::memory_order_acquire) == seq;
 }
 
+bool reads_in_place(const CallDesc& d, int ranks, std::size_t limit) {
+  switch (d.op) {
+    case CollOp::kAllToAll: return true;
+    case CollOp::kAllGather:
+    case CollOp::kAllReduce:
+      return !stages(d.op, static_cast<std::size_t>(d.count) * dtype_size(d.dtype), ranks, limit);
+    default: return false;
+  }
+}
+
 void OneShotGroup::publish_done(int rank, std::int64_t seq, bool asymmetric) {
   // Release: the owner's copies out of the peers' inputs come before it. The fabric's
   // oneshot_posted() reads `sleepers` after it, as after a flag.
@@ -115,13 +125,7 @@ bool OneShotGroup::readers_done(int rank, std::int64_t seq) const {
     // stands by it. Those raise their done flag on every way out, so this wait ends.
     const Half& h = r.half[seq % 2];
     if (h.flag.load(std::memory_order_seq_cst) != seq) continue;
-    const CallDesc& d = h.desc;
-    const bool reads_in_place =
-        d.op == CollOp::kAllToAll ||
-        (d.op == CollOp::kAllGather &&
-         !all_gather_staged(static_cast<std::size_t>(d.count) * dtype_size(d.dtype), size_,
-                            capacity_));
-    if (reads_in_place) return false;
+    if (reads_in_place(h.desc, size_, capacity_)) return false;
   }
   return true;
 }

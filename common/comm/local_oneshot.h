@@ -45,8 +45,22 @@ namespace mixpar::local {
 // on an idle machine had the one-shot no faster even at 1 KiB (7.1 / 6.5 us).
 inline constexpr std::size_t kOneShotMaxBytes = std::size_t{32} << 10;
 
-// How many times a call's input counts against that limit: twice for an all-gather on 2
-// ranks, once otherwise. The one-shot all-gather copies every byte twice (into the staging
+// How many times a call's input counts against that limit: an all-reduce 16 times on 2 ranks
+// and twice on more, an all-gather twice on 2 ranks, once otherwise.
+//
+// All-reduce: past the limit it reduces in place, each rank its ring chunk out of every
+// rank's buffer into every rank's buffer (the rendezvous's work, with flags for its mutex),
+// where the staged path has every rank copy its input and reduce the whole buffer. Median us,
+// 2-core Xeon, bench_collectives --impl local --bind --ops all-reduce, staged (the limit at
+// 32 KiB) / in place (--oneshot-max 64) / rendezvous (--oneshot-max 0), two alternating runs:
+// 2 ranks 128 B 0.66-0.69 / 0.62-0.65, 512 B 0.83-0.86 / 0.84-0.85, 1 KiB 1.06-1.28 /
+// 0.86-0.99 / 3.2-3.8, 4 KiB 2.10-2.48 / 1.01-1.12 / 3.5-3.7, 8 KiB 3.46-3.86 / 1.04-1.20 /
+// 3.5-3.6; 4 ranks 2 KiB 4.3-4.5 / 5.1-5.6 / 12.0-13.1, 4 KiB 6.1-6.5 / 5.8-6.2 / 12.7-13.6,
+// 8 KiB 9.3-9.9 / 6.1-7.5 / 13.6-15.3. So it stages up to 1 KiB of N x bytes on 2 ranks
+// (512 B a rank) and 16 KiB on 4. An all-reduce rewrites its buffer every call, so the
+// benchmark's figures are a training step's: no line of it sits clean in the peer's cache.
+//
+// All-gather: The one-shot all-gather copies every byte twice (into the staging
 // buffer, then out of it) where the rendezvous copies the peer's block once, and 2 ranks, a
 // core each, reach the rendezvous in about 3.5 us (comm/polled_lock.h). One-shot / rendezvous
 // in us, 2-core Xeon, three alternating runs (bench_collectives --impl local --ranks 2 --bind
@@ -58,18 +72,24 @@ inline constexpr std::size_t kOneShotMaxBytes = std::size_t{32} << 10;
 // chosen against the rendezvous. In the benchmark the in-place path is flattered below the
 // limit (ch04_ddp/PERFORMANCE.md, "All-to-all and all-gather in place"), so the limit stays.
 constexpr std::size_t oneshot_weight(CollOp op, int ranks) {
+  if (op == CollOp::kAllReduce) return ranks == 2 ? 16 : 2;
   return op == CollOp::kAllGather && ranks == 2 ? 2 : 1;
 }
 
-// Whether an all-gather of `input_bytes` a rank on `ranks` ranks stages its input (else it
-// publishes it in place, or takes the rendezvous past kStackRanks): the decision every rank
-// of the call makes alike, and which OneShotGroup::readers_done() makes again for a peer.
+// Whether a call of `input_bytes` a rank on `ranks` ranks stages its input (the one-shot
+// limit, LocalOptions::oneshot_max_bytes, on N x the input, weighted); past it an all-gather
+// or an all-reduce publishes its buffers in place (or takes the rendezvous past kStackRanks,
+// or where the limit is 0). The decision every rank of the call makes alike, and which
+// OneShotGroup::readers_done() makes again for a peer (reads_in_place).
 inline constexpr std::size_t kStackRanks = 16;  // the one-shot path keeps its pointers on the stack
-constexpr bool all_gather_staged(std::size_t input_bytes, int ranks, std::size_t limit) {
-  return oneshot_weight(CollOp::kAllGather, ranks) * input_bytes *
-                 static_cast<std::size_t>(ranks) <= limit &&
+constexpr bool stages(CollOp op, std::size_t input_bytes, int ranks, std::size_t limit) {
+  return oneshot_weight(op, ranks) * input_bytes * static_cast<std::size_t>(ranks) <= limit &&
          ranks <= static_cast<int>(kStackRanks);
 }
+// Whether a one-shot call `d` on `ranks` ranks may touch a peer's buffers in place: any
+// all-to-all (whatever it voted, it raises its done flag), an all-gather or all-reduce past
+// the staging limit.
+bool reads_in_place(const CallDesc& d, int ranks, std::size_t limit);
 
 // How many times a rank has taken the one-shot path for `op`, every rank of every group of the
 // process together, counted as each group is destroyed (when its world's run ends): one per

@@ -59,7 +59,8 @@ TEST(LocalOneShot, SameBitsAsTheRankOrderReferenceAndTheRendezvousPath) {
   for (int n : {2, 3, 4}) {
     for (DType dt : kDtypes) {
       for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax}) {
-        // Sizes under the default limit, so the default options take the one-shot path.
+        // Sizes under the default limit, so the default options take the one-shot path (the
+        // all-reduce's in-place one for the larger ones: its weight is above 1).
         for (std::int64_t count : {std::int64_t{1}, std::int64_t{5}, std::int64_t{200}}) {
           const std::string what = "N=" + std::to_string(n) + " " +
                                    std::string(dtype_name(dt)) + " count " +
@@ -90,6 +91,40 @@ TEST(LocalOneShot, SameBitsAsTheRankOrderReferenceAndTheRendezvousPath) {
   }
 }
 
+// Past its limit an all-reduce reduces in place: each rank its ring chunk out of every
+// rank's buffer, written into every rank's buffer. The bits are the rank-order reference's
+// and the rendezvous's, and no rank returns while a peer may still write into its buffer:
+// each overwrites its buffer the moment the call returns, and after a barrier it must still
+// hold what it wrote (a peer's late write of its chunk would show).
+TEST(LocalOneShot, AnAllReducePastItsLimitIsInPlaceWithTheSameBitsAndNoLateWrite) {
+  for (int n : {2, 3, 4}) {
+    for (DType dt : {DType::kF32, DType::kBF16}) {
+      const std::int64_t count = 4099;  // past the limit on 2-4 ranks; uneven chunks
+      ASSERT_FALSE(local::stages(local::CollOp::kAllReduce, std::size_t(count) * dtype_size(dt),
+                                 n, local::kOneShotMaxBytes));
+      const std::string what = "N=" + std::to_string(n) + " " + std::string(dtype_name(dt));
+      const Tensor want = serial_reduce(n, count, dt, ReduceOp::kSum);
+      const Results slow = collectives(n, count, dt, ReduceOp::kSum, rendezvous_only());
+      const std::uint64_t before = local::in_place_calls();
+      run_local(n, [&](Communicator& c) {
+        for (int k = 0; k < 20; ++k) {
+          Tensor t = rank_data(c.rank(), count, dt);
+          c.all_reduce(t);
+          ASSERT_TRUE(same_bits(t, want)) << what << " rank " << c.rank() << " call " << k;
+          ASSERT_TRUE(same_bits(t, slow.all_reduce[std::size_t(c.rank())])) << what;
+          t.fill(-7.0f);
+          c.barrier();
+          Tensor sentinel = Tensor::zeros({count}, dt);
+          sentinel.fill(-7.0f);
+          ASSERT_TRUE(same_bits(t, sentinel))
+              << what << ": a peer wrote into rank " << c.rank() << "'s buffer after it returned";
+        }
+      });
+      EXPECT_EQ(local::in_place_calls() - before, std::uint64_t(20 * n)) << what;
+    }
+  }
+}
+
 // Both sides of the limit (3 ranks x the buffer), one element apart: the path changes, the
 // bits do not.
 TEST(LocalOneShot, TheLimitChangesThePathNotTheBits) {
@@ -111,7 +146,8 @@ TEST(LocalOneShot, TwoRankAllGatherCountsItsInputTwiceAgainstTheLimit) {
   EXPECT_EQ(local::oneshot_weight(local::CollOp::kAllGather, 2), 2u);
   EXPECT_EQ(local::oneshot_weight(local::CollOp::kAllGather, 3), 1u);
   EXPECT_EQ(local::oneshot_weight(local::CollOp::kAllGather, 4), 1u);
-  EXPECT_EQ(local::oneshot_weight(local::CollOp::kAllReduce, 2), 1u);
+  EXPECT_EQ(local::oneshot_weight(local::CollOp::kAllReduce, 2), 16u);
+  EXPECT_EQ(local::oneshot_weight(local::CollOp::kAllReduce, 4), 2u);
   EXPECT_EQ(local::oneshot_weight(local::CollOp::kAllToAll, 2), 1u);
   const std::int64_t at = std::int64_t(local::kOneShotMaxBytes / (4 * 2 * 2));
   for (std::int64_t count : {at, at + 1}) {
