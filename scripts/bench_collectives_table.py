@@ -611,7 +611,8 @@ def targets_block(rows):
                                 named(rows, n, g).replace(" ", ", ")))
     blind = sum(1 for k in rows if k[0] != "mpi" and compared(rows, k) == ["all"])
     out.append("- busbw >= OpenMPI's at every size, op and rank count: " +
-               ("met" if not short else "not met in %d cells: %s" % (len(short), "; ".join(short)))
+               ("met" if not short else "not met in %d cell%s: %s"
+                % (len(short), "" if len(short) == 1 else "s", "; ".join(short)))
                + ("; %d cells, marked *, compared over every repetition (no regime in which "
                   "both sides had %d)." % (blind, MIN_REPS) if blind else "."))
     lat = []

@@ -100,7 +100,7 @@ def main():
               lambda op, n, b: 2 * mpi(op, n, b) if (op, b) == ("sendrecv", 8) else
               mpi(op, n, b) / 3)
     expect("one slow cell", targets(one_slow_cell),
-           "not met in 1 cells: sendrecv local 4 ranks 8 B (0.50).")
+           "not met in 1 cell: sendrecv local 4 ranks 8 B (0.50).")
 
     def slow_latency_and_large(d):
         all_faster(d)
