@@ -7,7 +7,6 @@
 
 #include <cstring>
 #include <stdexcept>
-#include <thread>
 
 #include "comm/local_fabric.h"
 #include "comm/local_kernels.h"
@@ -216,11 +215,9 @@ bool LocalCommunicator::oneshot_fits(std::size_t bytes) const {
          size() <= static_cast<int>(kStackRanks);
 }
 
-// Ends this rank's part in a one-shot call, on every way out of it: it raises its done flag,
-// and where it published its input in place, it leaves only once no peer will read it any
-// more (comm/local_oneshot.h, OneShotGroup::publish_done): withdrawing its flag first when it
-// leaves on an exception before it saw every flag. Before its flag went up, no peer can have
-// its address, and it only raises the done flag.
+// Ends this rank's part in a one-shot call however it leaves: raises its done flag; a rank
+// that published in place leaves only once no peer touches its buffer (OneShotGroup::
+// publish_done), withdrawing its flag first if it saw not every flag.
 class LocalCommunicator::InPlaceExit {
  public:
   InPlaceExit(LocalCommunicator& c, std::int64_t seq, bool in_place)
@@ -455,9 +452,7 @@ void LocalCommunicator::all_gather(const Tensor& in, Tensor& out) {
                               oneshot_->data(p, seq), in.nbytes());
           }
         });
-  } else if (oneshot_fits(0) && oneshot_->capacity() > 0) {
-    // Above the one-shot limit, in place: every block copied straight out of the peers'
-    // inputs, as the rendezvous does, without the rendezvous's mutex.
+  } else if (oneshot_fits(0) && oneshot_->capacity() > 0) {  // in place: no mutex, one copy
     in_place(d, bytes_of(in), [&](std::int64_t seq) {
       for (int p = 0; p < size(); ++p) {
         local::copy_bytes(bytes_of(out) + static_cast<std::size_t>(p) * in.nbytes(),
@@ -477,8 +472,7 @@ void LocalCommunicator::all_gather(const Tensor& in, Tensor& out) {
 const std::byte* LocalCommunicator::read_in_place(int p, std::int64_t seq,
                                                   const local::CallDesc& d,
                                                   const std::byte* address) const {
-  // A peer leaving on an exception withdraws its flag: its input may be gone. The world is
-  // failing then, and the wait ends in its error.
+  // A withdrawn flag: the peer left on an error; the wait ends in the world's failure.
   if (!oneshot_->still_published(p, seq, fabric_->asymmetric_fence())) {
     fabric_->oneshot_wait(group_, rank_, seq, d);
   }
@@ -522,23 +516,17 @@ void LocalCommunicator::all_to_all(const Tensor& in, std::span<const std::int64_
     }
     at += n;
   };
-  // The one-shot path (comm/local_oneshot.h): each rank publishes its counts and its input,
-  // and every rank copies its blocks out of the published inputs. The counts differ by rank,
-  // so no rank can tell from its own call how the others publish, and taking the path on
-  // some ranks and the rendezvous on others would be a mismatch. So the path is a vote,
-  // decided after the flags (the description's count): 1, staged (its counts and input
-  // copied into the staging buffer: small inputs, where one more copy costs less than making
-  // the peers' reads wait); 2, in place (its counts and its input's address, the peers
-  // copying straight out of the input, once, and this rank then waiting until they have,
-  // OneShotGroup::publish_done); 0, neither (its counts and address do not fit the flag's
-  // line or the staging buffer). Every rank then sees the same votes: none against, each
-  // reads; any against, all of them go to the rendezvous below as their next call. A rank
-  // that voted no knows the outcome already and goes there without waiting for the flags.
+  // The one-shot path (comm/local_oneshot.h): each rank publishes its counts and its input
+  // and copies its blocks out of the others'. The counts differ by rank, so no rank can tell
+  // from its own call how the others publish: the path is a vote, seen after the flags (the
+  // description's count). 1, staged (a copy of its input: small inputs); 2, in place (its
+  // input's address; it then waits for its readers, OneShotGroup::publish_done); 0, neither
+  // (counts and address fit nowhere). None against, each reads; any against, all go to the
+  // rendezvous below as their next call, a rank that voted no without waiting for the flags.
   const auto counts_bytes = static_cast<std::size_t>(size()) * sizeof(std::int64_t);
   const std::size_t capacity = oneshot_->capacity();
-  // Where they fit (2 and 3 ranks), the counts travel in the flag's line too: a reader has
-  // them as soon as it sees the flag, and fetches its block at once. The input's address
-  // follows them there where it fits too (2 ranks), else in the staging buffer.
+  // Where they fit (2 and 3 ranks), the counts travel in the flag's line too, a reader
+  // fetching its block at once; the address follows them where it fits (2 ranks).
   const bool counts_in_line = counts_bytes <= local::OneShotGroup::kInLineBytes;
   const std::size_t address_bytes = counts_bytes + sizeof(const std::byte*);
   const bool address_in_line = address_bytes <= local::OneShotGroup::kInLineBytes;
@@ -707,59 +695,6 @@ std::unique_ptr<Communicator> LocalCommunicator::split(int color, int key) {
   if (mine.group < 0) return nullptr;
   return std::make_unique<LocalCommunicator>(*fabric_, mine.group, fabric_->members(mine.group),
                                              mine.rank);
-}
-
-// ---- The world and its runner
-
-LocalWorld::LocalWorld(int world_size, LocalOptions opts)
-    : fabric_(std::make_unique<local::Fabric>(world_size, opts.watchdog_seconds,
-                                              opts.synchronous_sends, opts.eager_limit_bytes,
-                                              opts.spin_microseconds,
-                                              opts.oneshot_max_bytes)) {
-  const std::vector<int> everyone = fabric_->members(0);
-  for (int r = 0; r < world_size; ++r) {
-    comms_.push_back(std::make_unique<LocalCommunicator>(*fabric_, 0, everyone, r));
-  }
-}
-
-LocalWorld::~LocalWorld() { fabric_->park_busy_ledgers(); }
-
-MemoryLedger& LocalWorld::ledger(int rank) { return fabric_->ledger(rank); }
-MemoryLedger& LocalWorld::network_ledger() { return fabric_->network_ledger(); }
-std::int64_t LocalWorld::lost_wakeups() const { return fabric_->lost_wakeups(); }
-LocalCommunicator& LocalWorld::comm(int rank) { return *comms_.at(static_cast<std::size_t>(rank)); }
-
-void LocalWorld::run(const std::function<void(Communicator&)>& fn) {
-  fabric_->begin_run();
-  const auto rank_main = [this, &fn](int r) {
-    LedgerScope scope(fabric_->ledger(r));
-    try {
-      fn(*comms_[static_cast<std::size_t>(r)]);
-    } catch (...) {
-      fabric_->rank_failed(r, std::current_exception());
-      return;
-    }
-    fabric_->rank_finished(r);
-  };
-  std::vector<std::thread> threads;
-  threads.reserve(comms_.size());
-  for (int r = 0; r < size(); ++r) {
-    try {
-      threads.emplace_back(rank_main, r);
-    } catch (...) {
-      // Ranks that never started count as failed, so the started ones are released.
-      for (int q = r; q < size(); ++q) fabric_->rank_failed(q, std::current_exception());
-      break;
-    }
-  }
-  for (std::thread& t : threads) t.join();
-  if (const std::exception_ptr error = fabric_->end_run()) std::rethrow_exception(error);
-}
-
-void run_local(int world_size, const std::function<void(Communicator&)>& fn,
-               const LocalOptions& opts) {
-  LocalWorld world(world_size, opts);
-  world.run(fn);
 }
 
 }  // namespace mixpar
