@@ -60,8 +60,9 @@ ZeroStage3::ZeroStage3(Communicator& dp, GptModel& model, ZeroConfig config,
     throw std::invalid_argument("ZeroStage3: prefetch " + std::to_string(options_.prefetch));
   }
   // A tp shard's blocks call the tp group's collectives on the compute thread. The local
-  // backend keeps one call per rank in its bookkeeping (its deadlock check reads it), so a
-  // rank must not talk from two threads while a tp collective may be waiting: under tp the
+  // backend keeps one call per rank and group lane in its bookkeeping (its deadlock check
+  // reads it), and gather_comm_ shares dp's lane (a split, not a dup: Communicator::dup), so
+  // a rank must not talk from two threads while a tp collective may be waiting: under tp the
   // gathers and reduce-scatters run on the compute thread, in the same program order, between
   // the block's tp collectives, and nothing is prefetched (the bits are the same). So too
   // under context parallelism, whose attention talks to the cp group (chapter 6, part 2), and

@@ -13,25 +13,42 @@
 
 namespace mixpar::ch08 {
 
-// Only when the compute thread talks to no other group during backward: the local backend
-// keeps one call per rank (chapter 5's ZeRO-3 says why), and with two threads of a rank in it
-// at once its deadlock check reads the rank by its one status and can call a live rank stuck (seen as
-// a "deadlock" between a dp reduce-scatter and a tp all-reduce under load). Context parallel
-// talks to the cp group all through backward (the ring's hops, the gradients' sums over cp),
-// tensor parallel to the tp group (Megatron's all-reduces), a pipeline to its neighbours
-// (the last micro-batch's sends), MoE blocks to the ep group (the all-to-alls): there the
-// buckets are reduced after backward, on the compute thread, with the same bits.
-bool buckets_overlap_backward(const TrainerConfig& c) {
-  return c.overlap && c.cp == 1 && c.tp == 1 && c.pp == 1 && c.moe.n_experts == 0;
+namespace {
+
+// Whether the compute thread talks to groups other than dp during backward: context parallel
+// to the cp group all through it (the ring's hops, the gradients' sums over cp), tensor
+// parallel to the tp group (Megatron's all-reduces), a pipeline to its neighbours (the last
+// micro-batch's sends), MoE blocks to the ep group (the all-to-alls).
+bool talks_beside_dp(const TrainerConfig& c) {
+  return c.cp > 1 || c.tp > 1 || c.pp > 1 || c.moe.n_experts > 0;
+}
+
+}  // namespace
+
+// Beside other groups' calls the buckets need dp's dup (Communicator::dup): with a rank's two
+// threads in one group's bookkeeping at once, the local backend's deadlock check read the
+// rank by one status and called a live rank stuck (seen as a "deadlock" between a dp
+// reduce-scatter and a tp all-reduce under load), and its fast channels took two producers.
+// ZeRO-3 gathers its parameters on the compute thread under tp, cp or MoE (chapter 5's
+// zero_stage3.cpp), from a split of the sync's communicator, so it keeps its buckets there too.
+bool buckets_overlap_backward(const TrainerConfig& c, bool dp_lane) {
+  if (!c.overlap) return false;
+  return !talks_beside_dp(c) || (dp_lane && c.zero_stage != 3);
+}
+
+std::unique_ptr<Communicator> make_dp_lane(const ParallelGrid* grid, const TrainerConfig& c) {
+  if (grid == nullptr || grid->dp().size() == 1 || !talks_beside_dp(c)) return nullptr;
+  if (!buckets_overlap_backward(c, true)) return nullptr;
+  return grid->dp().dup();  // nullptr where the backend cannot (MPI below THREAD_MULTIPLE)
 }
 
 namespace {
 
-ch04::ReducerConfig reducer_config(const TrainerConfig& c) {
+ch04::ReducerConfig reducer_config(const TrainerConfig& c, bool overlap) {
   ch04::ReducerConfig r;
   r.bucket_cap_bytes = static_cast<std::size_t>(c.bucket_mb * 1024.0 * 1024.0);
   r.algo = c.allreduce;
-  r.overlap = buckets_overlap_backward(c);
+  r.overlap = overlap;
   return r;
 }
 
@@ -61,10 +78,11 @@ bool tied_copies_meet_in_sync(const ParallelGrid* grid, const TrainerConfig& c) 
 }
 
 // Chapter 5's ZeRO stage c.zero_stage (>= 1) over dp.
-std::unique_ptr<GradSync> make_zero(Communicator& dp, GptModel& model, const TrainerConfig& c) {
+std::unique_ptr<GradSync> make_zero(Communicator& dp, GptModel& model, const TrainerConfig& c,
+                                    bool overlap) {
   ch05::ZeroConfig z;
-  z.bucket_cap_bytes = reducer_config(c).bucket_cap_bytes;
-  z.overlap = buckets_overlap_backward(c);
+  z.bucket_cap_bytes = reducer_config(c, overlap).bucket_cap_bytes;
+  z.overlap = overlap;
   if (c.zero_stage == 3) {
     verify_replicas(dp, rank_params(model).flat_params());  // before the copy is split
     ch05::Zero3Options o;
@@ -86,17 +104,19 @@ const ParamRegistry& rank_params(const GptModel& m) {
 
 namespace {
 
-// The data-parallel sync of make_grad_sync, over the dp group.
+// The data-parallel sync of make_grad_sync, over the dp group, or its lane when given.
 std::unique_ptr<GradSync> make_dp_grad_sync(GptModel& model, const ParallelGrid* grid,
-                                            const TrainerConfig& c) {
+                                            const TrainerConfig& c, Communicator* dp_lane) {
   if (grid == nullptr) return std::make_unique<LocalGradients>();
   if (grid->dp().size() == 1) return one_replica(c);
   Communicator& dp = grid->dp();
   sync_initial_weights(dp, rank_params(model).flat_params(), c.init_sync);
+  const bool overlap = buckets_overlap_backward(c, dp_lane != nullptr);
+  Communicator& buckets = dp_lane != nullptr ? *dp_lane : dp;
   std::unique_ptr<GradSync> sync =
-      c.zero_stage >= 1 ? make_zero(dp, model, c)
+      c.zero_stage >= 1 ? make_zero(buckets, model, c, overlap)
                         : std::make_unique<ch04::BucketedAllReduce>(
-                              dp, rank_params(model), reducer_config(c),
+                              buckets, rank_params(model), reducer_config(c, overlap),
                               ch04::model_reports_grad_ready());
   // ZeRO-3 has released the whole working copy (it checked the replicas before splitting it).
   if (c.zero_stage != 3) verify_replicas(dp, rank_params(model).flat_params());
@@ -114,8 +134,8 @@ std::unique_ptr<GradSync> make_dp_grad_sync(GptModel& model, const ParallelGrid*
 }  // namespace
 
 std::unique_ptr<GradSync> make_grad_sync(GptModel& model, const ParallelGrid* grid,
-                                         const TrainerConfig& c) {
-  std::unique_ptr<GradSync> dp = make_dp_grad_sync(model, grid, c);
+                                         const TrainerConfig& c, Communicator* dp_lane) {
+  std::unique_ptr<GradSync> dp = make_dp_grad_sync(model, grid, c, dp_lane);
   // Context parallel (chapter 6, part 2): the cp ranks' shares summed first (cp shards nothing).
   if (grid == nullptr || grid->cp() == nullptr) return dp;
   return std::make_unique<ch06::CpGradSync>(std::move(dp), *grid->cp(), rank_params(model));

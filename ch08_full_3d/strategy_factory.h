@@ -25,15 +25,22 @@ ParamRegistry& rank_params(GptModel& m);
 const ParamRegistry& rank_params(const GptModel& m);
 
 // Whether the gradient sync reduces its buckets on a communication thread while backward runs
-// (--overlap): only on a pure data-parallel layout (no tp, cp, pp or MoE blocks, whose
-// collectives the compute thread calls during backward); otherwise after backward, on the
-// compute thread, with the same bits.
-bool buckets_overlap_backward(const TrainerConfig& c);
+// (--overlap). On a pure data-parallel layout, over dp itself. Where the compute thread calls
+// other groups' collectives during backward (tp, cp, pp or MoE blocks), over dp's dup
+// (`dp_lane`: make_dp_lane), except under ZeRO-3; without one, after backward, on the compute
+// thread. The bits are the same either way.
+bool buckets_overlap_backward(const TrainerConfig& c, bool dp_lane);
+// The dp group's dup for the buckets' thread (Communicator::dup), where the layout needs one to
+// overlap: collective over dp. nullptr where it needs none, with --no-overlap, under ZeRO-3,
+// or where the backend cannot run two threads' calls at once. The caller keeps it alive as
+// long as the sync made over it.
+std::unique_ptr<Communicator> make_dp_lane(const ParallelGrid* grid, const TrainerConfig& c);
 
-// --zero-stage, --allreduce, --bucket-mb, --overlap, --init-sync over the grid's dp group. The
-// dp replicas are made equal first (rank 0's weights broadcast, or one seed) and checked.
+// --zero-stage, --allreduce, --bucket-mb, --overlap, --init-sync over the grid's dp group (the
+// buckets over `dp_lane` where there is one). The dp replicas are made equal first (rank 0's
+// weights broadcast, or one seed) and checked.
 std::unique_ptr<GradSync> make_grad_sync(GptModel& model, const ParallelGrid* grid,
-                                         const TrainerConfig& c);
+                                         const TrainerConfig& c, Communicator* dp_lane = nullptr);
 // --schedule, --grad-accum, --virtual-stages: chunks are this rank's model chunks, chunk 0
 // first (one with --virtual-stages 1).
 std::unique_ptr<Schedule> make_schedule(const TrainerConfig& c, const ParallelGrid* grid,

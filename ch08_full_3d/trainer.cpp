@@ -204,7 +204,8 @@ Trainer::Trainer(TrainerConfig config, TrainingData data, Communicator* world)
                       moe_.get())),
       chunks_(later_chunks(config_, grid_.get(), tp_ops_.get(), chunk_params_.get(),
                            cp_attention_.get(), fp8_.get(), moe_.get())),
-      sync_(make_grad_sync(model_, grid_.get(), config_)),
+      dp_lane_(make_dp_lane(grid_.get(), config_)),
+      sync_(make_grad_sync(model_, grid_.get(), config_, dp_lane_.get())),
       // What the optimizer steps is what the sync says this rank owns: every parameter, or
       // (sharded over dp) its pieces, so its masters and moments are 1/dp of them.
       optimizer_(then(sync_->owned_params(rank_params(model_)),

@@ -129,6 +129,9 @@ class Trainer {
   bool pipelined() const { return grid_ != nullptr && grid_->shape().pp > 1; }
   // The grid and this rank's place in it (null on a single device).
   const ParallelGrid* grid() const { return grid_.get(); }
+  // dp's dup, over which the gradient sync's buckets overlap backward beside other groups'
+  // calls (strategy_factory.h, make_dp_lane); nullptr where they go over grid()->dp().
+  const Communicator* dp_lane() const { return dp_lane_.get(); }
   GridCoord coord() const { return grid_ ? grid_->coord() : GridCoord{}; }
   GridShape shape() const { return grid_ ? grid_->shape() : GridShape{}; }
   const GradSync& grad_sync() const { return *sync_; }
@@ -264,6 +267,9 @@ class Trainer {
   std::unique_ptr<MoeBlocks> moe_;
   GptModel model_;
   std::vector<GptModel> chunks_;
+  // dp's dup, where the gradient sync's buckets overlap backward beside other groups' calls
+  // (strategy_factory.h, make_dp_lane); null otherwise. Before the sync that talks over it.
+  std::unique_ptr<Communicator> dp_lane_;
   // Before the optimizer: making the replicas equal must reach the working copy before the
   // optimizer copies it into the FP32 masters.
   std::unique_ptr<GradSync> sync_;

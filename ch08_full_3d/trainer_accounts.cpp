@@ -42,6 +42,7 @@ GroupBytes Trainer::group_bytes_so_far() const {
   for (const auto& [name, comm] : grid_->groups()) {
     out.add(name == "dp_cp" ? "dp" : name, comm ? comm->traffic().total().bytes_sent : 0);
   }
+  if (dp_lane_) out.add("dp", dp_lane_->traffic().total().bytes_sent);  // the buckets' dup
   if (sync_) out.add("dp", sync_->own_bytes_sent());  // ZeRO-3's parameter gathers: dp's too
   if (moe_) {  // the MoE blocks' groups: their balance sums and router gradients are dp's
     out.add("dp", moe_->dense_bytes_sent());

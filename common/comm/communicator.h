@@ -55,7 +55,7 @@ void check_watchdog_seconds(const std::string& what, double seconds);
 //   broadcast       root sends B, every other rank receives B (nothing moves when N = 1)
 //   send / recv     the message bytes on the side that moves them; sendrecv records both
 //                   (and so does sendrecv_reduce, recorded as "sendrecv")
-//   barrier, split  a call, no bytes
+//   barrier, split  a call, no bytes (dup is recorded as the split it is)
 //   all_reduce_or   what all_reduce of one one-byte element charges (all_reduce_traffic)
 //   broadcast_bytes, all_gather_bytes   as broadcast and all_gather, B = the bytes given
 // The op names recorded are exactly the method names above ("all_reduce", "sendrecv", ...).
@@ -179,6 +179,15 @@ class Communicator {
   // by (key, parent rank). Used for the data / tensor / pipeline groups of chapter 8.
   // A negative color joins no group and gets nullptr.
   virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
+
+  // Collective over this communicator: the same ranks in the same order, as a communicator a
+  // second thread of this rank may call while the first is in a call of any other group (a
+  // gradient sync's buckets during a tp all-reduce): MPI_Comm_dup. Its messages never mix with
+  // this one's. nullptr on every rank where the backend cannot run two threads' calls at once
+  // (MPI below MPI_THREAD_MULTIPLE): the caller then keeps its calls on one thread. By default
+  // a split with one colour, which is a dup wherever communicators are independent of each
+  // other (NCCL; MPI_Comm_split). The local backend puts it on a lane of its own.
+  virtual std::unique_ptr<Communicator> dup() { return split(0, rank()); }
 
   // Virtual so that a decorator (comm/timed_communicator.h) reports its inner backend's record.
   virtual TrafficRecorder& traffic() { return traffic_; }

@@ -697,4 +697,11 @@ std::unique_ptr<Communicator> LocalCommunicator::split(int color, int key) {
                                              mine.rank);
 }
 
+std::unique_ptr<Communicator> LocalCommunicator::dup() {
+  local::Fabric* lane = nullptr;
+  collective({.desc = {.op = local::CollOp::kDup}}, [&](const local::Slot& s) { lane = s.lane; });
+  traffic_.record("split", 0, 0);
+  return std::make_unique<LocalCommunicator>(*lane, 0, lane->members(0), rank_);
+}
+
 }  // namespace mixpar

@@ -92,6 +92,9 @@ class LocalCommunicator final : public Communicator {
   void broadcast_bytes(std::span<std::byte> bytes, int root) override;
   void all_gather_bytes(std::span<const std::byte> in, std::span<std::byte> out) override;
   std::unique_ptr<Communicator> split(int color, int key) override;
+  // The group again on a lane of its own (local::Fabric's lane constructor): its calls may
+  // run on a second thread of each rank beside the first thread's calls of any other group.
+  std::unique_ptr<Communicator> dup() override;
 
   int world_rank() const { return members_[static_cast<std::size_t>(rank_)]; }
   MemoryLedger& ledger();  // this rank's ledger (also current_ledger() on the rank's thread)

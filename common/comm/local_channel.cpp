@@ -63,11 +63,11 @@ bool Fabric::post_inline(int group, int src, int dst, int tag, const Tensor& mes
     // Grows to the largest message: a ring's hops reuse it.
     std::size_t capacity = 64;
     while (capacity < bytes) capacity *= 2;
-    if (s->capacity) network_->on_free(MemCategory::kCommBuffers, Device::kCPU, s->capacity);
+    if (s->capacity) network_ledger().on_free(MemCategory::kCommBuffers, Device::kCPU, s->capacity);
     s->buffer.reset();
     s->capacity = 0;
     s->buffer = allocate_lines(capacity);
-    network_->on_alloc(MemCategory::kCommBuffers, Device::kCPU, capacity);
+    network_ledger().on_alloc(MemCategory::kCommBuffers, Device::kCPU, capacity);
     s->capacity = capacity;
   }
   copy_bytes(bytes <= ChannelSlot::kInlineBytes ? s->inline_bytes : s->buffer.get(),
@@ -133,7 +133,7 @@ void Fabric::drain(int src, int dst) {
       continue;
     }
     Tensor copy = Tensor::empty({s.count}, s.dtype, MemCategory::kCommBuffers, Device::kCPU,
-                                network_.get());
+                                &network_ledger());
     copy_bytes(static_cast<std::byte*>(copy.data()), s.data(), copy.nbytes());
     const auto* data = static_cast<const std::byte*>(copy.data());
     queue(key, {0, s.order, s.count, s.dtype, data, std::move(copy), false});
@@ -197,7 +197,7 @@ void Fabric::free_channels() {
     Channel* ch = channels_[p].exchange(nullptr);
     if (!ch) continue;
     for (ChannelSlot& s : ch->slots) {
-      if (s.capacity) network_->on_free(MemCategory::kCommBuffers, Device::kCPU, s.capacity);
+      if (s.capacity) network_ledger().on_free(MemCategory::kCommBuffers, Device::kCPU, s.capacity);
     }
     delete ch;
   }

@@ -30,7 +30,8 @@ bool CallDesc::agrees_with(const CallDesc& o) const {
   if (op != o.op) return false;
   switch (op) {
     case CollOp::kBarrier:
-    case CollOp::kSplit: return true;
+    case CollOp::kSplit:
+    case CollOp::kDup: return true;
     case CollOp::kBroadcast: return dtype == o.dtype && count == o.count && root == o.root;
     case CollOp::kAllGather: return dtype == o.dtype && count == o.count;
     case CollOp::kAllToAll: return dtype == o.dtype;  // counts differ by rank, checked in the call
@@ -54,6 +55,7 @@ std::string CallDesc::str() const {
     case CollOp::kAllGather: return "all_gather(" + n + " per rank)";
     case CollOp::kSplit:
       return "split(color " + std::to_string(color) + ", key " + std::to_string(key) + ")";
+    case CollOp::kDup: return "dup()";
     case CollOp::kAllReduceOr: return "all_reduce_or(1 flag)";
     case CollOp::kBroadcastBytes:
       return "broadcast_bytes(" + std::to_string(count) + " bytes, root " +
@@ -74,12 +76,27 @@ struct Fabric::PhaseGuard {
 Fabric::Fabric(int world_size, double watchdog_seconds, bool synchronous_sends,
                std::size_t eager_limit_bytes, double spin_microseconds,
                std::size_t oneshot_max_bytes)
-    : cv_(static_cast<std::size_t>(std::max(world_size, 0))),
+    : Fabric(nullptr, {}, world_size, watchdog_seconds, synchronous_sends, eager_limit_bytes,
+             spin_microseconds, oneshot_max_bytes) {}
+
+Fabric::Fabric(Fabric& root, std::vector<int> world_ranks)
+    : Fabric(&root, world_ranks, static_cast<int>(world_ranks.size()), root.watchdog_seconds_,
+             root.synchronous_sends_, root.eager_limit_bytes_,
+             std::chrono::duration<double, std::micro>(root.spin_).count(),
+             root.oneshot_max_bytes_) {}
+
+Fabric::Fabric(Fabric* root, std::vector<int> world_ranks, int world_size,
+               double watchdog_seconds, bool synchronous_sends, std::size_t eager_limit_bytes,
+               double spin_microseconds, std::size_t oneshot_max_bytes)
+    : mu_(root ? root->mu_ : own_mu_),
+      root_(root),
+      world_ranks_(std::move(world_ranks)),
+      cv_(static_cast<std::size_t>(std::max(world_size, 0))),
       wakes_(std::make_unique<std::atomic<std::uint64_t>[]>(
           static_cast<std::size_t>(std::max(world_size, 0)))),
       oneshot_max_bytes_(oneshot_max_bytes),
       status_(static_cast<std::size_t>(std::max(world_size, 0))),
-      network_(std::make_unique<MemoryLedger>(-1)),
+      network_(root ? nullptr : std::make_unique<MemoryLedger>(-1)),
       watchdog_seconds_(watchdog_seconds),
       synchronous_sends_(synchronous_sends),
       eager_limit_bytes_(eager_limit_bytes) {
@@ -93,7 +110,9 @@ Fabric::Fabric(int world_size, double watchdog_seconds, bool synchronous_sends,
   order_lines_per_rank_ = (static_cast<std::size_t>(world_size) + 7) / 8;
   next_order_ = std::make_unique<OrderLine[]>(static_cast<std::size_t>(world_size) *
                                                order_lines_per_rank_);
-  for (int r = 0; r < world_size; ++r) ledgers_.push_back(std::make_unique<MemoryLedger>(r));
+  if (!root) {  // a lane's ranks keep their root's ledgers
+    for (int r = 0; r < world_size; ++r) ledgers_.push_back(std::make_unique<MemoryLedger>(r));
+  }
   Group world;
   world.members.resize(static_cast<std::size_t>(world_size));
   std::iota(world.members.begin(), world.members.end(), 0);
@@ -118,6 +137,10 @@ Fabric::Fabric(int world_size, double watchdog_seconds, bool synchronous_sends,
   // The heavy half runs once per sleep: worth it where ranks spin on cores of their own and
   // rarely sleep, not where they sleep at once (no spin) or often (more ranks than cores).
   asymmetric_ = !spin_yields_ && spin_ != Clock::duration::zero() && asymmetric_fence_available();
+  if (root) {  // the threads that share the cores are the root's ranks and their lanes
+    spin_yields_ = root->spin_yields_;
+    asymmetric_ = root->asymmetric_;
+  }
 }
 
 Fabric::~Fabric() {
@@ -359,11 +382,11 @@ Delivery Fabric::take(int group, int src, int dst, int tag, std::int64_t count, 
 
 std::string Fabric::recv_mismatch(const RankStatus& s, int dst, const Message& m) const {
   const std::string tag = " (tag " + std::to_string(s.tag) + ")";
-  const std::string in = s.group == 0 ? "" : " in " + group_name(s.group);
-  return "send/recv mismatch" + in + ": rank " + std::to_string(s.peer) + " sent " +
-         count_str(m.count, m.dtype) + " to rank " + std::to_string(dst) + tag + ", but rank " +
-         std::to_string(dst) + " receives " + count_str(s.count, s.dtype) + " from rank " +
-         std::to_string(s.peer) + tag;
+  const std::string in = s.group == 0 && !root_ ? "" : " in " + group_name(s.group);
+  const std::string src = std::to_string(named(s.peer)), to = std::to_string(named(dst));
+  return "send/recv mismatch" + in + ": rank " + src + " sent " + count_str(m.count, m.dtype) +
+         " to rank " + to + tag + ", but rank " + to + " receives " + count_str(s.count, s.dtype) +
+         " from rank " + src + tag;
 }
 
 // ---- Collectives
@@ -394,6 +417,7 @@ Ticket Fabric::arrive(int group, int group_rank, const Arrival& a) {
   }
   if (++slot->arrived == n) {
     if (a.desc.op == CollOp::kSplit) make_split(group, *slot);
+    if (a.desc.op == CollOp::kDup) slot->lane = add_lane(g.members);
     for (int m : g.members) wake(m);
   }
   RankStatus& s = status_[static_cast<std::size_t>(me)];
@@ -440,10 +464,11 @@ void Fabric::check_agreement(int group, std::int64_t seq, const Slot& slot, int 
     const bool mine = static_cast<int>(k) == group_rank;
     const CallDesc* c = mine ? &d : slot.arrivals[k] ? &slot.arrivals[k]->desc : nullptr;
     if (!c) {
-      absent.push_back(members[k]);
+      absent.push_back(named(members[k]));
       continue;
     }
-    msg += (msg.back() == ':' ? " rank " : ", rank ") + std::to_string(members[k]) + " " + c->str();
+    msg += (msg.back() == ':' ? " rank " : ", rank ") + std::to_string(named(members[k])) + " " +
+           c->str();
   }
   if (!absent.empty()) msg += "; " + rank_list(absent) + " not there yet";
   fail(msg);
@@ -535,10 +560,11 @@ std::string Fabric::mismatch_report(int group, std::int64_t seq) const {
     if (it != g.slots.end() && it->second->arrivals[k]) c = &it->second->arrivals[k]->desc;
     else if (g.oneshot->posted_call(static_cast<int>(k), seq)) c = &g.oneshot->desc(static_cast<int>(k), seq);
     if (!c) {
-      absent.push_back(g.members[k]);
+      absent.push_back(named(g.members[k]));
       continue;
     }
-    msg += (msg.back() == ':' ? " rank " : ", rank ") + std::to_string(g.members[k]) + " " + c->str();
+    msg += (msg.back() == ':' ? " rank " : ", rank ") + std::to_string(named(g.members[k])) + " " +
+           c->str();
   }
   if (!absent.empty()) msg += "; " + rank_list(absent) + " not there yet";
   return msg;
@@ -550,34 +576,72 @@ void Fabric::begin_run() {
   std::lock_guard lock(mu_);
   if (dead_) throw std::logic_error("local world: a previous run failed (" + reason_ + ")");
   for (RankStatus& s : status_) s = RankStatus{};
+  for (const std::unique_ptr<Fabric>& lane : lanes_) {
+    for (RankStatus& s : lane->status_) s = RankStatus{};
+  }
 }
 
+// A rank's thread has returned, after every thread it started (a lane's user among them): it
+// has finished on the root and on every lane it is a rank of.
 void Fabric::rank_finished(int rank) {
   std::lock_guard lock(mu_);
   status_[static_cast<std::size_t>(rank)].phase = Phase::kFinished;
+  for (const std::unique_ptr<Fabric>& lane : lanes_) {
+    for (int r = 0; r < lane->world_size(); ++r) {
+      if (lane->named(r) == rank) lane->status_[static_cast<std::size_t>(r)].phase = Phase::kFinished;
+    }
+    lane->check_deadlock();
+  }
   check_deadlock();  // ranks still waiting for this one can never be released
 }
 
 void Fabric::rank_failed(int rank, std::exception_ptr error) {
   std::lock_guard lock(mu_);
   status_[static_cast<std::size_t>(rank)].phase = Phase::kFailed;
+  for (const std::unique_ptr<Fabric>& lane : lanes_) {
+    for (int r = 0; r < lane->world_size(); ++r) {
+      if (lane->named(r) == rank) lane->status_[static_cast<std::size_t>(r)].phase = Phase::kFailed;
+    }
+  }
   if (!first_error_) first_error_ = error;
   abort("rank " + std::to_string(rank) + " failed: " + exception_text(error));
 }
 
-std::exception_ptr Fabric::end_run() {
-  std::lock_guard lock(mu_);
+void Fabric::end_run_here() {
   // Every rank has joined: what is left in a channel was never received.
   for (int src = 0; src < world_size(); ++src) {
     for (int dst = 0; dst < world_size(); ++dst) drain(src, dst);
   }
   if (!aborted_ && !mail_.empty()) abort(undelivered());
   if (mail_.empty()) free_channels();  // else lent messages there may still point into them
+}
+
+std::exception_ptr Fabric::end_run() {
+  std::lock_guard lock(mu_);
+  end_run_here();
+  for (const std::unique_ptr<Fabric>& lane : lanes_) lane->end_run_here();
   if (!aborted_) return nullptr;
   dead_ = true;
   if (first_error_) return first_error_;
   return watchdog_fired_ ? std::make_exception_ptr(CommWatchdogTimeout(reason_))
                          : std::make_exception_ptr(CommError(reason_));
+}
+
+std::int64_t Fabric::lost_wakeups() const {
+  std::int64_t n = lost_wakeups_;
+  for (const std::unique_ptr<Fabric>& lane : lanes_) n += lane->lost_wakeups_;
+  return n;
+}
+
+// A dup's lane, made by the last rank to arrive at the dup (under mu_): its ranks are the
+// group's, in group order, as the root's world ranks.
+Fabric* Fabric::add_lane(const std::vector<int>& group_members) {
+  Fabric& root = root_ ? *root_ : *this;
+  std::vector<int> world_ranks;
+  world_ranks.reserve(group_members.size());
+  for (int m : group_members) world_ranks.push_back(named(m));
+  root.lanes_.push_back(std::make_unique<Fabric>(root, std::move(world_ranks)));
+  return root.lanes_.back().get();
 }
 
 void Fabric::park_busy_ledgers() {

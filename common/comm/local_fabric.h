@@ -32,6 +32,7 @@ namespace mixpar::local {
 
 enum class CollOp : std::uint8_t {
   kBarrier, kBroadcast, kAllReduce, kReduceScatter, kAllGather, kSplit,
+  kDup,  // Communicator::dup: the group again, on a lane of its own (Fabric's lane constructor)
   kAllReduceOr, kBroadcastBytes, kAllGatherBytes,  // the control collectives: bytes, no dtype
   kAllToAll  // counts per rank: Arrival::send_counts
 };
@@ -67,6 +68,8 @@ struct Arrival {
   std::int64_t after_vote = 0;
 };
 
+class Fabric;
+
 struct SplitResult {
   int group = -1;  // -1: negative color, no group
   int rank = -1;
@@ -79,6 +82,7 @@ struct Slot {
   int done = 0;      // ranks whose share of the data movement is finished
   int departed = 0;
   std::vector<SplitResult> split;  // by group rank, filled when the last rank arrives
+  Fabric* lane = nullptr;          // dup: the group's lane, made when the last rank arrives
 };
 
 // A collective whose whole group has arrived, as one rank holds it until it departs.
@@ -89,7 +93,6 @@ struct Ticket {
   std::shared_ptr<Slot> slot;
 };
 
-class Fabric;
 class OneShotGroup;  // comm/local_oneshot.h
 
 // A message taken out of the mailbox or a fast channel, its bytes readable for as long as this
@@ -122,13 +125,28 @@ class Fabric {
   ~Fabric();
   Fabric(const Fabric&) = delete;
   Fabric& operator=(const Fabric&) = delete;
+  // A lane: the fabric of one group's dup (Communicator::dup), whose rank i is the root
+  // fabric's world rank world_ranks[i]. The fabric keeps one status per rank for its checks
+  // (what the rank waits in, read by the deadlock check and the reports), so one thread of a
+  // rank talks to it at a time; a rank's second thread (a gradient sync's buckets) talks on a
+  // lane, with statuses, wake-ups and fast channels of its own, while its compute thread
+  // talks to the root's groups. A lane shares the root's mutex, its ledgers, its runs and its
+  // failures: an abort on either fails both, so no thread of any rank waits on. Its deadlock
+  // check reads its own ranks alone, a call on a lane waiting only for calls on that lane;
+  // a wait across the two (a compute thread waiting for a bucket its lane has not reduced
+  // yet, its peer's lane waiting for that rank's next bucket) is the watchdog's. Made by
+  // arrive() under the mutex, owned by the root.
+  Fabric(Fabric& root, std::vector<int> world_ranks);
   int world_size() const { return static_cast<int>(status_.size()); }
-  MemoryLedger& ledger(int rank) { return *ledgers_.at(static_cast<std::size_t>(rank)); }
-  MemoryLedger& network_ledger() { return *network_; }
+  MemoryLedger& ledger(int rank) {
+    if (root_) return root_->ledger(world_ranks_.at(static_cast<std::size_t>(rank)));
+    return *ledgers_.at(static_cast<std::size_t>(rank));
+  }
+  MemoryLedger& network_ledger() { return root_ ? root_->network_ledger() : *network_; }
   // Waits that ended at the watchdog's deadline with their condition met: whoever met it did
   // not wake the rank (a lost wake-up, which the deadline rescues after watchdog_seconds).
-  // Under mu_ or between runs.
-  std::int64_t lost_wakeups() const { return lost_wakeups_; }
+  // Every lane's with the root's. Under mu_ or between runs.
+  std::int64_t lost_wakeups() const;
   std::vector<int> members(int group);  // world ranks, by group rank
 
   // Point to point between world ranks; messages of one (group, src, dst, tag) are taken in
@@ -263,6 +281,10 @@ class Fabric {
   friend class Delivery;
   struct PhaseGuard;  // restores a rank's phase when a blocking call returns or throws
 
+  // Both public constructors: a lane has a root, the root none (and the ledgers).
+  Fabric(Fabric* root, std::vector<int> world_ranks, int world_size, double watchdog_seconds,
+         bool synchronous_sends, std::size_t eager_limit_bytes, double spin_microseconds,
+         std::size_t oneshot_max_bytes);
   template <class Ready>
   void block(std::unique_lock<std::mutex>& lock, int me, Ready ready);
   template <class Ready>
@@ -318,6 +340,11 @@ class Fabric {
     }
   }
   std::string mismatch_report(int group, std::int64_t seq) const;  // rendezvous + one-shot
+  // The root's world rank of this fabric's rank r, for the reports (r itself on the root).
+  int named(int r) const { return root_ ? world_ranks_[static_cast<std::size_t>(r)] : r; }
+  Fabric* add_lane(const std::vector<int>& group_members);  // under mu_, on any fabric
+  void abort_here(const std::string& reason, bool watchdog);  // abort() of one fabric
+  void end_run_here();  // under mu_: messages never received, then the channels freed
   void wake(int rank);  // under mu_: bumps the rank's wake count and notifies its cv
   void throw_if_aborted() const;
   [[noreturn]] void throw_aborted() const;  // CommError, or CommWatchdogTimeout
@@ -367,7 +394,11 @@ class Fabric {
   void make_split(int group, Slot& slot);
   std::string undelivered() const;
 
-  std::mutex mu_;
+  std::mutex own_mu_;  // the root's; a lane's mu_ is its root's
+  std::mutex& mu_;
+  Fabric* root_ = nullptr;                     // a lane's root; nullptr on the root
+  std::vector<int> world_ranks_;               // a lane's ranks as the root's world ranks
+  std::vector<std::unique_ptr<Fabric>> lanes_;  // the root's lanes, kept until it is destroyed
   std::vector<std::condition_variable> cv_;  // by world rank
   // Wake-ups per world rank, changed only under mu_ and read without it by a spinning rank.
   std::unique_ptr<std::atomic<std::uint64_t>[]> wakes_;

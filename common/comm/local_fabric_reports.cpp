@@ -30,10 +30,21 @@ void Fabric::fail(std::string reason) {
   throw_aborted();  // the first reason, if the world had already failed
 }
 
+// The root and every lane fail together: a rank's compute thread may wait on the root while
+// its lane's thread waits on the lane, and either must wake to the other's failure.
 void Fabric::abort(std::string reason) {
   if (aborted_) return;
+  Fabric& root = root_ ? *root_ : *this;
+  const bool watchdog = watchdog_fired_;
+  root.abort_here(reason, watchdog);
+  for (const std::unique_ptr<Fabric>& lane : root.lanes_) lane->abort_here(reason, watchdog);
+}
+
+void Fabric::abort_here(const std::string& reason, bool watchdog) {
+  if (aborted_) return;
   aborted_ = true;
-  reason_ = std::move(reason);
+  reason_ = reason;
+  watchdog_fired_ = watchdog;
   for (int r = 0; r < world_size(); ++r) wake(r);
 }
 
@@ -71,7 +82,7 @@ bool Fabric::stuck(int rank) const {
 
 std::string Fabric::where(int rank) const {
   const RankStatus& s = status_[static_cast<std::size_t>(rank)];
-  const std::string who = "rank " + std::to_string(rank);
+  const std::string who = "rank " + std::to_string(named(rank));
   const std::string call = " (call #" + std::to_string(s.seq) + " of " + group_name(s.group) + ")";
   switch (s.phase) {
     case Phase::kComputing: return who + " is computing (not in the communicator)";
@@ -81,8 +92,9 @@ std::string Fabric::where(int rank) const {
     case Phase::kSend:
     case Phase::kRecv:
       return who + " waits in " + (s.phase == Phase::kSend ? "send(to " : "recv(from ") +
-             std::to_string(s.peer) + ", tag " + std::to_string(s.tag) + ", " +
-             count_str(s.count, s.dtype) + ")" + (s.group == 0 ? "" : " in " + group_name(s.group));
+             std::to_string(named(s.peer)) + ", tag " + std::to_string(s.tag) + ", " +
+             count_str(s.count, s.dtype) + ")" +
+             (s.group == 0 && !root_ ? "" : " in " + group_name(s.group));
     case Phase::kCollective: break;
   }
   const Group& g = groups_[static_cast<std::size_t>(s.group)];
@@ -91,7 +103,7 @@ std::string Fabric::where(int rank) const {
   for (std::size_t k = 0; k < g.members.size(); ++k) {
     const bool missing = s.oneshot ? !g.oneshot->published(static_cast<int>(k), s.seq)
                                    : it != g.slots.end() && !it->second->arrivals[k];
-    if (missing) absent.push_back(g.members[k]);
+    if (missing) absent.push_back(named(g.members[k]));
   }
   return who + " waits in " + s.desc.str() + call +
          (absent.empty() ? "" : " for " + rank_list(absent));
@@ -103,21 +115,23 @@ std::string Fabric::report() const {
   return out;
 }
 
+// A lane's groups by the root's world ranks: "group {0, 2} (a dup, on a lane of its own)".
 std::string Fabric::group_name(int group) const {
-  if (group == 0) return "world";
+  if (group == 0 && !root_) return "world";
   const std::vector<int>& m = groups_[static_cast<std::size_t>(group)].members;
   std::string s = "group {";
-  for (std::size_t i = 0; i < m.size(); ++i) s += (i ? ", " : "") + std::to_string(m[i]);
-  return s + "}";
+  for (std::size_t i = 0; i < m.size(); ++i) s += (i ? ", " : "") + std::to_string(named(m[i]));
+  return s + (root_ ? "} (a dup, on a lane of its own)" : "}");
 }
 
 std::string Fabric::undelivered() const {
   std::string msg = "messages sent but never received:";
   for (const auto& [key, queue] : mail_) {
     const auto& [group, src, dst, tag] = key;
-    msg += (msg.back() == ':' ? " rank " : "; rank ") + std::to_string(src) + " sent " +
-           std::to_string(queue.size()) + " message(s) to rank " + std::to_string(dst) +
-           " (tag " + std::to_string(tag) + ")" + (group == 0 ? "" : " in " + group_name(group));
+    msg += (msg.back() == ':' ? " rank " : "; rank ") + std::to_string(named(src)) + " sent " +
+           std::to_string(queue.size()) + " message(s) to rank " + std::to_string(named(dst)) +
+           " (tag " + std::to_string(tag) + ")" +
+           (group == 0 && !root_ ? "" : " in " + group_name(group));
   }
   return msg;
 }

@@ -84,7 +84,7 @@ void Fabric::block(std::unique_lock<std::mutex>& lock, int me, Ready ready) {
         char limit[32];
         std::snprintf(limit, sizeof limit, "%g", watchdog_seconds_);
         watchdog_fired_ = true;
-        abort("watchdog: rank " + std::to_string(me) + " waited " + limit +
+        abort("watchdog: rank " + std::to_string(named(me)) + " waited " + limit +
               " s in the communicator; " + report());
       }
     }

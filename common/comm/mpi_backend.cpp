@@ -623,4 +623,14 @@ std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key) {
   return std::unique_ptr<Communicator>(new MpiCommunicator(Adopt{}, nc, opts_));
 }
 
+// Two threads of a process may call MPI at once only under MPI_THREAD_MULTIPLE (MpiSession
+// asks for it; a library may give SERIALIZED). Every process links the same library, so every
+// rank answers alike before any collective call.
+std::unique_ptr<Communicator> MpiCommunicator::dup() {
+  int level = 0;
+  check(MPI_Query_thread(&level), "dup()");
+  if (level != MPI_THREAD_MULTIPLE) return nullptr;
+  return split(0, rank());
+}
+
 }  // namespace mixpar

@@ -136,6 +136,8 @@ class MpiCommunicator final : public Communicator {
   void broadcast_bytes(std::span<std::byte> bytes, int root) override;
   void all_gather_bytes(std::span<const std::byte> in, std::span<std::byte> out) override;
   std::unique_ptr<Communicator> split(int color, int key) override;
+  // A split with one colour; nullptr below MPI_THREAD_MULTIPLE (Communicator::dup).
+  std::unique_ptr<Communicator> dup() override;
 
   MPI_Comm mpi_comm() const { return comm_; }
   const MpiOptions& options() const { return opts_; }

@@ -127,4 +127,10 @@ std::unique_ptr<Communicator> TimedCommunicator::split(int color, int key) {
   return std::make_unique<TimedCommunicator>(std::move(c), *clock_, group_ + ".split");
 }
 
+std::unique_ptr<Communicator> TimedCommunicator::dup() {
+  std::unique_ptr<Communicator> c = timed("split", [&] { return inner_->dup(); });
+  if (!c) return nullptr;
+  return std::make_unique<TimedCommunicator>(std::move(c), *clock_, group_);
+}
+
 }  // namespace mixpar

@@ -85,6 +85,9 @@ class TimedCommunicator final : public Communicator {
   void all_gather_bytes(std::span<const std::byte> in, std::span<std::byte> out) override;
   // The inner communicator's split, timed into the same clock as "<group>.split".
   std::unique_ptr<Communicator> split(int color, int key) override;
+  // The inner dup, timed into the same clock under the same group name: the same group,
+  // whichever thread calls it (the clock splits its seconds by thread).
+  std::unique_ptr<Communicator> dup() override;
 
   // The bytes are the inner communicator's record: the decorator moves none of its own.
   TrafficRecorder& traffic() override { return inner_->traffic(); }

@@ -93,6 +93,9 @@ std::vector<RankRun> run(const TrainerConfig& c) {
     const RankMetrics m = t.gather_rank_metrics()[static_cast<std::size_t>(rank)];
     r.mem.assign(m.mem.begin(), m.mem.end());
     r.dp_reduce_scatter_bytes = t.grid()->dp().traffic().totals("reduce_scatter").bytes_sent;
+    if (t.dp_lane()) {  // the buckets overlap backward over dp's dup
+      r.dp_reduce_scatter_bytes += t.dp_lane()->traffic().totals("reduce_scatter").bytes_sent;
+    }
     r.tp_all_reduce_bytes = t.grid()->tp().traffic().totals("all_reduce").bytes_sent;
     for (const Tensor& p : t.optimizer().stepped_params()) r.masters.push_back(p.to_floats());
     return r;
