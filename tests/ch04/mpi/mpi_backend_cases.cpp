@@ -6,7 +6,9 @@
 
 #include <cmath>
 #include <future>
+#include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "ch04_ddp/ring_allreduce.h"
@@ -247,6 +249,34 @@ TEST(MpiBackend, SplitOrdersGroupsByKey) {
   EXPECT_EQ(g->size(), c.size() / 2);
   EXPECT_EQ(g->rank(), g->size() - 1 - c.rank() / 2) << "keys descend with the world rank";
   EXPECT_EQ(c.split(c.rank() == 0 ? -1 : 0, 0) == nullptr, c.rank() == 0);
+}
+
+// A dup is the same ranks in the same order, and under MPI_THREAD_MULTIPLE a second thread of
+// each process reduces on it while the first reduces on the parent: both sums are the serial
+// definition's bits. Below MULTIPLE every process gets nullptr.
+TEST(MpiBackend, ADupRunsBesideItsParentOnASecondThreadUnderThreadMultiple) {
+  MpiCommunicator c(MPI_COMM_WORLD, fast_options());
+  int level = 0;
+  MPI_Query_thread(&level);
+  std::unique_ptr<Communicator> d = c.dup();
+  if (level != MPI_THREAD_MULTIPLE) {
+    EXPECT_EQ(d, nullptr);
+    GTEST_SKIP() << "the MPI library gives thread level " << level << ", not MULTIPLE";
+  }
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ(d->rank(), c.rank());
+  EXPECT_EQ(d->size(), c.size());
+  const auto reduce = [](Communicator& comm, int salt) {
+    for (int i = 0; i < 50; ++i) {
+      const std::int64_t n = 1 + (i * 37 + salt) % 3000;
+      Tensor t = rank_data(comm.rank(), n, DType::kF32);
+      comm.all_reduce(t);
+      EXPECT_TRUE(same_bits(t, serial_reduce(comm.size(), n, DType::kF32, ReduceOp::kSum))) << n;
+    }
+  };
+  std::thread second([&] { reduce(*d, 11); });
+  reduce(c, 0);
+  second.join();
 }
 
 TEST(MpiBackend, TheHandBuiltRingRunsOnMpiWithTheSameBitsAndBytes) {
