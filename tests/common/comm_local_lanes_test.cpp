@@ -60,9 +60,8 @@ TEST(LocalLanes, ADupsCallsRunBesideTheSameRanksCallsOnASecondThread) {
       EXPECT_EQ(lane->size(), group->size());
       EXPECT_EQ(lane->rank(), group->rank());
       const int r = world.rank(), next = (r + 1) % ranks, prev = (r + ranks - 1) % ranks;
-      // A size per round, below and above the one-shot limit and the eager
-      // limit.
-      const auto size_of = [](int i) -> std::int64_t { return std::int64_t{1} << (2 + i % 15); };
+      // A size per round, below and above the one-shot limit and the eager limit (16 KiB).
+      const auto size_of = [](int i) -> std::int64_t { return std::int64_t{1} << (2 + i % 12); };
       const auto talk = [&](Communicator& c, int salt) {
         for (int i = 0; i < kRounds; ++i) {
           const std::int64_t n = size_of(i + salt);
@@ -91,7 +90,7 @@ TEST(LocalLanes, ADataParallelDupReducesWhileTheComputeThreadTalksToTensorParall
     std::unique_ptr<Communicator> lane = dp->dup();
     const auto reduce = [&](Communicator& c, int salt) {
       for (int i = 0; i < kRounds; ++i) {
-        const std::int64_t n = std::int64_t{1} << (3 + (i + salt) % 13);
+        const std::int64_t n = std::int64_t{1} << (3 + (i + salt) % 11);
         Tensor t = rank_data(c.rank(), n, DType::kBF16);
         c.all_reduce(t);
         EXPECT_TRUE(same_bits(t, serial_reduce(2, n, DType::kBF16, ReduceOp::kSum))) << n;
