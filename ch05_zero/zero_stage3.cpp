@@ -67,8 +67,11 @@ ZeroStage3::ZeroStage3(Communicator& dp, GptModel& model, ZeroConfig config,
   // the block's tp collectives, and nothing is prefetched (the bits are the same). So too
   // under context parallelism, whose attention talks to the cp group (chapter 6, part 2), and
   // beside a feed-forward seam (chapter 9's MoE blocks), whose layer talks to its expert groups.
-  on_compute_thread_ = model.options().tp.size > 1 || model.options().attention != nullptr ||
-                       model.options().feed_forward != nullptr;
+  // Over a dup (options.dp_is_a_dup) the local backend gives dp a lane of its own, and the
+  // thread talks there while the compute thread talks to the others.
+  on_compute_thread_ = !options_.dp_is_a_dup &&
+                       (model.options().tp.size > 1 || model.options().attention != nullptr ||
+                        model.options().feed_forward != nullptr);
   if (on_compute_thread_) options_.prefetch = 0;
   map_units(model.config().n_layer);
   count_entries_per_bucket();

@@ -56,6 +56,11 @@ struct Zero3Options {
   // Empty: the model's own orders. Otherwise the order the prefetcher assumes for the
   // backward pass (the prefetch-order failure mode gives the forward's here).
   std::vector<std::int64_t> backward_order;
+  // dp is a dup of the replicas' group (Communicator::dup) that no other thread of the rank
+  // calls while a step runs: the gathers and reduce-scatters may then run on this sync's own
+  // thread even where the model's blocks talk to other groups on the compute thread (tp, cp,
+  // MoE), as they do on a pure data-parallel layout.
+  bool dp_is_a_dup = false;
 };
 
 class ZeroStage3 final : public ZeroStage2, public BlockParamHook {

@@ -29,11 +29,10 @@ bool talks_beside_dp(const TrainerConfig& c) {
 // threads in one group's bookkeeping at once, the local backend's deadlock check read the
 // rank by one status and called a live rank stuck (seen as a "deadlock" between a dp
 // reduce-scatter and a tp all-reduce under load), and its fast channels took two producers.
-// ZeRO-3 gathers its parameters on the compute thread under tp, cp or MoE (chapter 5's
-// zero_stage3.cpp), from a split of the sync's communicator, so it keeps its buckets there too.
+// ZeRO-3 over the dup runs its gathers on its own thread there too (Zero3Options::dp_is_a_dup).
 bool buckets_overlap_backward(const TrainerConfig& c, bool dp_lane) {
   if (!c.overlap) return false;
-  return !talks_beside_dp(c) || (dp_lane && c.zero_stage != 3);
+  return !talks_beside_dp(c) || dp_lane;
 }
 
 std::unique_ptr<Communicator> make_dp_lane(const ParallelGrid* grid, const TrainerConfig& c) {
@@ -79,7 +78,7 @@ bool tied_copies_meet_in_sync(const ParallelGrid* grid, const TrainerConfig& c) 
 
 // Chapter 5's ZeRO stage c.zero_stage (>= 1) over dp.
 std::unique_ptr<GradSync> make_zero(Communicator& dp, GptModel& model, const TrainerConfig& c,
-                                    bool overlap) {
+                                    bool overlap, bool dp_is_a_dup) {
   ch05::ZeroConfig z;
   z.bucket_cap_bytes = reducer_config(c, overlap).bucket_cap_bytes;
   z.overlap = overlap;
@@ -87,6 +86,7 @@ std::unique_ptr<GradSync> make_zero(Communicator& dp, GptModel& model, const Tra
     verify_replicas(dp, rank_params(model).flat_params());  // before the copy is split
     ch05::Zero3Options o;
     o.prefetch = c.zero3_prefetch;
+    o.dp_is_a_dup = dp_is_a_dup;
     return std::make_unique<ch05::ZeroStage3>(dp, model, z, o);
   }
   if (c.zero_stage == 2) return std::make_unique<ch05::ZeroStage2>(dp, rank_params(model), z);
@@ -114,7 +114,7 @@ std::unique_ptr<GradSync> make_dp_grad_sync(GptModel& model, const ParallelGrid*
   const bool overlap = buckets_overlap_backward(c, dp_lane != nullptr);
   Communicator& buckets = dp_lane != nullptr ? *dp_lane : dp;
   std::unique_ptr<GradSync> sync =
-      c.zero_stage >= 1 ? make_zero(buckets, model, c, overlap)
+      c.zero_stage >= 1 ? make_zero(buckets, model, c, overlap, dp_lane != nullptr)
                         : std::make_unique<ch04::BucketedAllReduce>(
                               buckets, rank_params(model), reducer_config(c, overlap),
                               ch04::model_reports_grad_ready());

@@ -27,12 +27,12 @@ const ParamRegistry& rank_params(const GptModel& m);
 // Whether the gradient sync reduces its buckets on a communication thread while backward runs
 // (--overlap). On a pure data-parallel layout, over dp itself. Where the compute thread calls
 // other groups' collectives during backward (tp, cp, pp or MoE blocks), over dp's dup
-// (`dp_lane`: make_dp_lane), except under ZeRO-3; without one, after backward, on the compute
-// thread. The bits are the same either way.
+// (`dp_lane`: make_dp_lane; ZeRO-3's gathers then run on its own thread too); without one,
+// after backward, on the compute thread. The bits are the same either way.
 bool buckets_overlap_backward(const TrainerConfig& c, bool dp_lane);
 // The dp group's dup for the buckets' thread (Communicator::dup), where the layout needs one to
-// overlap: collective over dp. nullptr where it needs none, with --no-overlap, under ZeRO-3,
-// or where the backend cannot run two threads' calls at once. The caller keeps it alive as
+// overlap: collective over dp. nullptr where it needs none, with --no-overlap, or where the
+// backend cannot run two threads' calls at once. The caller keeps it alive as
 // long as the sync made over it.
 std::unique_ptr<Communicator> make_dp_lane(const ParallelGrid* grid, const TrainerConfig& c);
 

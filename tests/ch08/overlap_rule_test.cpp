@@ -43,7 +43,8 @@ TEST(OverlapRule, BesideOtherGroupsTheBucketsOverlapBackwardOnDpsDup) {
   EXPECT_FALSE(buckets_overlap_backward(moe, false)) << "the MoE blocks' all-to-alls, no dup";
   TrainerConfig z3 = tp;
   z3.zero_stage = 3;
-  EXPECT_FALSE(buckets_overlap_backward(z3, true)) << "ZeRO-3 gathers on the compute thread";
+  EXPECT_TRUE(buckets_overlap_backward(z3, true)) << "ZeRO-3 gathers on its thread, over the dup";
+  EXPECT_FALSE(buckets_overlap_backward(z3, false)) << "ZeRO-3 gathers on the compute thread";
   TrainerConfig z3_dp = c;
   z3_dp.zero_stage = 3;
   EXPECT_TRUE(buckets_overlap_backward(z3_dp, false)) << "ZeRO-3 on pure dp";
