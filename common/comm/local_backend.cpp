@@ -405,20 +405,29 @@ void LocalCommunicator::reduce_scatter(const Tensor& in, Tensor& out, ReduceOp o
   const std::int64_t k = out.numel();
   const local::CallDesc d{
       .op = local::CollOp::kReduceScatter, .dtype = out.dtype(), .count = k, .reduce = op};
-  if (oneshot_fits(in.nbytes())) {
+  const std::size_t off = static_cast<std::size_t>(rank_ * k) * dtype_size(in.dtype());
+  std::byte* const dst = bytes_of(out);
+  if (local::stages(d.op, in.nbytes(), size(), fabric_->oneshot_max_bytes())) {
     oneshot(
         d, [&](std::byte* stage) { local::copy_bytes(stage, bytes_of(in), in.nbytes()); },
         [&](std::int64_t seq) {
-          const std::size_t off = static_cast<std::size_t>(rank_ * k) * dtype_size(in.dtype());
           const std::byte* srcs[kStackRanks];
           for (int p = 0; p < size(); ++p) srcs[p] = oneshot_->data(p, seq) + off;
-          std::byte* const dst = bytes_of(out);
           local::reduce_elements({srcs, static_cast<std::size_t>(size())}, {&dst, 1}, k,
                                  out.dtype(), op);
         });
+  } else if (oneshot_fits(0) && oneshot_->capacity() > 0) {
+    // Past the limit, in place: this rank reduces its block out of every rank's input, as
+    // the rendezvous below does, without its mutex. Inputs are only read, outputs only their
+    // owner's.
+    in_place(d, bytes_of(in), [&](std::int64_t seq) {
+      const std::byte* srcs[kStackRanks];
+      for (int p = 0; p < size(); ++p) srcs[p] = read_in_place(p, seq, d) + off;
+      local::reduce_elements({srcs, static_cast<std::size_t>(size())}, {&dst, 1}, k,
+                             out.dtype(), op);
+    });
   } else collective({d, &in, &out}, [&](const local::Slot& s) {
     const auto srcs = rank_pointers(s, false, rank_ * k, in.dtype());
-    std::byte* const dst = bytes_of(out);
     local::reduce_elements({srcs.data(), srcs.size()}, {&dst, 1}, k, out.dtype(), op);
   });
   const std::size_t moved = in.nbytes() - out.nbytes();  // (N-1)/N of the input

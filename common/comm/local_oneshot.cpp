@@ -94,6 +94,9 @@ bool reads_in_place(const CallDesc& d, int ranks, std::size_t limit) {
     case CollOp::kAllGather:
     case CollOp::kAllReduce:
       return !stages(d.op, static_cast<std::size_t>(d.count) * dtype_size(d.dtype), ranks, limit);
+    case CollOp::kReduceScatter:  // count is one rank's block: the input is `ranks` of them
+      return !stages(d.op, static_cast<std::size_t>(d.count * ranks) * dtype_size(d.dtype), ranks,
+                     limit);
     default: return false;
   }
 }

@@ -87,8 +87,8 @@ constexpr bool stages(CollOp op, std::size_t input_bytes, int ranks, std::size_t
          ranks <= static_cast<int>(kStackRanks);
 }
 // Whether a one-shot call `d` on `ranks` ranks may touch a peer's buffers in place: any
-// all-to-all (whatever it voted, it raises its done flag), an all-gather or all-reduce past
-// the staging limit.
+// all-to-all (whatever it voted, it raises its done flag), an all-gather, all-reduce or
+// reduce-scatter past the staging limit.
 bool reads_in_place(const CallDesc& d, int ranks, std::size_t limit);
 
 // How many times a rank has taken the one-shot path for `op`, every rank of every group of the

@@ -125,6 +125,37 @@ TEST(LocalOneShot, AnAllReducePastItsLimitIsInPlaceWithTheSameBitsAndNoLateWrite
   }
 }
 
+// Past its limit a reduce-scatter reduces in place: each rank its block out of every rank's
+// input. The bits are the rank-order reference's and the rendezvous's, and no rank returns
+// while a peer may still read its input: each overwrites its input the moment the call
+// returns, which a peer's late read would show in that peer's block.
+TEST(LocalOneShot, AReduceScatterPastItsLimitIsInPlaceWithTheSameBitsAndNoLateRead) {
+  for (int n : {2, 3, 4}) {
+    for (DType dt : {DType::kF32, DType::kBF16}) {
+      const std::int64_t count = 4099;  // a block: the input is past the limit on 2-4 ranks
+      ASSERT_FALSE(local::stages(local::CollOp::kReduceScatter,
+                                 std::size_t(count * n) * dtype_size(dt), n,
+                                 local::kOneShotMaxBytes));
+      const std::string what = "N=" + std::to_string(n) + " " + std::string(dtype_name(dt));
+      const Tensor want = serial_reduce(n, count * n, dt, ReduceOp::kSum);
+      const Results slow = collectives(n, count, dt, ReduceOp::kSum, rendezvous_only());
+      const std::uint64_t before = local::in_place_calls();
+      run_local(n, [&](Communicator& c) {
+        const Tensor mine = want.flat_slice(std::int64_t(c.rank()) * count, count).clone();
+        for (int k = 0; k < 20; ++k) {
+          Tensor in = rank_data(c.rank(), count * n, dt);
+          Tensor out = Tensor::zeros({count}, dt);
+          c.reduce_scatter(in, out);
+          in.fill(-7.0f);  // a peer still reading it would sum this
+          ASSERT_TRUE(same_bits(out, mine)) << what << " rank " << c.rank() << " call " << k;
+          ASSERT_TRUE(same_bits(out, slow.reduce_scatter[std::size_t(c.rank())])) << what;
+        }
+      });
+      EXPECT_EQ(local::in_place_calls() - before, std::uint64_t(20 * n)) << what;
+    }
+  }
+}
+
 // Both sides of the limit (3 ranks x the buffer), one element apart: the path changes, the
 // bits do not.
 TEST(LocalOneShot, TheLimitChangesThePathNotTheBits) {
