@@ -211,16 +211,18 @@ for r in $(seq 1 "$small_rounds"); do round "s$r" --max-bytes "$small_max"; done
 # forced, around the default limits (comm/local_oneshot.h, ch04_ddp/ring_allreduce.h); the
 # ring's exchange path against its hops up to 16 MiB (4 ranks). A forced limit is what the
 # largest size needs (4 ranks x 256 KiB), not more: the one-shot path's staging buffers are
-# that size. The local backend's large path is the in-place one, forced by a limit of 64 bytes
-# (every size here past it; a limit of 0 would force the rendezvous, which a call takes only
-# where there is no staging buffer at all).
+# that size, times the all-reduce's weight against the limit (local::oneshot_weight: 16 on 2
+# ranks, 2 on more). The local backend's large path is the in-place one, forced by a limit of
+# 64 bytes (every size here past it; a limit of 0 would force the rendezvous, which a call
+# takes only where there is no staging buffer at all).
 mkdir -p "$out/switch"
 rm -f "$out"/switch/*.csv
 sizes=1024,4096,8192,16384,32768,65536,131072,262144
 large=$sizes,1048576,4194304,16777216
 for n in 2 4; do
-  "$bin" --impl local --ranks "$n" --ops all-reduce --sizes $sizes --oneshot-max 1048576 \
-    --label local-oneshot > "$out/switch/local-oneshot-$n.csv"
+  staged_max=$(( (n == 2 ? 16 : 2) * n * 262144 ))
+  "$bin" --impl local --ranks "$n" --ops all-reduce --sizes $sizes --oneshot-max $staged_max \
+    --label local-staged > "$out/switch/local-staged-$n.csv"
   "$bin" --impl local --ranks "$n" --ops all-reduce --sizes $sizes --oneshot-max 64 \
     --label local-inplace > "$out/switch/local-inplace-$n.csv"
   "$bin" --impl ring --ranks "$n" --ops all-reduce --sizes $sizes --ring-oneshot-max 1048576 \

@@ -650,7 +650,7 @@ def switch_block(rows):
     out = ["Switch points (all-reduce, each path forced with bench_collectives' --oneshot-max, "
            "--ring-oneshot-max and --ring-exchange-max; fastest of 5 repetitions, microseconds; "
            "the ring's exchange path is taken from 3 ranks):", ""]
-    pairs = [("local-oneshot", "local-inplace", "local backend: staged / in place"),
+    pairs = [("local-staged", "local-inplace", "local backend: staged / in place"),
              ("ring-gather", "ring-hops", "ring: gather / hops"),
              ("ring-exchange", "ring-hops", "ring: exchange / hops")]
     ranks = sorted({k[2] for k in rows})
