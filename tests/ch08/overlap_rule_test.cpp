@@ -25,29 +25,29 @@ TEST(OverlapRule, BesideOtherGroupsTheBucketsOverlapBackwardOnDpsDup) {
   TrainerConfig off = c;
   off.overlap = false;
   EXPECT_FALSE(buckets_overlap_backward(off, true)) << "--no-overlap";
-  TrainerConfig tp = c;
-  tp.tp = 2;
-  EXPECT_TRUE(buckets_overlap_backward(tp, true)) << "tp's all-reduces beside dp's dup";
-  EXPECT_FALSE(buckets_overlap_backward(tp, false)) << "tp's all-reduces, no dup";
-  TrainerConfig cp = c;
-  cp.cp = 2;
-  EXPECT_TRUE(buckets_overlap_backward(cp, true)) << "cp's ring beside dp's dup";
-  EXPECT_FALSE(buckets_overlap_backward(cp, false)) << "cp's ring, no dup";
-  TrainerConfig pp = c;
-  pp.pp = 2;
-  EXPECT_TRUE(buckets_overlap_backward(pp, true)) << "the pipeline's sends beside dp's dup";
-  EXPECT_FALSE(buckets_overlap_backward(pp, false)) << "the pipeline's sends, no dup";
-  TrainerConfig moe = c;
-  moe.moe.n_experts = 4;
-  EXPECT_TRUE(buckets_overlap_backward(moe, true)) << "the MoE blocks' all-to-alls, dup";
-  EXPECT_FALSE(buckets_overlap_backward(moe, false)) << "the MoE blocks' all-to-alls, no dup";
-  TrainerConfig z3 = tp;
-  z3.zero_stage = 3;
-  EXPECT_TRUE(buckets_overlap_backward(z3, true)) << "ZeRO-3 gathers on its thread, over the dup";
-  EXPECT_FALSE(buckets_overlap_backward(z3, false)) << "ZeRO-3 gathers on the compute thread";
   TrainerConfig z3_dp = c;
   z3_dp.zero_stage = 3;
   EXPECT_TRUE(buckets_overlap_backward(z3_dp, false)) << "ZeRO-3 on pure dp";
+  // Each layout whose compute thread talks to another group during backward: with dp's dup
+  // the buckets overlap, without one they wait for backward's end.
+  struct Beside {
+    const char* what;
+    int tp, cp, pp, experts, zero;
+  };
+  for (const Beside& b : {Beside{"tp's all-reduces", 2, 1, 1, 0, 0},
+                          Beside{"cp's ring", 1, 2, 1, 0, 0},
+                          Beside{"the pipeline's sends", 1, 1, 2, 0, 1},
+                          Beside{"the MoE blocks' all-to-alls", 1, 1, 1, 4, 0},
+                          Beside{"tp, ZeRO-3 gathering on its own thread", 2, 1, 1, 0, 3}}) {
+    TrainerConfig x = c;
+    x.tp = b.tp;
+    x.cp = b.cp;
+    x.pp = b.pp;
+    x.moe.n_experts = b.experts;
+    x.zero_stage = b.zero;
+    EXPECT_TRUE(buckets_overlap_backward(x, true)) << b.what << ", dp's dup";
+    EXPECT_FALSE(buckets_overlap_backward(x, false)) << b.what << ", no dup";
+  }
 }
 
 // The rule reaches the sync the trainer builds: ZeRO-2 reduce-scatters during
