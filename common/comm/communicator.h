@@ -183,11 +183,13 @@ class Communicator {
   // Collective over this communicator: the same ranks in the same order, as a communicator a
   // second thread of this rank may call while the first is in a call of any other group (a
   // gradient sync's buckets during a tp all-reduce): MPI_Comm_dup. Its messages never mix with
-  // this one's. nullptr on every rank where the backend cannot run two threads' calls at once
-  // (MPI below MPI_THREAD_MULTIPLE): the caller then keeps its calls on one thread. By default
-  // a split with one colour, which is a dup wherever communicators are independent of each
-  // other (NCCL; MPI_Comm_split). The local backend puts it on a lane of its own.
-  virtual std::unique_ptr<Communicator> dup() { return split(0, rank()); }
+  // this one's. nullptr on every rank where the backend cannot run two threads' calls at once:
+  // the caller then keeps its calls on one thread. So by default, and on NCCL, whose
+  // communicators used at once must see their operations submitted in the same order on every
+  // rank (its user guide, "Using multiple NCCL communicators concurrently"), which two
+  // threads per rank do not promise. MPI gives one under MPI_THREAD_MULTIPLE; the local
+  // backend puts it on a lane of its own.
+  virtual std::unique_ptr<Communicator> dup() { return nullptr; }
 
   // Virtual so that a decorator (comm/timed_communicator.h) reports its inner backend's record.
   virtual TrafficRecorder& traffic() { return traffic_; }
